@@ -72,7 +72,6 @@ def build_workflow(config: Config) -> Workflow:
     )
 
 
-
 RECIPE = Recipe("sft_with_filter", "sl_basic plus a batch filter", Config, build_workflow)
 
 

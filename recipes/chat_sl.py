@@ -31,7 +31,6 @@ def workflow(config: Config) -> Workflow:
     return supervised_workflow(Conversation(config.train_on_what, config.messages_key), needs_renderer=True)
 
 
-
 RECIPE = Recipe(
     name="chat_sl",
     description="supervised fine-tuning on conversations through a chat renderer",

@@ -49,7 +49,6 @@ def workflow(config: Config) -> Workflow:
     return preference_workflow(get_judge(config.win_rate_judge) if config.win_rate_judge else None)
 
 
-
 RECIPE = Recipe(
     name="dpo",
     description="Direct Preference Optimization on comparison data",

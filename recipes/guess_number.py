@@ -48,8 +48,6 @@ def build_task(config: Config, renderer: Renderer) -> RLTask:
     )
 
 
-
-
 RECIPE = Recipe(
     name="guess_number",
     description="multi-turn RL: guess a number from higher/lower hints",

@@ -69,8 +69,6 @@ def build_task(config: Config, renderer: Renderer) -> RLTask:
     )
 
 
-
-
 RECIPE = Recipe(
     name="math_rl",
     description="RL on math problems (generated arithmetic, or GSM8K-format JSONL)",

@@ -31,7 +31,6 @@ def workflow(config: Config) -> Workflow:
     return supervised_workflow(PromptCompletion(config.prompt_key, config.completion_key, config.text_key))
 
 
-
 RECIPE = Recipe(
     name="sl_basic",
     description="supervised fine-tuning on prompt/completion or text JSONL",

@@ -16,7 +16,10 @@ def test_append_and_last_resumable(tmp_path: Path) -> None:
     append_record(path, CheckpointRecord("sampler-only", 25, {}, {}, None, "p25"))
     record = last_resumable(path)
     assert record is not None and (record.name, record.step, record.loops, record.state) == (
-        "000020", 20, {"train": 19}, {"k": [1]},
+        "000020",
+        20,
+        {"train": 19},
+        {"k": [1]},
     )
 
 

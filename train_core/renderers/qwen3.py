@@ -62,9 +62,7 @@ class Qwen3Renderer(SpanRenderer):
                 spans.append(Span.body(i, message["content"], IM_END))
         return spans
 
-    def _assistant_spans(
-        self, i: int, message: Message, opener: list[Part], last_query: int, count: int
-    ) -> list[Span]:
+    def _assistant_spans(self, i: int, message: Message, opener: list[Part], last_query: int, count: int) -> list[Span]:
         header: list[Part] = [*opener, IM_START, "assistant\n"]
         body: list[Part] = []
         content = message["content"]

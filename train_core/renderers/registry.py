@@ -61,9 +61,7 @@ def renderer_names() -> list[str]:
 
 def get_renderer(name: str, tokenizer: Tokenizer) -> Renderer:
     if name not in _FACTORIES:
-        raise UnknownRendererError(
-            f"unknown renderer {name!r}; valid renderers: {', '.join(renderer_names())}"
-        )
+        raise UnknownRendererError(f"unknown renderer {name!r}; valid renderers: {', '.join(renderer_names())}")
     return _FACTORIES[name](tokenizer)
 
 

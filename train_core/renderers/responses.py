@@ -15,9 +15,7 @@ def split_at_stop(tokens: Sequence[int], stop_ids: Collection[int]) -> tuple[lis
     return list(tokens), False
 
 
-def assistant_message(
-    content: str, thinking: str | None = None, tool_calls: Sequence[ToolCall] = ()
-) -> Message:
+def assistant_message(content: str, thinking: str | None = None, tool_calls: Sequence[ToolCall] = ()) -> Message:
     """An assistant message with `thinking` and `tool_calls` present only when non-empty, so a
     parsed message compares equal to the message that was rendered."""
     message = Message(role="assistant", content=content)

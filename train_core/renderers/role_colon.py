@@ -43,4 +43,3 @@ class RoleColonRenderer(SpanRenderer):
 
 def _role_header(role: str) -> str:
     return f"{role.capitalize()}:"
-

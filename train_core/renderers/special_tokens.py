@@ -61,6 +61,4 @@ GPT_OSS = (
 )
 PAD = "<|pad|>"
 
-ALL_SPECIAL_TOKENS: tuple[str, ...] = tuple(
-    dict.fromkeys((*LLAMA3, *QWEN3, *DEEPSEEK_V3, *KIMI_K2, *GPT_OSS, PAD))
-)
+ALL_SPECIAL_TOKENS: tuple[str, ...] = tuple(dict.fromkeys((*LLAMA3, *QWEN3, *DEEPSEEK_V3, *KIMI_K2, *GPT_OSS, PAD)))

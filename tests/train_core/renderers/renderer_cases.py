@@ -147,9 +147,7 @@ def _assistant(draw: st.DrawFn, caps: Capabilities, with_calls: bool) -> Message
         message["thinking"] = draw(_words)
     if with_calls:
         count = draw(st.integers(1, 2)) if caps.tool_calls == "many" else 1
-        message["tool_calls"] = [
-            ToolCall(name=draw(_tool_names), arguments=draw(_arguments)) for _ in range(count)
-        ]
+        message["tool_calls"] = [ToolCall(name=draw(_tool_names), arguments=draw(_arguments)) for _ in range(count)]
         if caps.tool_calls == "one_alone" or draw(st.booleans()):
             message["content"] = ""
     return message

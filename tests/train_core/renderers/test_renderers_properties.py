@@ -66,8 +66,9 @@ def test_weights_are_one_exactly_on_the_selected_messages(
         assert trained_at and trained_at == list(range(trained_at[0], trained_at[-1] + 1)), k
         text = tokenizer.decode([tokens[t] for t in trained_at])
         assert message["content"] in text
-        assert [f"[{j}]" in text for j in range(len(messages))] == [f"[{j}]" in message["content"] for j in
-                                                                     range(len(messages))]
+        assert [f"[{j}]" in text for j in range(len(messages))] == [
+            f"[{j}]" in message["content"] for j in range(len(messages))
+        ]
         per_message.append(weights)
 
     def selected(predicate: list[bool]) -> list[float]:
