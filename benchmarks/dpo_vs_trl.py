@@ -30,15 +30,16 @@ from typing import Any, cast
 
 import torch
 
-from adapters.local.model_loading import load_base_model, load_tokenizer
+from adapters.common.tokenizer import load_tokenizer
+from adapters.local.model_loading import load_base_model
 from kitchen.config import load_config
 from kitchen.context import Context
-from kitchen.data.loading import shipped_data
 from kitchen.hooks import Hooks
 from kitchen.launch import run_recipe
 from kitchen.metrics import read_metrics
 from kitchen.recipe import get_recipe
 from kitchen.stage import Stage
+from recipes.data import shipped_data
 from train_core.preference.datasets import load_comparisons
 
 DATASET = shipped_data("preference/polite_arithmetic_train.jsonl")
@@ -161,7 +162,7 @@ def run_kitchen(settings: Settings, workdir: Path) -> Result:
     recipe = get_recipe("dpo")
     overrides = {
         "backend": "local",
-        "device": "cpu",
+        "local.device": "cpu",
         "dataset": DATASET,
         "eval_dataset": "null",
         "renderer": RENDERER,
@@ -175,7 +176,7 @@ def run_kitchen(settings: Settings, workdir: Path) -> Result:
         "save_every": 0,
         "eval_every": 0,
         "seed": settings.seed,
-        "cpu_threads": settings.threads,
+        "local.cpu_threads": settings.threads,
         "log_path": str(workdir),
     }
     config = load_config(recipe.config_cls, None, [f"{key}={value}" for key, value in overrides.items()])

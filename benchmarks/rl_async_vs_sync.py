@@ -16,7 +16,6 @@ import argparse
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from kitchen.config import load_config
 from kitchen.context import Context
@@ -24,31 +23,22 @@ from kitchen.hooks import Hooks
 from kitchen.launch import run_recipe
 from kitchen.metrics import read_metrics
 from kitchen.recipe import Recipe
+from kitchen.rl.settings import RLSettings
+from kitchen.rl.workflow import rl_workflow_for
 from kitchen.stage import Stage
-from kitchen.stages.rl.task import RLTask
-from kitchen.workflow import Workflow
-from kitchen.workflows.rl import rl_workflow
 from recipes.envs.parity import ParityDataset, parity_task
-from recipes.rl_config import RLConfig
 from train_core.renderers.base import Renderer
+from train_core.rl.task import RLTask
 
 
-def build_task(config: RLConfig, renderer: Renderer) -> RLTask:
+def build_task(config: RLSettings, renderer: Renderer) -> RLTask:
     dataset = ParityDataset(
         renderer, config.num_batches, config.groups_per_batch, config.group_size, 1, 0.01, config.seed
     )
     return parity_task(dataset)
 
 
-def workflow(config: RLConfig) -> Workflow:
-    return rl_workflow(build_task, mode=config.mode)
-
-
-def initial_state(config: RLConfig) -> dict[str, Any]:
-    return {}
-
-
-BENCH_RECIPE = Recipe("rl_benchmark", "parity env on noop", RLConfig, workflow, initial_state)
+BENCH_RECIPE = Recipe("rl_benchmark", "parity env on noop", RLSettings, rl_workflow_for(build_task))
 
 
 class LoopClock(Hooks):
@@ -77,12 +67,12 @@ def timed_run(log_path: Path, steps: int, latency: float, extra: list[str]) -> t
         "eval_every=0",
         "save_every=0",
         "transcript_groups=0",
-        f"noop_latency.sample={latency}",
-        f"noop_latency.forward_backward={0.8 * latency}",
-        f"noop_latency.optim_step={0.2 * latency}",
+        f"noop.latency.sample={latency}",
+        f"noop.latency.forward_backward={0.8 * latency}",
+        f"noop.latency.optim_step={0.2 * latency}",
         *extra,
     ]
-    config = load_config(RLConfig, None, overrides)
+    config = load_config(RLSettings, None, overrides)
     clock = LoopClock()
     started = time.perf_counter()
     run_dir = run_recipe(BENCH_RECIPE, config, hooks=[clock], progress=False)
@@ -97,7 +87,7 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.2, help="seconds of sampling (and of training) per step")
     parser.add_argument("--max-steps-off-policy", type=int, default=1)
     args = parser.parse_args()
-    async_extra = [f"async_config.max_steps_off_policy={args.max_steps_off_policy}", "async_config.groups_per_batch=16"]
+    async_extra = [f"async_config.max_steps_off_policy={args.max_steps_off_policy}"]
     with tempfile.TemporaryDirectory() as tmp:
         timed_run(Path(tmp) / "warm_up", 1, 0.0, [])  # load the tokenizer and imports outside the timings
         sync_total, sync_loop, sync_trained = timed_run(Path(tmp) / "sync", args.steps, args.latency, [])

@@ -14,18 +14,15 @@ import sys
 
 from kitchen.config import load_config
 from kitchen.context import Context
-from kitchen.data.supervised import PromptCompletion
 from kitchen.launch import RunDir, run_recipe
 from kitchen.metrics import read_metrics
 from kitchen.recipe import Recipe
 from kitchen.stage import Stage
 from kitchen.stages.checkpoint import SaveCheckpoint
-from kitchen.stages.close import CloseBackend
-from kitchen.stages.supervised_batch import GetSupervisedBatch
-from kitchen.stages.supervised_data import LoadSupervisedData
-from kitchen.stages.tokenizer import GetTokenizer
-from kitchen.stages.train_step import CollectTrainStep, SubmitTrainStep
-from kitchen.stages.training_client import CreateTrainingClient
+from kitchen.stages.setup import CloseBackend, CreateTrainingClient, GetTokenizer
+from kitchen.stages.training import CollectTrainStep, SubmitTrainStep
+from kitchen.supervised.examples import PromptCompletion
+from kitchen.supervised.stages import GetSupervisedBatch, LoadSupervisedData
 from kitchen.workflow import Loop, Workflow
 from recipes.sl_basic import Config
 

@@ -7,12 +7,15 @@ override), so a typo never costs a run.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.fields import FieldInfo
 
+from kitchen.backends import backend_specs, get_backend_spec
 from kitchen.errors import ConfigError
 
 C = TypeVar("C", bound=BaseModel)
@@ -26,24 +29,64 @@ Rate = Annotated[float, Field(gt=0)]
 NonNegative = Annotated[int, Field(ge=0)]
 
 
+def _backend_names() -> list[str]:
+    return sorted(backend_specs())
+
+
 class RunConfig(BaseModel):
-    """Keys every recipe shares."""
+    """Keys every recipe shares, plus one section per registered backend (`local`, `noop`,
+    `tinker`, ...) holding that backend's own settings, with the adapter's settings model."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
+    MOVED_KEYS: ClassVar[dict[str, str]] = {}
+    """Keys a config class used to have and where they went (old dotted path -> new one), so an
+    old config gets "moved to ..." instead of "unknown key". Subclasses add theirs."""
+
     model_name: str = Field("tiny", description="'tiny' (embedded), a local HF model dir, or a hub name")
-    backend: Literal["local", "noop", "tinker"] = "local"
+    backend: str = Field("local", description="a registered backend: " + ", ".join(_backend_names()))
     log_path: str | None = Field(None, description="run directory; default runs/<recipe>-<timestamp>")
     seed: int = 0
     lora_rank: int | None = Field(None, ge=1, description="LoRA rank; full fine-tune when unset (local)")
     load_checkpoint_path: str | None = Field(None, description="start from these weights, fresh optimizer")
     resume: Literal["auto", "never"] = "auto"
-    device: str | None = Field(None, description="local backend device; default cuda if available")
-    cpu_threads: int | None = Field(
-        None, ge=1, description="local backend torch CPU threads; default 1 for model_name tiny, else torch's default"
-    )
-    base_url: str | None = Field(None, description="tinker service URL (the API key comes from TINKER_API_KEY)")
-    noop_latency: dict[str, float] = Field(default_factory=dict, description="noop backend: seconds per call")
+
+    for _name, _spec in backend_specs().items():
+        __annotations__[_name] = _spec.settings
+        locals()[_name] = Field(default_factory=_spec.settings, description=f"backend {_name}: {_spec.description}")
+    del _name, _spec
+
+    @field_validator("backend")
+    @classmethod
+    def _registered_backend(cls, name: str) -> str:
+        try:
+            get_backend_spec(name)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return name
+
+    @classmethod
+    def moved_keys(cls) -> dict[str, str]:
+        moved = {old: f"{spec.name}.{new}" for spec in backend_specs().values() for old, new in spec.moved_keys.items()}
+        for klass in reversed(cls.__mro__):
+            moved.update(vars(klass).get("MOVED_KEYS", {}))
+        return moved
+
+
+def defaults(**values: Any) -> Callable[[type[C]], type[C]]:
+    """Class decorator: new defaults for inherited keys, keeping their one definition (type, bounds,
+    description). `@defaults(learning_rate=3e-3)` instead of re-declaring `learning_rate`."""
+
+    def apply(cls: type[C]) -> type[C]:
+        for name, value in values.items():
+            field = cls.model_fields.get(name)
+            if field is None:
+                raise TypeError(f"{cls.__name__} has no config key {name!r} to set a default for")
+            cls.model_fields[name] = FieldInfo.merge_field_infos(field, default=value)
+        cls.model_rebuild(force=True)
+        return cls
+
+    return apply
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -149,7 +192,10 @@ def _describe(
             where = f"{config_file} line {lines[loc]}"
         else:
             where = str(config_file) if config_file else "config"
-        if error["type"] == "extra_forbidden":
+        moved = config_cls.moved_keys().get(dotted) if issubclass(config_cls, RunConfig) else None
+        if error["type"] == "extra_forbidden" and moved is not None:
+            problems.append(f"{where}: key {dotted!r} has moved: set {moved!r} instead")
+        elif error["type"] == "extra_forbidden":
             valid = _field_names(config_cls, loc[:-1])
             close = difflib.get_close_matches(str(loc[-1]), valid, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(valid)}"
@@ -171,16 +217,3 @@ def _field_names(config_cls: type[BaseModel], parent: Path_) -> list[str]:
 
 def dump_config(config: BaseModel, path: Path) -> None:
     path.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False), encoding="utf-8")
-
-
-class OptimizerConfig(RunConfig):
-    """AdamW and learning-rate schedule keys of every recipe that trains (read by `adam_params`)."""
-
-    learning_rate: Rate = 1e-4
-    lr_schedule: Literal["linear", "cosine", "constant"] = "linear"
-    warmup_steps: NonNegative = 0
-    adam_beta1: float = Field(0.9, ge=0, lt=1)
-    adam_beta2: float = Field(0.95, ge=0, lt=1)
-    adam_eps: float = Field(1e-8, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
-    grad_clip_norm: float = Field(0.0, ge=0, description="0 disables clipping")

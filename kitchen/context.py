@@ -12,13 +12,49 @@ from typing import Any
 from opentelemetry import trace
 from pydantic import BaseModel
 
+from kitchen.checkpoints import CheckpointRecord
 from kitchen.errors import WiringError
 from kitchen.logging import make_run_logger
 from kitchen.metrics import MetricsRecorder
 from kitchen.stage import Stage
-from train_core.checkpoints import CheckpointRecord
 
 _CURRENT_STAGE: ContextVar[Stage | None] = ContextVar("kitchen_current_stage", default=None)
+
+
+def reduce_records(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """One value per key over several records of it: counts (`num_*`, `*:sum`) are summed, other
+    numbers averaged; anything else keeps its last value."""
+    values: dict[str, list[Any]] = {}
+    for record in records:
+        for key, value in record.items():
+            values.setdefault(key, []).append(value)
+    reduced: dict[str, Any] = {}
+    for key, seen in values.items():
+        if not all(isinstance(v, (int, float)) for v in seen):
+            reduced[key] = seen[-1]
+        elif key.startswith("num_") or key.endswith(":sum"):
+            reduced[key] = sum(seen)
+        else:
+            reduced[key] = sum(seen) / len(seen)
+    return reduced
+
+
+class _DeclaredConfig:
+    """A running stage's view of the config: reading a key it did not declare is a WiringError,
+    so `config_keys` (checked against the config class when the workflow is built) stays honest."""
+
+    __slots__ = ("_config", "_stage")
+
+    def __init__(self, config: BaseModel, stage: Stage) -> None:
+        self._config = config
+        self._stage = stage
+
+    def __getattr__(self, key: str) -> Any:
+        if key not in self._stage.config_keys:
+            raise WiringError(
+                f"stage {self._stage.name!r} reads config key {key!r} without declaring it in `config_keys`"
+            )
+        return getattr(self._config, key)
 
 
 @dataclass
@@ -41,7 +77,9 @@ class Context:
         logger: Any = None,
         resume: CheckpointRecord | None = None,
     ) -> None:
-        self.config: Any = config  # the recipe's config model; stages read the keys they need
+        self.full_config: Any = config
+        """The whole config, for recipe code that reads its own keys (e.g. a task factory); stages
+        read `config`, which holds them to their declared `config_keys`."""
         self.ports = dict(ports)
         self.state: dict[str, Any] = dict(state or {})
         self.run_dir = run_dir
@@ -54,8 +92,15 @@ class Context:
         self.persist_keys: tuple[str, ...] = ()
         self._loops: dict[str, LoopPosition] = {}
         self._step_end_callbacks: list[Callable[[], None]] = []
+        self._metric_scopes: list[list[dict[str, Any]]] = []
         if resume:
             self.state.update(resume.state)
+
+    @property
+    def config(self) -> Any:
+        """The recipe's config; while a stage runs, only the keys it declared are reachable."""
+        stage = _CURRENT_STAGE.get()
+        return self.full_config if stage is None else _DeclaredConfig(self.full_config, stage)
 
     # -- run state, checked against the running stage's declarations ------------------------
     def __getitem__(self, key: str) -> Any:
@@ -123,5 +168,17 @@ class Context:
 
     # -- metrics -----------------------------------------------------------------------------
     def record(self, metrics: dict[str, Any], step: int | None = None) -> None:
-        """Record metrics for `step` (default: the current step)."""
-        self.metrics.record(self.step if step is None else step, metrics)
+        """Record metrics for `step` (default: the current step, through the innermost metric
+        scope if one is open)."""
+        if step is None and self._metric_scopes:
+            self._metric_scopes[-1].append(metrics)
+        else:
+            self.metrics.record(self.step if step is None else step, metrics)
+
+    def open_metric_scope(self) -> None:
+        """Collect what is recorded for the current step until `close_metric_scope`."""
+        self._metric_scopes.append([])
+
+    def close_metric_scope(self) -> None:
+        """Record what the scope collected, each key reduced over its records (see `reduce_records`)."""
+        self.record(reduce_records(self._metric_scopes.pop()))

@@ -9,9 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
-
-from adapters.registry import make_backend
+from kitchen.backends import make_backend
+from kitchen.checkpoints import CheckpointRecord, last_resumable
 from kitchen.config import RunConfig, dump_config
 from kitchen.context import Context
 from kitchen.hooks import Hooks, ProgressHook
@@ -21,7 +20,6 @@ from kitchen.ports import ServiceBackend
 from kitchen.recipe import Recipe
 from kitchen.runner import Runner
 from kitchen.validation import validate_recipe
-from train_core.checkpoints import CheckpointRecord, last_resumable
 
 
 @dataclass(frozen=True)
@@ -104,7 +102,3 @@ def run_recipe(
     finally:
         sink.close()
     return run_dir
-
-
-def config_summary(config: BaseModel) -> dict[str, Any]:
-    return config.model_dump(mode="json")

@@ -12,6 +12,8 @@ import time
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
+from pydantic import BaseModel
+
 from kitchen.context import Context, LoopPosition
 from kitchen.errors import WiringError
 from kitchen.hooks import Hooks
@@ -62,7 +64,10 @@ class Runner:
         self._step_loops = 0
 
     async def run(self, ctx: Context) -> None:
-        self.workflow.validate(ctx.state.keys(), ctx.ports.keys())
+        config_cls = type(ctx.full_config)
+        self.workflow.validate(
+            ctx.state.keys(), ctx.ports.keys(), config_cls if issubclass(config_cls, BaseModel) else None
+        )
         ctx.persist_keys = tuple(self.workflow.persisted_keys())
         if ctx.resume is not None and ctx.resume.loops:
             self._resume_loops = dict(ctx.resume.loops)
@@ -154,12 +159,16 @@ class Runner:
         if loop.step:
             self._step_loops += 1
             ctx.total_steps = total
+        if loop.reduce_metrics:
+            ctx.open_metric_scope()
         try:
             for index in range(start, total):
                 ctx.enter_loop(loop.name, LoopPosition(index, total))
                 await self._run_nodes(loop.body, ctx)
                 if loop.step:
                     self._end_step(ctx)
+            if loop.reduce_metrics:
+                ctx.close_metric_scope()
         finally:
             ctx.exit_loop(loop.name)
             if loop.step:

@@ -22,6 +22,8 @@ class Stage:
     resume (they must be JSON-serialisable). `calls` names the backend calls the stage makes, as
     `<Port>.<method>` after the protocols in `kitchen.ports` (e.g. "TrainingClient.forward_backward"),
     so `kitchen validate RECIPE backend=...` can tell, with no network, whether a backend runs them.
+    `config_keys` names the config keys it reads (`ctx.config.<key>`): building a workflow checks
+    them against the recipe's config class, and reading an undeclared key fails while it runs.
     """
 
     reads: tuple[str, ...] = ()
@@ -29,6 +31,7 @@ class Stage:
     ports: tuple[str, ...] = ()
     persist: tuple[str, ...] = ()
     calls: tuple[str, ...] = ()
+    config_keys: tuple[str, ...] = ()
 
     def __init__(self, name: str | None = None) -> None:
         self.name = name or _snake(type(self).__name__)

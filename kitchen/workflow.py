@@ -11,6 +11,8 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from pydantic import BaseModel
+
 from kitchen.errors import WiringError
 from kitchen.ports import PORT_CALLS
 from kitchen.stage import Stage
@@ -24,13 +26,17 @@ class Loop:
     """Run `body` `over` times. `over` is a state key holding an int, or a function of the context.
 
     `step=True` marks the loop whose iterations are optimizer steps: the runner closes a
-    metrics row and runs `on_step_end` hooks after each iteration.
+    metrics row and runs `on_step_end` hooks after each iteration. `reduce_metrics=True` marks a
+    loop inside a step (e.g. over minibatches) whose iterations record the same metrics: each is
+    reduced over the iterations into the step's row, summed for counts (`num_*`, `*:sum`) and
+    averaged otherwise.
     """
 
     name: str
     over: str | Callable[[Context], int]
     body: Sequence[Node]
     step: bool = False
+    reduce_metrics: bool = False
 
 
 @dataclass
@@ -66,25 +72,56 @@ class Workflow:
     def persisted_keys(self) -> list[str]:
         return [key for stage in self.stages() for key in stage.persist]
 
-    def validate(self, initial_keys: Collection[str], bound_ports: Collection[str]) -> None:
-        """Raise WiringError naming the stage and key of the first wiring mistake."""
+    def validate(
+        self, initial_keys: Collection[str], bound_ports: Collection[str], config_cls: type[BaseModel] | None = None
+    ) -> None:
+        """Raise WiringError naming the stage and key of the first wiring mistake; with
+        `config_cls`, also every config key a stage or predicate reads that the class lacks."""
         names: set[str] = {self.name}
         available = set(initial_keys)
         _check_nodes(self.steps, available, set(bound_ports), names)
         # finally_ stages run even when the main steps failed part-way, so they may rely only on
         # the initial state.
         _check_nodes(self.finally_, set(initial_keys), set(bound_ports), names, where="finally_")
+        if config_cls is not None:
+            _check_config_keys(self, config_cls)
+
+    def config_keys(self) -> Iterator[tuple[str, str]]:
+        """(reader, key) for every config key a stage, loop count or `When` predicate reads."""
+        for node in _iter_nodes([*self.steps, *self.finally_]):
+            if isinstance(node, Stage):
+                yield from ((f"stage {node.name!r}", key) for key in node.config_keys)
+            elif isinstance(node, Loop) and not isinstance(node.over, str):
+                yield from ((f"loop {node.name!r}", key) for key in getattr(node.over, "config_keys", ()))
+            elif isinstance(node, When):
+                yield from ((f"when {node.name!r}", key) for key in getattr(node.predicate, "config_keys", ()))
+
+
+def _has_key(config_cls: type[BaseModel], key: str) -> bool:
+    return key in config_cls.model_fields or isinstance(getattr(config_cls, key, None), property)
+
+
+def _check_config_keys(workflow: Workflow, config_cls: type[BaseModel]) -> None:
+    for reader, key in workflow.config_keys():
+        if not _has_key(config_cls, key):
+            raise WiringError(
+                f"{reader} reads config key {key!r}, which config class {config_cls.__name__} does not define "
+                f"(subclass the workflow family's settings, e.g. kitchen.rl.settings.RLSettings)"
+            )
+
+
+def _iter_nodes(nodes: Sequence[Node]) -> Iterator[Node]:
+    for node in nodes:
+        yield node
+        if isinstance(node, (Loop, When)):
+            yield from _iter_nodes(node.body)
+        elif isinstance(node, Parallel):
+            for branch in node.branches:
+                yield from _iter_nodes(branch)
 
 
 def _iter_stages(nodes: Sequence[Node]) -> Iterator[Stage]:
-    for node in nodes:
-        if isinstance(node, Stage):
-            yield node
-        elif isinstance(node, (Loop, When)):
-            yield from _iter_stages(node.body)
-        else:
-            for branch in node.branches:
-                yield from _iter_stages(branch)
+    return (node for node in _iter_nodes(nodes) if isinstance(node, Stage))
 
 
 def _claim(name: str, names: set[str]) -> None:
@@ -140,17 +177,35 @@ def _check_nodes(nodes: Sequence[Node], available: set[str], ports: set[str], na
                 available.update(keys)
 
 
-def every(config_key: str, include_last: bool = False) -> Callable[[Context], bool]:
+@dataclass(frozen=True)
+class ConfigPredicate:
+    """A `When` predicate (or a `Loop` count) that reads config keys, declared so that building
+    the workflow checks them against the recipe's config class, as it does for stages."""
+
+    description: str
+    config_keys: tuple[str, ...]
+    test: Callable[[Context], bool]
+
+    def __call__(self, ctx: Context) -> bool:
+        return self.test(ctx)
+
+    @property
+    def __name__(self) -> str:
+        return self.description
+
+
+def every(config_key: str, include_last: bool = False) -> ConfigPredicate:
     """Predicate for a step loop: the step count is a positive multiple of config `config_key`
     (and, with `include_last`, also the last step when the period is positive)."""
 
     def due(ctx: Context) -> bool:
-        period = int(getattr(ctx.config, config_key) or 0)
+        period = int(getattr(ctx.full_config, config_key) or 0)
         done = ctx.step + 1
         return period > 0 and (done % period == 0 or (include_last and done == ctx.total_steps))
 
-    due.__name__ = f"every {config_key}" + (" and at the last step" if include_last else "")
-    return due
+    return ConfigPredicate(
+        f"every {config_key}" + (" and at the last step" if include_last else ""), (config_key,), due
+    )
 
 
 def render_tree(workflow: Workflow) -> str:

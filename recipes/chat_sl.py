@@ -6,25 +6,25 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from kitchen.config import Count, Rate
-from kitchen.data.loading import shipped_data
-from kitchen.data.supervised import Conversation
+from kitchen.config import defaults
 from kitchen.recipe import Recipe
+from kitchen.supervised.examples import Conversation
+from kitchen.supervised.settings import ChatSupervisedSettings
+from kitchen.supervised.workflow import supervised_workflow
 from kitchen.workflow import Workflow
-from kitchen.workflows.supervised import supervised_workflow
-from recipes.supervised_config import SupervisedConfig
+from recipes.data import shipped_data
 from train_core.renderers.train_on_what import TrainOnWhat
 
 
-class Config(SupervisedConfig):
-    dataset: str = Field(default_factory=lambda: shipped_data("chat_sl/train.jsonl"))
-    eval_dataset: str | None = Field(default_factory=lambda: shipped_data("chat_sl/test.jsonl"))
-    renderer: str | None = Field(None, description="renderer name; default: recommended for model_name")
-    train_on_what: TrainOnWhat = TrainOnWhat.ALL_ASSISTANT_MESSAGES
-    messages_key: str = "messages"
-    learning_rate: Rate = 3e-3
-    batch_size: Count = 32
-    num_epochs: Count = 2
+@defaults(
+    dataset=shipped_data("chat_sl/train.jsonl"),
+    eval_dataset=shipped_data("chat_sl/test.jsonl"),
+    learning_rate=3e-3,
+    num_epochs=2,
+)
+class Config(ChatSupervisedSettings):
+    train_on_what: TrainOnWhat = Field(TrainOnWhat.ALL_ASSISTANT_MESSAGES, description="messages that carry loss")
+    messages_key: str = Field("messages", description="record key of the conversation")
 
 
 def workflow(config: Config) -> Workflow:

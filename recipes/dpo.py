@@ -7,42 +7,37 @@ in well under three minutes on two CPU cores.
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
-from kitchen.config import OptimizerConfig, Rate
-from kitchen.data.loading import shipped_data
+from kitchen.config import defaults
+from kitchen.errors import ConfigError
+from kitchen.preference.settings import PreferenceSettings
+from kitchen.preference.workflow import preference_workflow
 from kitchen.recipe import Recipe
-from kitchen.stages.preference.judges import JudgeName, get_judge
 from kitchen.workflow import Workflow
-from kitchen.workflows.preference import preference_workflow
-from train_core.preference.datasets import Layout
+from recipes.data import shipped_data
+from recipes.judges import check_judge_name, get_judge
 
 
-class Config(OptimizerConfig):
-    dataset: str = Field(
-        default_factory=lambda: shipped_data("preference/polite_arithmetic_train.jsonl"),
-        description="comparison JSONL file",
+@defaults(
+    dataset=shipped_data("preference/polite_arithmetic_train.jsonl"),
+    eval_dataset=shipped_data("preference/polite_arithmetic_test.jsonl"),
+    batch_size=16,
+    learning_rate=1e-3,
+)
+class Config(PreferenceSettings):
+    win_rate_judge: str | None = Field(
+        None,
+        description="also measure the policy's win rate against the reference with this judge (see recipes.judges)",
     )
-    dataset_layout: Layout = Field("comparisons", description="comparisons | hh_rlhf | ultrafeedback (both files)")
-    eval_dataset: str | None = Field(
-        default_factory=lambda: shipped_data("preference/polite_arithmetic_test.jsonl"),
-        description="held-out comparison JSONL; none = no evaluation",
-    )
-    renderer: str | None = Field(None, description="renderer name; default: recommended for model_name")
-    dpo_beta: float = Field(0.1, gt=0, description="DPO temperature: reward = beta * (logp - logp_ref)")
-    batch_size: int = Field(16, ge=1, description="comparison pairs per optimizer step")
-    num_epochs: int = Field(1, ge=1)
-    max_steps: int | None = Field(None, ge=1, description="stop after this many steps")
-    learning_rate: Rate = 1e-3
-    max_length: int | None = Field(1024, ge=2, description="tokens per side; longer sequences are cut from the right")
-    save_every: int = Field(20, ge=0, description="checkpoint every N steps; 0 = only the final one")
-    eval_every: int = Field(10, ge=0, description="held-out evaluation every N steps and at the end; 0 = never")
-    win_rate_judge: JudgeName | None = Field(
-        None, description="also measure the policy's win rate against the reference with this judge"
-    )
-    win_rate_prompts: int = Field(32, ge=1, description="held-out prompts the win rate samples")
-    win_rate_max_tokens: int = Field(32, ge=1)
-    win_rate_temperature: float = Field(1.0, ge=0)
+
+    @field_validator("win_rate_judge")
+    @classmethod
+    def _registered_judge(cls, name: str | None) -> str | None:
+        try:
+            return None if name is None else check_judge_name(name)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
 
 
 def workflow(config: Config) -> Workflow:

@@ -11,28 +11,30 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from kitchen.config import Count, NonNegative, Rate
+from kitchen.config import defaults
 from kitchen.recipe import Recipe
-from kitchen.stages.rl.task import RLTask
-from kitchen.workflows.rl import rl_workflow_for
+from kitchen.rl.settings import RLSettings
+from kitchen.rl.workflow import rl_workflow_for
 from recipes.envs.guess_number import guess_number_task
-from recipes.rl_config import RLConfig
 from train_core.renderers.base import Renderer
+from train_core.rl.task import RLTask
 
 
-class Config(RLConfig):
+@defaults(
+    learning_rate=1e-3,
+    max_tokens=8,
+    group_size=8,
+    groups_per_batch=16,
+    num_batches=60,
+    eval_every=20,
+    warm_start_steps=200,
+)
+class Config(RLSettings):
     max_number: int = Field(10, ge=1, description="the secret is drawn from [1, max_number]")
     max_turns: int = Field(4, ge=1, description="guesses per game")
     teacher_bisect_rate: float = Field(
         0.5, ge=0, le=1, description="share of warm-start guesses that halve the range (the rest are random)"
     )
-    learning_rate: Rate = 1e-3
-    max_tokens: Count = 8
-    group_size: Count = 8
-    groups_per_batch: Count = 16
-    num_batches: Count = 60
-    eval_every: NonNegative = 20
-    warm_start_steps: NonNegative = 200
 
 
 def build_task(config: Config, renderer: Renderer) -> RLTask:

@@ -12,18 +12,27 @@ from typing import Literal
 
 from pydantic import Field
 
-from kitchen.config import Count, NonNegative, Rate
-from kitchen.data.loading import shipped_data
+from kitchen.config import defaults
 from kitchen.recipe import Recipe
-from kitchen.stages.rl.task import RLTask
-from kitchen.workflows.rl import rl_workflow_for
+from kitchen.rl.settings import RLSettings
+from kitchen.rl.workflow import rl_workflow_for
+from recipes.data import shipped_data
 from recipes.envs.arithmetic import arithmetic_task
 from recipes.envs.gsm8k import word_problem_task
-from recipes.rl_config import RLConfig
 from train_core.renderers.base import Renderer
+from train_core.rl.task import RLTask
 
 
-class Config(RLConfig):
+@defaults(
+    learning_rate=1e-3,
+    max_tokens=8,
+    group_size=8,
+    groups_per_batch=32,
+    num_batches=80,
+    eval_every=10,
+    warm_start_steps=300,
+)
+class Config(RLSettings):
     env: Literal["arithmetic", "gsm8k"] = "arithmetic"
     max_operand: int = Field(4, ge=0, description="arithmetic: operands are drawn from [0, max_operand]")
     num_eval_problems: int = Field(32, ge=0, description="arithmetic: size of the held-out set")
@@ -36,13 +45,6 @@ class Config(RLConfig):
     teacher_error_rate: float = Field(
         0.4, ge=0, le=1, description="arithmetic: share of warm-start answers that are off by one"
     )
-    learning_rate: Rate = 1e-3
-    max_tokens: Count = 8
-    group_size: Count = 8
-    groups_per_batch: Count = 32
-    num_batches: Count = 80
-    eval_every: NonNegative = 10
-    warm_start_steps: NonNegative = 300
 
 
 def build_task(config: Config, renderer: Renderer) -> RLTask:

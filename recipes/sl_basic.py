@@ -7,24 +7,25 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from kitchen.config import Count, Rate
-from kitchen.data.loading import shipped_data
-from kitchen.data.supervised import PromptCompletion
+from kitchen.config import defaults
 from kitchen.recipe import Recipe
+from kitchen.supervised.examples import PromptCompletion
+from kitchen.supervised.settings import SupervisedSettings
+from kitchen.supervised.workflow import supervised_workflow
 from kitchen.workflow import Workflow
-from kitchen.workflows.supervised import supervised_workflow
-from recipes.supervised_config import SupervisedConfig
+from recipes.data import shipped_data
 
 
-class Config(SupervisedConfig):
-    dataset: str = Field(default_factory=lambda: shipped_data("sl_basic/train.jsonl"))
-    eval_dataset: str | None = Field(default_factory=lambda: shipped_data("sl_basic/test.jsonl"))
-    prompt_key: str = "prompt"
-    completion_key: str = "completion"
-    text_key: str = "text"
-    learning_rate: Rate = 3e-3
-    batch_size: Count = 32
-    num_epochs: Count = 2
+@defaults(
+    dataset=shipped_data("sl_basic/train.jsonl"),
+    eval_dataset=shipped_data("sl_basic/test.jsonl"),
+    learning_rate=3e-3,
+    num_epochs=2,
+)
+class Config(SupervisedSettings):
+    prompt_key: str = Field("prompt", description="record key of the prompt (no loss)")
+    completion_key: str = Field("completion", description="record key of the completion (trained on)")
+    text_key: str = Field("text", description="record key of plain text (all tokens trained on)")
 
 
 def workflow(config: Config) -> Workflow:

@@ -1,8 +1,13 @@
-"""Deterministic epoch shuffling and batching, so a resumed run sees exactly the same batches."""
+"""Deterministic epoch shuffling and batching (a resumed run sees exactly the same batches), and
+even splits of a batch into optimizer substeps."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 def epoch_permutation(num_examples: int, seed: int, epoch: int) -> list[int]:
@@ -27,3 +32,12 @@ def batch_for_step(step: int, num_examples: int, batch_size: int, seed: int) -> 
     epoch, batch = divmod(step, per_epoch)
     order = epoch_permutation(num_examples, seed, epoch)
     return epoch, batch, order[batch * batch_size : (batch + 1) * batch_size]
+
+
+def split_evenly(items: Sequence[T], num_chunks: int) -> list[list[T]]:
+    """`min(num_chunks, len(items))` contiguous chunks whose sizes differ by at most one."""
+    if num_chunks < 1:
+        raise ValueError(f"num_chunks must be >= 1, got {num_chunks}")
+    n = min(num_chunks, len(items))
+    bounds = [len(items) * i // n for i in range(n + 1)] if n else [0]
+    return [list(items[bounds[i] : bounds[i + 1]]) for i in range(n)]

@@ -155,6 +155,11 @@ LOSS_SPECS: dict[str, LossSpec] = {
 }
 
 
+def policy_gradient_loss_names() -> list[str]:
+    """The losses an RL step can train with: those that read per-token advantages."""
+    return [name for name, spec in LOSS_SPECS.items() if "advantages" in spec.input_keys]
+
+
 def get_loss_fn(name: str) -> LossSpec:
     """The loss called `name`; unknown names raise a InvalidInputError listing the known ones."""
     try:

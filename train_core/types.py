@@ -141,7 +141,3 @@ class OptimStepOutput:
 @dataclass(frozen=True)
 class SampleResult:
     sequences: list[TokensWithLogprobs]
-
-
-LossFnName = Literal["cross_entropy", "importance_sampling", "ppo", "cispo", "dro"]
-LOSS_FN_NAMES: tuple[str, ...] = ("cross_entropy", "importance_sampling", "ppo", "cispo", "dro")

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import torch
 
+from adapters.common.tokenizer import load_tokenizer
 from adapters.local.checkpoint_io import ModelIdentity, load_weights, read_identity
-from adapters.local.model_loading import load_model, load_tokenizer, resolve_device
+from adapters.local.model_loading import load_model, resolve_device
 from adapters.local.request_batcher import DEFAULT_BATCH_LIMITS, BatchLimits
 from adapters.local.sampling_client import LocalSamplingClient
 from adapters.local.serial_executor import SerialExecutor

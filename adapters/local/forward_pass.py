@@ -12,7 +12,6 @@ from typing import cast
 
 import torch
 
-from kitchen.errors import DataError
 from kitchen.ports import Tokenizer
 
 
@@ -22,19 +21,6 @@ def log_softmax_f32(logits: torch.Tensor, temperature: float = 1.0) -> torch.Ten
     if temperature != 1.0:
         logits = logits / temperature
     return torch.log_softmax(logits, dim=-1)
-
-
-def right_pad(sequences_B: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> torch.Tensor:
-    """Stack token lists into one [B, L] tensor, padding on the right.
-
-    Right padding needs no attention mask: a causal model never lets a real token see the pads
-    that follow it, so real positions compute exactly what they would alone.
-    """
-    width = max(len(tokens) for tokens in sequences_B)
-    padded_BL = torch.full((len(sequences_B), width), pad_id, dtype=torch.long)
-    for row, tokens in enumerate(sequences_B):
-        padded_BL[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
-    return padded_BL.to(device)
 
 
 def left_pad(
@@ -73,10 +59,3 @@ def vocab_size(model: torch.nn.Module) -> int:
     embedding = cast(Callable[[], torch.nn.Module], model.get_input_embeddings)()
     assert isinstance(embedding, torch.nn.Embedding)
     return embedding.num_embeddings
-
-
-def check_token_ids(tokens: Sequence[int], size: int, what: str) -> None:
-    """A DataError naming `what` when a token id falls outside [0, size); torch would only crash."""
-    bad = [t for t in tokens if not 0 <= t < size]
-    if bad:
-        raise DataError(f"{what} has token ids {bad[:5]} outside the vocabulary [0, {size})")

@@ -6,15 +6,11 @@ The model always comes back in eval mode (no dropout) and stays there: training,
 
 from __future__ import annotations
 
-from functools import lru_cache
-from typing import cast
-
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM
 
-from adapters.local.tiny import TINY_DIR, TINY_MODEL_NAME
+from adapters.common.tiny import TINY_DIR, TINY_MODEL_NAME
 from kitchen.errors import ConfigError
-from kitchen.ports import Tokenizer
 
 TINY_INIT_SEED = 0
 """The tiny model's weights are a pure function of this seed, so "tiny" names one fixed model
@@ -30,20 +26,6 @@ def resolve_device(device: str | None) -> torch.device:
     if device is not None:
         return torch.device(device)
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def _model_dir(base_model: str) -> str:
-    return str(TINY_DIR) if base_model == TINY_MODEL_NAME else base_model
-
-
-@lru_cache(maxsize=8)
-def load_tokenizer(base_model: str) -> Tokenizer:
-    """The tokenizer of `base_model` ("tiny", a local path, or a hub name in the HF cache)."""
-    try:
-        # transformers' decode is wider than the port's (it also takes batches), hence the cast.
-        return cast(Tokenizer, AutoTokenizer.from_pretrained(_model_dir(base_model)))
-    except OSError as exc:
-        raise ConfigError(f"model_name {base_model!r}: cannot load its tokenizer ({exc})") from exc
 
 
 def load_base_model(base_model: str, dtype: torch.dtype) -> torch.nn.Module:

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
-from adapters.local.forward_pass import right_pad, target_logprobs
+from adapters.common.training_batch import right_pad
+from adapters.local.forward_pass import target_logprobs
 
 
 @dataclass(frozen=True)

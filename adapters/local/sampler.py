@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import Cache
 
+from adapters.common.stop_matcher import StopMatcher
 from adapters.local.forward_pass import left_pad, log_softmax_f32
-from adapters.local.stop_matcher import StopMatcher
 from train_core.types import SamplingParams, StopReason, TokensWithLogprobs
 
 

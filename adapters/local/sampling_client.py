@@ -6,28 +6,16 @@ import random
 
 import torch
 
-from adapters.local.forward_pass import check_token_ids, pad_token_id, vocab_size
+from adapters.common.requests import check_sampling_params, check_token_ids
+from adapters.common.stop_matcher import StopMatcher
+from adapters.local.forward_pass import pad_token_id, vocab_size
 from adapters.local.prompt_scoring import ScoreRequest, score_prompts
 from adapters.local.request_batcher import DEFAULT_BATCH_LIMITS, BatchLimits, RequestBatcher
 from adapters.local.sampler import SampleRequest, sample_batch
 from adapters.local.serial_executor import SerialExecutor
-from adapters.local.stop_matcher import StopMatcher
-from kitchen.errors import ConfigError, DataError
+from kitchen.errors import DataError
 from kitchen.ports import Tokenizer
 from train_core.types import ModelInput, SampleResult, SamplingParams, TokensWithLogprobs
-
-
-def _check_params(num_samples: int, params: SamplingParams) -> None:
-    if num_samples < 1:
-        raise ConfigError(f"num_samples must be >= 1, got {num_samples}")
-    if params.temperature < 0:
-        raise ConfigError(f"sampling temperature must be >= 0, got {params.temperature}")
-    if params.top_k == 0 or params.top_k < -1:
-        raise ConfigError(f"sampling top_k must be -1 (off) or >= 1, got {params.top_k}")
-    if not 0.0 < params.top_p <= 1.0:
-        raise ConfigError(f"sampling top_p must be in (0, 1], got {params.top_p}")
-    if params.max_tokens is not None and params.max_tokens < 1:
-        raise ConfigError(f"sampling max_tokens must be >= 1, got {params.max_tokens}")
 
 
 class LocalSamplingClient:
@@ -69,7 +57,7 @@ class LocalSamplingClient:
 
         Without max_tokens, decoding runs until a stop condition or the model's context length.
         """
-        _check_params(num_samples, sampling_params)
+        check_sampling_params(num_samples, sampling_params)
         prompt_tokens = self._prompt_tokens(prompt)
         request = SampleRequest(
             prompt=prompt_tokens,

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from adapters.common.training_batch import TrainingBatch, build_training_batch
 from adapters.local.checkpoint_io import (
     CheckpointKind,
     ModelIdentity,
@@ -30,7 +31,6 @@ from adapters.local.forward_pass import pad_token_id, target_logprobs, vocab_siz
 from adapters.local.request_batcher import DEFAULT_BATCH_LIMITS, BatchLimits
 from adapters.local.sampling_client import LocalSamplingClient
 from adapters.local.serial_executor import SerialExecutor
-from adapters.local.training_batch import TrainingBatch, build_training_batch
 from kitchen.errors import ConfigError, KitchenError
 from kitchen.ports import CustomLossFn, Tokenizer
 from train_core.losses import TARGET_TOKENS, LossSpec, get_loss_fn

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from adapters.local.model_loading import load_tokenizer
-from adapters.local.tiny import TINY_MODEL_NAME
+from adapters.common.tiny import TINY_MODEL_NAME
+from adapters.common.tokenizer import load_tokenizer
 from adapters.noop.call_log import NoopCall
 from adapters.noop.checkpoint_store import CheckpointStore
 from adapters.noop.latency import Latency

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from transformers import PreTrainedTokenizerBase
 
-from adapters.local.stop_matcher import StopMatcher
+from adapters.common.stop_matcher import StopMatcher
 from adapters.noop.pseudo_logprobs import PseudoWeights, advance, hash_ints, token_logprob
 from kitchen.ports import Tokenizer
 from train_core.types import StopCondition, StopReason, TokensWithLogprobs

@@ -11,8 +11,8 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-from adapters.local.model_loading import load_tokenizer
-from adapters.local.tiny import TINY_MODEL_NAME
+from adapters.common.tiny import TINY_MODEL_NAME
+from adapters.common.tokenizer import load_tokenizer
 from adapters.noop.call_log import ClientKind, NoopCall
 from adapters.noop.checkpoint_store import CheckpointStore
 from adapters.noop.completion import ordinary_token_ids

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from adapters.local.forward_pass import check_token_ids
-from adapters.local.model_loading import load_tokenizer
-from adapters.local.sampling_client import _check_params as check_sampling_params
-from adapters.local.stop_matcher import StopMatcher
-from adapters.local.tiny import TINY_MODEL_NAME
+from adapters.common.requests import check_sampling_params, check_token_ids
+from adapters.common.stop_matcher import StopMatcher
+from adapters.common.tiny import TINY_MODEL_NAME
+from adapters.common.tokenizer import load_tokenizer
 from adapters.noop.completion import end_sequence, generate_completion
 from adapters.noop.pseudo_logprobs import PseudoWeights, hash_ints, prompt_logprobs
 from adapters.noop.runtime import NoopRuntime, tiny_tokenizer, tiny_vocab_ids

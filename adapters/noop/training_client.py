@@ -15,9 +15,9 @@ from typing import TypeVar
 
 import torch
 
-from adapters.local.model_loading import load_tokenizer
-from adapters.local.tiny import TINY_MODEL_NAME
-from adapters.local.training_batch import TrainingBatch, build_training_batch
+from adapters.common.tiny import TINY_MODEL_NAME
+from adapters.common.tokenizer import load_tokenizer
+from adapters.common.training_batch import TrainingBatch, build_training_batch
 from adapters.noop.checkpoint_store import SavedWeights, SaveKind
 from adapters.noop.pseudo_logprobs import PseudoWeights, target_logprobs
 from adapters.noop.runtime import NoopRuntime, tiny_tokenizer

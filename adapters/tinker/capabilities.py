@@ -1,4 +1,5 @@
-"""What the tinker backend supports, for `kitchen validate RECIPE backend=tinker` (no network, no SDK).
+"""What the tinker backend supports, for `kitchen validate RECIPE backend=tinker` (no network, no SDK);
+its registration hands these to kitchen's backend registry.
 
 Calls are named `<Port>.<method>` after the protocols in `kitchen.ports`. The service runs every
 port call; what it does not do is full fine-tuning, so a training client needs `lora_rank`.
@@ -6,9 +7,7 @@ port call; what it does not do is full fine-tuning, so a training client needs `
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-from train_core.types import LOSS_FN_NAMES
+from train_core.losses import LOSS_SPECS
 
 SUPPORTED_CALLS: frozenset[str] = frozenset(
     {
@@ -31,18 +30,8 @@ SUPPORTED_CALLS: frozenset[str] = frozenset(
     }
 )
 
-SUPPORTED_LOSS_FNS: frozenset[str] = frozenset(LOSS_FN_NAMES)
+SUPPORTED_LOSS_FNS: frozenset[str] = frozenset(LOSS_SPECS)
 """kitchen's built-in loss names; the service runs each under the same name."""
 
 REQUIRES_LORA_RANK = True
 """The service trains LoRA adapters only: `create_training_client` needs a `lora_rank`."""
-
-
-def unsupported_calls(calls: Iterable[str]) -> list[str]:
-    """The calls in `calls` this backend cannot run, sorted (empty when all are supported)."""
-    return sorted(set(calls) - SUPPORTED_CALLS)
-
-
-def unsupported_loss_fns(loss_fns: Iterable[str]) -> list[str]:
-    """The loss names in `loss_fns` the service does not run, sorted."""
-    return sorted(set(loss_fns) - SUPPORTED_LOSS_FNS)

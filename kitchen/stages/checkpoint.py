@@ -1,8 +1,8 @@
 from __future__ import annotations
 
+from kitchen.checkpoints import CheckpointRecord, append_record
 from kitchen.context import Context
 from kitchen.stage import Stage
-from train_core.checkpoints import CheckpointRecord, append_record
 
 
 class SaveCheckpoint(Stage):

@@ -10,11 +10,11 @@ import random
 from dataclasses import dataclass
 from functools import partial
 
-from kitchen.stages.rl.task import RLTask
 from train_core.renderers.base import Renderer
 from train_core.renderers.messages import Message
 from train_core.rl.math_grading import extract_answer, grade_answer
 from train_core.rl.problem_env import ProblemEnv, ProblemGroupBuilder
+from train_core.rl.task import RLTask
 from train_core.rl.types import EnvGroupBuilder, RLDataset
 
 Problem = tuple[int, int]

@@ -4,19 +4,18 @@ failing that, their last number."""
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 
-from kitchen.errors import DataError
-from kitchen.stages.rl.task import RLTask
+from train_core.errors import DataFormatError
+from train_core.jsonl import read_jsonl
 from train_core.renderers.base import Renderer
 from train_core.renderers.messages import Message
-from train_core.rl.math_grading import AnswerParseError, extract_answer, grade_answer, parse_gsm8k_answer
+from train_core.rl.math_grading import extract_answer, grade_answer, parse_gsm8k_answer
 from train_core.rl.problem_env import ProblemEnv, ProblemGroupBuilder
+from train_core.rl.task import RLTask
 from train_core.rl.types import EnvGroupBuilder, RLDataset
 
 INSTRUCTION = " Give your final answer as \\boxed{answer}."
@@ -39,28 +38,13 @@ class WordProblem:
 
 
 def load_word_problems(path: str) -> list[WordProblem]:
-    """Every record of a GSM8K-format JSONL file; a bad record is a DataError naming its line."""
-    file = Path(path)
-    if not file.exists():
-        raise DataError(f"dataset file not found: {file}")
+    """Every record of a GSM8K-format JSONL file; a bad record is an error naming its line."""
     problems = []
-    for line_no, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{file} line {line_no}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{where}: invalid JSON: {exc.msg}") from None
-        if not isinstance(record, dict) or not all(isinstance(record.get(k), str) for k in ("question", "answer")):
-            raise DataError(f"{where}: expected an object with string keys 'question' and 'answer'")
-        try:
-            answer = parse_gsm8k_answer(record["answer"], where=f"{where} key 'answer'")
-        except AnswerParseError as exc:
-            raise DataError(str(exc)) from None
+    for line_no, record in read_jsonl(path):
+        if not all(isinstance(record.get(k), str) for k in ("question", "answer")):
+            raise DataFormatError(path, line_no, "expected an object with string keys 'question' and 'answer'")
+        answer = parse_gsm8k_answer(record["answer"], where=f"{path} line {line_no} key 'answer'")
         problems.append(WordProblem(record["question"], record["answer"], answer))
-    if not problems:
-        raise DataError(f"{file}: no records")
     return problems
 
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from kitchen.stages.rl.task import RLTask
 from train_core.renderers.base import Renderer
 from train_core.renderers.messages import Message
 from train_core.rl.math_grading import extract_last_number
+from train_core.rl.task import RLTask
 from train_core.rl.types import Action, Env, EnvGroupBuilder, RLDataset, StepResult
 from train_core.types import ModelInput, StopCondition
 

@@ -14,9 +14,9 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kitchen.stages.rl.task import RLTask
 from train_core.renderers.base import Renderer
 from train_core.renderers.messages import Message
+from train_core.rl.task import RLTask
 from train_core.rl.types import Action, Env, EnvGroupBuilder, Metrics, RLDataset, StepResult, Trajectory
 from train_core.types import ModelInput, StopCondition
 

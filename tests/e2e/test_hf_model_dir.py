@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from adapters.local.tiny import TINY_DIR
+from adapters.common.tiny import TINY_DIR
 from kitchen.config import load_config
 from kitchen.launch import run_recipe
 from kitchen.metrics import read_metrics

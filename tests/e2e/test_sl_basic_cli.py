@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from kitchen.checkpoints import read_records
 from kitchen.metrics import read_metrics
 from tests.helpers import run_cli
-from train_core.checkpoints import read_records
 
 
 @pytest.mark.slow

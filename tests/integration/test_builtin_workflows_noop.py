@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from kitchen.checkpoints import read_records
 from kitchen.config import load_config
 from kitchen.launch import run_recipe
 from kitchen.metrics import read_metrics
 from kitchen.recipe import get_recipe, recipe_names
-from train_core.checkpoints import read_records
 
 # A few steps of each recipe; a recipe missing here fails test_every_recipe_is_covered.
 SMOKE_OVERRIDES: dict[str, list[str]] = {

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from kitchen.checkpoints import read_records
 from kitchen.config import load_config
 from kitchen.launch import run_recipe
 from kitchen.metrics import read_metrics
 from kitchen.recipe import get_recipe
 from tests.adapters.tinker.fake_sdk import install_fake_sdk
 from tests.integration.test_builtin_workflows_noop import SMOKE_OVERRIDES
-from train_core.checkpoints import read_records
 
 PLANTED_KEY = "tml-planted-secret-0123456789"
 

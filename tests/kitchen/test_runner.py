@@ -13,6 +13,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import BaseModel
 
+from kitchen.checkpoints import CheckpointRecord
 from kitchen.context import Context
 from kitchen.errors import WiringError
 from kitchen.hooks import Hooks
@@ -20,7 +21,6 @@ from kitchen.metrics import MetricsRecorder
 from kitchen.runner import Runner, StageFailure
 from kitchen.stage import Stage
 from kitchen.workflow import Loop, Parallel, When, Workflow, every
-from train_core.checkpoints import CheckpointRecord
 
 _EXPORTER = InMemorySpanExporter()
 _provider = TracerProvider()

@@ -3,14 +3,16 @@ questions it cannot read."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kitchen.data.loading import shipped_data
 from kitchen.errors import ConfigError, DataError
-from kitchen.stages.preference.judges import PoliteArithmeticJudge, get_judge
+from recipes.data import shipped_data
 from recipes.data.preference.generate_polite_arithmetic import POLITE_CLOSINGS, RUDE_CLOSINGS
+from recipes.judges import PoliteArithmeticJudge, get_judge
 from train_core.preference.datasets import load_comparisons
 from train_core.renderers.base import Message
 
@@ -59,5 +61,5 @@ def test_judge_refuses_other_questions() -> None:
 
 
 def test_unknown_judge_name() -> None:
-    with pytest.raises(ConfigError, match="unknown judge 'gpt'; available: polite_arithmetic"):
+    with pytest.raises(ConfigError, match=re.escape("unknown judge 'gpt' (available: polite_arithmetic)")):
         get_judge("gpt")

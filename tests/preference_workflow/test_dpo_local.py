@@ -9,11 +9,18 @@ from pathlib import Path
 
 import pytest
 
+from kitchen.checkpoints import read_records
 from kitchen.metrics import read_metrics
 from tests.preference_workflow.dpo_runs import RunDpo
-from train_core.checkpoints import read_records
 
-LOCAL = ["backend=local", "device=cpu", "batch_size=4", "max_length=64", "eval_dataset=null", "renderer=role_colon"]
+LOCAL = [
+    "backend=local",
+    "local.device=cpu",
+    "batch_size=4",
+    "max_length=64",
+    "eval_dataset=null",
+    "renderer=role_colon",
+]
 
 
 @pytest.mark.parametrize("lora", [[], ["lora_rank=4"]], ids=["full", "lora"])

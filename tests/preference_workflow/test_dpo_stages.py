@@ -12,9 +12,8 @@ from hypothesis import strategies as st
 
 from adapters.noop import NoopBackend
 from kitchen.context import Context
+from kitchen.preference.stages import EvaluateWinRate, GetPreferenceBatch
 from kitchen.stage import Stage
-from kitchen.stages.preference.batch import GetPreferenceBatch
-from kitchen.stages.preference.win_rate import EvaluateWinRate
 from recipes.dpo import Config
 from train_core.renderers.base import Message
 from train_core.renderers.registry import get_renderer

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from kitchen.checkpoints import read_records
 from kitchen.launch import RunDir
 from kitchen.metrics import read_metrics
 from kitchen.runner import StageFailure
 from tests.preference_workflow.dpo_runs import RunDpo, run_dpo_recipe
-from train_core.checkpoints import read_records
 
 SMALL = ["backend=noop", "max_steps=5", "batch_size=4", "save_every=2", "eval_every=2", "max_length=64"]
 TRAIN_KEYS = (
@@ -85,4 +85,4 @@ def test_resume_without_a_recorded_reference_is_refused(run_dpo: RunDpo, tmp_pat
     with pytest.raises(StageFailure) as failure:
         run_dpo(*SMALL, log_path=log_path)
     assert failure.value.is_user_error and failure.value.stage == "create_reference_client"
-    assert "does not record the DPO reference weights" in str(failure.value)
+    assert "does not record 'reference_path', so the run cannot resume against the model" in str(failure.value)

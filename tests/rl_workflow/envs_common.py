@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from adapters.local.model_loading import load_tokenizer
+from adapters.common.tokenizer import load_tokenizer
 from train_core.renderers.base import Renderer
 from train_core.renderers.registry import get_renderer
 

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kitchen.stages.rl.off_policy_queue import OffPolicyQueue
-from kitchen.stages.rl.sampled_group import SampledGroup
+from kitchen.rl.async_mode import OffPolicyQueue
 from recipes.envs.parity import ParityGroup
 from tests.rl_workflow.envs_common import renderer
 from tests.rl_workflow.runs import noop_backend, run_toy
+from train_core.rl.rollouts import SampledGroup
 from train_core.rl.types import TrajectoryGroup
 
 LATENCY = {"sample": 0.02, "forward_backward": 0.03}
@@ -22,7 +22,7 @@ LATENCY = {"sample": 0.02, "forward_backward": 0.03}
 
 def run_async(tmp_path: Path, max_off: int, *extra: str) -> list[dict[str, float]]:
     backend = noop_backend(tmp_path, LATENCY)
-    args = [f"async_config.max_steps_off_policy={max_off}", "async_config.groups_per_batch=4", "num_batches=6", *extra]
+    args = [f"async_config.max_steps_off_policy={max_off}", "num_batches=6", *extra]
     _, rows = run_toy(tmp_path, *args, backend=backend)
     return rows
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from kitchen.data.loading import shipped_data
-from kitchen.errors import DataError
+from recipes.data import shipped_data
 from recipes.envs.gsm8k import SolutionDemonstrations, WordProblemDataset, WordProblemEnv, load_word_problems
 from tests.rl_workflow.envs_common import renderer, reply_tokens
+from train_core.errors import InvalidInputError
 from train_core.rl.problem_env import ProblemGroupBuilder
 
 R = renderer()
@@ -37,12 +37,12 @@ def test_shipped_sample_loads_with_final_answers() -> None:
 def test_bad_records_name_file_and_line(tmp_path: Path, line: str, message: str) -> None:
     path = tmp_path / "data.jsonl"
     path.write_text('{"question": "q", "answer": "#### 1"}\n' + line + "\n")
-    with pytest.raises(DataError, match=message):
+    with pytest.raises(InvalidInputError, match=message):
         load_word_problems(str(path))
 
 
 def test_missing_file_is_a_data_error(tmp_path: Path) -> None:
-    with pytest.raises(DataError, match="not found"):
+    with pytest.raises(InvalidInputError, match="absent.jsonl: no such file"):
         load_word_problems(str(tmp_path / "absent.jsonl"))
 
 

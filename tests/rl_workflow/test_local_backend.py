@@ -57,8 +57,8 @@ def test_resume_matches_an_uninterrupted_run(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "mode",
     [
-        ["async_config.max_steps_off_policy=1", "async_config.groups_per_batch=4"],
-        ["stream_minibatch.groups_per_batch=4", "stream_minibatch.num_minibatches=2"],
+        ["async_config.max_steps_off_policy=1"],
+        ["stream_minibatch.num_minibatches=2"],
     ],
 )
 def test_other_modes_run_on_the_local_backend(tmp_path: Path, mode: list[str]) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from adapters.noop import NoopBackend
 from kitchen.errors import DataError
-from kitchen.stages.rl.shared_policy import shared_sampling_policy
+from train_core.rl.rollouts import shared_sampling_policy
 from train_core.types import ModelInput, SamplingParams, TokensWithLogprobs
 
 PARAMS = SamplingParams(max_tokens=5, temperature=1.0)

@@ -19,10 +19,6 @@ CONFIGS = sorted(p.name for p in configs_dir().glob("*.yaml") if p.name.startswi
 def test_shipped_config_runs_on_noop(tmp_path: Path, name: str) -> None:
     recipe = get_recipe("guess_number" if name.startswith("guess_number") else "math_rl")
     overrides = [*SHORT, f"log_path={tmp_path}"]
-    if "stream" in name:
-        overrides.append("stream_minibatch.groups_per_batch=4")
-    if "async" in name:
-        overrides.append("async_config.groups_per_batch=4")
     config = load_config(recipe.config_cls, configs_dir() / name, overrides)
     rows = read_metrics(run_recipe(recipe, config, progress=False).metrics)
     assert [row["step"] for row in rows] == [0, 1]

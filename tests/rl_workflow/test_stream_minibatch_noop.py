@@ -8,7 +8,7 @@ from pathlib import Path
 from adapters.noop.call_log import NoopCall
 from tests.rl_workflow.runs import noop_backend, run_toy
 
-STREAM = ["stream_minibatch.groups_per_batch=4", "stream_minibatch.num_minibatches=2"]
+STREAM = ["stream_minibatch.num_minibatches=2"]
 
 
 def training_calls_per_step(calls: list[NoopCall]) -> list[list[str]]:
@@ -29,7 +29,6 @@ def test_one_optim_step_per_substep_after_its_minibatches(tmp_path: Path) -> Non
         *STREAM,
         "num_substeps=2",
         "groups_per_batch=8",
-        "stream_minibatch.groups_per_batch=8",
         backend=backend,
     )
     per_step = training_calls_per_step(backend.calls)

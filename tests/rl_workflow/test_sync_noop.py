@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from kitchen.checkpoints import read_records
 from kitchen.config import load_config
 from kitchen.errors import ConfigError
 from tests.rl_workflow.runs import CrashAfterStep, noop_backend, run_toy, without_times
 from tests.rl_workflow.toy_task import ToyConfig
-from train_core.checkpoints import read_records
 
 STEP_KEYS = (
     "env/all/reward/total",
@@ -127,9 +127,7 @@ def test_resume_after_a_crash_matches_an_uninterrupted_run(tmp_path: Path, extra
 )
 def test_bad_settings_fail_before_the_run_naming_the_key(tmp_path: Path, override: str, named: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(named)):
-        load_config(
-            ToyConfig, None, [override, "async_config.groups_per_batch=4"] if "async" in override else [override]
-        )
+        load_config(ToyConfig, None, [override])
 
 
 def test_a_step_with_only_constant_groups_skips_the_update(tmp_path: Path) -> None:

@@ -2,30 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import Field
 
+from kitchen.config import defaults
 from kitchen.recipe import Recipe
-from kitchen.stages.rl.task import RLTask
-from kitchen.workflow import Workflow
-from kitchen.workflows.rl import rl_workflow
+from kitchen.rl.settings import RLSettings
+from kitchen.rl.workflow import rl_workflow_for
 from recipes.envs.parity import ParityDataset, parity_task
-from recipes.rl_config import Count, NonNegative, RLConfig
 from train_core.renderers.base import Renderer
+from train_core.rl.task import RLTask
 
 
-class ToyConfig(RLConfig):
+@defaults(group_size=4, groups_per_batch=4, num_batches=4, max_tokens=4, eval_every=2, save_every=2)
+class ToyConfig(RLSettings):
     turns: int = Field(1, ge=1)
     slow_group_delay: float = 0.0
     group_bonus: float = Field(0.01, ge=0)
     constant_reward: bool = False
-    group_size: Count = 4
-    groups_per_batch: Count = 4
-    num_batches: Count = 4
-    max_tokens: Count = 4
-    eval_every: NonNegative = 2
-    save_every: NonNegative = 2
 
 
 def build_task(config: ToyConfig, renderer: Renderer) -> RLTask:
@@ -43,14 +36,4 @@ def build_task(config: ToyConfig, renderer: Renderer) -> RLTask:
     )
 
 
-def workflow(config: ToyConfig) -> Workflow:
-    return rl_workflow(
-        build_task, mode=config.mode, kl_penalty=config.kl_penalty_coef > 0, warm_start=config.warm_start_steps > 0
-    )
-
-
-def initial_state(config: ToyConfig) -> dict[str, Any]:
-    return {}
-
-
-TOY_RECIPE = Recipe("toy_rl", "parity rewards for workflow tests", ToyConfig, workflow, initial_state)
+TOY_RECIPE = Recipe("toy_rl", "parity rewards for workflow tests", ToyConfig, rl_workflow_for(build_task))

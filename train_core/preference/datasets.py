@@ -1,4 +1,4 @@
-"""Comparison datasets from local JSON Lines files, read through HF `datasets`.
+"""Comparison datasets from local JSON Lines files (read by `train_core.jsonl`).
 
 One JSON object per line; blank lines are ignored. Three layouts:
 
@@ -34,17 +34,14 @@ counted in the `SkipReport` (per reason: the count and the first line numbers):
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from datasets import load_dataset
-from datasets.exceptions import DatasetGenerationError
-
-from train_core.preference.errors import DataFormatError
+from train_core.errors import DataFormatError
+from train_core.jsonl import read_jsonl
 from train_core.preference.types import Comparison, LabeledComparison
 from train_core.renderers.base import Message
 
@@ -159,35 +156,8 @@ def _is_empty(completion: list[Message]) -> bool:
 
 
 def _read_records(path: Path) -> list[_Record]:
-    """The file's JSON objects, each with its 1-based line number.
-
-    Lines come through HF `datasets`' text builder (one row per line, so line numbers are exact)
-    and each is decoded with `json`. Its json builder is avoided on purpose: it infers one Arrow
-    type per column, and a column mixing strings and message lists (both valid here) either fails
-    or is re-decoded, turning the string "5" into the number 5.
-    """
-    if not path.is_file():
-        raise DataFormatError(path, None, "no such file")
-    if path.stat().st_size == 0:
-        raise DataFormatError(path, None, "holds no records")
-    try:
-        lines = load_dataset("text", data_files=str(path), split="train")["text"]
-    except DatasetGenerationError as error:
-        raise DataFormatError(path, None, f"could not be read as text: {error.__cause__ or error}") from error
-    records = []
-    for number, text in enumerate(lines, start=1):
-        if not text.strip():
-            continue
-        try:
-            values = json.loads(text)
-        except json.JSONDecodeError as bad_json:
-            raise DataFormatError(path, number, f"invalid JSON: {bad_json.msg} (column {bad_json.colno})") from None
-        if not isinstance(values, dict):
-            raise DataFormatError(path, number, f"expected one JSON object per line, got {type(values).__name__}")
-        records.append(_Record(path, number, values))
-    if not records:
-        raise DataFormatError(path, None, "holds no records")
-    return records
+    """The file's JSON objects, each with its 1-based line number."""
+    return [_Record(path, number, values) for number, values in read_jsonl(path)]
 
 
 def _messages(record: _Record, key: str, value: Any, default_role: str) -> list[Message]:

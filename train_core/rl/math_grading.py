@@ -38,8 +38,7 @@ _DROPPED = (
 
 
 class AnswerParseError(InvalidInputError):
-    """A reference answer in a data file that cannot be read. train_core does not import kitchen,
-    so this is a ValueError that the recipe's data loader maps onto kitchen's DataError."""
+    """A reference answer in a data file that cannot be read; the message names file and line."""
 
 
 def extract_boxed(text: str) -> str | None:

@@ -7,8 +7,9 @@ from collections.abc import Sequence
 
 import torch
 
+from train_core.rl.rollouts import SampledGroup
 from train_core.rl.types import Metrics, TrajectoryGroup
-from train_core.types import Datum
+from train_core.types import Datum, ForwardBackwardOutput, OptimStepOutput
 
 
 def compute_kl_sample_train(data_D: Sequence[Datum], training_logprobs_D: Sequence[torch.Tensor]) -> dict[str, float]:
@@ -112,3 +113,42 @@ def compute_trajectory_metrics(
         out.update({f"env/{tag}/{k}": v for k, v in _rollout_metrics(groups, good_threshold).items()})
     out.update({f"env/all/{k}": v for k, v in _rollout_metrics(groups_P, good_threshold).items()})
     return out
+
+
+_BATCH_LEVEL = ("env/all/by_group/", "env/all/ac_tokens_per_turn")
+
+
+def rollout_metrics(groups: Sequence[SampledGroup], prefix: str = "env") -> Metrics:
+    """Reward, length and env metrics under `{prefix}/all/...` and `{prefix}/{tag}/...`.
+
+    Two families describe the batch rather than an env and drop the `env/all/` prefix:
+    `by_group/frac_mixed|frac_all_good|frac_all_bad` and `ac_tokens_per_turn`.
+    """
+    raw = compute_trajectory_metrics([g.trajectories for g in groups], [g.builder.logging_tags() for g in groups])
+    out: Metrics = {}
+    for key, value in raw.items():
+        if prefix == "env" and key.startswith(_BATCH_LEVEL):
+            out[key.removeprefix("env/all/")] = value
+        else:
+            out[prefix + key.removeprefix("env")] = value
+    return out
+
+
+def training_logprobs(outputs: Sequence[ForwardBackwardOutput]) -> list[torch.Tensor]:
+    """Per-datum training logprobs, in submission order."""
+    return [out["logprobs"].to_torch() for fb in outputs for out in fb.loss_fn_outputs]
+
+
+def train_step_metrics(
+    data_D: Sequence[Datum], fb_outputs: Sequence[ForwardBackwardOutput], optim_outputs: Sequence[OptimStepOutput]
+) -> Metrics:
+    """Sampler/trainer agreement and entropy over action tokens (`data_D` still holds its masks),
+    the summed loss, and the optimizer's metrics averaged over substeps."""
+    metrics = compute_kl_sample_train(data_D, training_logprobs(fb_outputs))
+    metrics["optim/loss:sum"] = sum(fb.metrics.get("loss:sum", 0.0) for fb in fb_outputs)
+    keys = {key for out in optim_outputs for key in out.metrics}
+    for key in sorted(keys):
+        values = [out.metrics[key] for out in optim_outputs if key in out.metrics]
+        metrics[f"optim/{key}"] = sum(values) / len(values)
+    metrics["optim/substeps"] = float(len(optim_outputs))
+    return metrics

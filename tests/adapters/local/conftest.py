@@ -10,8 +10,8 @@ from typing import cast
 import pytest
 from transformers import AutoTokenizer
 
+from adapters.common.tiny import TINY_DIR
 from adapters.local import LocalBackend
-from adapters.local.tiny import TINY_DIR
 from kitchen.ports import Tokenizer
 from train_core.types import Datum, ModelInput, TensorData
 

@@ -12,11 +12,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from adapters.common.tiny import TINY_DIR
 from adapters.local.model_loading import load_model
 from adapters.local.request_batcher import DEFAULT_BATCH_LIMITS, BatchLimits
 from adapters.local.sampling_client import LocalSamplingClient
 from adapters.local.serial_executor import SerialExecutor
-from adapters.local.tiny import TINY_DIR
 from kitchen.ports import Tokenizer
 from train_core.types import ModelInput, SampleResult, SamplingParams, TokensWithLogprobs
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
+from adapters.common.tiny import TINY_DIR
 from adapters.local import LocalBackend
 from adapters.local.model_loading import load_model, resolve_device
-from adapters.local.tiny import TINY_DIR
 from kitchen.errors import ConfigError
 from train_core.types import ModelInput
 

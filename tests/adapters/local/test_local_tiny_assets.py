@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from transformers import AutoConfig, AutoTokenizer
 
-from adapters.local.tiny import TINY_DIR
-from adapters.local.tiny.build_tiny import build
+from adapters.common.tiny import TINY_DIR
+from adapters.common.tiny.build_tiny import build
 from train_core.renderers.special_tokens import ALL_SPECIAL_TOKENS, PAD
 
 

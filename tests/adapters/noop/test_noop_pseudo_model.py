@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapters.local.model_loading import load_tokenizer
-from adapters.local.stop_matcher import StopMatcher
-from adapters.local.tiny import TINY_MODEL_NAME
+from adapters.common.stop_matcher import StopMatcher
+from adapters.common.tiny import TINY_MODEL_NAME
+from adapters.common.tokenizer import load_tokenizer
 from adapters.noop.completion import end_sequence, generate_completion
 from adapters.noop.pseudo_logprobs import LOGPROB_MAX, LOGPROB_MIN, PseudoWeights, prompt_logprobs, target_logprobs
 from adapters.noop.runtime import tiny_vocab_ids

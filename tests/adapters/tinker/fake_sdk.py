@@ -80,7 +80,7 @@ def new_run_id() -> str:
     return f"fake-run-{next(_RUN_NUMBERS)}"
 
 
-TINY_ASSETS = Path(str(files("adapters"))) / "local" / "tiny"
+TINY_ASSETS = Path(str(files("adapters"))) / "common" / "tiny"
 """The embedded tiny model's package data, found without importing the local backend."""
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from adapters.registry import make_backend
 from adapters.tinker.backend import TinkerBackend
 from adapters.tinker.training_client import TinkerTrainingClient
+from kitchen.backends import make_backend
 from kitchen.config import RunConfig
 from kitchen.errors import DataError
 from kitchen.ports import SamplingClient, ServiceBackend, TrainingClient
@@ -278,7 +278,7 @@ def test_backend_tinker_runs_build_on_the_installed_fake(monkeypatch: pytest.Mon
     """The hook end-to-end tests use: the registry's `backend: tinker` path, on the fake SDK."""
     services = install_fake_sdk(monkeypatch)
     backend = make_backend(
-        RunConfig.model_validate({"backend": "tinker", "base_url": "https://tinker.example"}), tmp_path
+        RunConfig.model_validate({"backend": "tinker", "tinker": {"base_url": "https://tinker.example"}}), tmp_path
     )
     assert isinstance(backend, TinkerBackend)
 

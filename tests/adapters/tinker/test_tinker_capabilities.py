@@ -10,9 +10,11 @@ import pytest
 from adapters.tinker import capabilities
 from adapters.tinker.backend import TinkerBackend
 from adapters.tinker.loss_requests import SDK_LOSS_FNS
+from adapters.tinker.registration import BACKEND
 from adapters.tinker.sampling_client import TinkerSamplingClient
 from adapters.tinker.training_client import TinkerTrainingClient
 from kitchen import ports
+from kitchen.backends import get_backend_spec
 
 ADAPTER_CLASSES = {
     "ServiceBackend": TinkerBackend,
@@ -30,13 +32,22 @@ def test_every_port_call_is_listed_and_implemented() -> None:
 
 def test_loss_fns_are_ones_the_service_runs() -> None:
     assert capabilities.SUPPORTED_LOSS_FNS <= SDK_LOSS_FNS
-    assert capabilities.unsupported_loss_fns(["cross_entropy", "ppo", "my_loss"]) == ["my_loss"]
+    assert BACKEND.problems([], ["cross_entropy", "ppo", "my_loss"], lora_rank=8) == [
+        "it does not run loss_fn 'my_loss'"
+    ]
 
 
-def test_unsupported_calls_are_reported_sorted() -> None:
+def test_registered_spec_reports_unsupported_calls_sorted_and_the_lora_requirement() -> None:
     calls = ["TrainingClient.forward_backward", "TrainingClient.zap", "SamplingClient.beam_search"]
-    assert capabilities.unsupported_calls(calls) == ["SamplingClient.beam_search", "TrainingClient.zap"]
-    assert capabilities.unsupported_calls(capabilities.SUPPORTED_CALLS) == []
+    assert BACKEND.problems(calls, [], lora_rank=8) == [
+        "it does not support SamplingClient.beam_search",
+        "it does not support TrainingClient.zap",
+    ]
+    assert BACKEND.problems(capabilities.SUPPORTED_CALLS, [], lora_rank=8) == []
+    assert BACKEND.problems([], [], lora_rank=None) == [
+        "lora_rank: backend 'tinker' trains LoRA adapters only; set lora_rank (e.g. 32)"
+    ]
+    assert get_backend_spec("tinker") is BACKEND
 
 
 def test_capabilities_import_without_the_sdk(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from train_core.errors import DataFormatError
 from train_core.preference.datasets import MAX_REPORTED_LINES, load_comparisons
-from train_core.preference.errors import DataFormatError
 from train_core.preference.types import Comparison, LabeledComparison
 from train_core.renderers.base import Message, Renderer
 
@@ -205,7 +205,7 @@ def test_a_malformed_line_is_an_error_naming_file_and_line(
         load_comparisons(path, layout)  # type: ignore[arg-type]
     assert caught.value.path == str(path)
     assert caught.value.line == 3
-    assert str(caught.value).startswith(f"{path}:3: ")
+    assert str(caught.value).startswith(f"{path} line 3: ")
     assert isinstance(caught.value, ValueError)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from adapters.local.tiny import TINY_DIR
+from adapters.common.tiny import TINY_DIR
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ from renderer_cases import conversations, decode_text
 from renderer_goldens import CHAT
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from adapters.local.tiny import TINY_DIR
+from adapters.common.tiny import TINY_DIR
 from train_core.renderers import Message, RendererError, TrainOnWhat, get_renderer
 from train_core.renderers.hf_chat_template import HfChatTemplateRenderer
 

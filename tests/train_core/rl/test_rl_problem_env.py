@@ -9,7 +9,7 @@ from typing import cast
 import pytest
 from transformers import AutoTokenizer
 
-from adapters.local.tiny import TINY_DIR
+from adapters.common.tiny import TINY_DIR
 from train_core.renderers import Renderer, Tokenizer, get_renderer
 from train_core.renderers.messages import Message
 from train_core.rl.math_grading import extract_boxed, grade_answer

@@ -1,0 +1,28 @@
+"""Tokenizer loading for the in-process backends: the embedded tiny model's, a local path's, or a
+hub name's from the HF cache."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import cast
+
+from transformers import AutoTokenizer
+
+from adapters.common.tiny import TINY_DIR, TINY_MODEL_NAME
+from kitchen.errors import ConfigError
+from kitchen.ports import Tokenizer
+
+
+def model_dir(base_model: str) -> str:
+    """Where `from_pretrained` finds `base_model`: the shipped tiny assets for "tiny"."""
+    return str(TINY_DIR) if base_model == TINY_MODEL_NAME else base_model
+
+
+@lru_cache(maxsize=8)
+def load_tokenizer(base_model: str) -> Tokenizer:
+    """The tokenizer of `base_model` ("tiny", a local path, or a hub name in the HF cache)."""
+    try:
+        # transformers' decode is wider than the port's (it also takes batches), hence the cast.
+        return cast(Tokenizer, AutoTokenizer.from_pretrained(model_dir(base_model)))
+    except OSError as exc:
+        raise ConfigError(f"model_name {base_model!r}: cannot load its tokenizer ({exc})") from exc

@@ -1,0 +1,87 @@
+"""Validate a list of datums and turn it into the tensors of one padded forward pass."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from adapters.common.requests import check_token_ids
+from kitchen.errors import DataError
+from train_core.losses import TARGET_TOKENS, require_inputs
+from train_core.types import Datum
+
+
+def right_pad(sequences_B: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> torch.Tensor:
+    """Stack token lists into one [B, L] tensor, padding on the right.
+
+    Right padding needs no attention mask: a causal model never lets a real token see the pads
+    that follow it, so real positions compute exactly what they would alone.
+    """
+    width = max(len(tokens) for tokens in sequences_B)
+    padded_BL = torch.full((len(sequences_B), width), pad_id, dtype=torch.long)
+    for row, tokens in enumerate(sequences_B):
+        padded_BL[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+    return padded_BL.to(device)
+
+
+@dataclass(frozen=True)
+class TrainingBatch:
+    """Right-padded inputs and targets, the true length of each datum, and its loss inputs."""
+
+    input_ids_BL: torch.Tensor
+    targets_BL: torch.Tensor
+    lengths_D: list[int]
+    loss_inputs: dict[str, torch.Tensor]
+    """Each requested loss_fn_inputs key, concatenated over datums (all their tokens in order)."""
+
+    def split(self, values_BL: torch.Tensor) -> list[torch.Tensor]:
+        """The unpadded row of each datum: [L_d] each."""
+        return [values_BL[row, :length] for row, length in enumerate(self.lengths_D)]
+
+
+def build_training_batch(
+    data: Sequence[Datum],
+    required_keys: Sequence[str],
+    user: str,
+    float_keys: Sequence[str],
+    pad_id: int,
+    vocab_size: int,
+    device: torch.device,
+) -> TrainingBatch:
+    """Check every datum (required keys present, lengths equal, token ids in the vocabulary) and
+    stack the batch. `user` names who reads `required_keys` (for errors); `float_keys` are the loss
+    inputs to concatenate for the loss function."""
+    if not data:
+        raise DataError("got an empty list of datums; a forward pass needs at least one")
+    inputs_D: list[list[int]] = []
+    targets_D: list[list[int]] = []
+    for index, datum in enumerate(data):
+        where = f"datum {index}"
+        require_inputs(datum.loss_fn_inputs.keys(), required_keys, user, where)
+        tokens = datum.model_input.to_ints()
+        if not tokens:
+            raise DataError(f"{where}: model_input is empty")
+        for key in required_keys:
+            shape = datum.loss_fn_inputs[key].shape
+            if shape != (len(tokens),):
+                raise DataError(
+                    f"{where}: loss_fn_inputs[{key!r}] has shape {shape}, "
+                    f"expected ({len(tokens)},) to match model_input"
+                )
+        targets = [int(t) for t in datum.loss_fn_inputs[TARGET_TOKENS].data]
+        check_token_ids(tokens, vocab_size, f"{where}: model_input")
+        check_token_ids(targets, vocab_size, f"{where}: {TARGET_TOKENS}")
+        inputs_D.append(tokens)
+        targets_D.append(targets)
+    loss_inputs = {
+        key: torch.cat([d.loss_fn_inputs[key].to_torch().to(torch.float32) for d in data]).to(device)
+        for key in float_keys
+    }
+    return TrainingBatch(
+        input_ids_BL=right_pad(inputs_D, pad_id, device),
+        targets_BL=right_pad(targets_D, pad_id, device),
+        lengths_D=[len(tokens) for tokens in inputs_D],
+        loss_inputs=loss_inputs,
+    )

@@ -1,0 +1,47 @@
+"""The local backend's entry in kitchen's backend registry: its config section and factory.
+
+Kept free of torch imports, so loading a config (or `kitchen validate`) stays cheap.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kitchen.backends import BackendSpec
+from kitchen.ports import ServiceBackend
+
+
+class LocalSettings(BaseModel):
+    """Config section `local`: where and how the in-process torch backend runs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    device: str | None = Field(None, description="torch device (cpu, cuda, cuda:1, mps); default cuda if available")
+    cpu_threads: int | None = Field(
+        None, ge=1, description="torch CPU threads; default 1 for model_name tiny, else torch's default"
+    )
+
+
+def create(config: Any, settings: LocalSettings, checkpoint_dir: Path) -> ServiceBackend:
+    import torch
+
+    from adapters.local.backend import LocalBackend
+
+    # The tiny model's matrices are too small to gain from intra-op threads, and spinning OpenMP
+    # workers make it many times slower on a busy machine.
+    threads = settings.cpu_threads or (1 if config.model_name == "tiny" else None)
+    if threads is not None:
+        torch.set_num_threads(threads)
+    return LocalBackend(checkpoint_dir=checkpoint_dir, device=settings.device, seed=config.seed)
+
+
+BACKEND = BackendSpec(
+    name="local",
+    description="torch + transformers in this process, on CPU or GPU (the embedded tiny model by default)",
+    settings=LocalSettings,
+    create=create,
+    moved_keys={"device": "device", "cpu_threads": "cpu_threads"},
+)

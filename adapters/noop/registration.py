@@ -1,0 +1,36 @@
+"""The noop backend's entry in kitchen's backend registry: its config section and factory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kitchen.backends import BackendSpec
+from kitchen.ports import ServiceBackend
+
+
+class NoopSettings(BaseModel):
+    """Config section `noop`: the fake backend for integration tests and benchmarks."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    latency: dict[str, float] = Field(
+        default_factory=dict, description="seconds per call kind (e.g. sample, forward_backward)"
+    )
+
+
+def create(config: Any, settings: NoopSettings, checkpoint_dir: Path) -> ServiceBackend:
+    from adapters.noop.backend import NoopBackend
+
+    return NoopBackend(seed=config.seed, latency=dict(settings.latency), checkpoint_dir=checkpoint_dir)
+
+
+BACKEND = BackendSpec(
+    name="noop",
+    description="seeded fake model with real shapes, optional simulated latency (integration tests)",
+    settings=NoopSettings,
+    create=create,
+    moved_keys={"noop_latency": "latency"},
+)

@@ -1,0 +1,101 @@
+"""The backend registry: each adapter package registers its settings model, its factory and what
+it can run; the engine names no backend.
+
+Adapters register through the `kitchen.backends` entry-point group (an installed package's
+`pyproject.toml`: `[project.entry-points."kitchen.backends"] name = "package.module:BACKEND"`) or
+by calling `register_backend` before a config is loaded. A backend's settings live in the config
+section named after it (`local.device`, `noop.latency`, `tinker.base_url`); `kitchen validate`
+asks the spec, with no backend built, whether it runs every call and loss a workflow needs.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from kitchen.errors import ConfigError
+
+if TYPE_CHECKING:
+    from kitchen.ports import ServiceBackend
+
+ENTRY_POINT_GROUP = "kitchen.backends"
+
+BackendFactory = Callable[[Any, Any, Path], "ServiceBackend"]
+"""`create(config, settings, checkpoint_dir)`: the run's config, this backend's settings section,
+and where checkpoints go. Heavy imports (torch, an SDK) belong inside it, not at module level."""
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    name: str
+    description: str
+    settings: type[BaseModel]
+    create: BackendFactory
+    supported_calls: frozenset[str] | None = None
+    """Port calls (`<Port>.<method>`) it runs; None = every call in `kitchen.ports`."""
+    supported_losses: frozenset[str] | None = None
+    """Built-in loss names it runs; None = every loss in `train_core.losses.LOSS_SPECS`."""
+    requires_lora_rank: bool = False
+    moved_keys: Mapping[str, str] = field(default_factory=dict)
+    """Former top-level config keys now in this backend's section: old name -> name in the section."""
+
+    def problems(self, calls: Collection[str], loss_fns: Collection[str], lora_rank: int | None) -> list[str]:
+        """What this backend cannot run of a workflow's calls and losses, one line each."""
+        found = []
+        if self.supported_calls is not None:
+            found += [f"it does not support {call}" for call in sorted(set(calls) - self.supported_calls)]
+        if self.supported_losses is not None:
+            found += [f"it does not run loss_fn {name!r}" for name in sorted(set(loss_fns) - self.supported_losses)]
+        if self.requires_lora_rank and lora_rank is None:
+            found.append(f"lora_rank: backend {self.name!r} trains LoRA adapters only; set lora_rank (e.g. 32)")
+        return found
+
+
+_REGISTERED: dict[str, BackendSpec] = {}
+
+
+def register_backend(spec: BackendSpec) -> None:
+    """Make `spec` selectable as `backend: <name>`. Register before loading a config: the config
+    model's backend sections are built from the registry when `kitchen.config` is imported."""
+    _REGISTERED[spec.name] = spec
+
+
+@cache
+def _discovered() -> dict[str, BackendSpec]:
+    specs = {}
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        spec = entry.load()
+        if not isinstance(spec, BackendSpec) or spec.name != entry.name:
+            raise TypeError(
+                f"entry point {entry.value!r} ({ENTRY_POINT_GROUP}) is not a BackendSpec named {entry.name!r}"
+            )
+        specs[entry.name] = spec
+    return specs
+
+
+def backend_specs() -> dict[str, BackendSpec]:
+    """Every registered backend by name (entry points first, then `register_backend` calls)."""
+    return {**_discovered(), **_REGISTERED}
+
+
+def get_backend_spec(name: str) -> BackendSpec:
+    specs = backend_specs()
+    if name not in specs:
+        close = difflib.get_close_matches(name, specs, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"unknown backend {name!r}{hint} (registered: {', '.join(sorted(specs)) or 'none'})")
+    return specs[name]
+
+
+def make_backend(config: Any, checkpoint_dir: Path) -> ServiceBackend:
+    """The configured backend, built by its adapter's factory. Only the backend asked for is
+    built: never a silent fallback."""
+    spec = get_backend_spec(config.backend)
+    return spec.create(config, getattr(config, spec.name), checkpoint_dir)

@@ -1,1 +1,0 @@
-"""Dataset loading (HF `datasets`, local files or hub names) and record -> example builders."""

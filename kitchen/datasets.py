@@ -1,0 +1,55 @@
+"""Load records from local JSONL / JSON / parquet files or hub dataset names (through HF `datasets`).
+
+Local JSONL goes through train_core's one JSON-lines reader, so a malformed line is reported with
+its file and line number instead of an opaque parser error deep inside `datasets`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from kitchen.errors import DataError
+from train_core.errors import DataFormatError
+from train_core.jsonl import read_jsonl
+
+LOCAL_SUFFIXES = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+
+
+def _require_keys(path: Path, records: list[tuple[int, dict[str, Any]]], required_any: Sequence[Sequence[str]]) -> None:
+    for line, record in records:
+        for keys in required_any:
+            if not any(key in record for key in keys):
+                raise DataFormatError(path, line, f"missing key {' or '.join(repr(k) for k in keys)}")
+
+
+def load_records(source: str, split: str = "train", required_any: Sequence[Sequence[str]] = ()) -> Any:
+    """The records of a local file (by suffix) or a hub dataset, each holding, for each group in
+    `required_any`, at least one of its keys. JSONL gives a list of dicts (each value exactly as
+    written); other sources a `datasets.Dataset`."""
+    path = Path(source)
+    if path.suffix == ".jsonl":
+        records = read_jsonl(path)
+        _require_keys(path, records, required_any)
+        return [record for _, record in records]
+    import datasets
+
+    datasets.disable_progress_bars()
+    if path.suffix in LOCAL_SUFFIXES:
+        if not path.is_file():
+            raise DataError(f"dataset file not found: {path}")
+        try:
+            return datasets.load_dataset(LOCAL_SUFFIXES[path.suffix], data_files=str(path), split="train")
+        except Exception as exc:  # datasets raises many types for unreadable files
+            raise DataError(f"{path}: could not be read as {path.suffix[1:]}: {exc}") from None
+    if path.exists():
+        raise DataError(f"{path}: unsupported dataset file type (use .jsonl, .json or .parquet)")
+    try:
+        dataset = datasets.load_dataset(source, split=split)
+    except Exception as exc:
+        raise DataError(f"dataset {source!r} (split {split!r}) could not be loaded: {exc}") from None
+    for keys in required_any:
+        if not any(key in dataset.column_names for key in keys):
+            raise DataError(f"dataset {source!r} has no column {' or '.join(repr(k) for k in keys)}")
+    return dataset

@@ -1,0 +1,1 @@
+"""Preference learning (DPO): settings, stages and the workflow (`preference_workflow`)."""

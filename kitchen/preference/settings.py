@@ -1,0 +1,20 @@
+"""The preference (DPO) workflow's settings; the dpo recipe subclasses them."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from kitchen.config import Count
+from kitchen.settings import DatasetSettings, OptimizerSettings, RendererSettings
+from train_core.preference.datasets import Layout
+
+
+class PreferenceSettings(DatasetSettings, RendererSettings, OptimizerSettings):
+    """DPO on comparison files; `batch_size` counts pairs. The win-rate keys are read only when the
+    workflow is built with a judge."""
+
+    dataset_layout: Layout = Field("comparisons", description="comparisons | hh_rlhf | ultrafeedback (both files)")
+    dpo_beta: float = Field(0.1, gt=0, description="DPO temperature: reward = beta * (logp - logp_ref)")
+    win_rate_prompts: Count = Field(32, description="held-out prompts the win rate samples")
+    win_rate_max_tokens: Count = 32
+    win_rate_temperature: float = Field(1.0, ge=0)

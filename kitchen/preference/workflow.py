@@ -1,0 +1,62 @@
+"""Preference learning (DPO): load comparisons, freeze a reference, then pipelined DPO steps with
+held-out evaluation and checkpoints."""
+
+from __future__ import annotations
+
+from kitchen.preference.stages import (
+    ComputeReferenceLogprobs,
+    EvaluatePreferences,
+    EvaluateWinRate,
+    GetPreferenceBatch,
+    Judge,
+    LoadPreferenceData,
+    SubmitDPOStep,
+)
+from kitchen.stages.checkpoint import SaveCheckpoint
+from kitchen.stages.setup import CloseBackend, CreateReferenceClient, CreateTrainingClient, GetTokenizer, MakeRenderer
+from kitchen.stages.training import CollectTrainStep, loss_fn_metrics
+from kitchen.workflow import Loop, When, Workflow, every
+
+
+def preference_workflow(judge: Judge | None = None) -> Workflow:
+    """The DPO workflow; with a `judge`, each evaluation also measures the policy's win rate
+    against the reference model.
+
+    Step i's reference logprobs are computed while step i-1 trains (one step stays in flight),
+    and every evaluation and checkpoint sees the weights after the current step.
+    """
+    evaluators = [EvaluatePreferences(), *([EvaluateWinRate(judge)] if judge is not None else [])]
+    return Workflow(
+        name="preference",
+        steps=[
+            GetTokenizer(),
+            MakeRenderer(),
+            LoadPreferenceData(),
+            CreateTrainingClient(),
+            CreateReferenceClient(),
+            ComputeReferenceLogprobs("eval_data", "eval_reference_logprobs", name="score_held_out_reference"),
+            Loop(
+                "train",
+                over="num_steps",
+                step=True,
+                body=[
+                    GetPreferenceBatch(),
+                    ComputeReferenceLogprobs(),
+                    SubmitDPOStep(),
+                    CollectTrainStep(keep=1, step_metrics=loss_fn_metrics),
+                    When("eval", every("eval_every", include_last=True), evaluators),
+                    When(
+                        "checkpoint",
+                        every("save_every"),
+                        [
+                            CollectTrainStep(keep=0, name="await_before_checkpoint", step_metrics=loss_fn_metrics),
+                            SaveCheckpoint(),
+                        ],
+                    ),
+                ],
+            ),
+            CollectTrainStep(keep=0, name="await_last_step", step_metrics=loss_fn_metrics),
+            SaveCheckpoint(final=True),
+        ],
+        finally_=[CloseBackend()],
+    )

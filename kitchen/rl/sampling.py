@@ -1,0 +1,193 @@
+"""RL sampling: the recipe's task, each step's env groups, rollouts with the current sampler,
+held-out reward, transcripts, rollout metrics, and refreshing the sampler after an update."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from kitchen.context import Context
+from kitchen.errors import DataError
+from kitchen.ports import Tokenizer
+from kitchen.stage import Stage
+from kitchen.workflow import ConfigPredicate
+from train_core.rl.metrics import rollout_metrics
+from train_core.rl.rollouts import SampledGroup, sample_group
+from train_core.rl.task import RLTaskFactory
+from train_core.types import SamplingParams
+
+ROLLOUT_KEYS = ("max_tokens", "temperature", "seed")
+"""The config keys `rollout_params` reads, plus the seed every sampling stage derives seeds from."""
+
+
+def rollout_params(ctx: Context) -> SamplingParams:
+    """Sampling settings from the RL config; each env's stop condition is added per call."""
+    return SamplingParams(max_tokens=ctx.config.max_tokens, temperature=ctx.config.temperature)
+
+
+def _eval_due(ctx: Context) -> bool:
+    period = int(ctx.full_config.eval_every or 0)
+    return period > 0 and (ctx.step % period == 0 or ctx.step + 1 == ctx.total_steps)
+
+
+eval_due = ConfigPredicate("every eval_every steps and at the last step, before the update", ("eval_every",), _eval_due)
+"""Before the update of every `eval_every`-th step (step 0 included) and of the last step."""
+
+
+class BuildRLTask(Stage):
+    """The recipe's envs, held-out set and demonstrations, built up front so bad data fails before
+    any training; also fixes the number of RL steps (`num_batches`)."""
+
+    reads = ("renderer",)
+    writes = ("rl_task", "num_steps")
+    config_keys = ("num_batches",)
+
+    def __init__(self, factory: RLTaskFactory, name: str | None = None) -> None:
+        super().__init__(name)
+        self.factory = factory
+
+    async def run(self, ctx: Context) -> None:
+        task = self.factory(ctx.full_config, ctx["renderer"])
+        if len(task.train) == 0:
+            raise DataError("the RL dataset has no batches")
+        ctx["rl_task"] = task
+        ctx["num_steps"] = ctx.config.num_batches
+        ctx.log.info("rl_task.built", batches=len(task.train), eval_groups=len(task.eval_builders))
+
+
+class GetEnvGroups(Stage):
+    """The env-group builders of the current step: batch `step` of the dataset (cycled), so a
+    resumed run sees exactly the problems an uninterrupted run would."""
+
+    reads = ("rl_task",)
+    writes = ("env_group_builders",)
+
+    async def run(self, ctx: Context) -> None:
+        dataset = ctx["rl_task"].train
+        ctx["env_group_builders"] = list(dataset.get_batch(ctx.step % len(dataset)))
+
+
+class DoRollouts(Stage):
+    """Roll out every env group of the step with the current sampler, all groups concurrently.
+
+    Seeds derive from (seed, step, group index), so a resumed run samples what an uninterrupted
+    one would have.
+    """
+
+    reads = ("env_group_builders", "sampling_client", "sampler_step")
+    writes = ("sampled_groups",)
+    calls = ("SamplingClient.sample",)
+    config_keys = ROLLOUT_KEYS
+
+    async def run(self, ctx: Context) -> None:
+        sampler, sampler_step = ctx["sampling_client"], ctx["sampler_step"]
+        params = rollout_params(ctx)
+        ctx["sampled_groups"] = await asyncio.gather(
+            *(
+                sample_group(builder, sampler, sampler_step, params, ("train", ctx.config.seed, ctx.step, index))
+                for index, builder in enumerate(ctx["env_group_builders"])
+            )
+        )
+
+
+class RecordRolloutMetrics(Stage):
+    """Reward, length and env metrics of every group sampled for the step (`env/all/...`,
+    `env/{tag}/...`), whether or not it is kept for training."""
+
+    reads = ("sampled_groups",)
+
+    async def run(self, ctx: Context) -> None:
+        ctx.record(rollout_metrics(ctx["sampled_groups"]))
+
+
+class EvaluateRewards(Stage):
+    """Reward on the task's held-out env groups with the current (pre-update) sampler, logged as
+    `eval/all/reward/total` and friends (`eval/{tag}/...` per logging tag)."""
+
+    reads = ("rl_task", "sampling_client", "sampler_step")
+    calls = ("SamplingClient.sample",)
+    config_keys = ROLLOUT_KEYS
+
+    async def run(self, ctx: Context) -> None:
+        builders = ctx["rl_task"].eval_builders
+        if not builders:
+            return
+        sampler, sampler_step = ctx["sampling_client"], ctx["sampler_step"]
+        params = rollout_params(ctx)
+        groups = await asyncio.gather(
+            *(
+                sample_group(builder, sampler, sampler_step, params, ("eval", ctx.config.seed, ctx.step, index))
+                for index, builder in enumerate(builders)
+            )
+        )
+        ctx.record(rollout_metrics(groups, prefix="eval"))
+
+
+def group_transcripts(group: SampledGroup, tokenizer: Tokenizer, step: int, group_index: int) -> list[dict[str, Any]]:
+    """One JSON-ready record per trajectory: each turn's observation and action as text."""
+    records = []
+    rewards_G = group.trajectories.get_total_rewards()
+    for traj_index, traj in enumerate(group.trajectories.trajectories_G):
+        turns = [
+            {
+                "observation": tokenizer.decode(t.ob.to_ints()),
+                "action": tokenizer.decode(t.ac.tokens),
+                "stop_reason": t.ac.stop_reason,
+                "reward": t.reward,
+                "metrics": t.metrics,
+            }
+            for t in traj.transitions
+        ]
+        records.append(
+            {
+                "step": step,
+                "group": group_index,
+                "trajectory": traj_index,
+                "sampler_step": group.sampler_step,
+                "tags": group.builder.logging_tags(),
+                "total_reward": rewards_G[traj_index],
+                "turns": turns,
+            }
+        )
+    return records
+
+
+class WriteTranscripts(Stage):
+    """The first `transcript_groups` groups of the step as text, to `rollouts/step_{step:06d}.jsonl`."""
+
+    reads = ("sampled_groups", "tokenizer")
+    config_keys = ("transcript_groups",)
+
+    async def run(self, ctx: Context) -> None:
+        count = ctx.config.transcript_groups
+        if ctx.run_dir is None or count == 0:
+            return
+        folder = ctx.run_dir / "rollouts"
+        folder.mkdir(exist_ok=True)
+        lines = [
+            json.dumps(record)
+            for index, group in enumerate(ctx["sampled_groups"][:count])
+            for record in group_transcripts(group, ctx["tokenizer"], ctx.step, index)
+        ]
+        (folder / f"step_{ctx.step:06d}.jsonl").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+
+class RefreshSampler(Stage):
+    """A sampling client on the training client's current weights, and the number of optimizer
+    steps those weights have taken (`sampler_step`, the age that off-policy filtering uses).
+
+    Inside the step loop it runs after the step's update, so the count is `step + 1`.
+    """
+
+    reads = ("training_client",)
+    writes = ("sampling_client", "sampler_step")
+    calls = ("TrainingClient.save_weights_and_get_sampling_client",)
+
+    def __init__(self, after_update: bool = True, name: str | None = None) -> None:
+        super().__init__(name or ("refresh_sampler" if after_update else "initial_sampler"))
+        self.after_update = after_update
+
+    async def run(self, ctx: Context) -> None:
+        ctx["sampling_client"] = await ctx["training_client"].save_weights_and_get_sampling_client()
+        ctx["sampler_step"] = ctx.step + 1 if self.after_update else ctx.step

@@ -1,0 +1,117 @@
+"""The RL workflow's settings; RL recipes subclass them (names as in the Python original).
+
+One `groups_per_batch` sizes a step in every mode; the mode sections hold only what is specific
+to their mode.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from kitchen.config import Count, NonNegative, Rate, defaults
+from kitchen.errors import KitchenError
+from kitchen.settings import OptimizerSettings, RendererSettings
+from train_core.losses import get_loss_fn, policy_gradient_loss_names
+
+RLMode = Literal["sync", "stream_minibatch", "async"]
+
+
+class StreamMinibatch(BaseModel):
+    """Train on minibatches as their groups finish sampling, one optimizer step per substep."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    num_minibatches: Count = Field(..., description="forward_backward calls per optimizer step")
+
+
+class AsyncMode(BaseModel):
+    """Off-policy training: sampling workers run on while the trainer trains."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_steps_off_policy: NonNegative = Field(..., description="drop (and resample) groups older than this")
+    num_workers: int | None = Field(
+        None, ge=1, description="concurrent sampling workers, one group each; default groups_per_batch"
+    )
+
+
+@defaults(lr_schedule="constant")
+class RLSettings(RendererSettings, OptimizerSettings):
+    MOVED_KEYS: ClassVar[dict[str, str]] = {
+        "stream_minibatch.groups_per_batch": "groups_per_batch",
+        "async_config.groups_per_batch": "groups_per_batch (and async_config.num_workers for the worker count)",
+    }
+
+    group_size: Count = Field(8, description="samples per problem; advantages are centred within a group")
+    groups_per_batch: Count = Field(16, description="problems (env groups) trained per step, in every mode")
+    num_batches: Count = Field(40, description="RL steps; datasets shorter than this cycle")
+    max_tokens: Count = Field(16, description="sampled tokens per turn")
+    temperature: float = Field(1.0, ge=0)
+    loss_fn: str = Field(
+        "importance_sampling", description="policy-gradient loss: " + ", ".join(policy_gradient_loss_names())
+    )
+    loss_fn_config: dict[str, float] | None = Field(None, description="e.g. ppo clip thresholds, dro beta")
+    kl_penalty_coef: float = Field(0.0, ge=0, description="KL penalty against the reference model; 0 = off")
+    kl_discount_factor: float = Field(0.0, ge=0, lt=1)
+    num_substeps: Count = Field(1, description="optimizer steps per batch")
+    remove_constant_reward_groups: bool = False
+    save_every: NonNegative = Field(20, description="checkpoint every N steps; 0 = only the final one")
+    eval_every: NonNegative = Field(20, description="held-out reward every N steps (and at the last); 0 = never")
+    transcript_groups: NonNegative = Field(2, description="groups per step written to rollouts/step_*.jsonl")
+    stream_minibatch: StreamMinibatch | None = None
+    async_config: AsyncMode | None = None
+    warm_start_steps: NonNegative = Field(0, description="supervised steps on demonstrations before RL (fresh runs)")
+    warm_start_batch_size: Count = 32
+    warm_start_learning_rate: Rate = 3e-3
+
+    @field_validator("loss_fn")
+    @classmethod
+    def _policy_gradient_loss(cls, name: str) -> str:
+        try:
+            get_loss_fn(name)
+        except KitchenError as exc:
+            raise ValueError(str(exc)) from None
+        if name not in policy_gradient_loss_names():
+            raise ValueError(
+                f"{name} is not a policy-gradient loss; RL needs one of {', '.join(policy_gradient_loss_names())}"
+            )
+        return name
+
+    @field_validator("loss_fn_config")
+    @classmethod
+    def _loss_config_fits(cls, config: dict[str, float] | None, info: ValidationInfo) -> dict[str, float] | None:
+        name = info.data.get("loss_fn")
+        if name is not None:
+            try:
+                get_loss_fn(name).resolve_config(config)
+            except KitchenError as exc:
+                raise ValueError(str(exc)) from None
+        return config
+
+    @field_validator("stream_minibatch")
+    @classmethod
+    def _minibatches_fit(cls, stream: StreamMinibatch | None, info: ValidationInfo) -> StreamMinibatch | None:
+        groups, substeps = info.data.get("groups_per_batch"), info.data.get("num_substeps")
+        if stream is None or groups is None or substeps is None:
+            return stream
+        if groups % (substeps * stream.num_minibatches):
+            raise ValueError(
+                f"groups_per_batch ({groups}) must split evenly into num_substeps x num_minibatches = "
+                f"{substeps * stream.num_minibatches} minibatches"
+            )
+        return stream
+
+    @field_validator("async_config")
+    @classmethod
+    def _one_mode(cls, async_config: AsyncMode | None, info: ValidationInfo) -> AsyncMode | None:
+        if async_config is not None and info.data.get("stream_minibatch") is not None:
+            raise ValueError("async_config and stream_minibatch select different modes; set at most one")
+        return async_config
+
+    @property
+    def mode(self) -> RLMode:
+        if self.async_config is not None:
+            return "async"
+        return "stream_minibatch" if self.stream_minibatch is not None else "sync"

@@ -1,0 +1,112 @@
+"""Reinforcement learning (GRPO-style): sample env groups, centre rewards within each group,
+train a policy-gradient loss, refresh the sampler; in one of three modes, built from the same
+stages.
+
+- sync: roll out the whole batch with the current weights, then run the update on it.
+- stream_minibatch: run the update on each minibatch as soon as its groups finish sampling.
+- async: sampling workers and the trainer run concurrently (a Parallel node); the trainer runs
+  the update on groups up to `max_steps_off_policy` steps old (older ones are resampled).
+
+Variants fill slots instead of adding flags: `setup` stages run once before RL (a warm start, a
+reference or teacher model), `adjust` stages rewrite the assembled datums' advantages before the
+train step (a KL penalty, a teacher's KL), `after_update` stages run after each step's update.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from kitchen.context import Context
+from kitchen.rl.async_mode import CreateOffPolicyQueue, RolloutWorkers, StopRolloutWorkers, TakeFreshGroups
+from kitchen.rl.sampling import (
+    BuildRLTask,
+    DoRollouts,
+    EvaluateRewards,
+    GetEnvGroups,
+    RecordRolloutMetrics,
+    RefreshSampler,
+    WriteTranscripts,
+    eval_due,
+)
+from kitchen.rl.settings import RLMode
+from kitchen.rl.stream import FinishStreamStep, StartRollouts, SubmitMinibatch, TakeMinibatch
+from kitchen.rl.update import ApplyKLPenalty, AssembleData, ComputeAdvantages, RLTrainStep
+from kitchen.rl.warm_start import WarmStart
+from kitchen.stages.checkpoint import SaveCheckpoint
+from kitchen.stages.setup import CloseBackend, CreateReferenceClient, CreateTrainingClient, GetTokenizer, MakeRenderer
+from kitchen.workflow import Loop, Node, Parallel, When, Workflow, every
+from train_core.rl.task import RLTaskFactory
+
+
+def fresh_run(ctx: Context) -> bool:
+    return ctx.resume is None
+
+
+fresh_run.__name__ = "fresh run (not resumed)"
+
+
+def rl_workflow(
+    factory: RLTaskFactory,
+    mode: RLMode = "sync",
+    setup: Sequence[Node] = (),
+    adjust: Sequence[Node] = (),
+    after_update: Sequence[Node] = (),
+) -> Workflow:
+    """The RL workflow for a recipe's task in `mode`, with the slots filled (see the module doc)."""
+    prepare: list[Node] = [ComputeAdvantages(), AssembleData(), *adjust]
+    evaluate = When("eval", eval_due, [EvaluateRewards()])
+    finish: list[Node] = [
+        RefreshSampler(),
+        *after_update,
+        When("checkpoint", every("save_every"), [SaveCheckpoint()]),
+    ]
+    step: list[Node]
+    if mode == "sync":
+        step = [GetEnvGroups(), evaluate, DoRollouts(), RecordRolloutMetrics(), WriteTranscripts()]
+        main: list[Node] = [Loop("rl", "num_steps", [*step, *prepare, RLTrainStep(), *finish], step=True)]
+    elif mode == "stream_minibatch":
+        minibatches = Loop(
+            "minibatch", "stream_minibatches", [TakeMinibatch(), *prepare, SubmitMinibatch()], reduce_metrics=True
+        )
+        step = [GetEnvGroups(), evaluate, StartRollouts(), minibatches, FinishStreamStep()]
+        main = [Loop("rl", "num_steps", [*step, RecordRolloutMetrics(), WriteTranscripts(), *finish], step=True)]
+    else:
+        step = [evaluate, TakeFreshGroups(), RecordRolloutMetrics(), WriteTranscripts()]
+        trainer = Loop("rl", "num_steps", [*step, *prepare, RLTrainStep(), *finish], step=True)
+        main = [
+            CreateOffPolicyQueue(),
+            Parallel("sample_and_train", [[RolloutWorkers()], [trainer, StopRolloutWorkers()]]),
+        ]
+    return Workflow(
+        name=f"rl_{mode}",
+        steps=[
+            GetTokenizer(),
+            MakeRenderer(),
+            BuildRLTask(factory),
+            CreateTrainingClient(),
+            *setup,
+            RefreshSampler(after_update=False),
+            *main,
+            SaveCheckpoint(final=True),
+        ],
+        finally_=[CloseBackend()],
+    )
+
+
+def rl_workflow_for(factory: RLTaskFactory) -> Callable[[Any], Workflow]:
+    """A recipe's `workflow(config)`: its mode, plus the warm start and KL penalty it asks for.
+
+    The reference the KL penalty pulls towards is the policy as RL begins (after a warm start)."""
+
+    def build(config: Any) -> Workflow:
+        setup: list[Node] = []
+        adjust: list[Node] = []
+        if config.warm_start_steps > 0:
+            setup.append(When("fresh_start", fresh_run, [WarmStart()]))
+        if config.kl_penalty_coef > 0:
+            setup.append(CreateReferenceClient())
+            adjust.append(ApplyKLPenalty())
+        return rl_workflow(factory, config.mode, setup=setup, adjust=adjust)
+
+    return build

@@ -1,0 +1,73 @@
+"""Settings the workflow families share, each declared once: the optimizer and its schedule, the
+chat renderer, and the data/loop keys of the supervised and preference workflows.
+
+A family's settings model (`kitchen.supervised.settings`, `kitchen.preference.settings`,
+`kitchen.rl.settings`) combines these with its own keys; a recipe's config subclasses it and sets
+its own defaults with `kitchen.config.defaults`, never by re-declaring a key.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from kitchen.config import Count, NonNegative, Rate, RunConfig
+from train_core.renderers.registry import renderer_names
+
+ADAM_KEYS = (
+    "learning_rate",
+    "lr_schedule",
+    "warmup_steps",
+    "adam_beta1",
+    "adam_beta2",
+    "adam_eps",
+    "weight_decay",
+    "grad_clip_norm",
+)
+"""The keys `kitchen.stages.training.adam_params` reads: a stage that calls it declares them."""
+
+
+class OptimizerSettings(RunConfig):
+    """AdamW and the learning-rate schedule."""
+
+    learning_rate: Rate = 1e-4
+    lr_schedule: Literal["linear", "cosine", "constant"] = "linear"
+    warmup_steps: NonNegative = 0
+    adam_beta1: float = Field(0.9, ge=0, lt=1)
+    adam_beta2: float = Field(0.95, ge=0, lt=1)
+    adam_eps: float = Field(1e-8, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    grad_clip_norm: float = Field(0.0, ge=0, description="0 disables clipping")
+
+
+class RendererSettings(RunConfig):
+    """The chat renderer that turns messages into tokens (and replies back into messages)."""
+
+    renderer: str | None = Field(None, description="renderer name; default: the one recommended for model_name")
+
+    @field_validator("renderer")
+    @classmethod
+    def _registered_renderer(cls, name: str | None) -> str | None:
+        names = renderer_names()
+        if name is not None and name not in names:
+            close = difflib.get_close_matches(name, names, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(f"unknown renderer {name!r}{hint} (registered: {', '.join(names)})")
+        return name
+
+
+class DatasetSettings(RunConfig):
+    """A train file (and optional held-out file) read in epochs of shuffled batches."""
+
+    dataset: str = Field(..., description="JSONL / JSON / parquet file, or a hub dataset name")
+    dataset_split: str = "train"
+    eval_dataset: str | None = Field(None, description="held-out file; none = no evaluation")
+    eval_split: str = "test"
+    batch_size: Count = 32
+    num_epochs: Count = 1
+    max_steps: int | None = Field(None, ge=1, description="stop after this many steps")
+    max_length: int | None = Field(1024, ge=2, description="tokens per sequence; longer ones are cut from the right")
+    save_every: NonNegative = Field(20, description="checkpoint every N steps; 0 = only the final one")
+    eval_every: NonNegative = Field(10, description="held-out evaluation every N steps and at the end; 0 = never")

@@ -1,0 +1,120 @@
+"""Train steps: AdamW settings of the step, and pipelined submit/collect (step i+1 is submitted
+before step i is awaited, as the Tinker SL loop does, so the backend never idles between steps)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import torch
+
+from kitchen.context import Context
+from kitchen.settings import ADAM_KEYS
+from kitchen.stage import Stage
+from train_core.schedules import lr_multiplier
+from train_core.supervised import mean_nll
+from train_core.types import AdamParams, Datum, ForwardBackwardOutput, OptimStepOutput
+
+
+def adam_params(ctx: Context) -> AdamParams:
+    """AdamW settings of the current step, with the config's LR schedule applied. A stage that
+    calls this declares `kitchen.settings.ADAM_KEYS` among its `config_keys`."""
+    config = ctx.config
+    multiplier = lr_multiplier(config.lr_schedule, ctx.step, ctx.total_steps or 1, config.warmup_steps)
+    return AdamParams(
+        learning_rate=config.learning_rate * multiplier,
+        beta1=config.adam_beta1,
+        beta2=config.adam_beta2,
+        eps=config.adam_eps,
+        weight_decay=config.weight_decay,
+        grad_clip_norm=config.grad_clip_norm,
+    )
+
+
+@dataclass
+class PendingStep:
+    step: int
+    batch: list[Datum]
+    learning_rate: float
+    forward_backward: Awaitable[ForwardBackwardOutput]
+    optim: Awaitable[OptimStepOutput]
+    submitted_at: float
+
+
+def put_in_flight(
+    ctx: Context,
+    params: AdamParams,
+    forward_backward: Awaitable[ForwardBackwardOutput],
+    optim: Awaitable[OptimStepOutput],
+) -> None:
+    """Track a submitted step in `inflight`; its metrics row waits until it is collected."""
+    ctx.metrics.hold(ctx.step)
+    pending = PendingStep(ctx.step, ctx["batch"], params.learning_rate, forward_backward, optim, time.perf_counter())
+    ctx["inflight"] = [*(ctx.get("inflight") or []), pending]
+
+
+class SubmitTrainStep(Stage):
+    """Submit forward_backward(cross_entropy) and optim_step for the batch; do not wait."""
+
+    reads = ("training_client", "batch")
+    writes = ("inflight",)
+    calls = ("TrainingClient.forward_backward", "TrainingClient.optim_step")
+    config_keys = ADAM_KEYS
+
+    async def run(self, ctx: Context) -> None:
+        client = ctx["training_client"]
+        params = adam_params(ctx)
+        fb = await client.forward_backward(ctx["batch"], "cross_entropy")
+        put_in_flight(ctx, params, fb, await client.optim_step(params))
+
+
+def supervised_step_metrics(pending: PendingStep, output: ForwardBackwardOutput) -> dict[str, float]:
+    """Mean NLL and token counts of a cross-entropy step, from the returned logprobs."""
+    logprobs_D = [out["logprobs"].to_torch() for out in output.loss_fn_outputs]
+    weights_D = [datum.loss_fn_inputs["weights"].to_torch() for datum in pending.batch]
+    return {
+        "train_mean_nll": mean_nll(logprobs_D, weights_D),
+        "num_sequences": len(pending.batch),
+        "num_tokens": sum(int(w.numel()) for w in weights_D),
+        "num_loss_tokens": float(sum(torch.count_nonzero(w).item() for w in weights_D)),
+    }
+
+
+def loss_fn_metrics(pending: PendingStep, output: ForwardBackwardOutput) -> dict[str, float]:
+    """The metrics the loss function reported (e.g. a custom loss's `dpo_loss`, `accuracy`)."""
+    return dict(output.metrics)
+
+
+StepMetrics = Callable[[PendingStep, ForwardBackwardOutput], dict[str, float]]
+
+
+class CollectTrainStep(Stage):
+    """Await submitted steps, oldest first, until at most `keep` remain in flight, and record
+    each under its own step: `step_metrics` of its output, the learning rate and the optimizer's."""
+
+    reads = ("inflight",)
+    writes = ("inflight",)
+
+    def __init__(self, keep: int = 1, name: str | None = None, step_metrics: StepMetrics = supervised_step_metrics):
+        super().__init__(name)
+        self.keep = keep
+        self.step_metrics = step_metrics
+
+    async def run(self, ctx: Context) -> None:
+        inflight: list[PendingStep] = list(ctx["inflight"])
+        while len(inflight) > self.keep:
+            pending = inflight.pop(0)
+            fb_out = await pending.forward_backward
+            optim_out = await pending.optim
+            ctx.record(
+                {
+                    **self.step_metrics(pending, fb_out),
+                    "learning_rate": pending.learning_rate,
+                    "time/step_latency": time.perf_counter() - pending.submitted_at,
+                    **{f"optim/{k}": v for k, v in optim_out.metrics.items()},
+                },
+                step=pending.step,
+            )
+            ctx.metrics.release(pending.step)
+        ctx["inflight"] = inflight

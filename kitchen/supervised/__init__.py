@@ -1,0 +1,1 @@
+"""Supervised fine-tuning: settings, stages and the workflow (`supervised_workflow`)."""

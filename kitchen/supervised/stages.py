@@ -1,0 +1,100 @@
+"""Stages of the supervised workflow: load the data set into datums, take the step's batch, and
+measure held-out NLL. The train step itself is the shared `kitchen.stages.training` pair."""
+
+from __future__ import annotations
+
+from kitchen.context import Context
+from kitchen.datasets import load_records
+from kitchen.errors import DataError
+from kitchen.stage import Stage
+from kitchen.supervised.examples import ExampleBuilder
+from train_core.batching import batch_for_step, batches_per_epoch
+from train_core.supervised import SequenceTooShortError, datum_from_tokens_weights, mean_nll
+from train_core.types import Datum
+
+
+class LoadSupervisedData(Stage):
+    """Load, tokenize and shift the train (and optional eval) records into datums, up front, so
+    bad data fails before any training; also decides the number of optimizer steps."""
+
+    writes = ("train_data", "eval_data", "num_steps")
+    config_keys = (
+        "dataset",
+        "dataset_split",
+        "eval_dataset",
+        "eval_split",
+        "batch_size",
+        "num_epochs",
+        "max_steps",
+        "max_length",
+    )
+
+    def __init__(self, builder: ExampleBuilder, needs_renderer: bool = False, name: str | None = None):
+        super().__init__(name)
+        self.builder = builder
+        self.reads = ("tokenizer", "renderer") if needs_renderer else ("tokenizer",)
+
+    def _load(self, ctx: Context, source: str, split: str) -> list[Datum]:
+        required = getattr(self.builder, "required_any", ())
+        records = load_records(source, split=split, required_any=required)
+        renderer = ctx["renderer"] if "renderer" in self.reads else None
+        data = []
+        for index, record in enumerate(records):
+            try:
+                tokens, weights = self.builder(record, ctx["tokenizer"], renderer)
+                data.append(datum_from_tokens_weights(tokens, weights, ctx.config.max_length))
+            except SequenceTooShortError as exc:
+                raise DataError(f"{source} record {index + 1}: {exc}") from None
+            except (KeyError, TypeError, ValueError) as exc:
+                raise DataError(f"{source} record {index + 1}: cannot build an example: {exc}") from None
+        return data
+
+    async def run(self, ctx: Context) -> None:
+        config = ctx.config
+        train = self._load(ctx, config.dataset, config.dataset_split)
+        per_epoch = batches_per_epoch(len(train), config.batch_size)
+        if per_epoch == 0:
+            raise DataError(
+                f"{config.dataset}: {len(train)} examples are fewer than one batch (batch_size={config.batch_size})"
+            )
+        num_steps = per_epoch * config.num_epochs
+        if config.max_steps is not None:
+            num_steps = min(num_steps, config.max_steps)
+        ctx["train_data"] = train
+        ctx["eval_data"] = self._load(ctx, config.eval_dataset, config.eval_split) if config.eval_dataset else []
+        ctx["num_steps"] = num_steps
+        ctx.log.info("data.loaded", train=len(train), eval=len(ctx["eval_data"]), num_steps=num_steps)
+
+
+class GetSupervisedBatch(Stage):
+    """The batch of the current step: the epoch's seeded shuffle, full batches only, so a
+    resumed run sees exactly the batches an uninterrupted run would."""
+
+    reads = ("train_data",)
+    writes = ("batch",)
+    config_keys = ("batch_size", "seed")
+
+    async def run(self, ctx: Context) -> None:
+        data = ctx["train_data"]
+        epoch, batch_index, indices = batch_for_step(ctx.step, len(data), ctx.config.batch_size, ctx.config.seed)
+        ctx["batch"] = [data[i] for i in indices]
+        ctx.record({"epoch": epoch, "batch": batch_index, "progress": (ctx.step + 1) / (ctx.total_steps or 1)})
+
+
+class EvaluateNLL(Stage):
+    """Held-out mean NLL with a forward pass (no gradients), queued after the step's update."""
+
+    reads = ("training_client", "eval_data")
+    calls = ("TrainingClient.forward",)
+    config_keys = ("batch_size",)
+
+    async def run(self, ctx: Context) -> None:
+        data = ctx["eval_data"]
+        if not data:
+            return
+        client = ctx["training_client"]
+        size = ctx.config.batch_size
+        futures = [await client.forward(data[i : i + size], "cross_entropy") for i in range(0, len(data), size)]
+        logprobs_D = [out["logprobs"].to_torch() for fut in futures for out in (await fut).loss_fn_outputs]
+        weights_D = [datum.loss_fn_inputs["weights"].to_torch() for datum in data]
+        ctx.record({"eval/nll": mean_nll(logprobs_D, weights_D)})

@@ -1,1 +1,0 @@
-"""Built-in workflows: declarative trees of built-in stages that recipes select."""
