@@ -7,7 +7,7 @@ from typing import Any
 from kitchen.backends import get_backend_spec
 from kitchen.errors import ConfigError
 from kitchen.recipe import Recipe
-from kitchen.workflow import Workflow
+from kitchen.workflow import Workflow, check_config_keys
 
 BOUND_PORTS = ("service",)
 
@@ -23,6 +23,8 @@ def validate_recipe(recipe: Recipe, config: Any) -> Workflow:
     """Build the workflow, check its wiring and the config keys its stages read against the
     recipe's initial state and config class, and check that the configured backend supports
     every call its stages make. Raises a KitchenError on a problem."""
+    builder_keys = getattr(recipe.workflow, "config_keys", ())
+    check_config_keys(((f"recipe {recipe.name!r}'s workflow builder", key) for key in builder_keys), type(config))
     workflow = recipe.workflow(config)
     workflow.validate(recipe.initial_state(config).keys(), BOUND_PORTS, type(config))
     problems = backend_problems(workflow, config)

@@ -7,9 +7,9 @@ written before (or is in the initial state), every port it needs is bound, and n
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
@@ -84,7 +84,7 @@ class Workflow:
         # the initial state.
         _check_nodes(self.finally_, set(initial_keys), set(bound_ports), names, where="finally_")
         if config_cls is not None:
-            _check_config_keys(self, config_cls)
+            check_config_keys(self.config_keys(), config_cls)
 
     def config_keys(self) -> Iterator[tuple[str, str]]:
         """(reader, key) for every config key a stage, loop count or `When` predicate reads."""
@@ -101,8 +101,9 @@ def _has_key(config_cls: type[BaseModel], key: str) -> bool:
     return key in config_cls.model_fields or isinstance(getattr(config_cls, key, None), property)
 
 
-def _check_config_keys(workflow: Workflow, config_cls: type[BaseModel]) -> None:
-    for reader, key in workflow.config_keys():
+def check_config_keys(readers: Iterable[tuple[str, str]], config_cls: type[BaseModel]) -> None:
+    """Raise WiringError for the first (reader, key) whose key `config_cls` does not define."""
+    for reader, key in readers:
         if not _has_key(config_cls, key):
             raise WiringError(
                 f"{reader} reads config key {key!r}, which config class {config_cls.__name__} does not define "
@@ -192,6 +193,19 @@ class ConfigPredicate:
     @property
     def __name__(self) -> str:
         return self.description
+
+
+@dataclass(frozen=True)
+class WorkflowBuilder:
+    """A recipe's `workflow(config)` that reads config keys to choose the workflow's shape (a
+    mode, optional stages), declared so they are checked before it is called."""
+
+    description: str
+    config_keys: tuple[str, ...]
+    build: Callable[[Any], Workflow]
+
+    def __call__(self, config: Any) -> Workflow:
+        return self.build(config)
 
 
 def every(config_key: str, include_last: bool = False) -> ConfigPredicate:

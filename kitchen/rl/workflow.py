@@ -14,7 +14,7 @@ train step (a KL penalty, a teacher's KL), `after_update` stages run after each 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from kitchen.context import Context
@@ -35,7 +35,7 @@ from kitchen.rl.update import ApplyKLPenalty, AssembleData, ComputeAdvantages, R
 from kitchen.rl.warm_start import WarmStart
 from kitchen.stages.checkpoint import SaveCheckpoint
 from kitchen.stages.setup import CloseBackend, CreateReferenceClient, CreateTrainingClient, GetTokenizer, MakeRenderer
-from kitchen.workflow import Loop, Node, Parallel, When, Workflow, every
+from kitchen.workflow import Loop, Node, Parallel, When, Workflow, WorkflowBuilder, every
 from train_core.rl.task import RLTaskFactory
 
 
@@ -94,7 +94,7 @@ def rl_workflow(
     )
 
 
-def rl_workflow_for(factory: RLTaskFactory) -> Callable[[Any], Workflow]:
+def rl_workflow_for(factory: RLTaskFactory) -> WorkflowBuilder:
     """A recipe's `workflow(config)`: its mode, plus the warm start and KL penalty it asks for.
 
     The reference the KL penalty pulls towards is the policy as RL begins (after a warm start)."""
@@ -109,4 +109,4 @@ def rl_workflow_for(factory: RLTaskFactory) -> Callable[[Any], Workflow]:
             adjust.append(ApplyKLPenalty())
         return rl_workflow(factory, config.mode, setup=setup, adjust=adjust)
 
-    return build
+    return WorkflowBuilder("rl", ("mode", "warm_start_steps", "kl_penalty_coef"), build)

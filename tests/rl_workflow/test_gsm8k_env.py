@@ -42,7 +42,7 @@ def test_bad_records_name_file_and_line(tmp_path: Path, line: str, message: str)
 
 
 def test_missing_file_is_a_data_error(tmp_path: Path) -> None:
-    with pytest.raises(InvalidInputError, match="absent.jsonl: no such file"):
+    with pytest.raises(InvalidInputError, match=r"absent\.jsonl: no such file"):
         load_word_problems(str(tmp_path / "absent.jsonl"))
 
 
