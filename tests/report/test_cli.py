@@ -38,6 +38,8 @@ def test_runs_lists_newest_first_with_headlines(runs_root: Path, tmp_path: Path,
     folder = tmp_path / "runs"
     for age, name in enumerate(["math_rl", "dpo", "sl_basic"]):
         run = copy_run(runs_root / name, folder / name)
+        if name == "math_rl":
+            crash(run)
         for path in run.rglob("*"):
             os.utime(path, (1_700_000_000 - age * 100, 1_700_000_000 - age * 100))
     (folder / "not_a_run").mkdir()
