@@ -10,8 +10,9 @@ from kitchen.report.rundata import load_run
 from kitchen.report.samples import Caps, read_preference_examples, read_transcripts
 
 
-def write_report(run_path: Path, out: Path | None, now: float, caps: Caps = Caps()) -> Path:
+def write_report(run_path: Path, out: Path | None, now: float, caps: Caps | None = None) -> Path:
     """Write the report of `run_path` to `out` (default RUN_DIR/report.html) and return its path."""
+    caps = caps or Caps()
     run = load_run(run_path, now)
     page = render_report(
         run,

@@ -127,7 +127,9 @@ def _time_chart(rows: list[dict[str, Any]], keys: list[str], stages: list[str], 
     x = [int(row["step"]) for row in rows]
     ys = [[metric_value(row.get(key)) or 0.0 for row in rows] for key in stacked]
     x, ys = _mean_buckets(x, ys, limit)
-    series = [Series(key[len("time/") :], "train", x, [_round(v) for v in y]) for key, y in zip(stacked, ys, strict=True)]
+    series = [
+        Series(key[len("time/") :], "train", x, [_round(v) for v in y]) for key, y in zip(stacked, ys, strict=True)
+    ]
     return Chart("seconds per step by stage", "Time", series, stacked=True)
 
 

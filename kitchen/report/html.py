@@ -33,7 +33,7 @@ def format_duration(seconds: float | None) -> str:
         return "unknown"
     if seconds < 60:
         return f"{seconds:.1f} s"
-    minutes, secs = divmod(int(round(seconds)), 60)
+    minutes, secs = divmod(round(seconds), 60)
     if minutes < 60:
         return f"{minutes} min {secs:02d} s"
     hours, minutes = divmod(minutes, 60)
@@ -96,7 +96,7 @@ def _summary(run: RunData, now: float) -> str:
     notes = _status_note(run, now)
     if run.bad_lines:
         skipped = ", ".join(f"{count} in {name}" for name, count in run.bad_lines.items())
-        notes += f'<div class="note warn">Skipped unreadable lines (torn by a crash or corrupt): {escape(skipped)}.</div>'
+        notes += f'<div class="note warn">Skipped unreadable lines (torn or corrupt): {escape(skipped)}.</div>'
     return f'<section id="summary"><dl class="facts">{cells}</dl>{notes}</section>'
 
 
@@ -112,7 +112,7 @@ def _charts(charts: list[Chart]) -> str:
         indices = [i for i, chart in enumerate(charts) if chart.family == family]
         if not indices:
             continue
-        parts.append(f"<h3>{escape(family)}</h3><div class=\"grid\">")
+        parts.append(f'<h3>{escape(family)}</h3><div class="grid">')
         for i in indices:
             parts.append(
                 f'<figure class="card chart" data-chart="{i}"><figcaption>{escape(charts[i].title)}</figcaption>'
@@ -128,7 +128,7 @@ def _checkpoints(run: RunData) -> str:
         return '<section id="checkpoints"><h2>Checkpoints</h2><p class="muted">No checkpoint saved yet.</p></section>'
     rows = "".join(
         "<tr>"
-        f"<td>{escape(r.name)}</td><td class=\"num\">{r.step}</td>"
+        f'<td>{escape(r.name)}</td><td class="num">{r.step}</td>'
         f"<td>{escape(', '.join(f'{k}={v}' for k, v in r.loops.items()) or '-')}</td>"
         f"<td>{escape(', '.join(r.state) or '-')}</td>"
         f'<td class="path">{escape(r.state_path or "-")}</td><td class="path">{escape(r.sampler_path or "-")}</td>'
@@ -255,7 +255,7 @@ def render_report(
         f'<header><div><h1>{escape(run.path.name)}</h1><p class="path">{escape(str(run.path.resolve()))}</p></div>'
         f'<span class="badge {escape(run.status.state)}">{escape(run.status.label)}</span></header>'
         f"<nav>{nav}</nav><main>{''.join(sections)}</main>"
-        f'<footer>kitchen report · generated {escape(_when(now))}</footer>'
+        f"<footer>kitchen report · generated {escape(_when(now))}</footer>"
         f'<script type="application/json" id="report-data">{embed_json(data)}</script>'
         f"<script>{_asset('report.js')}</script></body></html>\n"
     )

@@ -64,8 +64,9 @@ def clip(text: Any, limit: int) -> str:
 
 
 def _turn(raw: Any, caps: Caps) -> dict[str, Any]:
-    turn = raw if isinstance(raw, dict) else {}
-    metrics = turn.get("metrics") if isinstance(turn.get("metrics"), dict) else {}
+    turn: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    metrics = turn.get("metrics")
+    metrics = metrics if isinstance(metrics, dict) else {}
     return {
         "observation": clip(turn.get("observation"), caps.chars),
         "action": clip(turn.get("action"), caps.chars),
@@ -77,9 +78,10 @@ def _turn(raw: Any, caps: Caps) -> dict[str, Any]:
 
 def _group(records: list[dict[str, Any]], caps: Caps) -> dict[str, Any]:
     """A group's trajectories; a prompt every trajectory starts from is shown once, on the group."""
-    trajectories = []
+    trajectories: list[dict[str, Any]] = []
     for record in records:
-        turns = record.get("turns") if isinstance(record.get("turns"), list) else []
+        turns = record.get("turns")
+        turns = turns if isinstance(turns, list) else []
         advantage = record.get("advantage", record.get("advantages"))
         trajectories.append(
             {
@@ -95,7 +97,8 @@ def _group(records: list[dict[str, Any]], caps: Caps) -> dict[str, Any]:
         for traj in trajectories:
             traj["turns"][0]["observation"] = None
     first = records[0]
-    tags = first.get("tags") if isinstance(first.get("tags"), list) else []
+    tags = first.get("tags")
+    tags = tags if isinstance(tags, list) else []
     return {
         "group": first.get("group"),
         "tags": [str(tag) for tag in tags],

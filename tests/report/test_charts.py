@@ -63,7 +63,7 @@ def test_families() -> None:
 
 
 def test_every_numeric_key_is_plotted_and_strings_are_not() -> None:
-    rows = [{"step": 0, "x": 1.0, "note": "text", "y": "nan"}, {"step": 1, "y": 2.0}]
+    rows: list[dict[str, Any]] = [{"step": 0, "x": 1.0, "note": "text", "y": "nan"}, {"step": 1, "y": 2.0}]
     charts = _charts(rows)
     assert set(charts) == {"x", "y"}
     assert charts["y"].series[0].x == [1]

@@ -34,7 +34,9 @@ def test_bad_folder_is_one_line_and_exit_2(command: str, tmp_path: Path, capsys:
     assert err.startswith("kitchen: error: ") and err.count("\n") == 1 and str(target) in err
 
 
-def test_runs_lists_newest_first_with_headlines(runs_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_runs_lists_newest_first_with_headlines(
+    runs_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     folder = tmp_path / "runs"
     for age, name in enumerate(["math_rl", "dpo", "sl_basic"]):
         run = copy_run(runs_root / name, folder / name)

@@ -20,8 +20,8 @@ def page_data(page: str) -> dict[str, Any]:
     return json.loads(match[1])
 
 
-def report(run: Path, tmp_path: Path, caps: Caps = Caps(), later: float = 0.0) -> str:
-    return write_report(run, tmp_path / "report.html", time.time() + later, caps).read_text()
+def report(run: Path, tmp_path: Path, later: float = 0.0) -> str:
+    return write_report(run, tmp_path / "report.html", time.time() + later).read_text()
 
 
 def test_default_output_is_inside_the_run_dir(sl_run: Path, tmp_path: Path) -> None:
@@ -55,7 +55,13 @@ def test_dpo_report_has_preference_plots_and_the_examples_hook(dpo_run: Path, tm
 def test_dpo_examples_are_shown_when_the_run_has_them(dpo_run: Path, tmp_path: Path) -> None:
     run = copy_run(dpo_run, tmp_path / "run")
     (run / "preference_examples").mkdir()
-    example = {"prompt": "2+2?", "chosen": "4, thanks", "rejected": "<i>4</i>", "chosen_reward": 1.5, "rejected_reward": -0.5}
+    example = {
+        "prompt": "2+2?",
+        "chosen": "4, thanks",
+        "rejected": "<i>4</i>",
+        "chosen_reward": 1.5,
+        "rejected_reward": -0.5,
+    }
     (run / "preference_examples" / "step_000003.jsonl").write_text(json.dumps(example) + "\n")
     data = page_data(report(run, tmp_path))
     [step] = data["browsers"]["preferences"]

@@ -124,4 +124,3 @@ def test_failed_run_names_the_stage(tmp_path: Path) -> None:
     status = load_run(tmp_path / "r", time.time()).status
     assert status.state == "failed" and status.failed_stage == "load_supervised_data"
     assert "line 2" in (status.error or "")
-
