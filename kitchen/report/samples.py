@@ -23,7 +23,7 @@ _STEP_FILE = re.compile(r"^step_(\d+)\.jsonl$")
 class Caps:
     """How much of the per-step samples a report embeds."""
 
-    steps: int = 200
+    steps: int = 100
     per_step: int = 16
     chars: int = 2000
 
