@@ -1,4 +1,4 @@
-"""The `kitchen` command: run / ls / show / validate.
+"""The `kitchen` command: run / ls / show / validate / report / runs.
 
 Bad input (config, data, wiring) prints one line on stderr and exits 2; `--debug` shows the
 traceback instead.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -32,6 +33,11 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("ls", help="list recipes and their shipped configs")
     with_config(commands.add_parser("show", help="print a recipe's workflow tree"))
     with_config(commands.add_parser("validate", help="check config and workflow wiring; calls no backend"))
+    report = commands.add_parser("report", help="write a self-contained HTML report of a run directory")
+    report.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    report.add_argument("--out", type=Path, help="HTML file to write (default RUN_DIR/report.html)")
+    runs = commands.add_parser("runs", help="list the runs under a folder, newest first")
+    runs.add_argument("folder", type=Path, nargs="?", default=Path("runs"), metavar="DIR", help="default: runs/")
     return parser
 
 
@@ -56,9 +62,29 @@ def _validate(recipe: Recipe, args: argparse.Namespace) -> None:
     print(f"ok: {recipe.name} config is valid and workflow {workflow.name!r} ({stages} stages) is wired correctly")
 
 
+def _report(args: argparse.Namespace) -> None:
+    from kitchen.report.build import write_report
+
+    path = write_report(args.run_dir, args.out, time.time())
+    print(f"report written: {path}")
+
+
+def _runs(args: argparse.Namespace) -> None:
+    from kitchen.report.runs import format_runs, list_runs
+
+    lines = list_runs(args.folder, time.time())
+    print(format_runs(lines) if lines else f"no runs under {args.folder}")
+
+
 def _dispatch(args: argparse.Namespace) -> None:
     if args.command == "ls":
         _ls()
+        return
+    if args.command == "report":
+        _report(args)
+        return
+    if args.command == "runs":
+        _runs(args)
         return
     recipe = get_recipe(args.recipe)
     if args.command == "show":

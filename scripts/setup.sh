@@ -25,4 +25,12 @@ else
 fi
 
 "${pip[@]}" -e ".[test,dev]"
+
+# Headless Chromium for the report's browser tests (tests/report/test_browser.py skips without
+# one). Only as root with apt-get; a failed install never fails setup.
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "setup: installing chromium for the report browser tests"
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >/dev/null 2>&1 ||
+    echo "setup: chromium install failed; the report browser tests will be skipped"
+fi
 echo "setup: done (.venv)"

@@ -1,0 +1,2 @@
+"""Run reports: a self-contained HTML page per run directory (`kitchen report`) and a one-line
+summary per run (`kitchen runs`)."""
