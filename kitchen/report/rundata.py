@@ -16,9 +16,9 @@ from typing import Any, Literal
 
 import yaml
 
+from kitchen.checkpoints import CheckpointRecord
 from kitchen.errors import KitchenError
 from kitchen.launch import RunDir
-from train_core.checkpoints import CheckpointRecord
 
 State = Literal["finished", "failed", "interrupted", "running"]
 

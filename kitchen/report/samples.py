@@ -109,7 +109,7 @@ def _group(records: list[dict[str, Any]], caps: Caps) -> dict[str, Any]:
 
 
 def read_transcripts(run_path: Path, caps: Caps) -> StepSamples:
-    """RL transcripts by step, grouped as sampled (see kitchen/stages/rl/transcripts.py)."""
+    """RL transcripts by step, grouped as sampled (see `group_transcripts` in kitchen/rl/sampling.py)."""
     files = step_files(run_path / TRANSCRIPTS_DIR)
     steps, left_out, bad = [], 0, 0
     for step, path in spread(files, caps.steps):
