@@ -132,12 +132,14 @@ def test_bad_settings_fail_before_the_run_naming_the_key(tmp_path: Path, overrid
         )
 
 
-def test_a_step_with_only_constant_groups_skips_the_update(tmp_path: Path) -> None:
+def test_a_step_with_only_constant_groups_trains_on_the_first_one(tmp_path: Path) -> None:
+    """`remove_constant_reward_groups` keeps one group when all are constant, and its zero-advantage
+    datums are trained on (as the reference does), not silently dropped at assembly."""
     backend = noop_backend(tmp_path)
     _, rows = run_toy(tmp_path, "constant_reward=true", "remove_constant_reward_groups=true", backend=backend)
     assert [row["by_group/frac_all_bad"] for row in rows] == [1.0] * 4
-    assert all(row["num_datums"] == 0 and "optim/kl_sample_train_v2" not in row for row in rows)
-    assert not [c for c in backend.calls if c.method in ("forward_backward", "optim_step")]
+    assert all(row["num_datums"] == 4 and "optim/kl_sample_train_v2" in row for row in rows)  # group_size 4
+    assert len([c for c in backend.calls if c.method == "forward_backward"]) == len(rows)
 
 
 def test_warm_start_trains_on_demonstrations_then_resets_the_optimizer(tmp_path: Path) -> None:

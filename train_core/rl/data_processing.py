@@ -86,13 +86,14 @@ def assemble_training_data(
 ) -> tuple[list[Datum], list[DatumMetadata]]:
     """Datums for a batch, with the `group_idx` and `traj_idx` each came from.
 
-    A group whose advantages are all zero carries no gradient, so it contributes no datums.
+    Every group contributes, including those whose advantages are all zero (singletons, constant
+    rewards): a KL penalty, or a loss with a drift term such as `dro`, still trains on them, and
+    they count in the batch's `kl_policy_base`. Drop them beforehand with
+    `remove_constant_reward_groups` when that is wanted.
     """
     data_D: list[Datum] = []
     metadata_D: list[DatumMetadata] = []
     for group_idx, (group, advantages_G) in enumerate(zip(groups_P, advantages_P, strict=True)):
-        if not bool(torch.any(advantages_G != 0)):
-            continue
         for traj_idx, (traj, advantage) in enumerate(zip(group.trajectories_G, advantages_G.tolist(), strict=True)):
             new_data = trajectory_to_data(traj, float(advantage))
             data_D += new_data

@@ -13,7 +13,7 @@ class RLTrainStep(Stage):
     `num_substeps` pipelined optimizer steps; then compare the training logprobs with the
     sampling ones (`optim/kl_sample_train_v1|v2`, `optim/entropy`).
 
-    A batch with no datums (every group had constant rewards) skips the update.
+    A batch with no datums (no trajectory had a token to train) skips the update.
     """
 
     reads = ("rl_data", "training_client")
@@ -23,7 +23,7 @@ class RLTrainStep(Stage):
         config = ctx.config
         data_D = ctx["rl_data"]
         if not data_D:
-            ctx.log.warning("train_step.skipped", step=ctx.step, reason="no datums: every group had constant rewards")
+            ctx.log.warning("train_step.skipped", step=ctx.step, reason="no datums: no trajectory had a token to train")
             return
         chunks = split_evenly([remove_mask(d) for d in data_D], config.num_substeps)
         results = await train_in_chunks(
