@@ -40,7 +40,8 @@ def reject_unsupported(
     """Fails loudly on a field a format cannot express, rather than silently dropping it."""
     for field in fields:
         if message.get(field):
-            raise RendererError(f"{renderer} cannot render {field!r} (message {index}, role {message['role']!r}); {hint}")
+            role = message["role"]
+            raise RendererError(f"{renderer} cannot render {field!r} (message {index}, role {role!r}); {hint}")
 
 
 def reject_thinking(renderer: str, thinking_renderer: str, messages: Sequence[Message]) -> None:

@@ -46,7 +46,11 @@ EMPTY_THINK_BLOCK: tuple[Part, ...] = (THINK, "\n\n", END_THINK, "\n\n")
 _TOOL_CALL_RE = re.compile(re.escape(TOOL_CALL.text) + r"(.*?)" + re.escape(END_TOOL_CALL.text), re.DOTALL)
 
 ThinkingMode = Literal["thinking", "disabled", "instruct"]
-_NAMES: dict[ThinkingMode, str] = {"thinking": "qwen3", "disabled": "qwen3_disable_thinking", "instruct": "qwen3_instruct"}
+_NAMES: dict[ThinkingMode, str] = {
+    "thinking": "qwen3",
+    "disabled": "qwen3_disable_thinking",
+    "instruct": "qwen3_instruct",
+}
 
 
 class Qwen3Renderer(SpanRenderer):

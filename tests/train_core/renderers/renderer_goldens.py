@@ -2,9 +2,9 @@
 
 CHAT has a system message, two turns and thinking; TOOLS has a tool call with thinking, a tool
 result and a final answer. llama3, role_colon and the thinking-disabled renderers have no
-thinking format (they get the conversations without it) and role_colon has no tool format. Each entry holds the supervised
-example, the part of it trained under LAST_ASSISTANT_MESSAGE, and the generation prompt for the
-conversation without its last message."""
+thinking format (they get the conversations without it) and role_colon has no tool format. Each
+entry holds the supervised example, the part of it trained under LAST_ASSISTANT_MESSAGE, and the
+generation prompt for the conversation without its last message."""
 
 from __future__ import annotations
 

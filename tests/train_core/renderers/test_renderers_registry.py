@@ -182,6 +182,7 @@ def test_qwen3_disable_thinking_strips_the_replys_leading_newlines(tokenizer: Pr
     messages = [Message(role="user", content="Hi"), Message(role="assistant", content="\n  Hello  \n")]
     model_input, weights = renderer.build_supervised_example(messages)
     tokens = model_input.to_ints()
-    assert decode_text(tokenizer, tokens).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n  Hello  \n<|im_end|>")
+    expected_tail = "<|im_start|>assistant\n<think>\n\n</think>\n\n  Hello  \n<|im_end|>"
+    assert decode_text(tokenizer, tokens).endswith(expected_tail)
     trained = [t for t, w in zip(tokens, weights, strict=True) if w]
     assert decode_text(tokenizer, trained) == "  Hello  \n<|im_end|>"
