@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from kitchen.config import Count, NonNegative, OptimizerConfig, Rate
 from kitchen.errors import KitchenError
-from train_core.losses import get_loss_fn
+from train_core.losses import RL_LOSS_NAMES, get_loss_fn
 
 
 class StreamMinibatchConfig(BaseModel):
@@ -37,8 +37,8 @@ class RLConfig(OptimizerConfig):
     lr_schedule: Literal["linear", "cosine", "constant"] = "constant"
     max_tokens: Count = Field(16, description="sampled tokens per turn")
     temperature: float = Field(1.0, ge=0)
-    loss_fn: str = Field("importance_sampling", description="importance_sampling, ppo, cispo or dro")
-    loss_fn_config: dict[str, float] | None = Field(None, description="e.g. ppo clip thresholds, dro beta")
+    loss_fn: str = Field("importance_sampling", description=f"one of {', '.join(RL_LOSS_NAMES)}")
+    loss_fn_config: dict[str, float] | None = Field(None, description="e.g. ppo/gspo clip thresholds, dro beta")
     kl_penalty_coef: float = Field(0.0, ge=0, description="KL penalty against the reference model; 0 = off")
     kl_discount_factor: float = Field(0.0, ge=0, lt=1)
     num_substeps: Count = Field(1, description="optimizer steps per batch")
@@ -59,8 +59,8 @@ class RLConfig(OptimizerConfig):
             get_loss_fn(name)
         except KitchenError as exc:
             raise ValueError(str(exc)) from None
-        if name == "cross_entropy":
-            raise ValueError("cross_entropy is a supervised loss; RL needs importance_sampling, ppo, cispo or dro")
+        if name not in RL_LOSS_NAMES:
+            raise ValueError(f"{name} is a supervised loss; RL needs one of {', '.join(RL_LOSS_NAMES)}")
         return name
 
     @field_validator("loss_fn_config")

@@ -143,5 +143,5 @@ class SampleResult:
     sequences: list[TokensWithLogprobs]
 
 
-LossFnName = Literal["cross_entropy", "importance_sampling", "ppo", "cispo", "dro"]
-LOSS_FN_NAMES: tuple[str, ...] = ("cross_entropy", "importance_sampling", "ppo", "cispo", "dro")
+LossFnName = Literal["cross_entropy", "importance_sampling", "ppo", "cispo", "dro", "gspo"]
+LOSS_FN_NAMES: tuple[str, ...] = ("cross_entropy", "importance_sampling", "ppo", "cispo", "dro", "gspo")

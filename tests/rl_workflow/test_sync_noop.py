@@ -85,6 +85,14 @@ def test_loss_fn_and_substeps_follow_the_config(tmp_path: Path) -> None:
     assert all(row["optim/substeps"] == 2 for row in rows)
 
 
+def test_gspo_gets_the_action_mask_as_its_sequence_ratio_mask(tmp_path: Path) -> None:
+    """The noop backend checks inputs as the local one does: without the mask the run would fail."""
+    backend = noop_backend(tmp_path)
+    _, rows = run_toy(tmp_path, "loss_fn=gspo", "turns=2", backend=backend)
+    fbs = [c for c in backend.calls if c.method == "forward_backward"]
+    assert len(fbs) == len(rows) and {c.summary["loss_fn"] for c in fbs} == {"gspo"}
+
+
 def test_multi_turn_episodes_train_as_one_datum_each(tmp_path: Path) -> None:
     _, rows = run_toy(tmp_path, "turns=3")
     for row in rows:
@@ -121,6 +129,7 @@ def test_resume_after_a_crash_matches_an_uninterrupted_run(tmp_path: Path, extra
         ("max_tokens=0", "max_tokens"),
         ("group_size=0", "group_size"),
         ("loss_fn=reinforce", "unknown loss_fn 'reinforce'"),
+        ("loss_fn=cross_entropy", "RL needs one of importance_sampling, ppo, cispo, dro, gspo"),
         ("loss_fn_config.clip_low=0.5", "does not accept loss_fn_config keys ['clip_low']"),
         ("async_config.max_steps_off_policy=-1", "max_steps_off_policy"),
     ],

@@ -83,7 +83,7 @@ class StreamRolloutsAndTrain(Stage):
                     if data_D:
                         fb_futures.append(
                             await client.forward_backward(
-                                [remove_mask(d) for d in data_D], config.loss_fn, config.loss_fn_config
+                                [remove_mask(d, config.loss_fn) for d in data_D], config.loss_fn, config.loss_fn_config
                             )
                         )
                         trained_D += data_D

@@ -25,7 +25,7 @@ class RLTrainStep(Stage):
         if not data_D:
             ctx.log.warning("train_step.skipped", step=ctx.step, reason="no datums: no trajectory had a token to train")
             return
-        chunks = split_evenly([remove_mask(d) for d in data_D], config.num_substeps)
+        chunks = split_evenly([remove_mask(d, config.loss_fn) for d in data_D], config.num_substeps)
         results = await train_in_chunks(
             ctx["training_client"], chunks, config.loss_fn, config.loss_fn_config, adam_params(ctx)
         )

@@ -237,3 +237,11 @@ def test_remove_mask_drops_only_the_mask() -> None:
     assert set(stripped.loss_fn_inputs) == {"target_tokens", "logprobs", "advantages"}
     assert stripped.model_input == datum.model_input
     assert "mask" in datum.loss_fn_inputs  # the original is untouched
+
+
+def test_remove_mask_hands_gspo_the_mask_as_its_sequence_ratio_mask() -> None:
+    (datum,) = trajectory_to_data(trajectory(*TWO_TURNS), 0.5)
+    for_gspo = remove_mask(datum, "gspo")
+    assert set(for_gspo.loss_fn_inputs) == {"target_tokens", "logprobs", "advantages", "sequence_ratio_mask"}
+    assert for_gspo.loss_fn_inputs["sequence_ratio_mask"] == datum.loss_fn_inputs["mask"]
+    assert set(remove_mask(datum, "ppo").loss_fn_inputs) == {"target_tokens", "logprobs", "advantages"}
