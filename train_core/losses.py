@@ -6,7 +6,9 @@ way the Tinker service's do. Notation: `logprobs_T` is the current policy's logp
 token (carrying gradients), `sampling_logprobs_T` the sampler's, `advantages_T` the advantage of
 each token, `ratio_T = exp(logprobs_T - sampling_logprobs_T)`.
 
-A `LossSpec` binds a formula to the `loss_fn_inputs` keys it reads and the `loss_fn_config` keys
+Every loss but `gspo` is a sum of per-token terms; `gspo` couples the tokens of one datum (one
+sequence) through its sequence ratio, so its spec is `per_datum` and backends hand it each datum's
+length. A `LossSpec` binds a formula to the `loss_fn_inputs` keys it reads and the `loss_fn_config` keys
 it accepts; `get_loss_fn(name)` looks one up and fails loudly on unknown names, so a typo can
 never fall back to cross-entropy.
 """
@@ -14,7 +16,7 @@ never fall back to cross-entropy.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -76,6 +78,36 @@ def dro(
     return -(logprobs_T * advantages_T - 0.5 * beta * drift_T**2).sum()
 
 
+def gspo(
+    logprobs_T: torch.Tensor,
+    sampling_logprobs_T: torch.Tensor,
+    advantages_T: torch.Tensor,
+    sequence_ratio_mask_T: torch.Tensor,
+    clip_low_threshold: float = 1.0 - 3e-4,
+    clip_high_threshold: float = 1.0 + 4e-4,
+) -> torch.Tensor:
+    """GSPO-token, for one sequence (one datum), as the Tinker service defines it:
+
+        s   = exp(mean over M of (lp - q)),  M = tokens where sequence_ratio_mask != 0 (s = 1 if M is empty)
+        s_t = stopgrad(s) * exp(lp_t - stopgrad(lp_t))      # s's value, lp_t's own gradient
+        loss = -sum_t min(s_t * A_t, clip(s_t, low, high) * A_t)
+
+    Clipping the sequence ratio keeps or drops the whole sequence at once, where ppo clips tokens
+    one by one; per-token advantages still apply. Config: `clip_low_threshold` and
+    `clip_high_threshold` bound the ratio itself, as ppo's do; the defaults are the GSPO paper's
+    clip range (epsilon 3e-4 below, 4e-4 above). Tinker's published GSPO page gives the formula and
+    the `sequence_ratio_mask` input but, as far as we could read it, not its config keys or
+    defaults, and the tinker backend sends the config as given: set both thresholds when runs must
+    agree across backends.
+    """
+    in_ratio_T = sequence_ratio_mask_T != 0
+    drift_T = logprobs_T.detach() - sampling_logprobs_T
+    log_ratio = drift_T[in_ratio_T].mean() if bool(in_ratio_T.any()) else drift_T.new_zeros(())
+    ratio_T = torch.exp(log_ratio + logprobs_T - logprobs_T.detach())
+    clipped_ratio_T = torch.clamp(ratio_T, clip_low_threshold, clip_high_threshold)
+    return -torch.minimum(ratio_T * advantages_T, clipped_ratio_T * advantages_T).sum()
+
+
 TARGET_TOKENS = "target_tokens"
 """Every loss reads this key: the backend gathers `logprobs_T` at these token ids."""
 
@@ -100,6 +132,8 @@ class LossSpec:
     formula: Callable[..., torch.Tensor]
     input_keys: tuple[str, ...]
     """The `loss_fn_inputs` tensors passed to `formula` after `logprobs_T`, in order."""
+    per_datum: bool = False
+    """The formula couples the tokens of a datum, so it runs on each datum and the results add up."""
 
     @property
     def config_defaults(self) -> dict[str, float | None]:
@@ -134,14 +168,27 @@ class LossSpec:
         logprobs_T: torch.Tensor,
         inputs: Mapping[str, torch.Tensor],
         config: Mapping[str, float] | None = None,
+        lengths_D: Sequence[int] | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
-        """Compute the summed loss over all tokens given and its `loss:sum` metric."""
+        """Compute the summed loss over all tokens given and its `loss:sum` metric.
+
+        `lengths_D` splits the concatenated tokens into datums for a `per_datum` loss; None means
+        the tokens are one datum.
+        """
         require_inputs(inputs.keys(), self.input_keys, f"loss {self.name!r}", where="loss inputs")
-        loss = self.formula(logprobs_T, *(inputs[key] for key in self.input_keys), **self.resolve_config(config))
+        tensors = [logprobs_T, *(inputs[key] for key in self.input_keys)]
+        resolved = self.resolve_config(config)
+        if self.per_datum and lengths_D is not None:
+            datums = zip(*(tensor.split(list(lengths_D)) for tensor in tensors), strict=True)
+            loss = torch.stack([self.formula(*datum, **resolved) for datum in datums]).sum()
+        else:
+            loss = self.formula(*tensors, **resolved)
         return loss, {"loss:sum": float(loss.detach())}
 
 
 _RL_INPUTS = ("logprobs", "advantages")
+SEQUENCE_RATIO_MASK = "sequence_ratio_mask"
+"""The tokens whose ratios make up a sequence's ratio (gspo): the action tokens, in RL."""
 
 LOSS_SPECS: dict[str, LossSpec] = {
     spec.name: spec
@@ -151,13 +198,13 @@ LOSS_SPECS: dict[str, LossSpec] = {
         LossSpec("ppo", ppo, _RL_INPUTS),
         LossSpec("cispo", cispo, _RL_INPUTS),
         LossSpec("dro", dro, _RL_INPUTS),
+        LossSpec("gspo", gspo, (*_RL_INPUTS, SEQUENCE_RATIO_MASK), per_datum=True),
     )
 }
 
 
-def policy_gradient_loss_names() -> list[str]:
-    """The losses an RL step can train with: those that read per-token advantages."""
-    return [name for name, spec in LOSS_SPECS.items() if "advantages" in spec.input_keys]
+RL_LOSS_NAMES: tuple[str, ...] = tuple(name for name, spec in LOSS_SPECS.items() if "advantages" in spec.input_keys)
+"""The policy-gradient losses: those that read advantages."""
 
 
 def get_loss_fn(name: str) -> LossSpec:

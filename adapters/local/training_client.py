@@ -123,7 +123,7 @@ class LocalTrainingClient:
     ) -> ForwardBackwardOutput:
         with torch.set_grad_enabled(backward):
             logprobs_D = self._logprobs_D(batch)
-            loss, metrics = spec(torch.cat(logprobs_D), batch.loss_inputs, config)
+            loss, metrics = spec(torch.cat(logprobs_D), batch.loss_inputs, config, batch.lengths_D)
         if backward:
             loss.backward()
         return ForwardBackwardOutput([{"logprobs": TensorData.from_torch(lp)} for lp in logprobs_D], metrics)

@@ -70,7 +70,7 @@ class NoopTrainingClient:
         logprobs_D = self._logprobs_D(batch)
         logprobs_T = torch.tensor([lp for logprobs in logprobs_D for lp in logprobs], dtype=torch.float32)
         targets_T = torch.cat(batch.split(batch.targets_BL))
-        _, metrics = spec(logprobs_T, {TARGET_TOKENS: targets_T, **batch.loss_inputs}, config)
+        _, metrics = spec(logprobs_T, {TARGET_TOKENS: targets_T, **batch.loss_inputs}, config, batch.lengths_D)
         outputs = [{"logprobs": TensorData.from_list(logprobs, "float32")} for logprobs in logprobs_D]
         return ForwardBackwardOutput(outputs, metrics)
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from kitchen.config import Count, NonNegative, Rate, defaults
 from kitchen.errors import KitchenError
 from kitchen.settings import OptimizerSettings, RendererSettings
-from train_core.losses import get_loss_fn, policy_gradient_loss_names
+from train_core.losses import RL_LOSS_NAMES, get_loss_fn
 
 RLMode = Literal["sync", "stream_minibatch", "async"]
 
@@ -49,10 +49,8 @@ class RLSettings(RendererSettings, OptimizerSettings):
     num_batches: Count = Field(40, description="RL steps; datasets shorter than this cycle")
     max_tokens: Count = Field(16, description="sampled tokens per turn")
     temperature: float = Field(1.0, ge=0)
-    loss_fn: str = Field(
-        "importance_sampling", description="policy-gradient loss: " + ", ".join(policy_gradient_loss_names())
-    )
-    loss_fn_config: dict[str, float] | None = Field(None, description="e.g. ppo clip thresholds, dro beta")
+    loss_fn: str = Field("importance_sampling", description="policy-gradient loss: " + ", ".join(RL_LOSS_NAMES))
+    loss_fn_config: dict[str, float] | None = Field(None, description="e.g. ppo/gspo clip thresholds, dro beta")
     kl_penalty_coef: float = Field(0.0, ge=0, description="KL penalty against the reference model; 0 = off")
     kl_discount_factor: float = Field(0.0, ge=0, lt=1)
     num_substeps: Count = Field(1, description="optimizer steps per batch")
@@ -73,10 +71,8 @@ class RLSettings(RendererSettings, OptimizerSettings):
             get_loss_fn(name)
         except KitchenError as exc:
             raise ValueError(str(exc)) from None
-        if name not in policy_gradient_loss_names():
-            raise ValueError(
-                f"{name} is not a policy-gradient loss; RL needs one of {', '.join(policy_gradient_loss_names())}"
-            )
+        if name not in RL_LOSS_NAMES:
+            raise ValueError(f"{name} is not a policy-gradient loss; RL needs one of {', '.join(RL_LOSS_NAMES)}")
         return name
 
     @field_validator("loss_fn_config")

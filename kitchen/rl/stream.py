@@ -99,7 +99,7 @@ class SubmitMinibatch(Stage):
         if data_D:
             config = ctx.config
             future = await client.forward_backward(
-                [remove_mask(d) for d in data_D], config.loss_fn, config.loss_fn_config
+                [remove_mask(d, config.loss_fn) for d in data_D], config.loss_fn, config.loss_fn_config
             )
             stream.substep.append(future)
             stream.trained_D += data_D

@@ -82,7 +82,7 @@ class RLTrainStep(Stage):
     `num_substeps` pipelined optimizer steps; then compare the training logprobs with the
     sampling ones (`optim/kl_sample_train_v1|v2`, `optim/entropy`).
 
-    A batch with no datums (every group was removed as constant-reward) skips the update.
+    A batch with no datums (no trajectory had a token to train) skips the update.
     """
 
     reads = ("rl_data", "training_client")
@@ -93,9 +93,9 @@ class RLTrainStep(Stage):
         config = ctx.config
         data_D = ctx["rl_data"]
         if not data_D:
-            ctx.log.warning("train_step.skipped", step=ctx.step, reason="no datums: every group was removed")
+            ctx.log.warning("train_step.skipped", step=ctx.step, reason="no datums: no trajectory had a token to train")
             return
-        chunks = split_evenly([remove_mask(d) for d in data_D], config.num_substeps)
+        chunks = split_evenly([remove_mask(d, config.loss_fn) for d in data_D], config.num_substeps)
         results = await train_in_chunks(
             ctx["training_client"], chunks, config.loss_fn, config.loss_fn_config, adam_params(ctx)
         )

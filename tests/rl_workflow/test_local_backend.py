@@ -66,3 +66,12 @@ def test_other_modes_run_on_the_local_backend(tmp_path: Path, mode: list[str]) -
     assert [row["step"] for row in rows] == [0, 1, 2]
     assert all(row["env/all/total_episodes"] == 16 and "optim/kl_sample_train_v2" in row for row in rows)
     assert all(row.get("async/steps_off_policy_max", 0) <= 1 for row in rows)
+
+
+@pytest.mark.parametrize("loss_fn", ["gspo", "ppo"])
+def test_sequence_level_gspo_trains_on_the_local_backend(tmp_path: Path, loss_fn: str) -> None:
+    """gspo reads the action mask as its `sequence_ratio_mask` and runs per datum; on policy at the
+    first step every sequence ratio is 1, so it trains like ppo."""
+    rows = run_local(tmp_path, "num_batches=2", "turns=2", f"loss_fn={loss_fn}")
+    assert [row["step"] for row in rows] == [0, 1]
+    assert rows[0]["optim/kl_sample_train_v2"] < 1e-3

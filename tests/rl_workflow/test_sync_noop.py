@@ -85,6 +85,14 @@ def test_loss_fn_and_substeps_follow_the_config(tmp_path: Path) -> None:
     assert all(row["optim/substeps"] == 2 for row in rows)
 
 
+def test_gspo_gets_the_action_mask_as_its_sequence_ratio_mask(tmp_path: Path) -> None:
+    """The noop backend checks inputs as the local one does: without the mask the run would fail."""
+    backend = noop_backend(tmp_path)
+    _, rows = run_toy(tmp_path, "loss_fn=gspo", "turns=2", backend=backend)
+    fbs = [c for c in backend.calls if c.method == "forward_backward"]
+    assert len(fbs) == len(rows) and {c.summary["loss_fn"] for c in fbs} == {"gspo"}
+
+
 def test_multi_turn_episodes_train_as_one_datum_each(tmp_path: Path) -> None:
     _, rows = run_toy(tmp_path, "turns=3")
     for row in rows:
@@ -121,6 +129,7 @@ def test_resume_after_a_crash_matches_an_uninterrupted_run(tmp_path: Path, extra
         ("max_tokens=0", "max_tokens"),
         ("group_size=0", "group_size"),
         ("loss_fn=reinforce", "unknown loss_fn 'reinforce'"),
+        ("loss_fn=cross_entropy", "RL needs one of importance_sampling, ppo, cispo, dro, gspo"),
         ("loss_fn_config.clip_low=0.5", "does not accept loss_fn_config keys ['clip_low']"),
         ("async_config.max_steps_off_policy=-1", "max_steps_off_policy"),
     ],
@@ -130,12 +139,14 @@ def test_bad_settings_fail_before_the_run_naming_the_key(tmp_path: Path, overrid
         load_config(ToyConfig, None, [override])
 
 
-def test_a_step_with_only_constant_groups_skips_the_update(tmp_path: Path) -> None:
+def test_a_step_with_only_constant_groups_trains_on_the_first_one(tmp_path: Path) -> None:
+    """`remove_constant_reward_groups` keeps one group when all are constant, and its zero-advantage
+    datums are trained on (as the reference does), not silently dropped at assembly."""
     backend = noop_backend(tmp_path)
     _, rows = run_toy(tmp_path, "constant_reward=true", "remove_constant_reward_groups=true", backend=backend)
     assert [row["by_group/frac_all_bad"] for row in rows] == [1.0] * 4
-    assert all(row["num_datums"] == 0 and "optim/kl_sample_train_v2" not in row for row in rows)
-    assert not [c for c in backend.calls if c.method in ("forward_backward", "optim_step")]
+    assert all(row["num_datums"] == 4 and "optim/kl_sample_train_v2" in row for row in rows)  # group_size 4
+    assert len([c for c in backend.calls if c.method == "forward_backward"]) == len(rows)
 
 
 def test_warm_start_trains_on_demonstrations_then_resets_the_optimizer(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The five Tinker losses against their formulas, written out token by token in plain Python."""
+"""The Tinker losses against their formulas, written out token by token in plain Python."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from train_core.errors import InvalidInputError
-from train_core.losses import LOSS_SPECS, get_loss_fn
+from train_core.losses import LOSS_SPECS, RL_LOSS_NAMES, get_loss_fn
 
 _finite = st.floats(min_value=-3.0, max_value=3.0, allow_nan=False, allow_infinity=False)
 _logprob = st.floats(min_value=-6.0, max_value=0.0, allow_nan=False, allow_infinity=False)
@@ -27,13 +27,17 @@ def _rl_tokens(draw: st.DrawFn) -> tuple[list[float], list[float], list[float]]:
 
 
 def _loss_and_grad(
-    name: str, lp: list[float], inputs: dict[str, list[float]], config: dict[str, float] | None = None
+    name: str,
+    lp: list[float],
+    inputs: dict[str, list[float]],
+    config: dict[str, float] | None = None,
+    lengths_D: list[int] | None = None,
 ) -> tuple[float, list[float]]:
     """Run the named loss in float64 and return its value and d(loss)/d(logprobs)."""
     lp_T = torch.tensor(lp, dtype=torch.float64, requires_grad=True)
     tensors = {key: torch.tensor(values, dtype=torch.float64) for key, values in inputs.items()}
     tensors["target_tokens"] = torch.zeros(len(lp), dtype=torch.int64)
-    loss, metrics = get_loss_fn(name)(lp_T, tensors, config)
+    loss, metrics = get_loss_fn(name)(lp_T, tensors, config, lengths_D)
     loss.backward()
     assert lp_T.grad is not None
     assert metrics["loss:sum"] == pytest.approx(float(loss.detach()))
@@ -119,10 +123,15 @@ def test_loss_of_concatenated_datums_is_the_sum_of_their_losses(
 
     def inputs(tokens: tuple[list[float], list[float], list[float]]) -> dict[str, list[float]]:
         _, q, adv = tokens
-        return {"weights": adv} if name == "cross_entropy" else {"logprobs": q, "advantages": adv}
+        if name == "cross_entropy":
+            return {"weights": adv}
+        if name == "gspo":
+            return {"logprobs": q, "advantages": adv, "sequence_ratio_mask": [1.0] * len(q)}
+        return {"logprobs": q, "advantages": adv}
 
     joined = {key: inputs(first)[key] + inputs(second)[key] for key in inputs(first)}
-    loss_joined, _ = _loss_and_grad(name, first[0] + second[0], joined, config)
+    lengths_D = [len(first[0]), len(second[0])]
+    loss_joined, _ = _loss_and_grad(name, first[0] + second[0], joined, config, lengths_D)
     loss_first, _ = _loss_and_grad(name, first[0], inputs(first), config)
     loss_second, _ = _loss_and_grad(name, second[0], inputs(second), config)
     assert loss_joined == pytest.approx(loss_first + loss_second, rel=1e-9, abs=1e-9)
@@ -160,6 +169,7 @@ def test_required_inputs_per_loss() -> None:
     assert get_loss_fn("cross_entropy").required_inputs == ("target_tokens", "weights")
     for name in ("importance_sampling", "ppo", "cispo", "dro"):
         assert get_loss_fn(name).required_inputs == ("target_tokens", "logprobs", "advantages")
+    assert get_loss_fn("gspo").required_inputs == ("target_tokens", "logprobs", "advantages", "sequence_ratio_mask")
 
 
 def test_unknown_loss_name_is_an_error_listing_known_losses() -> None:
@@ -195,3 +205,61 @@ def test_config_defaults_are_filled_in_and_overridable() -> None:
         "clip_high_threshold": 1.28,
     }
     assert get_loss_fn("cispo").resolve_config(None) == {"clip_low_threshold": 0.0, "clip_high_threshold": 4.0}
+
+
+@settings(max_examples=60)
+@given(_rl_tokens(), st.data(), st.floats(0.5, 0.999), st.floats(1.001, 2.0))
+def test_gspo_matches_formula(
+    tokens: tuple[list[float], list[float], list[float]], data: st.DataObject, low: float, high: float
+) -> None:
+    """One sequence: s = geometric mean of the ratios over the masked tokens; every token takes
+    s's value, clipped at sequence level, and its own logprob's gradient (GSPO-token)."""
+    lp, q, adv = tokens
+    mask = data.draw(st.lists(st.sampled_from([0.0, 1.0]), min_size=len(lp), max_size=len(lp)))
+    config = {"clip_low_threshold": low, "clip_high_threshold": high}
+    inputs = {"logprobs": q, "advantages": adv, "sequence_ratio_mask": mask}
+    loss, grad = _loss_and_grad("gspo", lp, inputs, config)
+    masked = [x - y for x, y, m in zip(lp, q, mask, strict=True) if m]
+    s = math.exp(sum(masked) / len(masked)) if masked else 1.0
+    unclipped_smaller = [s * a <= _clip(s, low, high) * a for a in adv]
+    expected_loss = -sum(min(s * a, _clip(s, low, high) * a) for a in adv)
+    assert loss == pytest.approx(expected_loss, rel=1e-9, abs=1e-9)
+    if not (math.isclose(s, low) or math.isclose(s, high)):
+        expected_grad = [-s * a if smaller else 0.0 for a, smaller in zip(adv, unclipped_smaller, strict=True)]
+        assert grad == pytest.approx(expected_grad, rel=1e-9, abs=1e-9)
+
+
+def test_gspo_clips_whole_sequences_where_ppo_clips_tokens() -> None:
+    """Ratios 2 and 0.5 on the action tokens: their geometric mean is 1, inside the band, so no
+    token is clipped and both keep their gradient; ppo would clip the first token."""
+    q = [-1.0, -1.0, -1.0]
+    lp = [-1.0, -1.0 + math.log(2.0), -1.0 + math.log(0.5)]
+    inputs = {"logprobs": q, "advantages": [0.0, 1.0, 1.0], "sequence_ratio_mask": [0.0, 1.0, 1.0]}
+    loss, grad = _loss_and_grad("gspo", lp, inputs)
+    assert loss == pytest.approx(-2.0) and grad == pytest.approx([0.0, -1.0, -1.0])
+    _, ppo_grad = _loss_and_grad("ppo", lp, {"logprobs": q, "advantages": [0.0, 1.0, 1.0]})
+    assert ppo_grad == pytest.approx([0.0, 0.0, -0.5])
+
+
+def test_gspo_takes_each_datums_own_sequence_ratio() -> None:
+    """Two datums, one drifted (ratio 1.5) and one not: split by lengths, the first is clipped and
+    the second is not; taken as one sequence, both would share one ratio (sqrt(1.5), clipped)."""
+    q = [-1.0, -1.0]
+    lp = [-1.0 + math.log(1.5), -1.0]
+    inputs = {"logprobs": q, "advantages": [1.0, 1.0], "sequence_ratio_mask": [1.0, 1.0]}
+    config = {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}
+    loss, grad = _loss_and_grad("gspo", lp, inputs, config, lengths_D=[1, 1])
+    assert loss == pytest.approx(-(1.2 + 1.0)) and grad == pytest.approx([0.0, -1.0])
+    joined, _ = _loss_and_grad("gspo", lp, inputs, config)
+    assert joined == pytest.approx(-2 * 1.2)
+
+
+def test_gspo_defaults_are_the_papers_clip_range() -> None:
+    assert get_loss_fn("gspo").resolve_config(None) == {
+        "clip_low_threshold": pytest.approx(1 - 3e-4),
+        "clip_high_threshold": pytest.approx(1 + 4e-4),
+    }
+
+
+def test_the_rl_loss_list_derives_from_the_one_table() -> None:
+    assert RL_LOSS_NAMES == ("importance_sampling", "ppo", "cispo", "dro", "gspo")

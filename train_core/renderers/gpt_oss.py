@@ -11,7 +11,15 @@ message becomes the developer message. The reply being trained ends with `<|retu
 analysis; history replies end with `<|end|>` and drop it. A tool call is its own assistant message,
 `<|start|>assistant to=functions.{name}<|channel|>commentary <|constrain|>json<|message|>{args}<|call|>`,
 keeping its analysis until a later final answer; one call per message, since `<|call|>` stops
-sampling. Tool results come from `functions.{name} to=assistant` on the commentary channel."""
+sampling. Tool results come from `functions.{name} to=assistant` on the commentary channel.
+
+Weights, on purpose unlike tinker-cookbook: for user, developer and tool-result messages the
+header runs through `<|message|>` (`<|start|>user<|message|>`,
+`<|start|>functions.{name} to=assistant<|channel|>commentary<|message|>`), so those wrapper tokens
+are trained only under ALL_TOKENS; the cookbook's header stops at the role, so it trains them with
+the message body (ALL_MESSAGES, ALL_USER_AND_SYSTEM_MESSAGES, CUSTOMIZED). Assistant messages
+match the cookbook: the header is `<|start|>assistant`, and the channel markers are body, trained
+with the reply, since the model samples them itself."""
 
 from __future__ import annotations
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NotRequired, TypedDict
 
 from train_core.renderers.errors import RendererError
@@ -29,11 +30,24 @@ class Message(TypedDict):
     tool_call_id: NotRequired[str]
 
 
-def reject_unsupported(renderer: str, index: int, message: Message, fields: tuple[str, ...]) -> None:
+def reject_unsupported(
+    renderer: str,
+    index: int,
+    message: Message,
+    fields: tuple[str, ...],
+    hint: str = "use a renderer of a model family that has a format for it",
+) -> None:
     """Fails loudly on a field a format cannot express, rather than silently dropping it."""
     for field in fields:
         if message.get(field):
-            raise RendererError(
-                f"{renderer} cannot render {field!r} (message {index}, role {message['role']!r}); "
-                "use a renderer of a model family that has a format for it"
-            )
+            role = message["role"]
+            raise RendererError(f"{renderer} cannot render {field!r} (message {index}, role {role!r}); {hint}")
+
+
+def reject_thinking(renderer: str, thinking_renderer: str, messages: Sequence[Message]) -> None:
+    """A thinking-disabled renderer has no place for `thinking`; dropping it silently would train
+    on a different conversation than the one given."""
+    for i, message in enumerate(messages):
+        reject_unsupported(
+            renderer, i, message, ("thinking",), f"thinking is off: use {thinking_renderer!r} or remove the thinking"
+        )

@@ -10,8 +10,16 @@ Tool calls follow the content as `<tool_call>\n{"name": ..., "arguments": ...}\n
 consecutive tool results share one `user` message of `<tool_response>` blocks.
 
 Modes: `thinking` (Qwen3 hybrid models), `disabled` (the same with `enable_thinking=False`: an
-empty think block opens the reply, in its header) and `instruct` (Qwen3-2507 Instruct: no think
-blocks at all)."""
+empty think block opens the reply, in its header, and the reply's leading newlines are stripped
+as the template does) and `instruct` (Qwen3-2507 Instruct: no think blocks at all). The last two
+reject a message with `thinking` rather than silently train without it.
+
+Weights, on purpose unlike tinker-cookbook: a tool result's `<tool_response>\n` opener is header
+(trained only under ALL_TOKENS) and its `\n</tool_response>` closer is body, trained with the
+result when tool messages are selected (ALL_MESSAGES, CUSTOMIZED); the cookbook puts the opener in
+the body too, so it trains it with the result. The opener is the format's, not the tool's words,
+just as a role header is. Both agree under the default LAST_ASSISTANT_MESSAGE, which never
+trains a tool result."""
 
 from __future__ import annotations
 
@@ -19,7 +27,7 @@ import re
 from collections.abc import Sequence
 from typing import Literal
 
-from train_core.renderers.messages import Message, ToolCall
+from train_core.renderers.messages import Message, ToolCall, reject_thinking
 from train_core.renderers.responses import assistant_message, split_at_stop, unparsed
 from train_core.renderers.span_renderer import Span, SpanRenderer
 from train_core.renderers.tokenizer import Part, Special, Tokenizer
@@ -38,6 +46,11 @@ EMPTY_THINK_BLOCK: tuple[Part, ...] = (THINK, "\n\n", END_THINK, "\n\n")
 _TOOL_CALL_RE = re.compile(re.escape(TOOL_CALL.text) + r"(.*?)" + re.escape(END_TOOL_CALL.text), re.DOTALL)
 
 ThinkingMode = Literal["thinking", "disabled", "instruct"]
+_NAMES: dict[ThinkingMode, str] = {
+    "thinking": "qwen3",
+    "disabled": "qwen3_disable_thinking",
+    "instruct": "qwen3_instruct",
+}
 
 
 class Qwen3Renderer(SpanRenderer):
@@ -49,6 +62,8 @@ class Qwen3Renderer(SpanRenderer):
         self.strip_thinking_from_history = strip_thinking_from_history
 
     def render_spans(self, messages: Sequence[Message], *, add_generation_prompt: bool) -> list[Span]:
+        if self.mode != "thinking":
+            reject_thinking(_NAMES[self.mode], "qwen3", messages)
         last_query = _last_query_index(messages)
         spans: list[Span] = []
         for i, message in enumerate(messages):
@@ -71,6 +86,7 @@ class Qwen3Renderer(SpanRenderer):
         is_last = i == count - 1
         if self.mode == "disabled" and in_current_turn and is_last:
             header += EMPTY_THINK_BLOCK
+            content = content.lstrip("\n")
         elif self.mode == "thinking" and (
             (in_current_turn and (is_last or thinking)) or (thinking and not self.strip_thinking_from_history)
         ):

@@ -25,8 +25,10 @@ _FACTORIES: dict[str, RendererFactory] = {
     "qwen3_disable_thinking": partial(Qwen3Renderer, mode="disabled"),
     "qwen3_instruct": partial(Qwen3Renderer, mode="instruct"),
     "role_colon": RoleColonRenderer,
+    # As in tinker-cookbook: `deepseekv3` is thinking off, `deepseekv3_disable_thinking` its alias.
     "deepseekv3": DeepSeekV3Renderer,
-    "deepseekv3_disable_thinking": partial(DeepSeekV3Renderer, thinking=False),
+    "deepseekv3_disable_thinking": DeepSeekV3Renderer,
+    "deepseekv3_thinking": partial(DeepSeekV3Renderer, thinking=True),
     "kimi_k2": KimiK2Renderer,
     "gpt_oss_no_sysprompt": GptOssRenderer,
     "gpt_oss_low_reasoning": partial(GptOssRenderer, reasoning_effort="low"),

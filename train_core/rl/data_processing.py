@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from train_core.losses import SEQUENCE_RATIO_MASK, get_loss_fn
 from train_core.rl.types import Trajectory, TrajectoryGroup, Transition
 from train_core.supervised import datum_from_tokens_weights
 from train_core.types import Datum, TensorData
@@ -86,13 +87,14 @@ def assemble_training_data(
 ) -> tuple[list[Datum], list[DatumMetadata]]:
     """Datums for a batch, with the `group_idx` and `traj_idx` each came from.
 
-    A group whose advantages are all zero carries no gradient, so it contributes no datums.
+    Every group contributes, including those whose advantages are all zero (singletons, constant
+    rewards): a KL penalty, or a loss with a drift term such as `dro`, still trains on them, and
+    they count in the batch's `kl_policy_base`. Drop them beforehand with
+    `remove_constant_reward_groups` when that is wanted.
     """
     data_D: list[Datum] = []
     metadata_D: list[DatumMetadata] = []
     for group_idx, (group, advantages_G) in enumerate(zip(groups_P, advantages_P, strict=True)):
-        if not bool(torch.any(advantages_G != 0)):
-            continue
         for traj_idx, (traj, advantage) in enumerate(zip(group.trajectories_G, advantages_G.tolist(), strict=True)):
             new_data = trajectory_to_data(traj, float(advantage))
             data_D += new_data
@@ -109,7 +111,11 @@ def remove_constant_reward_groups(groups_P: Sequence[TrajectoryGroup]) -> list[T
     return kept if kept else list(groups_P[:1])
 
 
-def remove_mask(datum: Datum) -> Datum:
-    """The datum without its `mask`, which is for metrics only and not a loss-function input."""
+def remove_mask(datum: Datum, loss_fn: str | None = None) -> Datum:
+    """The datum as `loss_fn` reads it: without its `mask`, which is for metrics only, except that
+    a loss reading a `sequence_ratio_mask` (gspo) gets the mask under that name (the action tokens
+    make up the sequence ratio)."""
     inputs = {k: v for k, v in datum.loss_fn_inputs.items() if k != "mask"}
+    if loss_fn is not None and SEQUENCE_RATIO_MASK in get_loss_fn(loss_fn).input_keys:
+        inputs[SEQUENCE_RATIO_MASK] = datum.loss_fn_inputs["mask"]
     return Datum(datum.model_input, inputs)

@@ -71,5 +71,11 @@ def rl_batch(token_lists: list[list[int]]) -> list[Datum]:
     for index, tokens in enumerate(token_lists):
         n = len(tokens) - 1
         sign = 1.0 if index % 2 == 0 else -1.0
-        data.append(shifted(tokens, logprobs=[-7.0 + 0.1 * i for i in range(n)], advantages=[sign] * n))
+        # The last half of the targets play the action tokens of gspo's sequence ratio.
+        mask = [float(i >= n // 2) for i in range(n)]
+        data.append(
+            shifted(
+                tokens, logprobs=[-7.0 + 0.1 * i for i in range(n)], advantages=[sign] * n, sequence_ratio_mask=mask
+            )
+        )
     return data

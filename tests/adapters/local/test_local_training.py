@@ -55,7 +55,8 @@ def test_forward_backward_returns_target_logprobs_and_the_summed_loss(
     spec = get_loss_fn(loss_fn)
     logprobs_T = torch.cat([o["logprobs"].to_torch() for o in out.loss_fn_outputs]).double()
     inputs = {k: torch.cat([d.loss_fn_inputs[k].to_torch() for d in data]).double() for k in spec.input_keys}
-    expected_loss, _ = spec(logprobs_T, inputs, _CONFIGS.get(loss_fn))
+    lengths_D = [d.model_input.length for d in data]
+    expected_loss, _ = spec(logprobs_T, inputs, _CONFIGS.get(loss_fn), lengths_D)
     assert out.metrics["loss:sum"] == pytest.approx(float(expected_loss), rel=1e-5)
 
 

@@ -55,3 +55,7 @@ def test_capabilities_import_without_the_sdk(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.delitem(sys.modules, "adapters.tinker.capabilities")
     fresh = importlib.import_module("adapters.tinker.capabilities")
     assert fresh.SUPPORTED_CALLS == capabilities.SUPPORTED_CALLS
+
+
+def test_gspo_passes_through_to_the_service() -> None:
+    assert "gspo" in capabilities.SUPPORTED_LOSS_FNS and "gspo" in SDK_LOSS_FNS

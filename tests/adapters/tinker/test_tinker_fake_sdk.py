@@ -40,7 +40,7 @@ def service() -> FakeServiceClient:
 
 ADAPTER_BUGS: list[tuple[Call, str]] = [
     (lambda tc: tc.forward_backward([ce_datum([1, 2, 3])], "cross-entropy"), "not one of the SDK"),
-    (lambda tc: tc.forward_backward([ce_datum([1, 2, 3])], "gspo"), "does not implement"),
+    (lambda tc: tc.forward_backward([ce_datum([1, 2, 3])], "stable_reinforce"), "does not implement"),
     (lambda tc: tc.forward([ce_datum([1, 2, 3])], "ppo", {"clip_low_threshold": "0.8"}), "must be numbers"),
     (lambda tc: tc.forward_backward((ce_datum([1, 2]),), "cross_entropy"), "must be a list"),
     (

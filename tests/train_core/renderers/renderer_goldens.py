@@ -1,10 +1,10 @@
 """Golden renderings, character for character, of two conversations in every format.
 
 CHAT has a system message, two turns and thinking; TOOLS has a tool call with thinking, a tool
-result and a final answer. llama3 and role_colon have no thinking format (they get the
-conversations without it) and role_colon has no tool format. Each entry holds the supervised
-example, the part of it trained under LAST_ASSISTANT_MESSAGE, and the generation prompt for the
-conversation without its last message."""
+result and a final answer. llama3, role_colon and the thinking-disabled renderers have no
+thinking format (they get the conversations without it) and role_colon has no tool format. Each
+entry holds the supervised example, the part of it trained under LAST_ASSISTANT_MESSAGE, and the
+generation prompt for the conversation without its last message."""
 
 from __future__ import annotations
 
@@ -29,7 +29,14 @@ TOOLS: list[Message] = [
     {"role": "assistant", "content": "20 degrees.", "thinking": "Report it."},
 ]
 CONVERSATIONS = {"chat": CHAT, "tools": TOOLS}
-WITHOUT_THINKING = ("llama3", "role_colon")
+WITHOUT_THINKING = (
+    "llama3",
+    "role_colon",
+    "qwen3_disable_thinking",
+    "qwen3_instruct",
+    "deepseekv3",
+    "deepseekv3_disable_thinking",
+)
 WITHOUT_TOOLS = ("role_colon",)
 GPT_OSS_DATE = "2025-06-28"
 
@@ -195,7 +202,7 @@ GOLDENS: dict[str, dict[str, str]] = {
             "System: You are terse.\n\nUser: What is 2+2?\n\nAssistant: 4.\n\nUser: And 3+3?\n\nAssistant:"
         ),
     },
-    "deepseekv3": {
+    "deepseekv3_thinking": {
         "chat_supervised": (
             "<｜begin▁of▁sentence｜>You are terse.<｜User｜>What is 2+2?<｜Assistant｜></think>4.<｜"
             "end▁of▁sentence｜><｜User｜>And 3+3?<｜Assistant｜><think>Add again.</think>6.<｜end▁o"
@@ -221,7 +228,7 @@ GOLDENS: dict[str, dict[str, str]] = {
             '<｜tool▁output▁begin｜>{"temp": 20}<｜tool▁output▁end｜>'
         ),
     },
-    "deepseekv3_disable_thinking": {
+    "deepseekv3": {
         "chat_supervised": (
             "<｜begin▁of▁sentence｜>You are terse.<｜User｜>What is 2+2?<｜Assistant｜></think>4.<｜"
             "end▁of▁sentence｜><｜User｜>And 3+3?<｜Assistant｜></think>6.<｜end▁of▁sentence｜>"

@@ -152,3 +152,44 @@ def test_stop_sequences_end_every_rendered_assistant_turn(
             assert any(text.endswith(str(s)) for s in stops) and not any(str(s) in text[:-1] for s in stops)
         else:
             assert turn[-1] in stops and not set(turn[:-1]) & set(stops)
+
+
+class _WithBos:
+    """The tiny tokenizer as a base-model tokenizer that defines a BOS token (as Llama 3's does)."""
+
+    bos_token = "<|begin_of_text|>"
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase) -> None:
+        self._tokenizer = tokenizer
+
+    def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
+        return list(self._tokenizer.encode(text, add_special_tokens=add_special_tokens))
+
+    def decode(self, token_ids: list[int]) -> str:
+        return decode_text(self._tokenizer, token_ids)
+
+
+def test_role_colon_opens_with_the_tokenizers_bos_untrained(tokenizer: PreTrainedTokenizerBase) -> None:
+    renderer = get_renderer("role_colon", _WithBos(tokenizer))
+    messages = [Message(role="user", content="Hi"), Message(role="assistant", content="Hello")]
+    model_input, weights = renderer.build_supervised_example(messages, TrainOnWhat.ALL_TOKENS)
+    (bos,) = tokenizer.encode("<|begin_of_text|>", add_special_tokens=False)
+    assert model_input.to_ints()[0] == bos and weights[0] == 0.0
+    assert renderer.build_generation_prompt(messages[:1]).to_ints()[0] == bos
+    assert get_renderer("role_colon", tokenizer).build_generation_prompt(messages[:1]).to_ints()[0] != bos
+
+
+_spaced_text = st.text(alphabet="ab .\n\t", max_size=12).filter(lambda s: "\n\nUser:" not in s)
+
+
+@PROPERTY_SETTINGS
+@given(content=_spaced_text)
+def test_role_colon_parse_gives_back_the_rendered_content_exactly(
+    content: str, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    """The model's own leading and trailing whitespace survives rendering then parsing."""
+    renderer = get_renderer("role_colon", tokenizer)
+    messages = [Message(role="user", content="Hi"), Message(role="assistant", content=content)]
+    model_input, weights = renderer.build_supervised_example(messages)
+    reply = [t for t, w in zip(model_input.to_ints(), weights, strict=True) if w]
+    assert renderer.parse_response(reply) == (Message(role="assistant", content=content), True)

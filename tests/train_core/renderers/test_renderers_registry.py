@@ -32,6 +32,7 @@ ISSUE_RENDERERS = {
     "role_colon",
     "deepseekv3",
     "deepseekv3_disable_thinking",
+    "deepseekv3_thinking",
     "kimi_k2",
     "gpt_oss_no_sysprompt",
     "gpt_oss_low_reasoning",
@@ -129,7 +130,7 @@ def test_formats_reject_what_they_cannot_express(tokenizer: PreTrainedTokenizerB
 
 
 def test_deepseek_maps_a_later_system_message_to_a_user_message(tokenizer: PreTrainedTokenizerBase) -> None:
-    renderer = DeepSeekV3Renderer(tokenizer, system_role_as_user=True)
+    renderer = DeepSeekV3Renderer(tokenizer, thinking=True, system_role_as_user=True)
     model_input, _ = renderer.build_supervised_example([*CHAT[1:3], Message(role="system", content="late")])
     assert decode_text(tokenizer, model_input.to_ints()).endswith("<｜end▁of▁sentence｜><｜User｜>late")
 
@@ -137,3 +138,51 @@ def test_deepseek_maps_a_later_system_message_to_a_user_message(tokenizer: PreTr
 def test_a_special_token_missing_from_the_tokenizer_fails_loudly(tokenizer: PreTrainedTokenizerBase) -> None:
     with pytest.raises(RendererError, match="not a single token"):
         TokenCodec(tokenizer).special_id("<|not_a_token|>")
+
+
+def test_deepseekv3_means_thinking_off_as_in_the_reference(tokenizer: PreTrainedTokenizerBase) -> None:
+    """A config written for tinker-cookbook gets the same renderer: `deepseekv3` and its alias
+    `deepseekv3_disable_thinking` open the reply with `</think>`; `deepseekv3_thinking` with `<think>`."""
+    history = [Message(role="user", content="Hi")]
+
+    def prompt(name: str) -> str:
+        return decode_text(tokenizer, get_renderer(name, tokenizer).build_generation_prompt(history).to_ints())
+
+    assert prompt("deepseekv3").endswith("<｜Assistant｜></think>")
+    assert prompt("deepseekv3_disable_thinking") == prompt("deepseekv3")
+    assert prompt("deepseekv3_thinking").endswith("<｜Assistant｜><think>")
+
+
+@pytest.mark.parametrize(
+    ("name", "reported", "thinking_name"),
+    [
+        ("qwen3_disable_thinking", "qwen3_disable_thinking", "qwen3"),
+        ("qwen3_instruct", "qwen3_instruct", "qwen3"),
+        ("deepseekv3", "deepseekv3", "deepseekv3_thinking"),
+        ("deepseekv3_disable_thinking", "deepseekv3", "deepseekv3_thinking"),  # an alias
+    ],
+)
+def test_thinking_given_to_a_thinking_disabled_renderer_is_an_error(
+    name: str, reported: str, thinking_name: str, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    """Silently dropping it would train on another conversation than the one given."""
+    messages = [*CHAT[:4], Message(role="assistant", content="6.")]  # CHAT[2] has thinking
+    renderer = get_renderer(name, tokenizer)
+    pattern = rf"{reported} cannot render 'thinking' \(message 2, .*use '{thinking_name}'"
+    with pytest.raises(RendererError, match=pattern):
+        renderer.build_supervised_example(messages)
+    with pytest.raises(RendererError, match=pattern):
+        renderer.build_generation_prompt(messages[:4])
+
+
+def test_qwen3_disable_thinking_strips_the_replys_leading_newlines(tokenizer: PreTrainedTokenizerBase) -> None:
+    """As Qwen3's template does (`content.lstrip('\\n')` after the think block); inner and trailing
+    whitespace stays."""
+    renderer = get_renderer("qwen3_disable_thinking", tokenizer)
+    messages = [Message(role="user", content="Hi"), Message(role="assistant", content="\n  Hello  \n")]
+    model_input, weights = renderer.build_supervised_example(messages)
+    tokens = model_input.to_ints()
+    expected_tail = "<|im_start|>assistant\n<think>\n\n</think>\n\n  Hello  \n<|im_end|>"
+    assert decode_text(tokenizer, tokens).endswith(expected_tail)
+    trained = [t for t, w in zip(tokens, weights, strict=True) if w]
+    assert decode_text(tokenizer, trained) == "  Hello  \n<|im_end|>"

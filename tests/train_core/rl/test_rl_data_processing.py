@@ -8,13 +8,16 @@ import torch
 from hypothesis import given
 from rl_test_factories import single_turn_group, trajectory, transition
 
+from train_core.losses import get_loss_fn
+from train_core.rl.advantages import compute_advantages
 from train_core.rl.data_processing import (
     assemble_training_data,
     remove_constant_reward_groups,
     remove_mask,
     trajectory_to_data,
 )
-from train_core.rl.types import Trajectory
+from train_core.rl.kl_penalty import incorporate_kl_penalty
+from train_core.rl.types import Trajectory, TrajectoryGroup
 from train_core.types import Datum
 
 Fields = dict[str, list[float] | list[int]]
@@ -162,12 +165,38 @@ def test_any_episode_trains_each_action_token_exactly_once(turns: list[tuple[lis
         assert all(v.shape == (n,) for v in d.loss_fn_inputs.values())
 
 
-def test_assemble_skips_zero_advantage_groups_and_records_where_datums_came_from() -> None:
+def test_assemble_keeps_zero_advantage_groups_and_records_where_datums_came_from() -> None:
+    """A constant group has all-zero advantages but still trains under a KL penalty or `dro`."""
     groups = [single_turn_group([1.0, 1.0]), single_turn_group([1.0, 0.0, 0.0])]
     advantages_P = [torch.tensor([0.0, 0.0]), torch.tensor([2 / 3, -1 / 3, -1 / 3])]
     data_D, metadata_D = assemble_training_data(groups, advantages_P)
-    assert metadata_D == [{"group_idx": 1, "traj_idx": i} for i in range(3)]
-    assert [d.loss_fn_inputs["advantages"].tolist()[-1] for d in data_D] == pytest.approx([2 / 3, -1 / 3, -1 / 3])
+    assert metadata_D == [{"group_idx": 0, "traj_idx": i} for i in range(2)] + [
+        {"group_idx": 1, "traj_idx": i} for i in range(3)
+    ]
+    assert [d.loss_fn_inputs["advantages"].tolist()[-1] for d in data_D] == pytest.approx([0, 0, 2 / 3, -1 / 3, -1 / 3])
+
+
+def test_a_constant_group_changes_kl_policy_base_and_the_dro_loss() -> None:
+    """Mixed group (sampled logprob -0.5) + constant group (sampled -2.0), base logprob -1.0 everywhere."""
+    mixed = single_turn_group([0.0, 1.0, 1.0, 0.0])
+    constant = TrajectoryGroup(
+        [trajectory(transition([1, 2], [3], logprobs=[-2.0], reward=1.0, done=True)) for _ in range(4)],
+        final_rewards_G=[0.0] * 4,
+        metrics_G=[{}] * 4,
+    )
+    groups = [mixed, constant]
+    data_D, _ = assemble_training_data(groups, compute_advantages(groups))
+    assert len(data_D) == 8
+    base_D = [torch.full((d.model_input.length,), -1.0) for d in data_D]
+    _, metrics = incorporate_kl_penalty(data_D, base_D, coef=0.1)
+    # d = sampled - base: 0.5 on the 4 mixed actions, -1.0 on the 4 constant ones.
+    assert metrics["kl_policy_base"] == pytest.approx((4 * 0.5 + 4 * -1.0) / 8)
+    # dro's drift term trains the constant group: current logprob -1.5 vs sampled -2.0, beta 1.
+    constant_datum = data_D[-1]
+    lp_T = torch.where(constant_datum.loss_fn_inputs["mask"].to_torch() > 0, -1.5, 0.0)
+    inputs = {k: v.to_torch() for k, v in remove_mask(constant_datum).loss_fn_inputs.items()}
+    loss, _ = get_loss_fn("dro")(lp_T, inputs, {"beta": 1.0})
+    assert float(loss) == pytest.approx(0.5 * 0.5**2)
 
 
 def test_assemble_emits_one_metadata_row_per_datum_of_multi_datum_trajectories() -> None:
@@ -208,3 +237,11 @@ def test_remove_mask_drops_only_the_mask() -> None:
     assert set(stripped.loss_fn_inputs) == {"target_tokens", "logprobs", "advantages"}
     assert stripped.model_input == datum.model_input
     assert "mask" in datum.loss_fn_inputs  # the original is untouched
+
+
+def test_remove_mask_hands_gspo_the_mask_as_its_sequence_ratio_mask() -> None:
+    (datum,) = trajectory_to_data(trajectory(*TWO_TURNS), 0.5)
+    for_gspo = remove_mask(datum, "gspo")
+    assert set(for_gspo.loss_fn_inputs) == {"target_tokens", "logprobs", "advantages", "sequence_ratio_mask"}
+    assert for_gspo.loss_fn_inputs["sequence_ratio_mask"] == datum.loss_fn_inputs["mask"]
+    assert set(remove_mask(datum, "ppo").loss_fn_inputs) == {"target_tokens", "logprobs", "advantages"}
