@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kitchen.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class CheckpointRecord:
@@ -73,3 +75,15 @@ def last_resumable(path: Path) -> CheckpointRecord | None:
         if record.state_path:
             return record
     return None
+
+
+def resolve_sampler_path(path: str) -> str:
+    """Sampler weights to load from `path`: a run directory gives its last checkpoint's sampler
+    weights; anything else (a checkpoint path, local or `tinker://`) is used as it is."""
+    records_file = Path(path) / "checkpoints.jsonl"
+    if "://" in path or not records_file.is_file():
+        return path
+    with_sampler = [record for record in read_records(records_file) if record.sampler_path]
+    if not with_sampler:
+        raise ConfigError(f"run directory {path} has no checkpoint with sampler weights yet")
+    return str(with_sampler[-1].sampler_path)

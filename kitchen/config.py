@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 from pydantic.fields import FieldInfo
 
 from kitchen.backends import backend_specs, get_backend_spec
@@ -82,7 +82,10 @@ def defaults(**values: Any) -> Callable[[type[C]], type[C]]:
             field = cls.model_fields.get(name)
             if field is None:
                 raise TypeError(f"{cls.__name__} has no config key {name!r} to set a default for")
-            cls.model_fields[name] = FieldInfo.merge_field_infos(field, default=value)
+            # Checked against the key's type and bounds now, so a bad default fails at import.
+            annotated = Annotated[field.annotation, *field.metadata] if field.metadata else field.annotation
+            checked = TypeAdapter(annotated).validate_python(value)
+            cls.model_fields[name] = FieldInfo.merge_field_infos(field, default=checked)
         cls.model_rebuild(force=True)
         return cls
 
@@ -200,6 +203,8 @@ def _describe(
             close = difflib.get_close_matches(str(loc[-1]), valid, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(valid)}"
             problems.append(f"{where}: unknown key {dotted!r}{hint}")
+        elif not loc:  # a check across keys: its message names them
+            problems.append(f"{where}: {error['msg'].removeprefix('Value error, ')}")
         else:
             problems.append(f"{where}: {dotted}: {error['msg']} (got {error.get('input')!r})")
     return "invalid config: " + "; ".join(problems)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kitchen.config import Count, NonNegative, Rate, RunConfig
 from train_core.renderers.registry import renderer_names
@@ -27,6 +27,16 @@ ADAM_KEYS = (
     "grad_clip_norm",
 )
 """The keys `kitchen.stages.training.adam_params` reads: a stage that calls it declares them."""
+
+
+def check_renderer_name(name: str | None) -> str | None:
+    """`name` if it is None or a registered renderer, else a ValueError with a "did you mean"."""
+    names = renderer_names()
+    if name is not None and name not in names:
+        close = difflib.get_close_matches(name, names, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"unknown renderer {name!r}{hint} (registered: {', '.join(names)})")
+    return name
 
 
 class OptimizerSettings(RunConfig):
@@ -50,12 +60,26 @@ class RendererSettings(RunConfig):
     @field_validator("renderer")
     @classmethod
     def _registered_renderer(cls, name: str | None) -> str | None:
-        names = renderer_names()
-        if name is not None and name not in names:
-            close = difflib.get_close_matches(name, names, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ValueError(f"unknown renderer {name!r}{hint} (registered: {', '.join(names)})")
-        return name
+        return check_renderer_name(name)
+
+
+class OtherModel(BaseModel):
+    """A model other than the one trained (a distillation teacher, a judge): a base model, or a
+    kitchen checkpoint of one. It must use the trained model's tokenizer where its logprobs are
+    compared token by token."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model_name: str | None = Field(None, description="its base model (for its tokenizer); default: model_name")
+    checkpoint: str | None = Field(
+        None, description="sampler weights: a run directory (its last checkpoint) or a checkpoint path, or tinker://"
+    )
+    renderer: str | None = Field(None, description="its chat renderer where it writes text; default: the run's")
+
+    @field_validator("renderer")
+    @classmethod
+    def _registered_renderer(cls, name: str | None) -> str | None:
+        return check_renderer_name(name)
 
 
 class DatasetSettings(RunConfig):

@@ -103,17 +103,24 @@ class RecordRolloutMetrics(Stage):
 
 class EvaluateRewards(Stage):
     """Reward on the task's held-out env groups with the current (pre-update) sampler, logged as
-    `eval/all/reward/total` and friends (`eval/{tag}/...` per logging tag)."""
+    `eval/all/reward/total` and friends (`eval/{tag}/...` per logging tag). With `client_key` and
+    `prefix`, another model's reward on them (e.g. a teacher's, as `teacher_eval/...`)."""
 
-    reads = ("rl_task", "sampling_client", "sampler_step")
     calls = ("SamplingClient.sample",)
     config_keys = ROLLOUT_KEYS
+
+    def __init__(self, client_key: str = "sampling_client", prefix: str = "eval", name: str | None = None) -> None:
+        super().__init__(name)
+        self.client_key, self.prefix = client_key, prefix
+        own = client_key == "sampling_client"
+        self.reads = ("rl_task", client_key, *(("sampler_step",) if own else ()))
 
     async def run(self, ctx: Context) -> None:
         builders = ctx["rl_task"].eval_builders
         if not builders:
             return
-        sampler, sampler_step = ctx["sampling_client"], ctx["sampler_step"]
+        sampler = ctx[self.client_key]
+        sampler_step = ctx["sampler_step"] if "sampler_step" in self.reads else 0
         params = rollout_params(ctx)
         groups = await asyncio.gather(
             *(
@@ -121,7 +128,7 @@ class EvaluateRewards(Stage):
                 for index, builder in enumerate(builders)
             )
         )
-        ctx.record(rollout_metrics(groups, prefix="eval"))
+        ctx.record(rollout_metrics(groups, prefix=self.prefix))
 
 
 def group_transcripts(group: SampledGroup, tokenizer: Tokenizer, step: int, group_index: int) -> list[dict[str, Any]]:

@@ -26,27 +26,32 @@ class ComputeAdvantages(Stage):
     dropped when `remove_constant_reward_groups`)."""
 
     reads = ("sampled_groups",)
-    writes = ("trained_groups", "advantages")
+    writes = ("trained_groups", "trained_tags", "advantages")
     config_keys = ("remove_constant_reward_groups",)
 
     async def run(self, ctx: Context) -> None:
-        groups_P = [g.trajectories for g in ctx["sampled_groups"]]
+        sampled = ctx["sampled_groups"]
+        groups_P = [g.trajectories for g in sampled]
         if ctx.config.remove_constant_reward_groups:
             groups_P = remove_constant_reward_groups(groups_P)
+        kept = {id(group) for group in groups_P}
         ctx["trained_groups"] = groups_P
+        ctx["trained_tags"] = [g.builder.logging_tags() for g in sampled if id(g.trajectories) in kept]
         ctx["advantages"] = compute_advantages(groups_P)
 
 
 class AssembleData(Stage):
     """Datums for the policy-gradient loss: action tokens carry their sampling logprobs and the
-    trajectory's advantage; the mask stays on for the KL terms and metrics."""
+    trajectory's advantage; the mask stays on for the KL terms and metrics. `rl_data_tags` holds
+    each datum's group logging tags (its data set), for adjusters that differ by data set."""
 
-    reads = ("trained_groups", "advantages")
-    writes = ("rl_data",)
+    reads = ("trained_groups", "trained_tags", "advantages")
+    writes = ("rl_data", "rl_data_tags")
 
     async def run(self, ctx: Context) -> None:
-        data_D, _ = assemble_training_data(ctx["trained_groups"], ctx["advantages"])
+        data_D, metadata_D = assemble_training_data(ctx["trained_groups"], ctx["advantages"])
         ctx["rl_data"] = data_D
+        ctx["rl_data_tags"] = [ctx["trained_tags"][meta["group_idx"]] for meta in metadata_D]
         ctx.record({"num_datums": len(data_D)})
 
 

@@ -9,7 +9,8 @@ stages.
 
 Variants fill slots instead of adding flags: `setup` stages run once before RL (a warm start, a
 reference or teacher model), `adjust` stages rewrite the assembled datums' advantages before the
-train step (a KL penalty, a teacher's KL), `after_update` stages run after each step's update.
+train step (a KL penalty, a teacher's KL), `after_update` stages run after each step's update,
+`evaluators` run with the held-out reward (before the step's update).
 """
 
 from __future__ import annotations
@@ -52,10 +53,11 @@ def rl_workflow(
     setup: Sequence[Node] = (),
     adjust: Sequence[Node] = (),
     after_update: Sequence[Node] = (),
+    evaluators: Sequence[Node] = (),
 ) -> Workflow:
     """The RL workflow for a recipe's task in `mode`, with the slots filled (see the module doc)."""
     prepare: list[Node] = [ComputeAdvantages(), AssembleData(), *adjust]
-    evaluate = When("eval", eval_due, [EvaluateRewards()])
+    evaluate = When("eval", eval_due, [EvaluateRewards(), *evaluators])
     finish: list[Node] = [
         RefreshSampler(),
         *after_update,

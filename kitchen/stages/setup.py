@@ -3,6 +3,10 @@ or external model to score against (a reference, a teacher), and releasing the b
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
+from kitchen.checkpoints import resolve_sampler_path
 from kitchen.context import Context
 from kitchen.errors import ConfigError, StageError
 from kitchen.stage import Stage
@@ -65,8 +69,8 @@ class CreateTrainingClient(Stage):
 class CreateReferenceClient(Stage):
     """A sampling client on a model that training never changes, for scoring against it: by
     default a frozen copy of the policy as it is now (DPO's reference, the RL KL penalty's); with
-    `model_key`, the model that config key names (a base model name, or a sampler checkpoint path,
-    e.g. a distillation teacher).
+    `model_key`, the `OtherModel` at that config path (e.g. "teacher" or "datasets.1.teacher": a
+    base model, or a checkpoint / run directory), e.g. a distillation teacher.
 
     A frozen copy is saved once and its path persisted under `path_key`, so a resumed run, whose
     policy already holds later weights, reopens the same model; a run resumed from a checkpoint
@@ -88,18 +92,20 @@ class CreateReferenceClient(Stage):
         self.writes = (client_key, path_key)
         self.persist = (path_key,)
         self.reads = () if model_key else ("training_client",)
-        self.config_keys = (model_key,) if model_key else ()
+        self.config_keys = (model_key.split(".")[0], "model_name") if model_key else ()
 
     async def run(self, ctx: Context) -> None:
         service = ctx.port("service")
         saved = ctx.get(self.path_key)
         if self.model_key is not None:
-            model = getattr(ctx.config, self.model_key)
-            is_path = "://" in model or model.startswith(("/", "."))
-            client = await service.create_sampling_client(
-                model_path=model if is_path else None, base_model=None if is_path else model
-            )
-            ctx[self.path_key] = model
+            model = config_path(ctx.config, self.model_key)
+            if model.checkpoint:
+                path = resolve_sampler_path(model.checkpoint)
+                client = await service.create_sampling_client(model_path=path)
+            else:
+                path = model.model_name or ctx.config.model_name
+                client = await service.create_sampling_client(base_model=path)
+            ctx[self.path_key] = path
         elif saved is not None:
             client = await service.create_sampling_client(model_path=saved)
         elif ctx.resume is not None and ctx.resume.state_path:
@@ -113,6 +119,50 @@ class CreateReferenceClient(Stage):
             client = await service.create_sampling_client(model_path=path)
         ctx[self.client_key] = client
         ctx.log.info("model_client.ready", client=self.client_key, path=ctx[self.path_key])
+
+
+def config_path(config: Any, dotted: str) -> Any:
+    """The value at a dotted config path: attributes, and list indices for digits."""
+    value = config
+    for part in dotted.split("."):
+        value = value[int(part)] if part.isdigit() else getattr(value, part)
+    return value
+
+
+class CheckTokenizerMatch(Stage):
+    """Refuse, before any training, another model (a teacher) whose tokenizer differs from the
+    trained model's: its logprobs of the student's tokens would score different text."""
+
+    reads = ("tokenizer",)
+    ports = ("service",)
+    calls = ("ServiceBackend.get_tokenizer",)
+
+    def __init__(self, model_keys: Sequence[str], name: str | None = None) -> None:
+        super().__init__(name)
+        self.model_keys = tuple(model_keys)
+        self.config_keys = (*sorted({key.split(".")[0] for key in model_keys}), "model_name")
+
+    async def run(self, ctx: Context) -> None:
+        ours = ctx["tokenizer"]
+        for key in self.model_keys:
+            model_name = config_path(ctx.config, key).model_name
+            if model_name is None or model_name == ctx.config.model_name:
+                continue
+            theirs = ctx.port("service").get_tokenizer(model_name)
+            if not same_tokenizer(ours, theirs):
+                raise ConfigError(
+                    f"{key}.model_name {model_name!r} has a different tokenizer from model_name "
+                    f"{ctx.config.model_name!r}; a teacher must share the student's tokenizer"
+                )
+
+
+def same_tokenizer(a: Any, b: Any) -> bool:
+    """Same vocabulary (token -> id) where the tokenizers expose it, else the same encodings of a
+    probe text."""
+    if hasattr(a, "get_vocab") and hasattr(b, "get_vocab"):
+        return bool(a.get_vocab() == b.get_vocab())
+    probe = "The quick brown fox: 12 + 30 = 42.\n<|im_start|>assistant"
+    return bool(a.encode(probe, add_special_tokens=False) == b.encode(probe, add_special_tokens=False))
 
 
 class CloseBackend(Stage):

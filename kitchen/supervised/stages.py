@@ -15,24 +15,36 @@ from train_core.types import Datum
 
 class LoadSupervisedData(Stage):
     """Load, tokenize and shift the train (and optional eval) records into datums, up front, so
-    bad data fails before any training; also decides the number of optimizer steps."""
+    bad data fails before any training; also decides the number of optimizer steps.
+
+    The files are the config's `dataset` / `eval_dataset`, or, with `files_key`, the ones an
+    earlier stage wrote to that state key (`{"train": path, "eval": path}`, e.g. generated data).
+    """
 
     writes = ("train_data", "eval_data", "num_steps")
-    config_keys = (
-        "dataset",
-        "dataset_split",
-        "eval_dataset",
-        "eval_split",
-        "batch_size",
-        "num_epochs",
-        "max_steps",
-        "max_length",
-    )
 
-    def __init__(self, builder: ExampleBuilder, needs_renderer: bool = False, name: str | None = None):
+    def __init__(
+        self,
+        builder: ExampleBuilder,
+        needs_renderer: bool = False,
+        files_key: str | None = None,
+        name: str | None = None,
+    ):
         super().__init__(name)
         self.builder = builder
-        self.reads = ("tokenizer", "renderer") if needs_renderer else ("tokenizer",)
+        self.files_key = files_key
+        self.reads = ("tokenizer", *(("renderer",) if needs_renderer else ()), *((files_key,) if files_key else ()))
+        sources = () if files_key else ("dataset", "dataset_split", "eval_dataset", "eval_split")
+        self.config_keys = (*sources, "batch_size", "num_epochs", "max_steps", "max_length")
+
+    def _sources(self, ctx: Context) -> tuple[tuple[str, str], tuple[str, str] | None]:
+        """(train file, split) and (eval file, split) or None."""
+        if self.files_key is not None:
+            files = ctx[self.files_key]
+            return (files["train"], "train"), ((files["eval"], "train") if "eval" in files else None)
+        config = ctx.config
+        held_out = (config.eval_dataset, config.eval_split) if config.eval_dataset else None
+        return (config.dataset, config.dataset_split), held_out
 
     def _load(self, ctx: Context, source: str, split: str) -> list[Datum]:
         required = getattr(self.builder, "required_any", ())
@@ -51,17 +63,18 @@ class LoadSupervisedData(Stage):
 
     async def run(self, ctx: Context) -> None:
         config = ctx.config
-        train = self._load(ctx, config.dataset, config.dataset_split)
+        (train_file, train_split), held_out = self._sources(ctx)
+        train = self._load(ctx, train_file, train_split)
         per_epoch = batches_per_epoch(len(train), config.batch_size)
         if per_epoch == 0:
             raise DataError(
-                f"{config.dataset}: {len(train)} examples are fewer than one batch (batch_size={config.batch_size})"
+                f"{train_file}: {len(train)} examples are fewer than one batch (batch_size={config.batch_size})"
             )
         num_steps = per_epoch * config.num_epochs
         if config.max_steps is not None:
             num_steps = min(num_steps, config.max_steps)
         ctx["train_data"] = train
-        ctx["eval_data"] = self._load(ctx, config.eval_dataset, config.eval_split) if config.eval_dataset else []
+        ctx["eval_data"] = self._load(ctx, *held_out) if held_out else []
         ctx["num_steps"] = num_steps
         ctx.log.info("data.loaded", train=len(train), eval=len(ctx["eval_data"]), num_steps=num_steps)
 
@@ -82,11 +95,16 @@ class GetSupervisedBatch(Stage):
 
 
 class EvaluateNLL(Stage):
-    """Held-out mean NLL with a forward pass (no gradients), queued after the step's update."""
+    """Held-out mean NLL with a forward pass (no gradients), queued after the step's update, as
+    `metric` (default `eval/nll`)."""
 
     reads = ("training_client", "eval_data")
     calls = ("TrainingClient.forward",)
     config_keys = ("batch_size",)
+
+    def __init__(self, metric: str = "eval/nll", name: str | None = None) -> None:
+        super().__init__(name)
+        self.metric = metric
 
     async def run(self, ctx: Context) -> None:
         data = ctx["eval_data"]
@@ -97,4 +115,4 @@ class EvaluateNLL(Stage):
         futures = [await client.forward(data[i : i + size], "cross_entropy") for i in range(0, len(data), size)]
         logprobs_D = [out["logprobs"].to_torch() for fut in futures for out in (await fut).loss_fn_outputs]
         weights_D = [datum.loss_fn_inputs["weights"].to_torch() for datum in data]
-        ctx.record({"eval/nll": mean_nll(logprobs_D, weights_D)})
+        ctx.record({self.metric: mean_nll(logprobs_D, weights_D)})

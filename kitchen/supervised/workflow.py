@@ -2,22 +2,38 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from kitchen.stages.checkpoint import SaveCheckpoint
 from kitchen.stages.setup import CloseBackend, CreateTrainingClient, GetTokenizer, MakeRenderer
 from kitchen.stages.training import CollectTrainStep, SubmitTrainStep
 from kitchen.supervised.examples import ExampleBuilder
 from kitchen.supervised.stages import EvaluateNLL, GetSupervisedBatch, LoadSupervisedData
-from kitchen.workflow import Loop, When, Workflow, every
+from kitchen.workflow import Loop, Node, When, Workflow, every
 
 
-def supervised_workflow(builder: ExampleBuilder, needs_renderer: bool = False) -> Workflow:
+def supervised_workflow(
+    builder: ExampleBuilder,
+    needs_renderer: bool = False,
+    name: str = "supervised",
+    prepare_data: Sequence[Node] = (),
+    files_key: str | None = None,
+    before_training: Sequence[Node] = (),
+) -> Workflow:
+    """Pipelined cross-entropy steps over a data set, with held-out NLL and checkpoints.
+
+    Slots: `prepare_data` stages run before the data is loaded (e.g. writing it: a teacher's
+    answers), and then the data comes from the files they put under `files_key` instead of the
+    config's `dataset`; `before_training` stages run once the training client exists."""
     return Workflow(
-        name="supervised",
+        name=name,
         steps=[
             GetTokenizer(),
             *([MakeRenderer()] if needs_renderer else []),
-            LoadSupervisedData(builder, needs_renderer=needs_renderer),
+            *prepare_data,
+            LoadSupervisedData(builder, needs_renderer=needs_renderer, files_key=files_key),
             CreateTrainingClient(),
+            *before_training,
             Loop(
                 "train",
                 over="num_steps",

@@ -1,0 +1,234 @@
+"""Distillation stages: the teacher-KL advantage adjuster and its held-out twin (on-policy), and
+the teacher's answers as a data set plus the NLL floor it sets (prompt distillation)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+import torch
+
+from kitchen.context import Context
+from kitchen.datasets import load_records
+from kitchen.errors import ConfigError, DataError
+from kitchen.ports import SamplingClient
+from kitchen.requests import score_targets
+from kitchen.rl.sampling import ROLLOUT_KEYS, rollout_params
+from kitchen.stage import Stage
+from train_core.distillation import TeacherKL, incorporate_teacher_kl
+from train_core.renderers.base import Message, Renderer
+from train_core.rl.advantages import compute_advantages
+from train_core.rl.data_processing import assemble_training_data
+from train_core.rl.rollouts import sample_group
+from train_core.supervised import datum_from_tokens_weights, mean_nll
+from train_core.types import Datum, SamplingParams
+
+
+def prompt_messages(record: Mapping[str, object], where: str) -> list[Message]:
+    """A prompt record: `{"prompt": text}` (one user message) or `{"messages": [...]}`."""
+    if isinstance(record.get("prompt"), str):
+        return [{"role": "user", "content": str(record["prompt"])}]
+    messages = record.get("messages")
+    if (
+        isinstance(messages, list)
+        and messages
+        and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            for m in messages
+        )
+    ):
+        return [{"role": m["role"], "content": m["content"]} for m in messages]
+    raise DataError(f"{where}: a prompt record needs a string 'prompt' or a list of {{role, content}} 'messages'")
+
+
+def load_prompts(path: str) -> list[list[Message]]:
+    return [prompt_messages(record, f"{path} record {i + 1}") for i, record in enumerate(load_records(path))]
+
+
+def teacher_of_each(tags_D: Sequence[Sequence[str]], teachers: Mapping[str, SamplingClient]) -> list[SamplingClient]:
+    """The teacher client for each datum: the one named by the datum's data-set tag."""
+    picked = []
+    for tags in tags_D:
+        names = [tag for tag in tags if tag in teachers]
+        if not names:
+            raise DataError(f"no teacher for a group tagged {list(tags)}; teachers: {sorted(teachers)}")
+        picked.append(teachers[names[0]])
+    return picked
+
+
+async def score_each_with(clients_D: Sequence[SamplingClient], data_D: Sequence[Datum]) -> list[torch.Tensor]:
+    """Each datum's target logprobs under its own client, every client's requests concurrently."""
+    indices_by_client: dict[int, list[int]] = {}
+    for index, client in enumerate(clients_D):
+        indices_by_client.setdefault(id(client), []).append(index)
+    groups = list(indices_by_client.values())
+    scored = await asyncio.gather(*(score_targets(clients_D[g[0]], [data_D[i] for i in g]) for g in groups))
+    out: dict[int, torch.Tensor] = {}
+    for indices, logprobs in zip(groups, scored, strict=True):
+        out.update(zip(indices, logprobs, strict=True))
+    return [out[i] for i in range(len(data_D))]
+
+
+class ApplyTeacherKL(Stage):
+    """An advantage adjuster: each datum's teacher (by its data set) scores the sampled tokens,
+    and `kl_penalty_coef` times the per-token reverse KL `lp_student - lp_teacher` is taken off
+    the advantages (discounted by `kl_discount_factor`). Logs `teacher_kl` (mean per action token)
+    and `teacher_kl/<dataset>`."""
+
+    writes = ("rl_data",)
+    calls = ("SamplingClient.compute_logprobs",)
+    config_keys = ("kl_penalty_coef", "kl_discount_factor")
+
+    def __init__(self, teachers: Mapping[str, str], name: str | None = None) -> None:
+        """`teachers`: data-set name -> state key of its teacher's sampling client."""
+        super().__init__(name)
+        self.teachers = dict(teachers)
+        self.reads = ("rl_data", "rl_data_tags", *self.teachers.values())
+
+    async def run(self, ctx: Context) -> None:
+        data_D, tags_D = ctx["rl_data"], ctx["rl_data_tags"]
+        if not data_D:
+            return
+        clients = {name: ctx[key] for name, key in self.teachers.items()}
+        teacher_lp_D = await score_each_with(teacher_of_each(tags_D, clients), data_D)
+        new_data_D, kl = incorporate_teacher_kl(
+            data_D, teacher_lp_D, ctx.config.kl_penalty_coef, ctx.config.kl_discount_factor
+        )
+        ctx["rl_data"] = new_data_D
+        ctx.record(teacher_kl_metrics(kl, tags_D, self.teachers))
+
+
+def teacher_kl_metrics(kl: TeacherKL, tags_D: Sequence[Sequence[str]], names: Iterable[str]) -> dict[str, float]:
+    """`teacher_kl` over every action token, and `teacher_kl/<name>` over each data set's."""
+    metrics = {"teacher_kl": kl.mean()}
+    for name in names:
+        indices = [i for i, tags in enumerate(tags_D) if name in tags]
+        if indices:
+            metrics[f"teacher_kl/{name}"] = kl.mean(indices)
+    return metrics
+
+
+class EvaluateTeacherKL(Stage):
+    """The student's reverse KL to the teacher on the task's held-out prompts (which it does not
+    train on), sampled with the current sampler: `eval/teacher_kl`."""
+
+    calls = ("SamplingClient.sample", "SamplingClient.compute_logprobs")
+    config_keys = ROLLOUT_KEYS
+
+    def __init__(self, teacher_key: str, name: str | None = None) -> None:
+        super().__init__(name)
+        self.teacher_key = teacher_key
+        self.reads = ("rl_task", "sampling_client", "sampler_step", teacher_key)
+
+    async def run(self, ctx: Context) -> None:
+        builders = ctx["rl_task"].eval_builders
+        if not builders:
+            return
+        params = rollout_params(ctx)
+        groups = await asyncio.gather(
+            *(
+                sample_group(
+                    b, ctx["sampling_client"], ctx["sampler_step"], params, ("eval_kl", ctx.config.seed, ctx.step, i)
+                )
+                for i, b in enumerate(builders)
+            )
+        )
+        trajectories_P = [g.trajectories for g in groups]
+        data_D, _ = assemble_training_data(trajectories_P, compute_advantages(trajectories_P))
+        teacher_lp_D = await score_targets(ctx[self.teacher_key], data_D)
+        _, kl = incorporate_teacher_kl(data_D, teacher_lp_D, coef=0.0)
+        ctx.record({"eval/teacher_kl": kl.mean()})
+
+
+class GenerateTeacherAnswers(Stage):
+    """The teacher's answers to the train (and held-out) prompts, asked under `system_prompt`,
+    written as conversations without it to `RUN_DIR/distill/{train,eval}.jsonl` (each record
+    keeps the system prompt under `system` for the teacher's NLL floor). Requests go out together
+    so a backend batches them. A finished generation (its `.done` marker) is reused on resume, and
+    `generated_dataset` points at one from an earlier run instead."""
+
+    reads = ("renderer", "teacher_client")
+    writes = ("distill_files",)
+    persist = ("distill_files",)
+    calls = ("SamplingClient.sample",)
+    config_keys = (
+        "dataset",
+        "eval_dataset",
+        "system_prompt",
+        "teacher_max_tokens",
+        "teacher_temperature",
+        "generated_dataset",
+        "seed",
+    )
+
+    async def run(self, ctx: Context) -> None:
+        config = ctx.config
+        if config.generated_dataset:
+            folder = Path(config.generated_dataset)
+            if not (folder / "train.jsonl").is_file():
+                raise ConfigError(f"generated_dataset {folder}: no train.jsonl there")
+        else:
+            if ctx.run_dir is None:
+                raise ConfigError("prompt distillation writes the teacher's answers to the run directory; none is set")
+            folder = ctx.run_dir / "distill"
+            for split, source in (("train", config.dataset), ("eval", config.eval_dataset)):
+                if source and not (folder / f"{split}.done").exists():
+                    await self._generate(ctx, source, folder / f"{split}.jsonl", split)
+        ctx["distill_files"] = {
+            split: str(folder / f"{split}.jsonl")
+            for split in ("train", "eval")
+            if (folder / f"{split}.jsonl").is_file()
+        }
+
+    async def _generate(self, ctx: Context, source: str, out: Path, split: str) -> None:
+        config, renderer = ctx.config, ctx["renderer"]
+        prompts = load_prompts(source)
+        system: Message = {"role": "system", "content": config.system_prompt}
+        params = [
+            SamplingParams(
+                max_tokens=config.teacher_max_tokens,
+                temperature=config.teacher_temperature,
+                seed=hash((config.seed, split, index)) & 0x7FFFFFFF,
+                stop=renderer.get_stop_sequences(),
+            )
+            for index in range(len(prompts))
+        ]
+        results = await asyncio.gather(
+            *(
+                ctx["teacher_client"].sample(renderer.build_generation_prompt([system, *prompt]), 1, p)
+                for prompt, p in zip(prompts, params, strict=True)
+            )
+        )
+        lines = []
+        for prompt, result in zip(prompts, results, strict=True):
+            reply, _ = renderer.parse_response(result.sequences[0].tokens)
+            answer: Message = {"role": "assistant", "content": reply["content"]}
+            lines.append(json.dumps({"messages": [*prompt, answer], "system": config.system_prompt}))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        out.with_suffix(".done").touch()
+        ctx.log.info("distill.generated", split=split, records=len(lines), path=str(out))
+
+
+class EvaluateTeacherFloor(Stage):
+    """The teacher's own NLL of its held-out answers, with the system prompt: the floor the
+    student's `eval/nll` (without it) is measured against, `eval/teacher_nll`."""
+
+    reads = ("distill_files", "renderer", "teacher_client")
+    calls = ("SamplingClient.compute_logprobs",)
+
+    async def run(self, ctx: Context) -> None:
+        path = ctx["distill_files"].get("eval")
+        if path is None:
+            return
+        renderer: Renderer = ctx["renderer"]
+        data_D = []
+        for record in load_records(path):
+            messages = [{"role": "system", "content": record["system"]}, *record["messages"]]
+            tokens, weights = renderer.build_supervised_example(messages)
+            data_D.append(datum_from_tokens_weights(tokens.to_ints(), [float(w) for w in weights]))
+        logprobs_D = await score_targets(ctx["teacher_client"], data_D)
+        weights_D = [d.loss_fn_inputs["weights"].to_torch() for d in data_D]
+        ctx.record({"eval/teacher_nll": mean_nll(logprobs_D, weights_D)})

@@ -1,0 +1,72 @@
+"""Distillation workflows, built from the RL and supervised workflows' slots rather than copies.
+
+- On-policy: the RL workflow (any mode) on prompt-only envs, with each data set's teacher opened
+  and checked in `setup`, its reverse KL folded into the advantages as the `adjust` stage, the
+  teacher's own held-out reward measured once, and the student's held-out KL to it evaluated.
+- Prompt distillation: the supervised workflow on the teacher's answers, generated (once) before
+  the data is loaded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kitchen.distillation.stages import ApplyTeacherKL, EvaluateTeacherFloor, EvaluateTeacherKL, GenerateTeacherAnswers
+from kitchen.rl.sampling import EvaluateRewards
+from kitchen.rl.warm_start import WarmStart
+from kitchen.rl.workflow import fresh_run, rl_workflow
+from kitchen.stages.setup import CheckTokenizerMatch, CreateReferenceClient
+from kitchen.supervised.examples import Conversation
+from kitchen.supervised.stages import EvaluateNLL
+from kitchen.supervised.workflow import supervised_workflow
+from kitchen.workflow import Node, When, Workflow, WorkflowBuilder
+from train_core.rl.task import RLTaskFactory
+
+
+def teacher_client_key(dataset: str) -> str:
+    return f"teacher_client/{dataset}"
+
+
+def on_policy_distillation_workflow_for(factory: RLTaskFactory) -> WorkflowBuilder:
+    """A recipe's `workflow(config)` for on-policy distillation in the configured RL mode."""
+
+    def build(config: Any) -> Workflow:
+        names = [dataset.name for dataset in config.datasets]
+        model_keys = [f"datasets.{index}.teacher" for index in range(len(names))]
+        setup: list[Node] = [CheckTokenizerMatch(model_keys)]
+        if config.warm_start_steps > 0:
+            setup.append(When("fresh_start", fresh_run, [WarmStart()]))
+        setup += [
+            CreateReferenceClient(teacher_client_key(name), f"teacher_path/{name}", model_key, name=f"teacher_{name}")
+            for name, model_key in zip(names, model_keys, strict=True)
+        ]
+        first = teacher_client_key(names[0])
+        # The teacher's own held-out reward, once (a resumed run has it in its first rows already).
+        setup.append(When("teacher_baseline", fresh_run, [EvaluateRewards(first, "teacher_eval", "evaluate_teacher")]))
+        return rl_workflow(
+            factory,
+            config.mode,
+            setup=setup,
+            adjust=[ApplyTeacherKL({name: teacher_client_key(name) for name in names})],
+            evaluators=[EvaluateTeacherKL(first)],
+        )
+
+    return WorkflowBuilder("on-policy distillation", ("mode", "warm_start_steps", "datasets"), build)
+
+
+def prompt_distillation_workflow(messages_key: str = "messages") -> Workflow:
+    """Fine-tune on the teacher's answers without the system prompt; `eval/nll_initial` before the
+    first step, `eval/nll` after, and the teacher's own floor `eval/teacher_nll`."""
+    return supervised_workflow(
+        Conversation(messages_key=messages_key),
+        needs_renderer=True,
+        name="prompt_distillation",
+        prepare_data=[
+            CheckTokenizerMatch(["teacher"]),
+            CreateReferenceClient("teacher_client", "teacher_path", "teacher", name="open_teacher"),
+            GenerateTeacherAnswers(),
+            EvaluateTeacherFloor(),
+        ],
+        files_key="distill_files",
+        before_training=[EvaluateNLL("eval/nll_initial", name="evaluate_initial_nll")],
+    )

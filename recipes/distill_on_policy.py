@@ -1,0 +1,94 @@
+"""distill_on_policy: on-policy distillation. The student samples replies to prompts (reward 0),
+each prompt set's teacher scores the sampled tokens, and the student is trained to lower its
+reverse KL to the teacher, in any RL mode (sync, stream_minibatch, async).
+
+Defaults run offline on the embedded tiny model in a few minutes: the student gets the sloppy
+warm start of `math_rl` (held-out reward about 0.35), the teacher is the shipped arithmetic
+teacher (`recipes/data/teachers/arithmetic`, about 1.0), and the student trains on addition
+problems while the held-out problems measure its reward and its KL to the teacher.
+`datasets` takes several prompt sets with their own teachers (see
+`recipes/configs/distill_on_policy_multi.yaml`).
+"""
+
+from __future__ import annotations
+
+import random
+
+from pydantic import Field
+
+from kitchen.config import defaults
+from kitchen.distillation.settings import OnPolicyDistillationSettings
+from kitchen.distillation.stages import load_prompts
+from kitchen.distillation.workflow import on_policy_distillation_workflow_for
+from kitchen.recipe import Recipe
+from recipes.data import shipped_data
+from recipes.envs.arithmetic import AdditionDemonstrations, Problem, problem_group, question
+from train_core.distillation import CompositeDataset, PromptDataset
+from train_core.renderers.base import Renderer
+from train_core.renderers.messages import Message
+from train_core.rl.task import RLTask
+
+TEACHER = shipped_data("teachers/arithmetic")
+"""Sampler weights of the tiny model trained on correct additions (see build_arithmetic_teacher.py)."""
+
+ARITHMETIC = "arithmetic"
+"""The built-in prompt set: addition problems with operands up to `max_operand`, less the held-out ones."""
+
+
+@defaults(
+    datasets=[{"name": ARITHMETIC, "prompts": ARITHMETIC, "teacher": {"checkpoint": TEACHER}}],
+    learning_rate=1e-3,
+    max_tokens=8,
+    group_size=8,
+    groups_per_batch=32,
+    num_batches=40,
+    eval_every=5,
+    warm_start_steps=300,
+)
+class Config(OnPolicyDistillationSettings):
+    max_operand: int = Field(4, ge=1, description="built-in prompts: operands are drawn from [0, max_operand]")
+    num_held_out: int = Field(8, ge=1, description="addition problems kept out of training, for evaluation")
+    teacher_error_rate: float = Field(
+        0.4, ge=0, le=1, description="the student's warm start: share of demonstrations that are off by one"
+    )
+
+
+def split_problems(config: Config) -> tuple[list[Problem], list[Problem]]:
+    """Every addition problem of the range, split into (trained, held out) by a seeded sample."""
+    every = [(x, y) for x in range(config.max_operand + 1) for y in range(config.max_operand + 1)]
+    held_out = random.Random(f"distill-held-out/{config.seed}").sample(every, min(config.num_held_out, len(every) - 1))
+    return [p for p in every if p not in held_out], held_out
+
+
+def prompts_for(source: str, trained: list[Problem]) -> list[list[Message]]:
+    if source == ARITHMETIC:
+        return [[{"role": "user", "content": question(problem)}] for problem in trained]
+    return load_prompts(source)
+
+
+def build_task(config: Config, renderer: Renderer) -> RLTask:
+    trained, held_out = split_problems(config)
+    parts = [
+        PromptDataset(
+            dataset.name,
+            prompts_for(dataset.prompts, trained),
+            renderer,
+            config.share(index),
+            config.group_size,
+            config.seed,
+        )
+        for index, dataset in enumerate(config.datasets)
+    ]
+    return RLTask(
+        train=CompositeDataset(parts),
+        eval_builders=[problem_group(problem, renderer, config.group_size, 0.0) for problem in held_out],
+        demonstrations=AdditionDemonstrations(config.max_operand, config.teacher_error_rate),
+    )
+
+
+RECIPE = Recipe(
+    name="distill_on_policy",
+    description="on-policy distillation: the student trains on its own samples against teachers' logprobs",
+    config_cls=Config,
+    workflow=on_policy_distillation_workflow_for(build_task),
+)
