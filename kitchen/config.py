@@ -83,7 +83,7 @@ def defaults(**values: Any) -> Callable[[type[C]], type[C]]:
             if field is None:
                 raise TypeError(f"{cls.__name__} has no config key {name!r} to set a default for")
             # Checked against the key's type and bounds now, so a bad default fails at import.
-            annotated = Annotated[field.annotation, *field.metadata] if field.metadata else field.annotation
+            annotated: Any = Annotated[field.annotation, *field.metadata] if field.metadata else field.annotation
             checked = TypeAdapter(annotated).validate_python(value)
             cls.model_fields[name] = FieldInfo.merge_field_infos(field, default=checked)
         cls.model_rebuild(force=True)

@@ -106,7 +106,7 @@ def test_every_shipped_recipe_declares_only_keys_its_config_has() -> None:
 
 
 class ReadsUndeclared(Stage):
-    config_keys = ("seed",)
+    config_keys: tuple[str, ...] = ("seed",)
 
     async def run(self, ctx: Context) -> None:
         ctx.record({"seed": ctx.config.seed, "lr": ctx.config.learning_rate})
@@ -161,7 +161,7 @@ class Tuned(RLSettings):
 def test_defaults_override_inherited_keys_keeping_their_bounds_and_description() -> None:
     from kitchen.config import defaults
 
-    tuned = defaults(learning_rate=0.25, groups_per_batch=3)(type("TunedAgain", (Tuned,), {}))
+    tuned: type[Tuned] = defaults(learning_rate=0.25, groups_per_batch=3)(type("TunedAgain", (Tuned,), {}))
     assert tuned().learning_rate == 0.25 and tuned().groups_per_batch == 3 and Tuned().groups_per_batch == 16
     assert tuned.model_fields["groups_per_batch"].description == RLSettings.model_fields["groups_per_batch"].description
     with pytest.raises(ValueError, match="greater than 0"):

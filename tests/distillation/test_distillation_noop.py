@@ -4,7 +4,7 @@ data reused, and a teacher with another tokenizer refused before training."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -17,6 +17,7 @@ from kitchen.config import load_config
 from kitchen.errors import ConfigError
 from kitchen.launch import run_recipe
 from kitchen.metrics import read_metrics
+from kitchen.ports import Tokenizer
 from kitchen.recipe import get_recipe
 from kitchen.runner import StageFailure
 from recipes.data import shipped_data
@@ -77,14 +78,21 @@ def test_resume_reproduces_the_per_step_metrics(tmp_path: Path) -> None:
         assert got == pytest.approx(want, rel=1e-6)
 
 
+class TokenizersByPath(NoopBackend):
+    """The noop backend, but a model path gets that directory's own tokenizer (noop gives every
+    model the tiny one)."""
+
+    def get_tokenizer(self, base_model: str) -> Tokenizer:
+        return cast(Tokenizer, AutoTokenizer.from_pretrained(TINY_DIR if base_model == "tiny" else base_model))
+
+
 def test_a_teacher_with_another_tokenizer_is_refused_before_training(tmp_path: Path) -> None:
     other = tmp_path / "other_tokenizer"
     tokenizer = AutoTokenizer.from_pretrained(TINY_DIR)
     tokenizer.add_tokens(["<a_token_the_student_lacks>"])
     tokenizer.save_pretrained(other)
     config = {"datasets": [{"name": "a", "prompts": "arithmetic", "teacher": {"model_name": str(other)}}]}
-    backend = NoopBackend(seed=0, checkpoint_dir=tmp_path / "ck")
-    backend.get_tokenizer = lambda name: AutoTokenizer.from_pretrained(str(other) if name != "tiny" else TINY_DIR)  # type: ignore[method-assign]
+    backend = TokenizersByPath(seed=0, checkpoint_dir=tmp_path / "ck")
     with pytest.raises(StageFailure, match="has a different tokenizer from model_name 'tiny'"):
         on_policy(tmp_path, config, backend=backend)
     assert not [call for call in backend.calls if call.method in ("forward_backward", "sample")]

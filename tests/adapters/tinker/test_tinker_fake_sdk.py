@@ -46,7 +46,7 @@ ADAPTER_BUGS: list[tuple[Call, str]] = [
     (
         lambda tc: tc.forward_backward(
             # model_construct skips pydantic's coercion, as a careless adapter might
-            [types.Datum(types.ModelInput(chunks=[types.EncodedTextChunk.model_construct(tokens=[np.int64(1)])]))],
+            [types.Datum(types.ModelInput(chunks=[types.EncodedTextChunk.model_construct(tokens=[np.int64(1)])  # type: ignore[list-item]]))],
             "cross_entropy",
         ),
         "plain ints",

@@ -12,8 +12,16 @@ from hypothesis import given, settings
 from rl_test_factories import trajectory, transition
 
 from tests.rl_workflow.envs_common import renderer
-from train_core.distillation import CompositeDataset, PromptDataset, PromptOnlyEnv, incorporate_teacher_kl
+from train_core.distillation import (
+    CompositeDataset,
+    PromptDataset,
+    PromptGroupBuilder,
+    PromptOnlyEnv,
+    incorporate_teacher_kl,
+)
+from train_core.renderers.messages import Message
 from train_core.rl.data_processing import trajectory_to_data
+from train_core.rl.types import EnvGroupBuilder
 from train_core.types import Datum
 
 
@@ -86,16 +94,21 @@ def test_prompt_only_env_rewards_nothing_and_ends() -> None:
     assert result.reward == 0.0 and result.episode_done
 
 
+def prompt_of(builder: EnvGroupBuilder) -> tuple[Message, ...]:
+    assert isinstance(builder, PromptGroupBuilder)
+    return builder.prompt
+
+
 def test_prompt_datasets_are_reproducible_and_the_composite_gives_each_its_share() -> None:
-    prompts = [[{"role": "user", "content": f"q{i}"}] for i in range(10)]
+    prompts: list[list[Message]] = [[{"role": "user", "content": f"q{i}"}] for i in range(10)]
     a = PromptDataset("a", prompts, renderer(), groups_per_batch=3, group_size=2, seed=0)
     b = PromptDataset("b", prompts[:4], renderer(), groups_per_batch=1, group_size=2, seed=0)
-    assert [g.prompt for g in a.get_batch(5)] == [g.prompt for g in a.get_batch(5)]
+    assert [prompt_of(g) for g in a.get_batch(5)] == [prompt_of(g) for g in a.get_batch(5)]
     assert len(a) == 3 and len(b) == 4
     composite = CompositeDataset([a, b])
     assert len(composite) == 4
     batch = composite.get_batch(3)
     assert [g.logging_tags() for g in batch] == [["a"]] * 3 + [["b"]]
-    assert batch[0].prompt == a.get_batch(0)[0].prompt  # a is cycled on its own: batch 3 % 3 == 0
+    assert prompt_of(batch[0]) == prompt_of(a.get_batch(0)[0])  # a is cycled on its own: batch 3 % 3 == 0
     with pytest.raises(ValueError, match="no prompts"):
         PromptDataset("empty", [], renderer(), 1, 1, 0)
