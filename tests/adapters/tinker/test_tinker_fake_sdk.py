@@ -38,6 +38,7 @@ def service() -> FakeServiceClient:
     return FakeServiceClient()
 
 
+NUMPY_TOKENS: Any = [np.int64(1)]
 ADAPTER_BUGS: list[tuple[Call, str]] = [
     (lambda tc: tc.forward_backward([ce_datum([1, 2, 3])], "cross-entropy"), "not one of the SDK"),
     (lambda tc: tc.forward_backward([ce_datum([1, 2, 3])], "stable_reinforce"), "does not implement"),
@@ -46,7 +47,7 @@ ADAPTER_BUGS: list[tuple[Call, str]] = [
     (
         lambda tc: tc.forward_backward(
             # model_construct skips pydantic's coercion, as a careless adapter might
-            [types.Datum(types.ModelInput(chunks=[types.EncodedTextChunk.model_construct(tokens=[np.int64(1)])  # type: ignore[list-item]]))],
+            [types.Datum(types.ModelInput(chunks=[types.EncodedTextChunk.model_construct(tokens=NUMPY_TOKENS)]))],
             "cross_entropy",
         ),
         "plain ints",
