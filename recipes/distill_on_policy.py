@@ -5,7 +5,8 @@ reverse KL to the teacher, in any RL mode (sync, stream_minibatch, async).
 Defaults run offline on the embedded tiny model in a few minutes: the student gets the sloppy
 warm start of `math_rl` (held-out reward about 0.35), the teacher is the shipped arithmetic
 teacher (`recipes/data/teachers/arithmetic`, about 1.0), and the student trains on addition
-problems while the held-out problems measure its reward and its KL to the teacher.
+problems; its reward and its KL to the teacher are evaluated on every problem, and separately
+(`eval/held_out/...`, `eval/teacher_kl/held_out`) on the ones it never trains on.
 `datasets` takes several prompt sets with their own teachers (see
 `recipes/configs/distill_on_policy_multi.yaml`).
 """
@@ -47,7 +48,7 @@ ARITHMETIC = "arithmetic"
 )
 class Config(OnPolicyDistillationSettings):
     max_operand: int = Field(4, ge=1, description="built-in prompts: operands are drawn from [0, max_operand]")
-    num_held_out: int = Field(8, ge=1, description="addition problems kept out of training, for evaluation")
+    num_held_out: int = Field(5, ge=1, description="addition problems kept out of training (eval tag held_out)")
     teacher_error_rate: float = Field(
         0.4, ge=0, le=1, description="the student's warm start: share of demonstrations that are off by one"
     )
@@ -79,9 +80,17 @@ def build_task(config: Config, renderer: Renderer) -> RLTask:
         )
         for index, dataset in enumerate(config.datasets)
     ]
+    # The task reward is measured on every problem; the held-out ones (tag `held_out`) also show
+    # how the student does against the teacher on prompts it never trained on.
+    trained_set = set(trained)
     return RLTask(
         train=CompositeDataset(parts),
-        eval_builders=[problem_group(problem, renderer, config.group_size, 0.0) for problem in held_out],
+        eval_builders=[
+            problem_group(
+                problem, renderer, config.group_size, 0.0, "trained" if problem in trained_set else "held_out"
+            )
+            for problem in sorted(trained_set | set(held_out))
+        ],
         demonstrations=AdditionDemonstrations(config.max_operand, config.teacher_error_rate),
     )
 

@@ -111,8 +111,9 @@ def teacher_kl_metrics(kl: TeacherKL, tags_D: Sequence[Sequence[str]], names: It
 
 
 class EvaluateTeacherKL(Stage):
-    """The student's reverse KL to the teacher on the task's held-out prompts (which it does not
-    train on), sampled with the current sampler: `eval/teacher_kl`."""
+    """The student's reverse KL to the teacher on the task's evaluation prompts, sampled with the
+    current sampler: `eval/teacher_kl`, and `eval/teacher_kl/<tag>` per logging tag (e.g. the
+    prompts it never trains on)."""
 
     calls = ("SamplingClient.sample", "SamplingClient.compute_logprobs")
     config_keys = ROLLOUT_KEYS
@@ -136,10 +137,12 @@ class EvaluateTeacherKL(Stage):
             )
         )
         trajectories_P = [g.trajectories for g in groups]
-        data_D, _ = assemble_training_data(trajectories_P, compute_advantages(trajectories_P))
+        data_D, metadata_D = assemble_training_data(trajectories_P, compute_advantages(trajectories_P))
         teacher_lp_D = await score_targets(ctx[self.teacher_key], data_D)
         _, kl = incorporate_teacher_kl(data_D, teacher_lp_D, coef=0.0)
-        ctx.record({"eval/teacher_kl": kl.mean()})
+        tags_D = [groups[meta["group_idx"]].builder.logging_tags() for meta in metadata_D]
+        tags = sorted({tag for tags in tags_D for tag in tags})
+        ctx.record({f"eval/{key}": value for key, value in teacher_kl_metrics(kl, tags_D, tags).items()})
 
 
 class GenerateTeacherAnswers(Stage):

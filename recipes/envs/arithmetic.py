@@ -49,8 +49,10 @@ def random_problem(rng: random.Random, max_operand: int) -> Problem:
     return rng.randint(0, max_operand), rng.randint(0, max_operand)
 
 
-def problem_group(problem: Problem, renderer: Renderer, group_size: int, format_coef: float) -> EnvGroupBuilder:
-    return ProblemGroupBuilder(partial(ArithmeticEnv, problem, renderer, format_coef), group_size, "arithmetic")
+def problem_group(
+    problem: Problem, renderer: Renderer, group_size: int, format_coef: float, tag: str = "arithmetic"
+) -> EnvGroupBuilder:
+    return ProblemGroupBuilder(partial(ArithmeticEnv, problem, renderer, format_coef), group_size, tag)
 
 
 class ArithmeticDataset(RLDataset):
