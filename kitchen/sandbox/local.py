@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,7 +36,7 @@ from kitchen.sandbox.types import (
 # Per-process uid block far above any real account: base + (pid mod 10000) * 10000 + slot.
 UID_BASE = 2_000_000_000
 READER_GRACE_S = 2.0
-"""How long output readers may run on after the program ended (a leftover holding the pipe)."""
+"""How long output may still drain after the program and its leftovers were killed."""
 
 
 @dataclass(frozen=True)
@@ -126,31 +126,46 @@ def make_workdir(program: Program, uid: int | None) -> Path:
 
 
 class _CappedOutput:
-    """Keeps the first `cap` bytes of a stream and drains (and counts) the rest."""
+    """Keeps the first `cap` bytes of a stream and drops (but notes) the rest."""
 
     def __init__(self, cap: int) -> None:
         self.cap = cap
         self.data = bytearray()
         self.truncated = False
 
-    async def drain(self, stream: asyncio.StreamReader) -> None:
-        while chunk := await stream.read(1 << 16):
-            room = self.cap - len(self.data)
-            if len(chunk) > room:
-                self.truncated = True
-            self.data += chunk[: max(room, 0)]
+    def add(self, chunk: bytes) -> None:
+        room = self.cap - len(self.data)
+        if len(chunk) > room:
+            self.truncated = True
+        self.data += chunk[: max(room, 0)]
 
     def text(self) -> str:
         return self.data.decode("utf-8", errors="replace")
 
 
-async def _feed(stream: asyncio.StreamWriter, data: bytes) -> None:
-    try:
-        stream.write(data)
-        await stream.drain()
-        stream.close()
-    except (BrokenPipeError, ConnectionResetError):
-        pass  # the program exited or closed stdin without reading it all
+class _Child(asyncio.SubprocessProtocol):
+    """Collects capped output and says when the process exits, whoever still holds its pipes
+    (asyncio's `Process.wait` would also wait for a leftover daemon to close them)."""
+
+    def __init__(self) -> None:
+        self.stdout = _CappedOutput(OUTPUT_CAP_BYTES)
+        self.stderr = _CappedOutput(OUTPUT_CAP_BYTES)
+        loop = asyncio.get_running_loop()
+        self.exited = loop.create_future()
+        self.pipes_closed = loop.create_future()
+        self._open_pipes = {1, 2}
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        (self.stdout if fd == 1 else self.stderr).add(data)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        self._open_pipes.discard(fd)
+        if not self._open_pipes and not self.pipes_closed.done():
+            self.pipes_closed.set_result(None)
+
+    def process_exited(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
 
 
 async def kill_uid(uid: int, setpriv: str, python: str) -> None:
@@ -174,39 +189,37 @@ class Outcome:
     timed_out: bool
 
 
-async def supervise(argv: Sequence[str], cwd: Path, env: dict[str, str], stdin: str, timeout_s: float) -> Outcome:
-    """Run `argv` in its own session; on the deadline (or cancellation) SIGKILL its process group.
-
-    The caller kills what escaped the group (by uid, or by the PID namespace going away)."""
+async def supervise(
+    argv: Sequence[str],
+    cwd: Path,
+    env: dict[str, str],
+    stdin: str,
+    timeout_s: float,
+    sweep: Callable[[], Awaitable[None]],
+) -> Outcome:
+    """Run `argv` in its own session; on exit, the deadline or cancellation SIGKILL its process
+    group and `sweep` what escaped the group, then give the output pipes a moment to drain."""
+    loop = asyncio.get_running_loop()
     start = time.monotonic()
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        cwd=cwd,
-        env=env,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        start_new_session=True,
-    )
-    assert proc.stdin and proc.stdout and proc.stderr
-    out, err = _CappedOutput(OUTPUT_CAP_BYTES), _CappedOutput(OUTPUT_CAP_BYTES)
-    readers = [asyncio.ensure_future(out.drain(proc.stdout)), asyncio.ensure_future(err.drain(proc.stderr))]
-    feeder = asyncio.ensure_future(_feed(proc.stdin, stdin.encode("utf-8")))
+    transport, child = await loop.subprocess_exec(_Child, *argv, cwd=cwd, env=env, start_new_session=True)
     timed_out = False
     try:
+        stdin_pipe = transport.get_pipe_transport(0)
+        assert isinstance(stdin_pipe, asyncio.WriteTransport)
+        stdin_pipe.write(stdin.encode("utf-8"))
+        stdin_pipe.write_eof()
         try:
-            await asyncio.wait_for(proc.wait(), timeout_s)
+            await asyncio.wait_for(asyncio.shield(child.exited), timeout_s)
         except TimeoutError:
             timed_out = True
     finally:
         with contextlib.suppress(ProcessLookupError, PermissionError):  # the group may already be empty
-            os.killpg(proc.pid, signal.SIGKILL)
-        await proc.wait()
+            os.killpg(transport.get_pid(), signal.SIGKILL)
+        await sweep()
         elapsed = time.monotonic() - start
-        _, pending = await asyncio.wait([*readers, feeder], timeout=READER_GRACE_S)
-        for task in pending:
-            task.cancel()
-    return Outcome(proc.returncode, out, err, elapsed, timed_out)
+        await asyncio.wait([child.exited, child.pipes_closed], timeout=READER_GRACE_S)
+        transport.close()
+    return Outcome(transport.get_returncode(), child.stdout, child.stderr, elapsed, timed_out)
 
 
 def classify(outcome: Outcome, cpu_limit_codes: set[int], launcher_prefixes: Sequence[str], cpu_s: int) -> RunResult:
@@ -263,7 +276,10 @@ class LocalSandbox(Sandbox):
     def probe(self) -> str | None:
         """Run a trivial program once, synchronously (at construction): why it failed, or None."""
         uid = self.uids.take()
-        workdir = make_workdir(Program("print('ok')"), uid)
+        # The interpreter must also reach itself (child processes of the program re-run it).
+        workdir = make_workdir(
+            Program("import os, sys\nprint('ok' if os.access(sys.executable, os.X_OK) else '')"), uid
+        )
         try:
             done = subprocess.run(
                 self.command(workdir, uid),
@@ -287,18 +303,20 @@ class LocalSandbox(Sandbox):
             raise ValueError(f"local sandboxes run python only, not {program.language!r} (use sandboxfusion)")
         uid = self.uids.take()
         workdir: Path | None = None
+
+        async def sweep() -> None:
+            if uid is not None:
+                await kill_uid(uid, self.setpriv, self.python)
+
         try:
             workdir = await asyncio.to_thread(make_workdir, program, uid)
+            argv = self.command(workdir, uid)
             try:
-                outcome = await supervise(
-                    self.command(workdir, uid), workdir, minimal_env(str(workdir)), program.stdin, timeout_s
-                )
+                outcome = await supervise(argv, workdir, minimal_env(str(workdir)), program.stdin, timeout_s, sweep)
             except OSError as exc:
                 return RunResult("sandbox_error", None, "", "", 0.0, detail=f"could not start the sandbox: {exc}")
             return classify(outcome, self.cpu_limit_codes(), self.launcher_prefixes, self.limits.cpu_s)
         finally:
-            if uid is not None:
-                await kill_uid(uid, self.setpriv, self.python)
             if workdir is not None:
                 await asyncio.to_thread(shutil.rmtree, workdir, True)
             self.uids.give_back(uid)
