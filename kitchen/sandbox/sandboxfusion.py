@@ -2,7 +2,8 @@
 
 What it protects against is the server's business (it runs each program in its own container);
 this client adds a concurrency limit, retries with exponential backoff on connection errors and
-5xx answers, and a `SandboxUnavailableError` naming the URL once retries are spent.
+5xx answers, and a `SandboxUnavailableError` naming the URL once retries are spent. Proxy
+environment variables are ignored: the request goes straight to the given URL.
 """
 
 from __future__ import annotations
@@ -72,7 +73,9 @@ class SandboxFusionSandbox(Sandbox):
             "stdin": program.stdin,
             "files": _encode_files(program),
         }
-        client = self._client = self._client or httpx.AsyncClient(timeout=self.http_timeout_s + timeout_s)
+        client = self._client = self._client or httpx.AsyncClient(
+            timeout=self.http_timeout_s + timeout_s, trust_env=False
+        )
         loop = asyncio.get_running_loop()
         start = loop.time()
         last_error = ""
