@@ -25,4 +25,16 @@ else
 fi
 
 "${pip[@]}" -e ".[test,dev]"
+
+# bubblewrap: the default sandbox for model-written code. Optional: without it kitchen falls back
+# to the weaker process sandbox (with a warning).
+if command -v bwrap >/dev/null 2>&1; then
+  :
+elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "setup: installing bubblewrap (code sandbox)"
+  { apt-get update -qq && apt-get install -y -qq bubblewrap; } >/dev/null 2>&1 \
+    || echo "setup: could not install bubblewrap; code runs will use the process sandbox"
+else
+  echo "setup: bubblewrap not found; for the code sandbox install it (e.g. sudo apt-get install bubblewrap)"
+fi
 echo "setup: done (.venv)"
