@@ -35,6 +35,8 @@ from kitchen.sandbox.types import (
 
 # Per-process uid block far above any real account: base + (pid mod 10000) * 10000 + slot.
 UID_BASE = 2_000_000_000
+UID_SETTLE_S = 5.0
+"""How long to wait for a run's killed processes to be reaped before its uid is reused."""
 READER_GRACE_S = 2.0
 """How long output may still drain after the program and its leftovers were killed."""
 
@@ -168,12 +170,46 @@ class _Child(asyncio.SubprocessProtocol):
             self.exited.set_result(None)
 
 
+_KILL_ALL = """
+import os, time
+
+def left():
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != os.getpid():
+            try:
+                if os.stat("/proc/" + name).st_uid == os.getuid():
+                    found.append(name)
+            except OSError:
+                pass
+    return found
+
+end = time.monotonic() + {settle_s}
+while True:
+    try:
+        os.kill(-1, 9)
+    except ProcessLookupError:
+        pass
+    if not left() or time.monotonic() > end:
+        break
+    time.sleep(0.02)
+"""
+"""Runs as the run's uid: kill(-1) until /proc shows nothing of the uid (kill(-1) alone cannot
+say: it reports success whenever any process exists, signalled or not)."""
+
+
 async def kill_uid(uid: int, setpriv: str, python: str) -> None:
-    """SIGKILL every process of `uid` (kill(-1) as that uid), wherever it moved its session."""
-    kill = shutil.which("kill")
-    argv = [kill, "-9", "-1"] if kill else [python, "-c", "import os; os.kill(-1, 9)"]
+    """SIGKILL every process of `uid` (kill(-1) as that uid), wherever it moved its session, and
+    repeat until nothing of it is left, zombies included (they still count against RLIMIT_NPROC,
+    so a run after a fork bomb would otherwise start without its process allowance)."""
     proc = await asyncio.create_subprocess_exec(
-        *drop_to(uid, setpriv), *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+        *drop_to(uid, setpriv),
+        python,
+        "-S",
+        "-c",
+        _KILL_ALL.format(settle_s=UID_SETTLE_S),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
     )
     await proc.wait()
 

@@ -9,6 +9,7 @@ import resource
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -67,7 +68,7 @@ def uid_processes(sandbox: LocalSandbox) -> list[int]:
     return found
 
 
-def settle(check, deadline_s: float = 5.0):  # type: ignore[no-untyped-def]
+def settle(check: Callable[[], list[int]], deadline_s: float = 5.0) -> list[int]:
     """Poll `check` until it is empty (SIGKILLed processes take a moment to exit)."""
     end = time.monotonic() + deadline_s
     while (left := check()) and time.monotonic() < end:
@@ -121,7 +122,8 @@ def test_infinite_loop_and_thread_spin(sandbox: LocalSandbox) -> None:
     assert run(sandbox, "while True:\n    pass\n", timeout_s=1).status == "timeout"
     spin = "import threading\ndef spin():\n    while True:\n        pass\n"
     spin += "for _ in range(4):\n    threading.Thread(target=spin).start()\n"
-    assert run(sandbox, spin, timeout_s=1).status == "timeout"
+    result = run(sandbox, spin, timeout_s=1)
+    assert result.status == "timeout", result
 
 
 def test_ten_gigabyte_write_is_stopped_by_the_file_size_limit(sandbox: LocalSandbox) -> None:
