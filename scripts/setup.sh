@@ -26,11 +26,18 @@ fi
 
 "${pip[@]}" -e ".[test,dev]"
 
-# Headless Chromium for the report's browser tests (tests/report/test_browser.py skips without
-# one). Only as root with apt-get; a failed install never fails setup.
-if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  echo "setup: installing chromium for the report browser tests"
-  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >/dev/null 2>&1 ||
-    echo "setup: chromium install failed; the report browser tests will be skipped"
+# System packages the tests use, installed only as root with apt-get; a failed install never fails
+# setup (their tests then skip, saying why). bubblewrap: the default sandbox for model-written code
+# (without it, code runs fall back to the weaker process sandbox, with a warning). chromium: the
+# report's browser tests.
+wanted=()
+command -v bwrap >/dev/null 2>&1 || wanted+=(bubblewrap)
+command -v chromium >/dev/null 2>&1 || wanted+=(chromium)
+if [ ${#wanted[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "setup: installing ${wanted[*]}"
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${wanted[@]}"; } >/dev/null 2>&1 ||
+    echo "setup: could not install ${wanted[*]}; the tests that need them will be skipped"
+elif [ ${#wanted[@]} -gt 0 ]; then
+  echo "setup: missing ${wanted[*]} (install with your package manager, e.g. sudo apt-get install ${wanted[*]})"
 fi
 echo "setup: done (.venv)"

@@ -1,0 +1,50 @@
+"""The fallback sandbox: a child process under rlimits, in its own session, as its own uid.
+
+It contains CPU, memory, process count, file size, wall time, leftover processes and (when the
+trainer is root) signals to the trainer. It does NOT block the network, and it does not hide the
+filesystem: the program can read whatever its uid may read and write to world-writable places
+such as /tmp. When the trainer is not root there is no uid drop: the program then runs as the
+trainer's user and can write to the user's files, read `/proc/<trainer>/environ`, signal the
+trainer and leave daemons behind that escaped its session. Use bubblewrap or SandboxFusion for
+untrusted code.
+"""
+
+from __future__ import annotations
+
+import signal
+import warnings
+from pathlib import Path
+
+from kitchen.sandbox.local import LocalSandbox, ResourceLimits, default_pythons
+from kitchen.sandbox.types import SandboxUnavailableError
+
+PROCESS_SANDBOX_WARNING = (
+    "process sandbox: the program is NOT cut off from the network or the filesystem "
+    "(install bubblewrap, or use a SandboxFusion server, for untrusted code)"
+)
+
+
+class ProcessSandbox(LocalSandbox):
+    """Runs `python main.py` in a private temp dir; `python` defaults to the first interpreter
+    the sandbox uid can execute."""
+
+    def __init__(self, concurrency: int = 4, limits: ResourceLimits | None = None, python: str | None = None) -> None:
+        super().__init__(concurrency, limits or ResourceLimits())
+        warnings.warn(PROCESS_SANDBOX_WARNING, stacklevel=2)
+        failures = []
+        for candidate in [python] if python else default_pythons():
+            self.python = candidate
+            reason = self.probe()
+            if reason is None:
+                return
+            failures.append(f"{candidate}: {reason}")
+        raise SandboxUnavailableError(
+            "process sandbox: no interpreter runs as the sandbox uid (" + "; ".join(failures) + "); "
+            "pass python= an interpreter every user may execute"
+        )
+
+    def command(self, workdir: Path, uid: int | None) -> list[str]:
+        return self.launcher(uid)
+
+    def cpu_limit_codes(self) -> set[int]:
+        return {-signal.SIGXCPU}

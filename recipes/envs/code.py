@@ -1,0 +1,283 @@
+"""Code problems graded by running the reply's code in a sandbox against the problem's tests.
+
+Reward: 1 when every test passes, else 0; a reply without a fenced Python block is a format
+failure and earns `-format_coef`. A sandbox that breaks or is unreachable costs the episode its
+reward (0) and shows in the `sandbox_error` metric; it never raises into the run.
+
+Problem files are JSON lines, DeepCoder-style: a statement under `problem` (or `prompt` /
+`question`) and `tests`, either a list of assert strings or stdin/stdout cases (a list of
+`{"input", "output"}` objects or APPS' `{"inputs": [...], "outputs": [...]}`, either possibly
+JSON-encoded in a string). Optional `solution` / `wrong_solution` feed the sloppy teacher.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from kitchen.errors import DataError
+from kitchen.sandbox import Program, Sandbox, SandboxUnavailableError
+from train_core.errors import InvalidInputError
+from train_core.renderers.base import Renderer
+from train_core.renderers.messages import Message
+from train_core.rl.code_grading import (
+    AssertPlan,
+    StdioCase,
+    TestVerdict,
+    assert_harness,
+    extract_code,
+    grade_assert_reports,
+    outputs_match,
+    plan_assert_tests,
+    read_reports,
+)
+from train_core.rl.types import Action, Env, EnvGroupBuilder, Metrics, RLDataset, StepResult
+from train_core.types import ModelInput, StopCondition
+
+INSTRUCTION = "\n\nWrite your solution in Python inside a single ```python code block."
+
+
+@dataclass(frozen=True)
+class CodeProblem:
+    """A statement and its tests: assert strings (`plan`) or stdin/stdout cases, exactly one kind."""
+
+    prompt: str
+    plan: AssertPlan | None = None
+    cases: tuple[StdioCase, ...] = ()
+    solution: str | None = None
+    wrong_solution: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.plan is None) == (not self.cases):
+            raise InvalidInputError("a code problem needs either assert tests or stdin/stdout cases (one kind)")
+
+    @classmethod
+    def from_asserts(
+        cls, prompt: str, tests: Sequence[str], solution: str | None = None, wrong_solution: str | None = None
+    ) -> CodeProblem:
+        return cls(prompt, plan=plan_assert_tests(tests), solution=solution, wrong_solution=wrong_solution)
+
+
+@dataclass(frozen=True)
+class Grade:
+    """One solution's grading: the verdict and how the sandbox runs went."""
+
+    verdict: TestVerdict
+    timeout: bool = False
+    sandbox_error: bool = False
+    sandbox_seconds: float = 0.0
+
+
+async def grade_code(sandbox: Sandbox, problem: CodeProblem, code: str, timeout_s: float) -> Grade:
+    """Run `code` against the problem's tests; stdin/stdout cases stop at the first failure."""
+    try:
+        if problem.plan is not None:
+            nonce = secrets.token_hex(16)
+            harness = assert_harness(code, problem.plan, nonce)
+            result = await sandbox.run(Program(harness.code, harness.files, harness.stdin), timeout_s)
+            verdict = grade_assert_reports(problem.plan, read_reports(result.stdout, nonce))
+            return Grade(verdict, result.status == "timeout", result.status == "sandbox_error", result.elapsed_s)
+        seconds, total = 0.0, len(problem.cases)
+        for passed, case in enumerate(problem.cases):
+            result = await sandbox.run(Program(code, stdin=case.input), timeout_s)
+            seconds += result.elapsed_s
+            if result.status != "ok" or not outputs_match(result.stdout, case.output):
+                detail = f"case {passed}: {result.status} {result.detail}".strip()
+                failed = TestVerdict(passed, total, detail)
+                return Grade(failed, result.status == "timeout", result.status == "sandbox_error", seconds)
+        return Grade(TestVerdict(total, total), sandbox_seconds=seconds)
+    except SandboxUnavailableError as exc:
+        return Grade(TestVerdict(0, 1, str(exc)), sandbox_error=True)
+
+
+class CodeEnv(Env):
+    """One code problem, one reply."""
+
+    def __init__(
+        self,
+        problem: CodeProblem,
+        renderer: Renderer,
+        sandbox: Sandbox,
+        format_coef: float = 0.1,
+        timeout_s: float = 10.0,
+    ) -> None:
+        self.problem = problem
+        self.renderer = renderer
+        self.sandbox = sandbox
+        self.format_coef = format_coef
+        self.timeout_s = timeout_s
+
+    async def initial_observation(self) -> tuple[ModelInput, StopCondition]:
+        messages: list[Message] = [{"role": "user", "content": self.problem.prompt + INSTRUCTION}]
+        return self.renderer.build_generation_prompt(messages), self.renderer.get_stop_sequences()
+
+    async def step(self, action: Action) -> StepResult:
+        message, parsed = self.renderer.parse_response(action)
+        code = extract_code(message["content"]) if parsed else None
+        metrics: Metrics = {"format": float(code is not None), "pass": 0.0, "timeout": 0.0, "sandbox_error": 0.0}
+        metrics["sandbox_seconds"] = 0.0
+        if code is None:
+            reward = -self.format_coef
+        else:
+            grade = await grade_code(self.sandbox, self.problem, code, self.timeout_s)
+            reward = float(grade.verdict.all_passed)
+            metrics |= {
+                "pass": reward,
+                "timeout": float(grade.timeout),
+                "sandbox_error": float(grade.sandbox_error),
+                "sandbox_seconds": grade.sandbox_seconds,
+            }
+        return StepResult(
+            reward=reward,
+            episode_done=True,
+            next_observation=ModelInput.empty(),
+            next_stop_condition=self.renderer.get_stop_sequences(),
+            metrics=metrics,
+        )
+
+
+@dataclass(frozen=True)
+class CodeGroupBuilder(EnvGroupBuilder):
+    """`group_size` envs for one problem; the sandbox is shared and owned by whoever made it."""
+
+    problem: CodeProblem
+    renderer: Renderer
+    sandbox: Sandbox
+    group_size: int
+    format_coef: float = 0.1
+    timeout_s: float = 10.0
+
+    async def make_envs(self) -> list[CodeEnv]:
+        make = partial(CodeEnv, self.problem, self.renderer, self.sandbox, self.format_coef, self.timeout_s)
+        return [make() for _ in range(self.group_size)]
+
+    def logging_tags(self) -> list[str]:
+        return ["code"]
+
+
+class CodeDataset(RLDataset):
+    """Batches of `groups_per_batch` problems, a seeded shuffle per epoch, wrapping at the end."""
+
+    def __init__(
+        self, problems: Sequence[CodeProblem], groups_per_batch: int, seed: int, make_group: partial[CodeGroupBuilder]
+    ) -> None:
+        if not problems:
+            raise InvalidInputError("code dataset: no problems")
+        self.problems = list(problems)
+        self.groups_per_batch = groups_per_batch
+        self.seed = seed
+        self.make_group = make_group
+
+    def _problem(self, position: int) -> CodeProblem:
+        epoch, offset = divmod(position, len(self.problems))
+        order = list(range(len(self.problems)))
+        random.Random(f"code/{self.seed}/{epoch}").shuffle(order)
+        return self.problems[order[offset]]
+
+    def get_batch(self, index: int) -> list[EnvGroupBuilder]:
+        start = index * self.groups_per_batch
+        return [self.make_group(self._problem(start + k)) for k in range(self.groups_per_batch)]
+
+    def __len__(self) -> int:
+        return max(1, len(self.problems) // self.groups_per_batch)
+
+
+def _cases(tests: Any) -> tuple[StdioCase, ...] | None:
+    """stdin/stdout cases in either layout, or None when `tests` is not such a layout."""
+    if isinstance(tests, dict) and isinstance(tests.get("inputs"), list) and isinstance(tests.get("outputs"), list):
+        if len(tests["inputs"]) != len(tests["outputs"]):
+            raise InvalidInputError("'tests' has different numbers of inputs and outputs")
+        tests = [{"input": i, "output": o} for i, o in zip(tests["inputs"], tests["outputs"], strict=True)]
+    if isinstance(tests, list) and tests and all(isinstance(t, dict) for t in tests):
+        for case in tests:
+            if not (isinstance(case.get("input"), str) and isinstance(case.get("output"), str)):
+                raise InvalidInputError("each stdin/stdout case needs string 'input' and 'output'")
+        return tuple(StdioCase(case["input"], case["output"]) for case in tests)
+    return None
+
+
+def parse_problem(record: Any) -> CodeProblem:
+    """One JSON record as a problem; a bad record raises InvalidInputError saying what is wrong."""
+    if not isinstance(record, dict):
+        raise InvalidInputError(f"expected a JSON object, got {type(record).__name__}")
+    prompt = next((record[k] for k in ("problem", "prompt", "question") if isinstance(record.get(k), str)), None)
+    if prompt is None:
+        raise InvalidInputError("missing string key 'problem' (or 'prompt' / 'question')")
+    tests = record.get("tests")
+    if isinstance(tests, str):
+        try:
+            tests = json.loads(tests)
+        except json.JSONDecodeError as exc:
+            raise InvalidInputError(f"'tests' is a string but not JSON: {exc.msg}") from None
+    solution, wrong = (
+        record.get(k) if isinstance(record.get(k), str) else None for k in ("solution", "wrong_solution")
+    )
+    cases = _cases(tests)
+    if cases is not None:
+        return CodeProblem(prompt, cases=cases, solution=solution, wrong_solution=wrong)
+    if isinstance(tests, list) and tests and all(isinstance(t, str) for t in tests):
+        return CodeProblem.from_asserts(prompt, tests, solution, wrong)
+    raise InvalidInputError("'tests' must be a non-empty list of assert strings or of stdin/stdout cases")
+
+
+def load_code_problems(path: str | Path) -> list[CodeProblem]:
+    """Every problem of a JSONL file; a bad line is a DataError naming the file and line."""
+    file = Path(path)
+    if not file.exists():
+        raise DataError(f"dataset file not found: {file}")
+    problems = []
+    for line_no, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{file} line {line_no}"
+        try:
+            problems.append(parse_problem(json.loads(line)))
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{where}: invalid JSON: {exc.msg}") from None
+        except InvalidInputError as exc:
+            raise DataError(f"{where}: {exc}") from None
+    if not problems:
+        raise DataError(f"{file}: no records")
+    return problems
+
+
+def fenced(code: str) -> str:
+    return f"```python\n{code.rstrip()}\n```"
+
+
+@dataclass(frozen=True)
+class CodeDemonstrations:
+    """A sloppy teacher: each reply is the problem's solution, except that with probability
+    `error_rate` it is the subtly wrong one (off by one, wrong edge case). Imitating it teaches the
+    format and most of the skill; RL, paid only for passing tests, can then beat the teacher."""
+
+    problems: Sequence[CodeProblem]
+    error_rate: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not any(p.solution for p in self.problems):
+            raise InvalidInputError("code demonstrations need problems with a 'solution'")
+        if not 0.0 <= self.error_rate <= 1.0:
+            raise InvalidInputError(f"teacher error rate must be in [0, 1], got {self.error_rate}")
+
+    def __call__(self, rng: random.Random, count: int) -> list[list[Message]]:
+        taught = [p for p in self.problems if p.solution]
+        conversations = []
+        for _ in range(count):
+            problem = rng.choice(taught)
+            slip = rng.random() < self.error_rate and problem.wrong_solution
+            code = problem.wrong_solution if slip else problem.solution
+            assert code is not None
+            conversations.append(
+                [
+                    Message(role="user", content=problem.prompt + INSTRUCTION),
+                    Message(role="assistant", content=fenced(code)),
+                ]
+            )
+        return conversations
