@@ -12,8 +12,10 @@ import time
 import traceback
 from pathlib import Path
 
+from kitchen.cli_tools import add_commands as add_tool_commands
+from kitchen.cli_tools import dispatch as dispatch_tool_command
 from kitchen.config import load_config
-from kitchen.recipe import Recipe, get_recipe, recipe_names, shipped_configs
+from kitchen.recipe import Recipe, get_recipe, recipe_names, resolve_config_path, shipped_configs
 from kitchen.runner import StageFailure
 from kitchen.workflow import render_tree
 from train_core.errors import InvalidInputError
@@ -26,7 +28,7 @@ def _parser() -> argparse.ArgumentParser:
 
     def with_config(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("recipe")
-        sub.add_argument("--config", type=Path, help="YAML config file")
+        sub.add_argument("--config", help="YAML config file, or a shipped config by name (e.g. dpo)")
         sub.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides (dotted keys)")
 
     with_config(commands.add_parser("run", help="run a recipe"))
@@ -38,11 +40,13 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--out", type=Path, help="HTML file to write (default RUN_DIR/report.html)")
     runs = commands.add_parser("runs", help="list the runs under a folder, newest first")
     runs.add_argument("folder", type=Path, nargs="?", default=Path("runs"), metavar="DIR", help="default: runs/")
+    add_tool_commands(commands)
     return parser
 
 
 def _config(recipe: Recipe, args: argparse.Namespace) -> object:
-    return load_config(recipe.config_cls, args.config, args.overrides)
+    config_file = None if args.config is None else resolve_config_path(args.config)
+    return load_config(recipe.config_cls, config_file, args.overrides)
 
 
 def _ls() -> None:
@@ -85,6 +89,8 @@ def _dispatch(args: argparse.Namespace) -> None:
         return
     if args.command == "runs":
         _runs(args)
+        return
+    if dispatch_tool_command(args):
         return
     recipe = get_recipe(args.recipe)
     if args.command == "show":

@@ -61,3 +61,18 @@ def shipped_configs(name: str) -> list[Path]:
     """YAML configs shipped for a recipe: `configs/<name>.yaml` and `configs/<name>_*.yaml`."""
     folder = configs_dir()
     return sorted([*folder.glob(f"{name}.yaml"), *folder.glob(f"{name}_*.yaml")])
+
+
+def resolve_config_path(value: str | Path) -> Path:
+    """`--config`: a YAML file (relative to the working directory), or a shipped config by name
+    (`dpo` or `dpo.yaml` -> the `configs/dpo.yaml` shipped with the recipes)."""
+    path = Path(value)
+    if path.is_file():
+        return path
+    name = str(value)
+    if "/" not in name and "\\" not in name:
+        shipped = configs_dir() / (name if name.endswith((".yaml", ".yml")) else f"{name}.yaml")
+        if shipped.is_file():
+            return shipped
+    names = ", ".join(sorted(p.stem for p in configs_dir().glob("*.yaml")))
+    raise ConfigError(f"config file not found: {value} (nor a shipped config; shipped: {names})")
