@@ -14,6 +14,7 @@ from pathlib import Path
 
 from kitchen.cli_tools import add_commands as add_tool_commands
 from kitchen.cli_tools import dispatch as dispatch_tool_command
+from kitchen.cli_tools import format_keys
 from kitchen.config import load_config
 from kitchen.recipe import Recipe, get_recipe, recipe_names, resolve_config_path, shipped_configs
 from kitchen.runner import StageFailure
@@ -33,7 +34,9 @@ def _parser() -> argparse.ArgumentParser:
 
     with_config(commands.add_parser("run", help="run a recipe"))
     commands.add_parser("ls", help="list recipes and their shipped configs")
-    with_config(commands.add_parser("show", help="print a recipe's workflow tree"))
+    show = commands.add_parser("show", help="print a recipe's workflow tree")
+    with_config(show)
+    show.add_argument("--keys", action="store_true", help="list the recipe's config keys instead")
     with_config(commands.add_parser("validate", help="check config and workflow wiring; calls no backend"))
     report = commands.add_parser("report", help="write a self-contained HTML report of a run directory")
     report.add_argument("run_dir", type=Path, metavar="RUN_DIR")
@@ -93,7 +96,9 @@ def _dispatch(args: argparse.Namespace) -> None:
     if dispatch_tool_command(args):
         return
     recipe = get_recipe(args.recipe)
-    if args.command == "show":
+    if args.command == "show" and args.keys:
+        print(format_keys(recipe.config_cls))
+    elif args.command == "show":
         print(render_tree(recipe.workflow(_config(recipe, args))))
     elif args.command == "validate":
         _validate(recipe, args)
@@ -106,7 +111,10 @@ def _dispatch(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
-    args, extra = parser.parse_known_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv  # accepted anywhere on the line
+    args, extra = parser.parse_known_args([arg for arg in argv if arg != "--debug"])
+    args.debug = args.debug or debug
     # `key=value` overrides may also follow `--config FILE`; anything else unknown is an error.
     stray = [arg for arg in extra if arg.startswith("-") or "=" not in arg or not hasattr(args, "overrides")]
     if stray:
