@@ -9,6 +9,7 @@ warning and is dropped: it never stops training.
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import os
 import time
@@ -73,7 +74,30 @@ class Sink:
 
     def log_row(self, step: int, metrics: dict[str, float]) -> None: ...
 
+    def log_transcripts(self, step: int, records: list[dict[str, Any]], text: str) -> None:
+        """An RL step's sampled transcripts (`rollouts/step_*.jsonl` records; `text` is that file)."""
+
     def close(self, error: BaseException | None) -> None: ...
+
+
+def transcript_rows(records: list[dict[str, Any]], limit: int = 2000) -> list[tuple[int, int, float, str, str]]:
+    """(group, trajectory, total reward, first observation, actions) per trajectory, texts cut to `limit`."""
+    rows = []
+    for record in records:
+        turns = record.get("turns") or []
+        prompt = str(turns[0].get("observation", "")) if turns else ""
+        reply = "\n".join(str(turn.get("action", "")) for turn in turns)
+        reward = record.get("total_reward")
+        rows.append(
+            (
+                int(record.get("group", 0)),
+                int(record.get("trajectory", 0)),
+                float(reward) if isinstance(reward, (int, float)) else math.nan,
+                prompt[:limit],
+                reply[:limit],
+            )
+        )
+    return rows
 
 
 class TensorBoardSink(Sink):
@@ -94,6 +118,15 @@ class TensorBoardSink(Sink):
     def log_row(self, step: int, metrics: dict[str, float]) -> None:
         for key, value in metrics.items():
             self.writer.add_scalar(key, value, step)
+
+    def log_transcripts(self, step: int, records: list[dict[str, Any]], text: str) -> None:
+        def cell(value: str) -> str:
+            return value.replace("|", "\\|").replace("\n", "<br>")
+
+        lines = ["| group | trajectory | reward | prompt | reply |", "| --- | --- | --- | --- | --- |"]
+        for group, trajectory, reward, prompt, reply in transcript_rows(records, 500):
+            lines.append(f"| {group} | {trajectory} | {reward:.3g} | {cell(prompt)} | {cell(reply)} |")
+        self.writer.add_text("transcripts", "\n".join(lines), step)
 
     def close(self, error: BaseException | None) -> None:
         self.writer.flush()
@@ -127,6 +160,14 @@ class WandbSink(Sink):
 
     def log_row(self, step: int, metrics: dict[str, float]) -> None:
         self.run.log(metrics, step=step)
+
+    def log_transcripts(self, step: int, records: list[dict[str, Any]], text: str) -> None:
+        import wandb
+
+        table = wandb.Table(columns=["step", "group", "trajectory", "reward", "prompt", "reply"])
+        for row in transcript_rows(records):
+            table.add_data(step, *row)
+        self.run.log({"transcripts": table}, commit=False)
 
     def close(self, error: BaseException | None) -> None:
         self.run.finish(exit_code=0 if error is None else 1)
@@ -181,6 +222,9 @@ class MlflowSink(Sink):
         for start in range(0, len(batch), 1000):
             self.client.log_batch(self.run_id, metrics=batch[start : start + 1000])
 
+    def log_transcripts(self, step: int, records: list[dict[str, Any]], text: str) -> None:
+        self.client.log_text(self.run_id, text, f"rollouts/step_{step:06d}.jsonl")
+
     def close(self, error: BaseException | None) -> None:
         self.client.set_terminated(self.run_id, status="FINISHED" if error is None else "FAILED")
 
@@ -220,6 +264,7 @@ class MetricSinksHook(Hooks):
         self.recipe = recipe
         self.sinks: list[Sink] = []
         self._rows_seen = 0
+        self._transcripts_sent: set[str] = set()
 
     def _warn(self, ctx: Any, sink: str, what: str, exc: BaseException) -> None:
         ctx.log.warning("sink.failed", sink=sink, during=what, error=f"{type(exc).__name__}: {exc}")
@@ -248,11 +293,40 @@ class MetricSinksHook(Hooks):
                     self._warn(ctx, sink.name, f"step {row['step']}", exc)
                     self.sinks.remove(sink)
 
+    def _send_transcripts(self, ctx: Any, through: int | None) -> None:
+        """New `rollouts/step_N.jsonl` files (N <= `through`; all at the end of the run)."""
+        folder = self.run_dir / "rollouts"
+        if not self.sinks or not folder.is_dir():
+            return
+        for file in sorted(folder.glob("step_*.jsonl")):
+            try:
+                step = int(file.stem.removeprefix("step_"))
+            except ValueError:
+                continue
+            if file.name in self._transcripts_sent or (through is not None and step > through):
+                continue
+            self._transcripts_sent.add(file.name)
+            text = file.read_text(encoding="utf-8")
+            records = []
+            for line in text.splitlines():
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+            for sink in list(self.sinks):
+                try:
+                    sink.log_transcripts(step, records, text)
+                except Exception as exc:
+                    self._warn(ctx, sink.name, f"transcripts of step {step}", exc)
+                    self.sinks.remove(sink)
+
     def on_step_end(self, ctx: Any, step: int) -> None:
         self._send_rows(ctx)
+        self._send_transcripts(ctx, step)
 
     def on_run_end(self, ctx: Any, error: BaseException | None) -> None:
         self._send_rows(ctx)
+        self._send_transcripts(ctx, None)
         for sink in self.sinks:
             try:
                 sink.close(error)

@@ -181,3 +181,19 @@ def test_otlp_requested_without_the_exporter_warns_and_runs(
     run_dir = _run(tmp_path)
     assert "opentelemetry-exporter-otlp is not installed" in capsys.readouterr().err
     assert len(_nll(run_dir)) == STEPS
+
+
+@pytest.mark.skipif(not _installed("tensorboard"), reason="the tensorboard extra is not installed")
+def test_rl_transcripts_go_to_tensorboard_as_text(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from recipes.math_rl import RECIPE as MATH_RL
+
+    overrides = ["backend=noop", "num_batches=3", "groups_per_batch=2", "group_size=2", "warm_start_steps=2"]
+    config = load_config(MATH_RL.config_cls, None, [*overrides, "loggers=[tensorboard]", f"log_path={tmp_path / 'rl'}"])
+    run_dir = run_recipe(MATH_RL, config, progress=False).path
+    accumulator = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"tensors": 0})
+    accumulator.Reload()
+    texts = accumulator.Tensors("transcripts/text_summary")
+    assert sorted(event.step for event in texts) == [0, 1, 2]
+    assert "What is" in texts[0].tensor_proto.string_val[0].decode()
