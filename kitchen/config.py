@@ -58,7 +58,7 @@ class RunConfig(BaseModel):
     )
     wandb: WandbSettings = Field(default_factory=WandbSettings, description="Weights & Biases (loggers: [wandb])")
     mlflow: MlflowSettings = Field(default_factory=MlflowSettings, description="MLflow (loggers: [mlflow])")
-    trace_file: bool = Field(False, description="write the run's OpenTelemetry spans to RUN_DIR/traces.jsonl")
+    trace_file: bool = Field(default=False, description="write the run's OpenTelemetry spans to RUN_DIR/traces.jsonl")
 
     for _name, _spec in backend_specs().items():
         __annotations__[_name] = _spec.settings
