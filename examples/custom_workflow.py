@@ -57,7 +57,7 @@ def build_workflow(config: Config) -> Workflow:
                 step=True,
                 body=[
                     GetSupervisedBatch(),
-                    DropLongExamples(max_tokens=16),
+                    DropLongExamples(max_tokens=24),
                     SubmitTrainStep(),
                     CollectTrainStep(keep=1),
                 ],

@@ -31,6 +31,8 @@ BackendFactory = Callable[[Any, Any, Path], "ServiceBackend"]
 """`create(config, settings, checkpoint_dir)`: the run's config, this backend's settings section,
 and where checkpoints go. Heavy imports (torch, an SDK) belong inside it, not at module level."""
 
+ExportFn = Callable[[str, Path, bool], Mapping[str, Any]]
+
 
 @dataclass(frozen=True)
 class BackendSpec:
@@ -45,6 +47,11 @@ class BackendSpec:
     requires_lora_rank: bool = False
     moved_keys: Mapping[str, str] = field(default_factory=dict)
     """Former top-level config keys now in this backend's section: old name -> name in the section."""
+    export_hf: ExportFn | None = None
+    """Optional: `export_hf(checkpoint_path, out_dir, merge_lora)` writes a checkpoint as a Hugging
+    Face model directory (`kitchen export`) and returns a summary of what it wrote."""
+    export_hint: str = ""
+    """For backends without `export_hf`: what to do instead (shown by `kitchen export`)."""
 
     def problems(self, calls: Collection[str], loss_fns: Collection[str], lora_rank: int | None) -> list[str]:
         """What this backend cannot run of a workflow's calls and losses, one line each."""

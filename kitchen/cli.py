@@ -12,8 +12,11 @@ import time
 import traceback
 from pathlib import Path
 
+from kitchen.cli_tools import add_commands as add_tool_commands
+from kitchen.cli_tools import dispatch as dispatch_tool_command
+from kitchen.cli_tools import format_keys
 from kitchen.config import load_config
-from kitchen.recipe import Recipe, get_recipe, recipe_names, shipped_configs
+from kitchen.recipe import Recipe, get_recipe, recipe_names, resolve_config_path, shipped_configs
 from kitchen.runner import StageFailure
 from kitchen.workflow import render_tree
 from train_core.errors import InvalidInputError
@@ -26,23 +29,27 @@ def _parser() -> argparse.ArgumentParser:
 
     def with_config(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("recipe")
-        sub.add_argument("--config", type=Path, help="YAML config file")
+        sub.add_argument("--config", help="YAML config file, or a shipped config by name (e.g. dpo)")
         sub.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides (dotted keys)")
 
     with_config(commands.add_parser("run", help="run a recipe"))
     commands.add_parser("ls", help="list recipes and their shipped configs")
-    with_config(commands.add_parser("show", help="print a recipe's workflow tree"))
+    show = commands.add_parser("show", help="print a recipe's workflow tree")
+    with_config(show)
+    show.add_argument("--keys", action="store_true", help="list the recipe's config keys instead")
     with_config(commands.add_parser("validate", help="check config and workflow wiring; calls no backend"))
     report = commands.add_parser("report", help="write a self-contained HTML report of a run directory")
     report.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     report.add_argument("--out", type=Path, help="HTML file to write (default RUN_DIR/report.html)")
     runs = commands.add_parser("runs", help="list the runs under a folder, newest first")
     runs.add_argument("folder", type=Path, nargs="?", default=Path("runs"), metavar="DIR", help="default: runs/")
+    add_tool_commands(commands)
     return parser
 
 
 def _config(recipe: Recipe, args: argparse.Namespace) -> object:
-    return load_config(recipe.config_cls, args.config, args.overrides)
+    config_file = None if args.config is None else resolve_config_path(args.config)
+    return load_config(recipe.config_cls, config_file, args.overrides)
 
 
 def _ls() -> None:
@@ -86,8 +93,12 @@ def _dispatch(args: argparse.Namespace) -> None:
     if args.command == "runs":
         _runs(args)
         return
+    if dispatch_tool_command(args):
+        return
     recipe = get_recipe(args.recipe)
-    if args.command == "show":
+    if args.command == "show" and args.keys:
+        print(format_keys(recipe.config_cls))
+    elif args.command == "show":
         print(render_tree(recipe.workflow(_config(recipe, args))))
     elif args.command == "validate":
         _validate(recipe, args)
@@ -100,7 +111,10 @@ def _dispatch(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
-    args, extra = parser.parse_known_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv  # accepted anywhere on the line
+    args, extra = parser.parse_known_args([arg for arg in argv if arg != "--debug"])
+    args.debug = args.debug or debug
     # `key=value` overrides may also follow `--config FILE`; anything else unknown is an error.
     stray = [arg for arg in extra if arg.startswith("-") or "=" not in arg or not hasattr(args, "overrides")]
     if stray:

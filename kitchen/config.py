@@ -7,6 +7,7 @@ override), so a typo never costs a run.
 from __future__ import annotations
 
 import difflib
+import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
@@ -17,6 +18,7 @@ from pydantic.fields import FieldInfo
 
 from kitchen.backends import backend_specs, get_backend_spec
 from kitchen.errors import ConfigError
+from kitchen.sinks import LoggerName, MlflowSettings, WandbSettings, missing_logger_problem
 
 C = TypeVar("C", bound=BaseModel)
 Path_ = tuple[str | int, ...]
@@ -50,6 +52,13 @@ class RunConfig(BaseModel):
     lora_rank: int | None = Field(None, ge=1, description="LoRA rank; full fine-tune when unset (local)")
     load_checkpoint_path: str | None = Field(None, description="start from these weights, fresh optimizer")
     resume: Literal["auto", "never"] = "auto"
+    loggers: list[LoggerName] = Field(
+        default_factory=list,
+        description="metric sinks beside the JSONL files: tensorboard, wandb, mlflow (each an optional extra)",
+    )
+    wandb: WandbSettings = Field(default_factory=WandbSettings, description="Weights & Biases (loggers: [wandb])")
+    mlflow: MlflowSettings = Field(default_factory=MlflowSettings, description="MLflow (loggers: [mlflow])")
+    trace_file: bool = Field(default=False, description="write the run's OpenTelemetry spans to RUN_DIR/traces.jsonl")
 
     for _name, _spec in backend_specs().items():
         __annotations__[_name] = _spec.settings
@@ -64,6 +73,21 @@ class RunConfig(BaseModel):
         except ConfigError as exc:
             raise ValueError(str(exc)) from None
         return name
+
+    @field_validator("loggers")
+    @classmethod
+    def _installed_loggers(cls, names: list[str]) -> list[str]:
+        problems = [problem for name in dict.fromkeys(names) if (problem := missing_logger_problem(name))]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return list(dict.fromkeys(names))
+
+    @field_validator("trace_file")
+    @classmethod
+    def _sdk_for_trace_file(cls, enabled: bool) -> bool:
+        if enabled and importlib.util.find_spec("opentelemetry.sdk") is None:
+            raise ValueError("trace_file needs the opentelemetry-sdk package: pip install 'kitchen[otel]'")
+        return enabled
 
     @classmethod
     def moved_keys(cls) -> dict[str, str]:

@@ -16,6 +16,7 @@ from kitchen.context import Context
 from kitchen.hooks import Hooks, ProgressHook
 from kitchen.logging import make_run_logger
 from kitchen.metrics import MetricsRecorder, truncate_metrics
+from kitchen.observe import start_observability
 from kitchen.ports import ServiceBackend
 from kitchen.recipe import Recipe
 from kitchen.runner import Runner
@@ -96,9 +97,12 @@ def run_recipe(
         logger.warning("run.resume", checkpoint=resume.name, step=resume.step, log_path=str(run_dir.path))
     service = backend or make_backend(config, run_dir.checkpoint_dir)
     ctx = build_context(recipe, config, run_dir, service, resume, logger)
-    all_hooks = [*hooks, ProgressHook()] if progress else list(hooks)
+    observe = start_observability(recipe.name, config, run_dir.path)
+    observe.attach(ctx)
+    all_hooks = [*hooks, *observe.hooks, ProgressHook()] if progress else [*hooks, *observe.hooks]
     try:
         asyncio.run(Runner(workflow, all_hooks).run(ctx))
     finally:
+        observe.close()
         sink.close()
     return run_dir

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pkgutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +46,30 @@ def recipe_names() -> list[str]:
     return sorted(names)
 
 
+def load_recipe_file(path: Path) -> Recipe:
+    """A user's recipe module: a Python file that defines `RECIPE` (its folder goes on sys.path,
+    so it may import modules beside it)."""
+    if not path.is_file():
+        raise ConfigError(f"recipe file not found: {path}")
+    folder = str(path.resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    module_name = f"kitchen_user_recipe_{path.stem}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"{path}: cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    recipe = getattr(module, "RECIPE", None)
+    if not isinstance(recipe, Recipe):
+        raise ConfigError(f"{path}: defines no RECIPE (a kitchen.recipe.Recipe)")
+    return recipe
+
+
 def get_recipe(name: str) -> Recipe:
+    if name.endswith(".py") or "/" in name or "\\" in name:
+        return load_recipe_file(Path(name))
     names = recipe_names()
     if name not in names:
         raise ConfigError(f"unknown recipe {name!r}; available: {', '.join(names)}")
@@ -61,3 +86,18 @@ def shipped_configs(name: str) -> list[Path]:
     """YAML configs shipped for a recipe: `configs/<name>.yaml` and `configs/<name>_*.yaml`."""
     folder = configs_dir()
     return sorted([*folder.glob(f"{name}.yaml"), *folder.glob(f"{name}_*.yaml")])
+
+
+def resolve_config_path(value: str | Path) -> Path:
+    """`--config`: a YAML file (relative to the working directory), or a shipped config by name
+    (`dpo` or `dpo.yaml` -> the `configs/dpo.yaml` shipped with the recipes)."""
+    path = Path(value)
+    if path.is_file():
+        return path
+    name = str(value)
+    if "/" not in name and "\\" not in name:
+        shipped = configs_dir() / (name if name.endswith((".yaml", ".yml")) else f"{name}.yaml")
+        if shipped.is_file():
+            return shipped
+    names = ", ".join(sorted(p.stem for p in configs_dir().glob("*.yaml")))
+    raise ConfigError(f"config file not found: {value} (nor a shipped config; shipped: {names})")

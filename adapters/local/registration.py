@@ -38,10 +38,17 @@ def create(config: Any, settings: LocalSettings, checkpoint_dir: Path) -> Servic
     return LocalBackend(checkpoint_dir=checkpoint_dir, device=settings.device, seed=config.seed)
 
 
+def export_hf(checkpoint: str, out_dir: Path, merge_lora: bool) -> dict[str, Any]:
+    from adapters.local.export import export_hf as export
+
+    return export(checkpoint, out_dir, merge_lora)
+
+
 BACKEND = BackendSpec(
     name="local",
     description="torch + transformers in this process, on CPU or GPU (the embedded tiny model by default)",
     settings=LocalSettings,
     create=create,
     moved_keys={"device": "device", "cpu_threads": "cpu_threads"},
+    export_hf=export_hf,
 )

@@ -33,4 +33,5 @@ BACKEND = BackendSpec(
     settings=NoopSettings,
     create=create,
     moved_keys={"noop_latency": "latency"},
+    export_hint="the noop backend has no model weights to export",
 )

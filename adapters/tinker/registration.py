@@ -36,4 +36,9 @@ BACKEND = BackendSpec(
     supported_losses=capabilities.SUPPORTED_LOSS_FNS,
     requires_lora_rank=capabilities.REQUIRES_LORA_RANK,
     moved_keys={"base_url": "base_url"},
+    export_hint=(
+        "tinker checkpoints live on the service: download one with the SDK's CLI, "
+        "`tinker checkpoint download tinker://...` (a PEFT adapter; `tinker checkpoint push-hf` "
+        "uploads it to the Hugging Face Hub instead)"
+    ),
 )

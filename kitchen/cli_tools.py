@@ -1,0 +1,200 @@
+"""`kitchen sample / chat / export / keys / cp`: using a run's checkpoints and exploring configs.
+
+Kept apart from `kitchen.cli` (which only registers and dispatches these) so that file stays small.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import enum
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import Any, get_args
+
+from pydantic import BaseModel
+
+from kitchen.errors import ConfigError
+
+
+def add_commands(commands: Any) -> None:
+    """Register the subcommands on `kitchen`'s subparsers."""
+
+    def checkpoint_args(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("checkpoint", metavar="CHECKPOINT", help="a run directory, or a path from checkpoints.jsonl")
+        sub.add_argument("--run", type=Path, metavar="RUN_DIR", help="the run that made CHECKPOINT (tinker:// paths)")
+        sub.add_argument("--renderer", help="chat renderer (default: the run's)")
+
+    def sampling_args(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--temperature", type=float, default=1.0)
+        sub.add_argument("--max-tokens", type=int, default=256)
+        sub.add_argument("--seed", type=int, default=None, help="same seed, same reply")
+
+    sample = commands.add_parser("sample", help="sample one reply from a checkpoint")
+    checkpoint_args(sample)
+    sampling_args(sample)
+    sample.add_argument("--prompt", required=True, help="the user message")
+
+    chat = commands.add_parser("chat", help="chat with a checkpoint (stdin lines; /exit or EOF ends)")
+    checkpoint_args(chat)
+    sampling_args(chat)
+
+    export = commands.add_parser("export", help="write a checkpoint as a Hugging Face model directory")
+    checkpoint_args(export)
+    export.add_argument("--out", type=Path, required=True, metavar="DIR", help="directory to write (new or empty)")
+    export.add_argument("--merge-lora", action="store_true", help="LoRA runs: merged full weights, not an adapter")
+
+    keys = commands.add_parser("keys", help="every config key of a recipe: type, default, description")
+    keys.add_argument("recipe", help="a recipe name, or a path to a recipe file")
+
+    cp = commands.add_parser("cp", help="copy a shipped config to edit (kitchen cp dpo my_dpo.yaml)")
+    cp.add_argument("config", metavar="CONFIG", help="a shipped config name (see kitchen ls)")
+    cp.add_argument("dest", type=Path, metavar="DEST", help="file to write, or a folder to copy into")
+
+
+def _target(args: argparse.Namespace) -> Any:
+    from kitchen.inference import resolve_checkpoint
+
+    return resolve_checkpoint(args.checkpoint, run_dir=args.run, renderer=args.renderer)
+
+
+def _sample(args: argparse.Namespace) -> None:
+    from kitchen.inference import open_session
+
+    target = _target(args)
+
+    async def go() -> str:
+        async with open_session(target, args.temperature, args.max_tokens, args.seed) as session:
+            return await session.reply(args.prompt)
+
+    print(asyncio.run(go()))
+
+
+def _chat(args: argparse.Namespace) -> None:
+    from kitchen.inference import open_session
+
+    target = _target(args)
+    interactive = sys.stdin.isatty()
+
+    def read(prompt: str) -> str | None:
+        try:
+            return input(prompt)
+        except EOFError:
+            return None
+
+    async def go() -> None:
+        async with open_session(target, args.temperature, args.max_tokens, args.seed) as session:
+            if interactive:
+                print(f"chatting with {target.model_path} (renderer {target.renderer}); /exit or Ctrl-D ends")
+            while True:
+                line = await asyncio.to_thread(read, "you> " if interactive else "")
+                if line is None or line.strip() == "/exit":
+                    return
+                if not line.strip():
+                    continue
+                print(f"assistant> {await session.reply(line)}", flush=True)
+
+    asyncio.run(go())
+
+
+def _export(args: argparse.Namespace) -> None:
+    from kitchen.inference import export_checkpoint
+
+    info = export_checkpoint(_target(args), args.out, args.merge_lora)
+    kind = {"full": "model", "merged": "merged LoRA model", "peft_adapter": "PEFT adapter"}.get(
+        str(info.get("format")), "model"
+    )
+    print(f"exported {kind}: {args.out}")
+
+
+def _keys(args: argparse.Namespace) -> None:
+    from kitchen.recipe import get_recipe
+
+    print(format_keys(get_recipe(args.recipe).config_cls))
+
+
+def _cp(args: argparse.Namespace) -> None:
+    from kitchen.recipe import recipe_names
+
+    target = copy_config(args.config, args.dest)
+    stem = Path(args.config).stem
+    recipes = [name for name in recipe_names() if stem == name or stem.startswith(f"{name}_")]
+    recipe = max(recipes, key=len) if recipes else "RECIPE"
+    print(f"copied to {target}; edit it, then: kitchen run {recipe} --config {target}")
+
+
+def dispatch(args: argparse.Namespace) -> bool:
+    """Run the command if it is one of these; False when it is not."""
+    handlers = {"sample": _sample, "chat": _chat, "export": _export, "keys": _keys, "cp": _cp}
+    handler = handlers.get(args.command)
+    if handler is None:
+        return False
+    handler(args)
+    return True
+
+
+def copy_config(name: str, dest: Path) -> Path:
+    """`kitchen cp`: copy a shipped config (by name) to `dest` (a file, or a folder to copy into)."""
+    from kitchen.recipe import resolve_config_path
+
+    source = resolve_config_path(name)
+    target = dest / source.name if dest.is_dir() else dest
+    if target.exists():
+        raise ConfigError(f"{target} already exists; not overwriting it")
+    shutil.copyfile(source, target)
+    return target
+
+
+def _type_name(annotation: Any) -> str:
+    if isinstance(annotation, type) and not get_args(annotation):
+        return annotation.__name__
+    text = str(annotation)
+    for prefix in ("typing.", "pathlib.", "train_core.renderers.train_on_what.", "kitchen."):
+        text = text.replace(prefix, "")
+    return re.sub(r"<class '(?:[\w.]+\.)?(\w+)'>", r"\1", text)
+
+
+def _sections(annotation: Any) -> list[type[BaseModel]]:
+    """Config models a field holds (a section, or an optional one)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [arg for arg in get_args(annotation) if isinstance(arg, type) and issubclass(arg, BaseModel)]
+
+
+def config_keys(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str, str, str]]:
+    """(dotted key, type, default, description) for every key of `model`, sections expanded."""
+    rows: list[tuple[str, str, str, str]] = []
+    for name, info in model.model_fields.items():
+        key = f"{prefix}{name}"
+        sections = _sections(info.annotation)
+        if info.is_required():
+            default = "required"
+        elif info.default_factory is not None:
+            value = info.default_factory()  # type: ignore[call-arg]
+            default = "(section)" if isinstance(value, BaseModel) else repr(value)
+        else:
+            value = info.default
+            default = repr(value.value if isinstance(value, enum.Enum) else value)
+        description = info.description or ""
+        if sections and (default in ("(section)", "None")):
+            kind = "section" if default == "(section)" else "optional section"
+            rows.append((key, kind, "" if kind == "section" else "None", description))
+            for section in sections:
+                rows.extend(config_keys(section, f"{key}."))
+            continue
+        rows.append((key, _type_name(info.annotation), default, description))
+    return rows
+
+
+def format_keys(model: type[BaseModel]) -> str:
+    rows = config_keys(model)
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    widths = [min(width, cap) for width, cap in zip(widths, (34, 40, 24), strict=True)]
+    header = ("KEY", "TYPE", "DEFAULT", "DESCRIPTION")
+    lines = []
+    for row in [header, *rows]:
+        cells = [cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True)]
+        lines.append("  ".join([*cells, row[3]]).rstrip())
+    return "\n".join(lines)

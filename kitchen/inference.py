@@ -1,0 +1,188 @@
+"""Using a trained checkpoint: sample a reply, chat, export it as a Hugging Face model.
+
+A checkpoint is named by its run directory (its last checkpoint's sampler weights) or by a path
+from the run's `checkpoints.jsonl` (a local directory, `tinker://...`, `noop://...`). The run's
+`config.yaml` says which backend, model and renderer to use. Everything goes through the ports and
+the backend registry: the engine names no backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from kitchen.backends import get_backend_spec, make_backend
+from kitchen.checkpoints import CheckpointRecord, read_records
+from kitchen.config import RunConfig
+from kitchen.errors import ConfigError
+from kitchen.ports import SamplingClient, ServiceBackend, Tokenizer
+from train_core.renderers.base import Message, Renderer
+from train_core.renderers.registry import get_renderer, recommended_renderer
+from train_core.types import SamplingParams
+
+CONFIG_FILE = "config.yaml"
+CHECKPOINTS_FILE = "checkpoints.jsonl"
+
+
+@dataclass(frozen=True)
+class CheckpointTarget:
+    """A checkpoint resolved to the weights to load and the run that made them."""
+
+    model_path: str
+    run_dir: Path
+    config: RunConfig
+    """The run's shared keys and backend sections (recipe-specific keys are left out)."""
+    renderer: str
+    record: CheckpointRecord | None = None
+    raw_config: dict[str, Any] = field(default_factory=dict)
+
+
+def _has_scheme(text: str) -> bool:
+    return "://" in text
+
+
+def _find_run_dir(path: Path) -> Path | None:
+    """The nearest directory at or above `path` holding a run's config.yaml."""
+    for candidate in (path, *path.parents):
+        if (candidate / CONFIG_FILE).is_file():
+            return candidate
+    return None
+
+
+def _read_run_config(run_dir: Path) -> dict[str, Any]:
+    file = run_dir / CONFIG_FILE
+    if not file.is_file():
+        raise ConfigError(f"{run_dir}: no {CONFIG_FILE} (not a kitchen run directory)")
+    try:
+        raw = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{file}: invalid YAML ({exc})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{file}: the top level must be a mapping")
+    return raw
+
+
+def _shared_config(raw: Mapping[str, Any], where: Path, overrides: Mapping[str, Any]) -> RunConfig:
+    shared = {key: value for key, value in raw.items() if key in RunConfig.model_fields}
+    shared.update({key: value for key, value in overrides.items() if value is not None})
+    try:
+        return RunConfig.model_validate(shared)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"{where / CONFIG_FILE}: {problems}") from None
+
+
+def _last_record(run_dir: Path) -> CheckpointRecord:
+    records = [r for r in read_records(run_dir / CHECKPOINTS_FILE) if r.sampler_path or r.state_path]
+    if not records:
+        raise ConfigError(f"{run_dir}: no checkpoint recorded in {CHECKPOINTS_FILE} yet")
+    return records[-1]
+
+
+def resolve_checkpoint(
+    target: str, run_dir: Path | None = None, renderer: str | None = None, backend: str | None = None
+) -> CheckpointTarget:
+    """`target` is a run directory or a checkpoint path; `run_dir` names the run when the path
+    does not sit inside one (a `tinker://` path, a copied checkpoint directory)."""
+    record = None
+    if not _has_scheme(target) and (Path(target) / CHECKPOINTS_FILE).is_file():
+        run_dir = Path(target)
+        record = _last_record(run_dir)
+        model_path = record.sampler_path or record.state_path
+        assert model_path is not None
+    else:
+        model_path = target
+        if not _has_scheme(target):
+            path = Path(target)
+            if not path.exists():
+                raise ConfigError(f"checkpoint not found: {target} (give a run directory or a checkpoint path)")
+            model_path = str(path.resolve())
+            run_dir = run_dir or _find_run_dir(path.resolve())
+        if run_dir is None:
+            raise ConfigError(
+                f"cannot tell which run made {target}: pass --run RUN_DIR (the run directory holding {CONFIG_FILE})"
+            )
+        for item in read_records(run_dir / CHECKPOINTS_FILE):
+            if model_path in (item.sampler_path, item.state_path):
+                record = item
+    raw = _read_run_config(run_dir)
+    config = _shared_config(raw, run_dir, {"backend": backend})
+    name = renderer or raw.get("renderer") or recommended_renderer(config.model_name)
+    return CheckpointTarget(model_path, run_dir, config, str(name), record, raw)
+
+
+def open_backend(target: CheckpointTarget) -> ServiceBackend:
+    return make_backend(target.config, target.run_dir / "checkpoints")
+
+
+@dataclass
+class ChatSession:
+    """A conversation with a checkpoint: the run's renderer over the backend's sampling client."""
+
+    client: SamplingClient
+    renderer: Renderer
+    tokenizer: Tokenizer
+    temperature: float = 1.0
+    max_tokens: int = 256
+    seed: int | None = None
+    messages: list[Message] = field(default_factory=list)
+    turns: int = 0
+
+    def params(self) -> SamplingParams:
+        # Each turn gets its own seed, derived from --seed, so a seeded chat replays exactly.
+        seed = None if self.seed is None else self.seed + self.turns
+        return SamplingParams(
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            seed=seed,
+            stop=self.renderer.get_stop_sequences(),
+        )
+
+    async def reply(self, text: str, on_text: Callable[[str], None] | None = None) -> str:
+        """Add the user's `text`, sample the assistant's reply, keep both in the history.
+
+        `on_text` gets the reply text; the sampling port returns whole sequences, so it is called
+        once per turn (no token streaming)."""
+        self.messages.append({"role": "user", "content": text})
+        prompt = self.renderer.build_generation_prompt(self.messages)
+        result = await self.client.sample(prompt, 1, self.params())
+        message, _ok = self.renderer.parse_response(result.sequences[0].tokens)
+        content = message.get("content", "")
+        reply = content if isinstance(content, str) else str(content)
+        self.messages.append({"role": "assistant", "content": reply})
+        self.turns += 1
+        if on_text is not None:
+            on_text(reply)
+        return reply
+
+
+@contextlib.asynccontextmanager
+async def open_session(
+    target: CheckpointTarget, temperature: float, max_tokens: int, seed: int | None
+) -> AsyncIterator[ChatSession]:
+    backend = open_backend(target)
+    try:
+        client = await backend.create_sampling_client(model_path=target.model_path)
+        tokenizer = backend.get_tokenizer(target.config.model_name)
+        try:
+            renderer = get_renderer(target.renderer, tokenizer)
+        except ValueError as exc:
+            raise ConfigError(f"renderer: {exc}") from None
+        yield ChatSession(client, renderer, tokenizer, temperature, max_tokens, seed)
+    finally:
+        await backend.close()
+
+
+def export_checkpoint(target: CheckpointTarget, out_dir: Path, merge_lora: bool) -> Mapping[str, Any]:
+    """Write the checkpoint as a Hugging Face model directory through its backend's export hook."""
+    spec = get_backend_spec(target.config.backend)
+    if spec.export_hf is None:
+        hint = f": {spec.export_hint}" if spec.export_hint else ""
+        raise ConfigError(f"backend {spec.name!r} cannot export checkpoints{hint}")
+    return spec.export_hf(target.model_path, out_dir, merge_lora)

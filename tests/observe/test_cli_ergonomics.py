@@ -1,0 +1,137 @@
+"""CLI ergonomics: --config by shipped name, kitchen cp, --debug anywhere, recipe files, keys, and
+the progress display (phases, final metrics, summary)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+from kitchen.cli import main
+from kitchen.context import Context
+from kitchen.errors import ConfigError
+from kitchen.hooks import ProgressHook
+from kitchen.metrics import MetricsRecorder, read_metrics
+from kitchen.runner import Runner
+from kitchen.stage import Stage
+from kitchen.workflow import Loop, Workflow
+from tests.helpers import REPO
+
+
+def test_config_by_shipped_name_or_relative_path_from_any_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["validate", "dpo", "--config", "dpo"]) == 0
+    assert main(["validate", "math_rl", "--config", "math_rl_async.yaml"]) == 0
+    (tmp_path / "mine.yaml").write_text("backend: noop\nbatch_size: 3\n")
+    assert main(["validate", "sl_basic", "--config", "mine.yaml"]) == 0
+    capsys.readouterr()
+    assert main(["validate", "sl_basic", "--config", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "config file not found: nope" in err and "sl_basic" in err
+
+
+def test_cp_copies_a_shipped_config_and_never_overwrites(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["cp", "math_rl_async", "."]) == 0
+    out = capsys.readouterr().out
+    assert (tmp_path / "math_rl_async.yaml").is_file()
+    assert "kitchen run math_rl --config" in out
+    assert main(["cp", "dpo", "edited.yaml"]) == 0
+    assert (tmp_path / "edited.yaml").read_text() == (REPO / "recipes/configs/dpo.yaml").read_text()
+    assert main(["cp", "dpo", "edited.yaml"]) == 2
+    assert "already exists" in capsys.readouterr().err
+
+
+def test_debug_is_accepted_anywhere_on_the_line() -> None:
+    for argv in (
+        ["--debug", "validate", "sl_basic", "batch_sise=3"],
+        ["validate", "--debug", "sl_basic", "batch_sise=3"],
+        ["validate", "sl_basic", "batch_sise=3", "--debug"],
+    ):
+        with pytest.raises(ConfigError, match="batch_sise"):
+            main(argv)
+
+
+def test_keys_lists_nested_sections_with_types_and_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["keys", "math_rl"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^learning_rate\s+float\s+0\.001", out, re.M)
+    assert re.search(r"^async_config\.max_steps_off_policy\s+int\s+required\s+drop", out, re.M)
+    assert re.search(r"^local\.device\s+str \| None\s+None\s+torch device", out, re.M)
+    assert re.search(r"^loss_fn\s+str\s+'importance_sampling'", out, re.M)
+    assert main(["show", "sl_basic", "--keys"]) == 0
+    assert re.search(r"^batch_size\s+int\s+32", capsys.readouterr().out, re.M)
+
+
+def test_a_recipe_file_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    file = tmp_path / "my_recipe.py"
+    file.write_text(
+        "from kitchen.recipe import Recipe\n"
+        "from recipes.sl_basic import Config, workflow\n"
+        "RECIPE = Recipe('mine', 'my own recipe', Config, workflow)\n"
+    )
+    log = tmp_path / "run"
+    assert main(["run", str(file), "backend=noop", "max_steps=2", "batch_size=4", f"log_path={log}"]) == 0
+    assert len(read_metrics(log / "metrics.jsonl")) == 2
+    out = capsys.readouterr().out
+    assert "done: 2 steps" in out and f"kitchen report {log}" in out
+    (tmp_path / "empty.py").write_text("x = 1\n")
+    assert main(["validate", str(tmp_path / "empty.py")]) == 2
+    assert "defines no RECIPE" in capsys.readouterr().err
+
+
+class Cfg:
+    pass
+
+
+class Train(Stage):
+    async def run(self, ctx: Context) -> None:
+        ctx.record({"train_mean_nll": 2.0 - ctx.step})
+
+
+class FinalEval(Stage):
+    async def run(self, ctx: Context) -> None:
+        ctx.record({"eval/nll": 0.5})
+
+
+def _run(hook: ProgressHook) -> None:
+    workflow = Workflow(
+        "p", [Train(name="setup_phase"), Loop("steps", over="n", step=True, body=[Train()]), FinalEval()]
+    )
+    ctx = Context(config=Cfg(), ports={}, state={"n": 3}, metrics=MetricsRecorder())  # type: ignore[arg-type]
+    asyncio.run(Runner(workflow, [hook]).run(ctx))
+
+
+def test_progress_names_phases_labels_final_metrics_and_summarises(capsys: pytest.CaptureFixture[str]) -> None:
+    _run(ProgressHook(interactive=False))
+    lines = [re.sub(r" eta \S+$", "", line) for line in capsys.readouterr().out.splitlines()]
+    assert lines[0] == "[setup_phase]"
+    assert "step 3/3 train_mean_nll=0" in lines
+    assert "[final_eval]" in lines
+    assert not any(line.startswith("step 4/") for line in lines)
+    assert "final eval/nll=0.5" in lines
+    assert lines[-1].startswith("done: 3 steps in ") and lines[-1].endswith("eval/nll=0.5")
+
+
+def test_interactive_progress_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    _run(ProgressHook(interactive=True))
+    out = capsys.readouterr().out
+    assert "final eval/nll=0.5" in out and "done: 3 steps" in out
+
+
+def test_custom_workflow_example_keeps_some_examples(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location("custom_workflow_obs", REPO / "examples" / "custom_workflow.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    run_dir = module.main(["backend=noop", "max_steps=5", "batch_size=8", f"log_path={tmp_path}"])
+    rows = read_metrics(run_dir.metrics)
+    dropped = [row["filter/dropped"] for row in rows]
+    assert all(d < 8 for d in dropped) and sum(dropped) > 0
