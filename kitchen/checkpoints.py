@@ -25,6 +25,14 @@ class CheckpointRecord:
     state: dict[str, Any] = field(default_factory=dict)
     state_path: str | None = None
     sampler_path: str | None = None
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    """The settings that define what was trained (`kitchen.rundir.fingerprint`); a resume with
+    different ones is refused. Empty in records written before fingerprints."""
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Size and sha256 of each checkpoint file on this machine (path relative to the run dir),
+    verified before the checkpoint is used. Empty for remote checkpoints and old records."""
+    final: bool = False
+    """Written by the final save of a finished run."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -38,6 +46,9 @@ class CheckpointRecord:
             state=dict(data.get("state", {})),
             state_path=data.get("state_path"),
             sampler_path=data.get("sampler_path"),
+            fingerprint=dict(data.get("fingerprint") or {}),
+            files={str(k): dict(v) for k, v in dict(data.get("files") or {}).items()},
+            final=bool(data.get("final", data["name"] == "final")),
         )
 
 
