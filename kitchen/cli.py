@@ -55,10 +55,10 @@ def _ls() -> None:
 
 
 def _validate(recipe: Recipe, args: argparse.Namespace) -> None:
-    from kitchen.validation import validate_recipe
+    from kitchen.launch import preflight
 
     config = _config(recipe, args)
-    workflow = validate_recipe(recipe, config)
+    workflow, _ = preflight(recipe, config)  # type: ignore[arg-type]
     stages = sum(1 for _ in workflow.stages())
     print(f"ok: {recipe.name} config is valid and workflow {workflow.name!r} ({stages} stages) is wired correctly")
 

@@ -44,6 +44,7 @@ from kitchen.rundir import (
 from kitchen.runner import Runner
 from kitchen.secrets import install_logging_filter
 from kitchen.validation import validate_recipe
+from kitchen.workflow import Workflow
 
 DATA_KEYS = ("dataset", "eval_dataset")
 
@@ -180,6 +181,21 @@ def completion_summary(run_dir: Path, final: CheckpointRecord, config: Any) -> s
     )
 
 
+def preflight(recipe: Recipe, config: RunConfig) -> tuple[Workflow, Path]:
+    """Every check `run` makes before it touches the run directory or a backend: the config and
+    wiring, the log_path, the data files, and (for an existing run) that the checkpoint it would
+    resume from is intact and was trained with the same settings. Changes nothing on disk."""
+    workflow = validate_recipe(recipe, config)
+    path = resolve_log_path(recipe.name, config)
+    check_log_path(path, bool(getattr(config, "overwrite", False)), config.resume)
+    check_data_files(config)
+    if config.resume == "auto" and path.is_dir():
+        resume, _ = choose_resume_point(path)
+        if resume is not None and not (resume.final and completion_summary(path, resume, config)):
+            check_resume_fingerprint(resume, config)
+    return workflow, path
+
+
 def run_recipe(
     recipe: Recipe,
     config: RunConfig,
@@ -189,11 +205,8 @@ def run_recipe(
 ) -> RunDir:
     """Run `recipe` with `config`; resumes if `log_path` already holds a resumable checkpoint."""
     install_logging_filter()
-    workflow = validate_recipe(recipe, config)
-    run_dir = RunDir(resolve_log_path(recipe.name, config))
-    overwrite = bool(getattr(config, "overwrite", False))
-    check_log_path(run_dir.path, overwrite, config.resume)
-    check_data_files(config)
+    workflow, path = preflight(recipe, config)
+    run_dir = RunDir(path)
     try:
         run_dir.path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

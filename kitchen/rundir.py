@@ -13,6 +13,7 @@ import fcntl
 import hashlib
 import json
 import os
+import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -89,8 +90,17 @@ def check_log_path(path: Path, overwrite: bool, resume: str) -> None:
                 "start it over, or choose another log_path"
             )
     existing = next((p for p in [path, *path.parents] if p.exists()), None)
-    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
-        raise RunDirError(f"log_path {path}: {existing} is not writable")
+    if existing is not None:
+        probe_writable(path, existing)
+
+
+def probe_writable(path: Path, directory: Path) -> None:
+    """Create and remove an empty file in `directory` (access() says yes to root everywhere)."""
+    try:
+        with tempfile.TemporaryFile(dir=directory, prefix=".kitchen-probe-"):
+            pass
+    except OSError as exc:
+        raise RunDirError(describe_os_error(exc, f"log_path {path}: {directory} is not writable")) from None
 
 
 def describe_os_error(exc: OSError, what: str) -> str:
