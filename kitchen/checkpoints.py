@@ -55,12 +55,15 @@ class CheckpointRecord:
 def append_record(path: Path, record: CheckpointRecord) -> None:
     """Append one line with a single write + fsync, so a crash never leaves half a record."""
     line = (record.to_json() + "\n").encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, line)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
 
 
 def read_records(path: Path) -> list[CheckpointRecord]:

@@ -48,8 +48,10 @@ class RunConfig(BaseModel):
     model_name: str = Field("tiny", description="'tiny' (embedded), a local HF model dir, or a hub name")
     backend: str = Field("local", description="a registered backend: " + ", ".join(_backend_names()))
     log_path: str | None = Field(None, description="run directory; default runs/<recipe>-<timestamp>")
-    seed: int = Field(0, strict=True)
-    lora_rank: int | None = Field(None, ge=1, strict=True, description="LoRA rank; full fine-tune when unset (local)")
+    seed: Annotated[int, Field(strict=True)] = 0
+    lora_rank: Annotated[int, Field(strict=True)] | None = Field(
+        None, ge=1, description="LoRA rank; full fine-tune when unset (local)"
+    )
     load_checkpoint_path: str | None = Field(None, description="start from these weights, fresh optimizer")
     resume: Literal["auto", "never"] = "auto"
     overwrite: bool = Field(False, description="with resume=never, start an existing run directory over")

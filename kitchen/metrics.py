@@ -64,8 +64,11 @@ class MetricsRecorder:
             before, self.before_write = self.before_write, None
             before()
         if self.path is not None:
-            with self.path.open("a", encoding="utf-8") as handle:
-                handle.write(json.dumps(row) + "\n")
+            try:
+                with self.path.open("a", encoding="utf-8") as handle:
+                    handle.write(json.dumps(row) + "\n")
+            except OSError as exc:  # name the file: a bare "No space left on device" says nothing
+                raise OSError(exc.errno, exc.strerror, str(self.path)) from None
         if self._on_row is not None:
             self._on_row(row)
 

@@ -141,7 +141,8 @@ class Runner:
             error = error or finally_error
             if error is None:
                 ctx.commit()
-            error = error or self._finish_writes(ctx)
+            write_error = self._finish_writes(ctx)  # always runs; never hides an earlier error
+            error = error or write_error
             if error is not None:
                 span.record_exception(error)
                 ctx.log.error("run.failed", workflow=self.workflow.name, error=str(error))

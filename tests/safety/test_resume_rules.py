@@ -118,7 +118,7 @@ def test_corrupt_latest_checkpoint_falls_back(tmp_path: Path, capsys: pytest.Cap
     log = tmp_path / "run"
     finished_run(capsys, log, "max_steps=5")
     _corrupt(log, "final")
-    code, out, err = cli(capsys, "run", "sl_basic", *FAST, "max_steps=5", f"log_path={log}")
+    code, _out, err = cli(capsys, "run", "sl_basic", *FAST, "max_steps=5", f"log_path={log}")
     assert code == 0, err
     assert "checkpoint.skipped" in err and "checkpoint=final" in err
     assert "checkpoint=000004" in err  # resumed from the newest intact one
@@ -167,7 +167,9 @@ def test_old_records_without_fingerprint_still_resume(tmp_path: Path, capsys: py
 def test_overwrite_starts_over(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log = tmp_path / "run"
     finished_run(capsys, log, "max_steps=4")
-    code, _, err = cli(capsys, "run", "sl_basic", *FAST, "max_steps=3", "resume=never", "overwrite=true", f"log_path={log}")
+    code, _, err = cli(
+        capsys, "run", "sl_basic", *FAST, "max_steps=3", "resume=never", "overwrite=true", f"log_path={log}"
+    )
     assert code == 0, err
     assert [row["step"] for row in read_metrics(log / "metrics.jsonl")] == [0, 1, 2]
     assert [r.name for r in read_records(log / "checkpoints.jsonl")] == ["000002", "final"]
