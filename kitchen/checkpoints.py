@@ -27,6 +27,14 @@ class CheckpointRecord:
     state: dict[str, Any] = field(default_factory=dict)
     state_path: str | None = None
     sampler_path: str | None = None
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    """The settings that define what was trained (`kitchen.rundir.fingerprint`); a resume with
+    different ones is refused. Empty in records written before fingerprints."""
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Size and sha256 of each checkpoint file on this machine (path relative to the run dir),
+    verified before the checkpoint is used. Empty for remote checkpoints and old records."""
+    final: bool = False
+    """Written by the final save of a finished run."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -40,18 +48,24 @@ class CheckpointRecord:
             state=dict(data.get("state", {})),
             state_path=data.get("state_path"),
             sampler_path=data.get("sampler_path"),
+            fingerprint=dict(data.get("fingerprint") or {}),
+            files={str(k): dict(v) for k, v in dict(data.get("files") or {}).items()},
+            final=bool(data.get("final", data["name"] == "final")),
         )
 
 
 def append_record(path: Path, record: CheckpointRecord) -> None:
     """Append one line with a single write + fsync, so a crash never leaves half a record."""
     line = (record.to_json() + "\n").encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, line)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
 
 
 def read_records(path: Path) -> list[CheckpointRecord]:

@@ -17,7 +17,8 @@ from kitchen.cli_tools import dispatch as dispatch_tool_command
 from kitchen.cli_tools import format_keys
 from kitchen.config import load_config
 from kitchen.recipe import Recipe, get_recipe, recipe_names, resolve_config_path, shipped_configs
-from kitchen.runner import StageFailure
+from kitchen.runner import StageFailure, is_environment_error
+from kitchen.secrets import install_logging_filter, redact
 from kitchen.workflow import render_tree
 from train_core.errors import InvalidInputError
 
@@ -61,10 +62,10 @@ def _ls() -> None:
 
 
 def _validate(recipe: Recipe, args: argparse.Namespace) -> None:
-    from kitchen.validation import validate_recipe
+    from kitchen.launch import preflight
 
     config = _config(recipe, args)
-    workflow = validate_recipe(recipe, config)
+    workflow, _ = preflight(recipe, config)  # type: ignore[arg-type]
     stages = sum(1 for _ in workflow.stages())
     print(f"ok: {recipe.name} config is valid and workflow {workflow.name!r} ({stages} stages) is wired correctly")
 
@@ -106,7 +107,16 @@ def _dispatch(args: argparse.Namespace) -> None:
         from kitchen.launch import run_recipe
 
         run_dir = run_recipe(recipe, _config(recipe, args))  # type: ignore[arg-type]
-        print(f"run finished: {run_dir.path}")
+        if run_dir.already_complete:
+            print(run_dir.already_complete)
+        else:
+            print(f"run finished: {run_dir.path}")
+
+
+def _error(message: object) -> None:
+    """The one error line: secrets redacted, on one line."""
+    text = " ".join(redact(str(message)).split("\n"))
+    print(f"kitchen: error: {text}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,20 +131,26 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(stray)}")
     if extra:
         args.overrides = [*args.overrides, *extra]
+    install_logging_filter()
     try:
         _dispatch(args)
     except InvalidInputError as exc:
         if args.debug:
             raise
-        print(f"kitchen: error: {exc}", file=sys.stderr)
+        _error(exc)
         return 2
     except StageFailure as exc:
         if args.debug:
             traceback.print_exception(exc.cause)
-        print(f"kitchen: error: {exc}", file=sys.stderr)
+        _error(exc)
         if not args.debug and not exc.is_user_error:
             print("kitchen: rerun with --debug for the traceback", file=sys.stderr)
         return 2 if exc.is_user_error else 1
+    except OSError as exc:
+        if args.debug or not is_environment_error(exc):
+            raise
+        _error(f"{exc.filename or ''}: {exc.strerror}".lstrip(": "))
+        return 2
     except KeyboardInterrupt:
         print("kitchen: interrupted", file=sys.stderr)
         return 130

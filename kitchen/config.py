@@ -18,6 +18,7 @@ from pydantic.fields import FieldInfo
 
 from kitchen.backends import backend_specs, get_backend_spec
 from kitchen.errors import ConfigError
+from kitchen.secrets import looks_like_secret_key, redact, redact_value
 from kitchen.sinks import LoggerName, MlflowSettings, WandbSettings, missing_logger_problem
 
 C = TypeVar("C", bound=BaseModel)
@@ -26,9 +27,10 @@ Path_ = tuple[str | int, ...]
 
 # Bounded field types. Use them (not a bare `int` / `float`) where a subclass overrides a default:
 # re-annotating `learning_rate: float = 3e-3` would silently drop the parent's `gt=0`.
-Count = Annotated[int, Field(ge=1)]
-Rate = Annotated[float, Field(gt=0)]
-NonNegative = Annotated[int, Field(ge=0)]
+# Booleans are not counts (`batch_size=true` is an error, not 1), and inf/nan are never a rate.
+Count = Annotated[int, Field(ge=1, strict=True)]
+Rate = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+NonNegative = Annotated[int, Field(ge=0, strict=True)]
 
 
 def _backend_names() -> list[str]:
@@ -39,7 +41,7 @@ class RunConfig(BaseModel):
     """Keys every recipe shares, plus one section per registered backend (`local`, `noop`,
     `tinker`, ...) holding that backend's own settings, with the adapter's settings model."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
     MOVED_KEYS: ClassVar[dict[str, str]] = {}
     """Keys a config class used to have and where they went (old dotted path -> new one), so an
@@ -48,8 +50,10 @@ class RunConfig(BaseModel):
     model_name: str = Field("tiny", description="'tiny' (embedded), a local HF model dir, or a hub name")
     backend: str = Field("local", description="a registered backend: " + ", ".join(_backend_names()))
     log_path: str | None = Field(None, description="run directory; default runs/<recipe>-<timestamp>")
-    seed: int = 0
-    lora_rank: int | None = Field(None, ge=1, description="LoRA rank; full fine-tune when unset (local)")
+    seed: Annotated[int, Field(strict=True)] = 0
+    lora_rank: Annotated[int, Field(strict=True)] | None = Field(
+        None, ge=1, description="LoRA rank; full fine-tune when unset (local)"
+    )
     load_checkpoint_path: str | None = Field(None, description="start from these weights, fresh optimizer")
     resume: Literal["auto", "never"] = "auto"
     loggers: list[LoggerName] = Field(
@@ -59,6 +63,13 @@ class RunConfig(BaseModel):
     wandb: WandbSettings = Field(default_factory=WandbSettings, description="Weights & Biases (loggers: [wandb])")
     mlflow: MlflowSettings = Field(default_factory=MlflowSettings, description="MLflow (loggers: [mlflow])")
     trace_file: bool = Field(default=False, description="write the run's OpenTelemetry spans to RUN_DIR/traces.jsonl")
+    overwrite: bool = Field(False, description="with resume=never, start an existing run directory over")
+    resume_allow_changes: list[str] = Field(
+        default_factory=list, description="keys a resumed run may change from what its checkpoint was trained with"
+    )
+    max_bad_steps: NonNegative = Field(
+        0, description="consecutive NaN/inf steps (not applied) tolerated before the run stops"
+    )
 
     for _name, _spec in backend_specs().items():
         __annotations__[_name] = _spec.settings
@@ -122,9 +133,14 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         raise ConfigError(f"override {text!r} is not of the form key=value")
     key, raw = text.split("=", 1)
     if not key or any(not part for part in key.split(".")):
-        raise ConfigError(f"override {text!r} has an empty key")
+        raise ConfigError(f"override {redact(text)!r} has an empty key")
+    if looks_like_secret_key(key):
+        raise ConfigError(
+            f"override {key!r}: secrets are not accepted on the command line or in config files (the value was "
+            "not shown or stored); set them in the environment, e.g. TINKER_API_KEY"
+        )
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = _safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
     return key.split("."), value
@@ -140,7 +156,7 @@ def _set_path(data: dict[str, Any], path: list[str], value: Any, origin: str) ->
     node[path[-1]] = value
 
 
-def _yaml_lines(text: str) -> dict[Path_, int]:
+def _yaml_lines(root: yaml.Node | None) -> dict[Path_, int]:
     """1-based line of every key in a YAML mapping document, by its path."""
     lines: dict[Path_, int] = {}
 
@@ -155,19 +171,76 @@ def _yaml_lines(text: str) -> dict[Path_, int]:
                 lines[(*prefix, index)] = item.start_mark.line + 1
                 walk(item, (*prefix, index))
 
-    root = yaml.compose(text)
     if root is not None:
         walk(root, ())
     return lines
 
 
-def read_yaml(path: Path) -> tuple[dict[str, Any], dict[Path_, int]]:
+MAX_NODES = 100_000
+"""How many values a config file may expand to, aliases (`*name`) counted at every use: a few
+nested aliases can expand nine lines into billions of nodes (a "YAML bomb")."""
+
+
+def _expanded_size(root: yaml.Node) -> int:
+    sizes: dict[int, int] = {}
+
+    def size(node: yaml.Node) -> int:
+        if id(node) in sizes:
+            return sizes[id(node)]
+        sizes[id(node)] = 1  # a recursive alias counts once
+        if isinstance(node, yaml.MappingNode):
+            total = 1 + sum(size(k) + size(v) for k, v in node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            total = 1 + sum(size(item) for item in node.value)
+        else:
+            total = 1
+        sizes[id(node)] = min(total, MAX_NODES + 1)
+        return sizes[id(node)]
+
+    return size(root)
+
+
+def _load_yaml(text: str) -> tuple[Any, yaml.Node | None]:
+    """The document and its node tree, refusing one that expands beyond MAX_NODES values."""
+    loader = yaml.SafeLoader(text)
+    try:
+        root = loader.get_single_node()
+        if root is None:
+            return None, None
+        if _expanded_size(root) > MAX_NODES:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"expands to more than {MAX_NODES} values through aliases (refused)", root.start_mark
+            )
+        return loader.construct_document(root), root
+    finally:
+        loader.dispose()
+
+
+def _safe_load(text: str) -> Any:
+    return _load_yaml(text)[0]
+
+
+def _read_text(path: Path) -> str:
     if not path.exists():
         raise ConfigError(f"config file not found: {path}")
-    text = path.read_text(encoding="utf-8")
+    if not path.is_file():
+        raise ConfigError(f"config file {path}: is a directory, not a file")
     try:
-        data = yaml.safe_load(text)
-        lines = _yaml_lines(text)
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"config file {path}: cannot be read: {exc.strerror}") from None
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"{path} line {line}: not UTF-8 text (byte offset {exc.start})") from None
+
+
+def read_yaml(path: Path) -> tuple[dict[str, Any], dict[Path_, int]]:
+    text = _read_text(path)
+    try:
+        data, root = _load_yaml(text)
+        lines = _yaml_lines(root)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path} line {mark.line + 1}" if mark else str(path)
@@ -176,6 +249,13 @@ def read_yaml(path: Path) -> tuple[dict[str, Any], dict[Path_, int]]:
         return {}, {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of keys to values")
+    for key_path, line in lines.items():
+        if key_path and looks_like_secret_key(str(key_path[-1])):
+            dotted = ".".join(str(part) for part in key_path)
+            raise ConfigError(
+                f"{path} line {line}: key {dotted!r}: secrets are not accepted in config files (the value was not "
+                "shown or stored); set them in the environment, e.g. TINKER_API_KEY"
+            )
     return data, lines
 
 
@@ -231,7 +311,7 @@ def _describe(
             problems.append(f"{where}: {error['msg'].removeprefix('Value error, ')}")
         else:
             problems.append(f"{where}: {dotted}: {error['msg']} (got {error.get('input')!r})")
-    return "invalid config: " + "; ".join(problems)
+    return redact("invalid config: " + "; ".join(problems))
 
 
 def _field_names(config_cls: type[BaseModel], parent: Path_) -> list[str]:
@@ -245,4 +325,6 @@ def _field_names(config_cls: type[BaseModel], parent: Path_) -> list[str]:
 
 
 def dump_config(config: BaseModel, path: Path) -> None:
-    path.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False), encoding="utf-8")
+    """Write `config` as YAML, secrets (URL credentials, API keys) redacted."""
+    data = redact_value(config.model_dump(mode="json"))
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")

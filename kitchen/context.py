@@ -90,9 +90,17 @@ class Context:
         self.step = resume.step if resume else 0
         self.total_steps: int | None = None
         self.persist_keys: tuple[str, ...] = ()
+        self.bad_steps = 0
+        """Consecutive optimizer steps whose loss or gradient norm was NaN/inf."""
+        self.last_step_loops: dict[str, int] = dict(resume.loops) if resume else {}
+        """Loop positions when the last completed step ended (what a final checkpoint records)."""
+        self.fingerprint: dict[str, Any] = {}
+        """What this run trains (`kitchen.rundir.fingerprint`), recorded with every checkpoint."""
         self._loops: dict[str, LoopPosition] = {}
         self._step_end_callbacks: list[Callable[[], None]] = []
         self._metric_scopes: list[list[dict[str, Any]]] = []
+        self._commit: Callable[[], None] | None = None
+        self.committed = True
         if resume:
             self.state.update(resume.state)
 
@@ -141,6 +149,21 @@ class Context:
             yield
         finally:
             _CURRENT_STAGE.reset(token)
+
+    # -- the point a run starts changing its run dir -------------------------------------------
+    def set_commit(self, commit: Callable[[], None]) -> None:
+        """`commit` runs once, just before the first change to backend state or the run dir's
+        logs (the runner calls `commit()` before the first stage that calls the backend beyond
+        its tokenizer, and the metrics recorder before its first row)."""
+        self._commit = commit
+        self.committed = False
+        self.metrics.before_write = self.commit
+
+    def commit(self) -> None:
+        if self._commit is not None:
+            commit, self._commit = self._commit, None
+            commit()
+        self.committed = True
 
     # -- loops and steps ---------------------------------------------------------------------
     def loop(self, name: str) -> LoopPosition:

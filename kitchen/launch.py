@@ -1,8 +1,17 @@
-"""Launching a recipe: run directory, resume detection, logging, backend, then the runner."""
+"""Launching a recipe: checks first, then the run directory (locked), resume detection, logging,
+backend, then the runner.
+
+Nothing already in a run directory changes until the run is known to start: the config, the
+log_path, the data files, the resume point (intact, same fingerprint) and the backend are
+checked first; config.yaml is rewritten (the old one appended to config_history.yaml) and
+metrics.jsonl truncated only just before the first stage that changes backend state.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import codecs
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -10,24 +19,44 @@ from pathlib import Path
 from typing import Any
 
 from kitchen.backends import make_backend
-from kitchen.checkpoints import CheckpointRecord, last_resumable
-from kitchen.config import RunConfig, dump_config
+from kitchen.checkpoints import CheckpointRecord
+from kitchen.config import RunConfig
 from kitchen.context import Context
+from kitchen.datasets import LOCAL_SUFFIXES
+from kitchen.errors import ConfigError, DataError
 from kitchen.hooks import Hooks, ProgressHook
 from kitchen.logging import make_run_logger
-from kitchen.metrics import MetricsRecorder, truncate_metrics
+from kitchen.metrics import MetricsRecorder, read_metrics, truncate_metrics
 from kitchen.observe import start_observability
 from kitchen.ports import ServiceBackend
 from kitchen.recipe import Recipe
+from kitchen.rundir import (
+    LENGTH_KEYS,
+    RunDirError,
+    RunLock,
+    check_log_path,
+    check_resume_fingerprint,
+    choose_resume_point,
+    describe_os_error,
+    dump_config_with_history,
+    fingerprint,
+    is_run_dir,
+)
 from kitchen.runner import Runner
+from kitchen.secrets import install_logging_filter
 from kitchen.validation import validate_recipe
+from kitchen.workflow import Workflow
+
+DATA_KEYS = ("dataset", "eval_dataset")
 
 
 @dataclass(frozen=True)
 class RunDir:
-    """The files of one run (see ARCHITECTURE.md, 'Runs on disk')."""
+    """The files of one run (see README, 'Runs on disk')."""
 
     path: Path
+    already_complete: str | None = None
+    """Set when the run had finished before: a one-line summary, and nothing was trained."""
 
     @property
     def config(self) -> Path:
@@ -75,6 +104,99 @@ def build_context(
     )
 
 
+def check_data_file(source: str, key: str) -> None:
+    """A local data file named by `key` must be a readable UTF-8 (or binary parquet) file."""
+    path = Path(source)
+    if path.suffix not in LOCAL_SUFFIXES and not path.exists():
+        return  # a hub dataset name
+    if not path.exists():
+        raise DataError(f"{key}: {path}: no such file")
+    if not path.is_file():
+        raise DataError(f"{key}: {path}: is a directory, not a data file" if path.is_dir() else f"{path}: not a file")
+    if not os.access(path, os.R_OK):
+        raise DataError(f"{key}: {path}: not readable (permission denied)")
+    if path.suffix == ".parquet":
+        return
+    decoder = codecs.getincrementaldecoder("utf-8-sig")()
+    offset, line = 0, 1
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as exc:
+                bad = offset + exc.start
+                line += chunk.count(b"\n", 0, exc.start)
+                raise DataError(f"{path} line {line}: not UTF-8 text (byte offset {bad})") from None
+            offset += len(chunk)
+            line += chunk.count(b"\n")
+
+
+def check_data_files(config: Any) -> None:
+    for key in DATA_KEYS:
+        value = getattr(config, key, None)
+        if isinstance(value, str) and value:
+            check_data_file(value, key)
+
+
+def check_load_checkpoint(service: Any, config: Any) -> None:
+    """`load_checkpoint_path` must hold weights of `model_name` at `lora_rank` (when the backend
+    can tell: `checkpoint_identity`)."""
+    path = getattr(config, "load_checkpoint_path", None)
+    identify = getattr(service, "checkpoint_identity", None)
+    if not path or identify is None:
+        return
+    identity = identify(path)
+    if identity is None:
+        return
+    base_model, lora_rank = identity
+    if (base_model, lora_rank) != (config.model_name, config.lora_rank):
+        raise ConfigError(
+            f"load_checkpoint_path {path}: holds {base_model!r} with lora_rank={lora_rank}, but the config trains "
+            f"model_name={config.model_name!r} with lora_rank={config.lora_rank}; make them agree"
+        )
+
+
+def completion_summary(run_dir: Path, final: CheckpointRecord, config: Any) -> str | None:
+    """A summary line when `final` finished the run this config describes; None when the config
+    asks for more steps (the run continues from `final`)."""
+    max_steps = getattr(config, "max_steps", None)
+    recorded = final.fingerprint
+    same_length = all(
+        f"@{key}" not in recorded or recorded[f"@{key}"] == getattr(config, key, None)
+        for key in LENGTH_KEYS
+        if hasattr(config, key)
+    )
+    if not (same_length or (max_steps is not None and max_steps <= final.step)):
+        return None
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    last = rows[-1] if rows else {}
+    skip = ("step", "batch", "epoch", "progress", "learning_rate")
+    shown = ", ".join(
+        f"{k}={v:.4g}"
+        for k, v in last.items()
+        if k not in skip and isinstance(v, float) and not k.startswith(("time/", "num_"))
+    )[:160]
+    return (
+        f"already complete: {run_dir} finished {final.step} steps (checkpoint 'final'"
+        f"{f'; last metrics: {shown}' if shown else ''}); raise max_steps to train further, or use a new log_path"
+    )
+
+
+def preflight(recipe: Recipe, config: RunConfig) -> tuple[Workflow, Path]:
+    """Every check `run` makes before it touches the run directory or a backend: the config and
+    wiring, the log_path, the data files, and (for an existing run) that the checkpoint it would
+    resume from is intact and was trained with the same settings. Changes nothing on disk."""
+    workflow = validate_recipe(recipe, config)
+    path = resolve_log_path(recipe.name, config)
+    check_log_path(path, bool(getattr(config, "overwrite", False)), config.resume)
+    check_data_files(config)
+    if config.resume == "auto" and path.is_dir():
+        resume, _ = choose_resume_point(path)
+        if resume is not None and not (resume.final and completion_summary(path, resume, config)):
+            check_resume_fingerprint(resume, config)
+    return workflow, path
+
+
 def run_recipe(
     recipe: Recipe,
     config: RunConfig,
@@ -83,26 +205,58 @@ def run_recipe(
     backend: ServiceBackend | None = None,
 ) -> RunDir:
     """Run `recipe` with `config`; resumes if `log_path` already holds a resumable checkpoint."""
-    workflow = validate_recipe(recipe, config)
-    run_dir = RunDir(resolve_log_path(recipe.name, config))
-    run_dir.path.mkdir(parents=True, exist_ok=True)
-    resume = last_resumable(run_dir.checkpoints) if config.resume == "auto" else None
-    if resume is not None:
-        truncate_metrics(run_dir.metrics, before_step=resume.step)
-    elif run_dir.metrics.exists() and config.resume == "never":
-        run_dir.metrics.unlink()
-    dump_config(config, run_dir.config)
-    logger, sink = make_run_logger(run_dir.events, recipe=recipe.name)
-    if resume is not None:
-        logger.warning("run.resume", checkpoint=resume.name, step=resume.step, log_path=str(run_dir.path))
-    service = backend or make_backend(config, run_dir.checkpoint_dir)
-    ctx = build_context(recipe, config, run_dir, service, resume, logger)
-    observe = start_observability(recipe.name, config, run_dir.path)
-    observe.attach(ctx)
-    all_hooks = [*hooks, *observe.hooks, ProgressHook()] if progress else [*hooks, *observe.hooks]
+    install_logging_filter()
+    workflow, path = preflight(recipe, config)
+    run_dir = RunDir(path)
     try:
+        run_dir.path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunDirError(describe_os_error(exc, f"log_path {run_dir.path}")) from None
+    lock = RunLock(run_dir.path)
+    lock.acquire()
+    sink = None
+    observe = None
+    try:
+        fresh = not is_run_dir(run_dir.path)
+        resume, skipped = choose_resume_point(run_dir.path) if config.resume == "auto" else (None, [])
+        if resume is not None and resume.final:
+            summary = completion_summary(run_dir.path, resume, config)
+            if summary is not None:
+                return RunDir(run_dir.path, already_complete=summary)
+        if resume is not None:
+            check_resume_fingerprint(resume, config)
+        current = fingerprint(config)
+        if fresh:
+            dump_config_with_history(config, run_dir.path)
+
+        def commit() -> None:
+            """The run starts: record the config, drop what this run will log again."""
+            if config.resume == "never":
+                for path in (run_dir.metrics, run_dir.checkpoints):
+                    path.unlink(missing_ok=True)
+            else:
+                truncate_metrics(run_dir.metrics, before_step=resume.step if resume else 0)
+            dump_config_with_history(config, run_dir.path)
+
+        logger, sink = make_run_logger(run_dir.events, recipe=recipe.name)
+        for skip in skipped:
+            logger.warning("checkpoint.skipped", checkpoint=skip.name, reason=skip.reason)
+        if resume is not None:
+            logger.warning("run.resume", checkpoint=resume.name, step=resume.step, log_path=str(run_dir.path))
+        service = backend or make_backend(config, run_dir.checkpoint_dir)
+        if resume is None:
+            check_load_checkpoint(service, config)
+        ctx = build_context(recipe, config, run_dir, service, resume, logger)
+        ctx.fingerprint = current
+        ctx.set_commit(commit)
+        observe = start_observability(recipe.name, config, run_dir.path)
+        observe.attach(ctx)
+        all_hooks = [*hooks, *observe.hooks, ProgressHook()] if progress else [*hooks, *observe.hooks]
         asyncio.run(Runner(workflow, all_hooks).run(ctx))
     finally:
-        observe.close()
-        sink.close()
+        if observe is not None:
+            observe.close()
+        if sink is not None:
+            sink.close()
+        lock.release()
     return run_dir

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import MutableMapping
@@ -9,6 +10,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import structlog
+
+from kitchen import secrets
 
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
 
@@ -20,11 +23,16 @@ class _RunSink:
         self._file = events_path.open("a", encoding="utf-8") if events_path else None
         self._console = console
         self._console_level = _LEVELS[console_level]
+        self.write_error: OSError | None = None
 
     def __call__(self, logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> str:
         if self._file is not None:
-            self._file.write(json.dumps(event_dict, default=str) + "\n")
-            self._file.flush()
+            try:
+                self._file.write(json.dumps(event_dict, default=str) + "\n")
+                self._file.flush()
+            except OSError as exc:  # a full or read-only disk must not hide the run's own error
+                self.write_error = exc
+                self._file = None
         if self._console is not None and _LEVELS.get(event_dict.get("level", "info"), 20) >= self._console_level:
             fields = " ".join(f"{k}={v}" for k, v in event_dict.items() if k not in ("event", "level", "timestamp"))
             print(
@@ -36,7 +44,8 @@ class _RunSink:
 
     def close(self) -> None:
         if self._file is not None:
-            self._file.close()
+            with contextlib.suppress(OSError):
+                self._file.close()
             self._file = None
 
 
@@ -47,6 +56,7 @@ def make_run_logger(events_path: Path | None, console_level: str = "warning", **
         processors=[
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
+            secrets.structlog_processor,
             sink,
         ],
         context_class=dict,

@@ -23,6 +23,8 @@ class MetricsRecorder:
         self._held: set[int] = set()
         self._written_through = -1
         self._on_row = on_row
+        self.before_write: Callable[[], None] | None = None
+        """Called once before the first row is written (the run's commit point)."""
 
     def record(self, step: int, metrics: dict[str, Any]) -> None:
         row = self._pending.setdefault(step, {})
@@ -39,6 +41,11 @@ class MetricsRecorder:
     def release(self, step: int) -> None:
         self._held.discard(step)
 
+    def discard(self) -> None:
+        """Forget every pending row (a run that failed before it started logs nothing)."""
+        self._pending.clear()
+        self._held.clear()
+
     def flush(self, through: int | None = None) -> None:
         """Write rows for pending steps <= `through` (all if None), stopping at the first held one."""
         for step in sorted(self._pending):
@@ -53,9 +60,15 @@ class MetricsRecorder:
         row: dict[str, Any] = {"step": step, **{k: _json_safe(v) for k, v in sorted(metrics.items())}}
         self.rows.append(row)
         self._written_through = max(self._written_through, step)
+        if self.before_write is not None:
+            before, self.before_write = self.before_write, None
+            before()
         if self.path is not None:
-            with self.path.open("a", encoding="utf-8") as handle:
-                handle.write(json.dumps(row) + "\n")
+            try:
+                with self.path.open("a", encoding="utf-8") as handle:
+                    handle.write(json.dumps(row) + "\n")
+            except OSError as exc:  # name the file: a bare "No space left on device" says nothing
+                raise OSError(exc.errno, exc.strerror, str(self.path)) from None
         if self._on_row is not None:
             self._on_row(row)
 
@@ -66,26 +79,37 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
+def _rows(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(line, row) of every readable row; a torn or garbled line (a crash mid-write) is dropped."""
+    rows = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            int(row["step"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        if isinstance(row, dict):
+            rows.append((line, row))
+    return rows
+
+
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """Rows of a metrics.jsonl, merged by step (a step may be written in more than one row)."""
     merged: dict[int, dict[str, Any]] = {}
     if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                row = json.loads(line)
-                merged.setdefault(int(row["step"]), {}).update(row)
+        for _, row in _rows(path):
+            merged.setdefault(int(row["step"]), {}).update(row)
     return [merged[step] for step in sorted(merged)]
 
 
 def truncate_metrics(path: Path, before_step: int) -> None:
-    """Drop rows of steps >= `before_step`: on resume those steps are run and logged again."""
+    """Drop rows of steps >= `before_step` (on resume those steps are run and logged again) and
+    any torn line."""
     if not path.exists():
         return
-    kept = [
-        line
-        for line in path.read_text(encoding="utf-8").splitlines()
-        if line.strip() and int(json.loads(line)["step"]) < before_step
-    ]
+    kept = [line for line, row in _rows(path) if int(row["step"]) < before_step]
     tmp = path.with_suffix(".jsonl.tmp")
     tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
     tmp.replace(path)

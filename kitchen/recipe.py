@@ -30,8 +30,38 @@ class Recipe:
     initial_state: Callable[[Any], dict[str, Any]] = no_initial_state
 
 
+OWN_RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+"""The recipes shipped beside this kitchen package (installed or in a checkout)."""
+
+
 def _recipes_package() -> Any:
-    return importlib.import_module("recipes")
+    """kitchen's own `recipes` package, never one that happens to sit in the current directory
+    (`python -m kitchen` puts the cwd first on sys.path): a foreign one is not imported."""
+    loaded = sys.modules.get("recipes")
+    if loaded is not None:
+        where = Path(getattr(loaded, "__file__", "") or "").resolve().parent
+        if where != OWN_RECIPES:
+            raise ConfigError(
+                f"the 'recipes' package already imported is {where}, not kitchen's own ({OWN_RECIPES}); "
+                "run kitchen from another directory"
+            )
+        return loaded
+    spec = importlib.util.find_spec("recipes")
+    if spec is not None and spec.origin and Path(spec.origin).resolve().parent == OWN_RECIPES:
+        return importlib.import_module("recipes")
+    init = OWN_RECIPES / "__init__.py"
+    if not init.is_file():
+        raise ConfigError(f"kitchen's recipes package is missing: {init}")
+    own = importlib.util.spec_from_file_location("recipes", init, submodule_search_locations=[str(OWN_RECIPES)])
+    assert own is not None and own.loader is not None
+    module = importlib.util.module_from_spec(own)
+    sys.modules["recipes"] = module
+    try:
+        own.loader.exec_module(module)
+    except BaseException:
+        del sys.modules["recipes"]
+        raise
+    return module
 
 
 def recipe_names() -> list[str]:

@@ -8,6 +8,7 @@ loop positions restored from a checkpoint record on resume.
 from __future__ import annotations
 
 import asyncio
+import errno
 import time
 from collections.abc import Coroutine, Sequence
 from typing import Any
@@ -32,7 +33,59 @@ class StageFailure(Exception):
 
     @property
     def is_user_error(self) -> bool:
-        return isinstance(self.cause, InvalidInputError)
+        return isinstance(self.cause, InvalidInputError) or is_environment_error(self.cause)
+
+
+ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT}
+
+
+def is_environment_error(exc: BaseException) -> bool:
+    """A full disk, a read-only or unwritable file system: the user's to fix, not a bug."""
+    return isinstance(exc, OSError) and exc.errno in ENVIRONMENT_ERRNOS
+
+
+class RunFinishError(InvalidInputError):
+    """Writing the run's last metrics or records failed (e.g. the disk is full)."""
+
+
+def settle_futures(state: dict[str, Any]) -> list[asyncio.Future[Any]]:
+    """Every asyncio future held in the run state (in lists, dicts, or objects' fields), so a
+    failed run can cancel or collect work it submitted and never awaited."""
+    found: list[asyncio.Future[Any]] = []
+    seen: set[int] = set()
+
+    def walk(value: Any, depth: int) -> None:
+        if id(value) in seen or depth > 3:
+            return
+        seen.add(id(value))
+        if isinstance(value, asyncio.Future):
+            found.append(value)
+        elif isinstance(value, dict):
+            for item in value.values():
+                walk(item, depth + 1)
+        elif isinstance(value, (list, tuple, set)):
+            for item in value:
+                walk(item, depth + 1)
+        elif hasattr(value, "__dict__") and not isinstance(value, type):
+            for item in vars(value).values():
+                walk(item, depth + 1)
+
+    walk(state, 0)
+    return found
+
+
+async def cancel_leftovers(state: dict[str, Any]) -> None:
+    """Cancel submitted work nobody will await, and retrieve the errors of work that failed, so
+    asyncio prints no 'exception was never retrieved' after the run's own error line."""
+    futures = settle_futures(state)
+    for future in futures:
+        if not future.done():
+            future.cancel()
+    if futures:
+        await asyncio.wait(futures, timeout=10)
+    for future in futures:
+        if future.done() and not future.cancelled():
+            future.exception()
 
 
 async def _all_or_cancel(coros: list[Coroutine[Any, Any, None]]) -> None:
@@ -62,6 +115,7 @@ class Runner:
         self._resume_loops: dict[str, int] = {}
         self._innermost_resumed: str | None = None
         self._step_loops = 0
+        self._in_finally = False
 
     async def run(self, ctx: Context) -> None:
         config_cls = type(ctx.full_config)
@@ -82,11 +136,13 @@ class Runner:
                 await self._run_nodes(self.workflow.steps, ctx)
             except BaseException as exc:
                 error = exc
+                await cancel_leftovers(ctx.state)
             finally_error = await self._run_finally(ctx)
             error = error or finally_error
-            ctx.metrics.flush()
-            for callback in ctx.take_step_end_callbacks():
-                callback()
+            if error is None:
+                ctx.commit()
+            write_error = self._finish_writes(ctx)  # always runs; never hides an earlier error
+            error = error or write_error
             if error is not None:
                 span.record_exception(error)
                 ctx.log.error("run.failed", workflow=self.workflow.name, error=str(error))
@@ -97,9 +153,25 @@ class Runner:
         if error is not None:
             raise error
 
+    def _finish_writes(self, ctx: Context) -> BaseException | None:
+        """Write the last metrics rows and checkpoint records. A failure here (a full disk) is
+        reported as one error naming the path, and never hides the stage error that came first."""
+        try:
+            if ctx.committed:
+                ctx.metrics.flush()
+                for callback in ctx.take_step_end_callbacks():
+                    callback()
+            else:
+                ctx.metrics.discard()  # the run never started: its run dir stays as it was
+                ctx.take_step_end_callbacks()
+        except OSError as exc:
+            return RunFinishError(f"could not write the run's logs: {exc.filename or ctx.run_dir}: {exc.strerror}")
+        return None
+
     async def _run_finally(self, ctx: Context) -> BaseException | None:
         """Every finally_ stage runs, whatever happened before or in another finally_ stage."""
         first: BaseException | None = None
+        self._in_finally = True
         for stage in self.workflow.finally_:
             try:
                 await self._run_stage(stage, ctx)
@@ -122,6 +194,12 @@ class Runner:
                 raise WiringError(f"not a workflow node: {node!r}")
 
     async def _run_stage(self, stage: Stage, ctx: Context) -> None:
+        if (
+            not ctx.committed
+            and not self._in_finally
+            and any(call != "ServiceBackend.get_tokenizer" for call in stage.calls)
+        ):
+            ctx.commit()
         for hook in self.hooks:
             hook.before_stage(ctx, stage)
         started = time.perf_counter()
@@ -175,6 +253,7 @@ class Runner:
                 self._step_loops -= 1
 
     def _end_step(self, ctx: Context) -> None:
+        ctx.last_step_loops = ctx.loop_positions()
         ctx.metrics.flush(through=ctx.step)
         for callback in ctx.take_step_end_callbacks():
             callback()

@@ -51,6 +51,16 @@ class LocalBackend:
         self._batch_limits = batch_limits
         self._training_clients: list[LocalTrainingClient] = []
 
+    def checkpoint_files(self, path: str) -> list[Path]:
+        """The files of a saved checkpoint directory (weights, optimizer, metadata)."""
+        directory = Path(path)
+        return sorted(f for f in directory.iterdir() if f.is_file()) if directory.is_dir() else []
+
+    def checkpoint_identity(self, path: str) -> tuple[str, int | None]:
+        """(base model, lora_rank) recorded in a checkpoint's metadata."""
+        identity = read_identity(Path(path))
+        return identity.base_model, identity.lora_rank
+
     def get_tokenizer(self, base_model: str) -> Tokenizer:
         return load_tokenizer(base_model)
 

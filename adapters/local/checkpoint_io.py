@@ -63,13 +63,17 @@ def save_checkpoint(
     """Write the checkpoint into a scratch directory, then move it into place (replacing any old one)."""
     scratch = path.with_name(path.name + ".partial")
     shutil.rmtree(scratch, ignore_errors=True)
-    scratch.mkdir(parents=True)
-    weights = {name: param.detach().to("cpu").contiguous() for name, param in trainable_parameters(model).items()}
-    save_file(weights, scratch / _WEIGHTS)
-    if optimizer is not None:
-        torch.save(optimizer.state_dict(), scratch / _OPTIMIZER)
-    metadata = {**asdict(identity), "kind": kind}
-    (scratch / _METADATA).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
+    try:
+        scratch.mkdir(parents=True)
+        weights = {name: param.detach().to("cpu").contiguous() for name, param in trainable_parameters(model).items()}
+        save_file(weights, scratch / _WEIGHTS)
+        if optimizer is not None:
+            torch.save(optimizer.state_dict(), scratch / _OPTIMIZER)
+        metadata = {**asdict(identity), "kind": kind}
+        (scratch / _METADATA).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)  # a full disk leaves no half-written checkpoint
+        raise
     shutil.rmtree(path, ignore_errors=True)
     scratch.rename(path)
     return path.resolve()
@@ -89,7 +93,10 @@ def read_identity(path: Path) -> ModelIdentity:
 
 def load_weights(path: Path, model: torch.nn.Module) -> None:
     """Copy the checkpoint's weights into `model`; every trainable parameter must be present."""
-    saved = load_file(path / _WEIGHTS)
+    try:
+        saved = load_file(path / _WEIGHTS)
+    except Exception as exc:  # safetensors raises its own error type for a truncated file
+        raise ConfigError(f"{path / _WEIGHTS}: unreadable weights ({type(exc).__name__}: {exc})") from None
     params = trainable_parameters(model)
     if saved.keys() != params.keys():
         missing = sorted(params.keys() - saved.keys())[:3]
@@ -106,4 +113,7 @@ def load_optimizer(path: Path, optimizer: torch.optim.Optimizer) -> None:
     if not file.exists():
         raise ConfigError(f"{path}: has no optimizer state (a sampler checkpoint?); load it with_optimizer=False")
     # torch moves each saved moment onto its parameter's device as it loads.
-    optimizer.load_state_dict(torch.load(file, map_location="cpu", weights_only=True))
+    try:
+        optimizer.load_state_dict(torch.load(file, map_location="cpu", weights_only=True))
+    except Exception as exc:  # a truncated or tampered file: pickle, zip and shape errors
+        raise ConfigError(f"{file}: unreadable optimizer state ({type(exc).__name__}: {str(exc)[:200]})") from None

@@ -24,6 +24,14 @@ keeps the best learning rate roughly independent of the rank."""
 def resolve_device(device: str | None) -> torch.device:
     """The requested device, else cuda when available, else cpu."""
     if device is not None:
+        if device.startswith("cuda"):
+            index = int(device.split(":")[1]) if ":" in device else 0
+            if not torch.cuda.is_available():
+                raise ConfigError(f"local.device={device}: no CUDA GPU is available on this machine (use cpu)")
+            if index >= torch.cuda.device_count():
+                raise ConfigError(f"local.device={device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+        if device == "mps" and not torch.backends.mps.is_available():
+            raise ConfigError("local.device=mps: MPS is not available on this machine (use cpu)")
         return torch.device(device)
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 

@@ -5,10 +5,11 @@ Kept free of torch imports, so loading a config (or `kitchen validate`) stays ch
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kitchen.backends import BackendSpec
 from kitchen.ports import ServiceBackend
@@ -21,8 +22,18 @@ class LocalSettings(BaseModel):
 
     device: str | None = Field(None, description="torch device (cpu, cuda, cuda:1, mps); default cuda if available")
     cpu_threads: int | None = Field(
-        None, ge=1, description="torch CPU threads; default 1 for model_name tiny, else torch's default"
+        None, ge=1, strict=True, description="torch CPU threads; default 1 for model_name tiny, else torch's default"
     )
+
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, device: str | None) -> str | None:
+        if device is not None and not _DEVICE.fullmatch(device):
+            raise ValueError(f"unknown device {device!r}: use cpu, cuda, cuda:N or mps")
+        return device
+
+
+_DEVICE = re.compile(r"cpu|cuda(:\d+)?|mps")
 
 
 def create(config: Any, settings: LocalSettings, checkpoint_dir: Path) -> ServiceBackend:

@@ -75,6 +75,7 @@ class LocalTrainingClient:
         self._params = list(trainable_parameters(model).values())
         # Hyperparameters are set from AdamParams at every step (learning-rate schedules).
         self._optimizer = torch.optim.AdamW(self._params, lr=0.0)
+        self._nonfinite_loss = False  # a loss since the last optim_step was NaN/inf
 
     def get_tokenizer(self) -> Tokenizer:
         return self._tokenizer
@@ -126,6 +127,7 @@ class LocalTrainingClient:
             loss, metrics = spec(torch.cat(logprobs_D), batch.loss_inputs, config, batch.lengths_D)
         if backward:
             loss.backward()
+            self._nonfinite_loss |= not bool(torch.isfinite(loss.detach()).all())
         return ForwardBackwardOutput([{"logprobs": TensorData.from_torch(lp)} for lp in logprobs_D], metrics)
 
     def _run_custom(self, data: Sequence[Datum], batch: TrainingBatch, loss_fn: CustomLossFn) -> ForwardBackwardOutput:
@@ -134,6 +136,7 @@ class LocalTrainingClient:
         if not (isinstance(loss, torch.Tensor) and loss.dim() == 0 and loss.requires_grad):
             raise KitchenError("a custom loss must return a scalar tensor computed from the logprobs it was given")
         loss.backward()
+        self._nonfinite_loss |= not bool(torch.isfinite(loss.detach()).all())
         outputs = [{"logprobs": TensorData.from_torch(lp)} for lp in logprobs_D]
         return ForwardBackwardOutput(outputs, {"loss:sum": float(loss.detach()), **metrics})
 
@@ -154,6 +157,13 @@ class LocalTrainingClient:
             )
         grads = [p.grad for p in self._params if p.grad is not None]
         grad_norm = torch.nn.utils.get_total_norm(grads) if grads else torch.tensor(0.0)
+        if self._nonfinite_loss or not bool(torch.isfinite(grad_norm)):
+            # A NaN/inf loss or gradient would poison the weights and Adam's moments: skip the step.
+            self._nonfinite_loss = False
+            self._optimizer.zero_grad(set_to_none=True)
+            return OptimStepOutput(
+                {"grad_norm": float(grad_norm), "learning_rate": adam.learning_rate, "nonfinite_step": 1.0}
+            )
         if adam.grad_clip_norm > 0 and grads:
             torch.nn.utils.clip_grads_with_norm_(self._params, adam.grad_clip_norm, grad_norm)
         self._optimizer.step()

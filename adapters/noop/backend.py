@@ -94,6 +94,15 @@ class NoopBackend:
             weights = PseudoWeights(self.seed, base_model)
         return NoopSamplingClient(self.runtime, weights)
 
+    def checkpoint_files(self, path: str) -> list[Path]:
+        """The file behind a saved `noop://` path (none when saves live in memory)."""
+        return self.runtime.store.files(path)
+
+    def checkpoint_identity(self, path: str) -> tuple[str, int | None]:
+        """(base model, lora_rank) of the training state saved at `path`."""
+        saved = self.runtime.store.load(path, "state")
+        return saved.weights.base_model, saved.lora_rank
+
     def get_tokenizer(self, base_model: str) -> Tokenizer:
         _check_base_model(base_model)
         return load_tokenizer(TINY_MODEL_NAME)

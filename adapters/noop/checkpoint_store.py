@@ -88,6 +88,13 @@ class CheckpointStore:
             raise KitchenError(f"{path!r} holds {saved.kind}, but {kind} was asked for")
         return saved
 
+    def files(self, path: str) -> list[Path]:
+        """The file a save at `path` lives in, when saves go to a directory."""
+        if self.directory is None or not path.startswith(SCHEME):
+            return []
+        file = self._file(path)
+        return [file] if file.is_file() else []
+
     def _file(self, path: str) -> Path:
         assert self.directory is not None
         parts = path.removeprefix(SCHEME).split("/")

@@ -48,6 +48,7 @@ class NoopTrainingClient:
         self.lora_rank = lora_rank
         self.client_id = runtime.new_client_id("training")
         self.queue = SerialQueue()
+        self._nonfinite = False  # the gradients accumulated since the last optim_step hold NaN/inf
 
     def _submit(self, method: str, work: Callable[[], T]) -> asyncio.Task[T]:
         """Queue `work` behind earlier requests; it runs after `method`'s simulated latency."""
@@ -66,11 +67,15 @@ class NoopTrainingClient:
             for input_T, target_T in zip(inputs_D, targets_D, strict=True)
         ]
 
-    def _run_loss(self, batch: TrainingBatch, spec: LossSpec, config: dict[str, float]) -> ForwardBackwardOutput:
+    def _run_loss(
+        self, batch: TrainingBatch, spec: LossSpec, config: dict[str, float], backward: bool
+    ) -> ForwardBackwardOutput:
         logprobs_D = self._logprobs_D(batch)
         logprobs_T = torch.tensor([lp for logprobs in logprobs_D for lp in logprobs], dtype=torch.float32)
         targets_T = torch.cat(batch.split(batch.targets_BL))
-        _, metrics = spec(logprobs_T, {TARGET_TOKENS: targets_T, **batch.loss_inputs}, config, batch.lengths_D)
+        loss, metrics = spec(logprobs_T, {TARGET_TOKENS: targets_T, **batch.loss_inputs}, config, batch.lengths_D)
+        if backward and not torch.isfinite(loss).all():
+            self._nonfinite = True
         outputs = [{"logprobs": TensorData.from_list(logprobs, "float32")} for logprobs in logprobs_D]
         return ForwardBackwardOutput(outputs, metrics)
 
@@ -84,7 +89,8 @@ class NoopTrainingClient:
         self.runtime.record(
             "training", method, self.client_id, loss_fn=loss_fn, num_data=len(data), num_tokens=num_tokens
         )
-        return self._submit(method, lambda: self._run_loss(batch, spec, config))
+        backward = method == "forward_backward"
+        return self._submit(method, lambda: self._run_loss(batch, spec, config, backward))
 
     async def forward(
         self, data: Sequence[Datum], loss_fn: str, loss_fn_config: dict[str, float] | None = None
@@ -114,7 +120,12 @@ class NoopTrainingClient:
             logprobs_D = self._logprobs_D(batch)
             tensors_D = [torch.tensor(lp, dtype=torch.float32, requires_grad=True) for lp in logprobs_D]
             loss, metrics = loss_fn(data, tensors_D)
-            loss.backward()  # a custom loss that is not differentiable in the logprobs fails here, as for real
+            loss.backward()
+            grads = [t.grad for t in tensors_D if t.grad is not None]
+            if not torch.isfinite(loss).all() or any(not torch.isfinite(g).all() for g in grads):
+                self._nonfinite = (
+                    True  # a custom loss that is not differentiable in the logprobs fails here, as for real
+                )
             outputs = [{"logprobs": TensorData.from_list(lp, "float32")} for lp in logprobs_D]
             return ForwardBackwardOutput(outputs, {key: float(value) for key, value in metrics.items()})
 
@@ -126,6 +137,9 @@ class NoopTrainingClient:
         self.runtime.record("training", "optim_step", self.client_id, learning_rate=adam_params.learning_rate)
 
         def step() -> OptimStepOutput:
+            if self._nonfinite:  # a NaN/inf loss or gradient: the step is not applied
+                self._nonfinite = False
+                return OptimStepOutput({"nonfinite_step": 1.0})
             self.weights = self.weights.bumped()
             return OptimStepOutput()
 

@@ -3,13 +3,15 @@ before step i is awaited, as the Tinker SL loop does, so the backend never idles
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 import torch
 
 from kitchen.context import Context
+from kitchen.errors import StageError
 from kitchen.settings import ADAM_KEYS
 from kitchen.stage import Stage
 from train_core.schedules import lr_multiplier
@@ -95,6 +97,7 @@ class CollectTrainStep(Stage):
 
     reads = ("inflight",)
     writes = ("inflight",)
+    config_keys = ("max_bad_steps",)
 
     def __init__(self, keep: int = 1, name: str | None = None, step_metrics: StepMetrics = supervised_step_metrics):
         super().__init__(name)
@@ -117,4 +120,51 @@ class CollectTrainStep(Stage):
                 step=pending.step,
             )
             ctx.metrics.release(pending.step)
+            ctx["inflight"] = inflight
+            guard_nonfinite(ctx, pending.step, [optim_out], [fb_out])
         ctx["inflight"] = inflight
+
+
+NONFINITE_KEY = "nonfinite_step"
+"""Optimizer metric a backend sets to 1 when it did not apply a step whose loss or gradient norm
+was NaN/inf."""
+
+_LOSS_KEYS = ("loss:sum", "loss", "train_mean_nll", "dpo_loss")
+
+
+def step_is_nonfinite(optim_outputs: Iterable[OptimStepOutput], fb_outputs: Iterable[ForwardBackwardOutput]) -> bool:
+    """Whether a backend skipped the step as non-finite, or a loss metric came back NaN/inf."""
+    for optim in optim_outputs:
+        if optim.metrics.get(NONFINITE_KEY) or not math.isfinite(float(optim.metrics.get("grad_norm", 0.0))):
+            return True
+    for fb in fb_outputs:
+        for key in _LOSS_KEYS:
+            value = fb.metrics.get(key)
+            if isinstance(value, (int, float)) and not math.isfinite(value):
+                return True
+    return False
+
+
+def guard_nonfinite(
+    ctx: Context,
+    step: int,
+    optim_outputs: Iterable[OptimStepOutput],
+    fb_outputs: Iterable[ForwardBackwardOutput] = (),
+) -> None:
+    """Count consecutive steps whose loss or gradient norm was NaN/inf (their update is not applied
+    by the local and noop backends); more than `max_bad_steps` in a row stops the run (exit 2),
+    leaving the last good checkpoint as the resume point. The calling stage declares
+    `max_bad_steps` in its `config_keys`."""
+    if not step_is_nonfinite(list(optim_outputs), list(fb_outputs)):
+        ctx.bad_steps = 0
+        return
+    ctx.bad_steps += 1
+    ctx.record({"optim/nonfinite_step": 1.0}, step=step)
+    limit = int(ctx.config.max_bad_steps)
+    ctx.log.warning("train_step.nonfinite", step=step + 1, consecutive=ctx.bad_steps, max_bad_steps=limit)
+    if ctx.bad_steps > limit:
+        raise StageError(
+            f"step {step + 1}: the loss or gradient norm is NaN/inf ({ctx.bad_steps} step(s) in a row, "
+            f"max_bad_steps={limit}); the update was not applied and the run stops here; the last "
+            "checkpoint in checkpoints.jsonl is the resume point (lower learning_rate or check the data)"
+        )

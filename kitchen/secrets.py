@@ -1,0 +1,139 @@
+"""One redaction filter for everything a run prints or writes: log records, events, error lines,
+config.yaml and checkpoint records.
+
+Secrets are the values of environment variables named like `*_API_KEY`, `*_TOKEN`, `*_SECRET`,
+`*_PASSWORD` (TINKER_API_KEY among them), plus any extra value registered with `add_secret`,
+plus credentials in URLs (`scheme://user:pass@host` keeps only `scheme://[redacted]@host`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+REDACTED = "[redacted]"
+MIN_SECRET_LENGTH = 6
+"""Shorter values are not treated as secrets: replacing "1" everywhere would garble every line."""
+
+_SECRET_ENV = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD)$", re.IGNORECASE)
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<cred>[^/@\s'\"<>]+)@")
+_SECRET_KEY = re.compile(
+    r"(^|[_-])(api[_-]?key|apikey|token|secret|password|passwd|credentials?)([_-]|$)", re.IGNORECASE
+)
+_extra: set[str] = set()
+
+
+def add_secret(value: str | None) -> None:
+    """Treat `value` as a secret from now on (e.g. a key read from a file)."""
+    if value and len(value) >= MIN_SECRET_LENGTH:
+        _extra.add(value)
+
+
+def secret_values() -> list[str]:
+    """The current secret values, longest first (so a secret containing another goes whole)."""
+    values = {v for k, v in os.environ.items() if _SECRET_ENV.search(k) and v and len(v) >= MIN_SECRET_LENGTH}
+    return sorted(values | _extra, key=len, reverse=True)
+
+
+def looks_like_secret_key(key: str) -> bool:
+    """Whether a config key name (its last dotted part) names a secret: `api_key`, `hf_token`, ..."""
+    return bool(_SECRET_KEY.search(key.split(".")[-1]))
+
+
+def redact(text: str) -> str:
+    """`text` with every secret value and URL credential replaced by `[redacted]`."""
+    if not text:
+        return text
+    for value in secret_values():
+        if value in text:
+            text = text.replace(value, REDACTED)
+    return _URL_CREDENTIALS.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)
+
+
+def leaks(text: str) -> bool:
+    return redact(text) != text
+
+
+def redact_value(value: Any) -> Any:
+    """Redact every string inside nested dicts / lists / tuples."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, Mapping):
+        return {k: redact_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact_value(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(redact_value(v) for v in value)
+    return value
+
+
+def structlog_processor(logger: Any, method: str, event_dict: Any) -> Any:
+    """structlog processor: redact every value of the event (exceptions become redacted text)."""
+    for key, value in list(event_dict.items()):
+        if isinstance(value, BaseException):
+            value = f"{type(value).__name__}: {value}"
+        elif not isinstance(value, (str, int, float, bool, type(None), Mapping, list, tuple)):
+            value = str(value)
+        event_dict[key] = redact_value(value)
+    return event_dict
+
+
+class RedactingFilter(logging.Filter):
+    """A logging filter that rewrites the record's message (and traceback text) redacted."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        redact_record(record)
+        return True
+
+
+_FORMATTER = logging.Formatter()
+
+
+def redact_record(record: logging.LogRecord) -> None:
+    if getattr(record, "_kitchen_redacted", False):
+        return
+    try:
+        message = record.getMessage()
+    except Exception:  # a broken format string: keep what logging would show
+        message = str(record.msg)
+    record.msg, record.args = redact(message), None
+    if record.exc_info and not record.exc_text:
+        record.exc_text = _FORMATTER.formatException(record.exc_info)
+    if record.exc_text:
+        record.exc_text = redact(record.exc_text)
+    if record.stack_info:
+        record.stack_info = redact(record.stack_info)
+    record._kitchen_redacted = True
+
+
+_installed = False
+SDK_LOGGERS = ("tinker", "httpx", "httpcore", "asyncio")
+
+
+def install_logging_filter() -> None:
+    """Redact every log record of this process, whichever logger or handler it goes through: the
+    record factory redacts at creation, and the filter sits on the root, the SDK loggers, their
+    handlers and logging's last-resort handler."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    previous = logging.getLogRecordFactory()
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        redact_record(record)
+        return record
+
+    logging.setLogRecordFactory(factory)
+    redacting = RedactingFilter()
+    for name in ("", *SDK_LOGGERS):
+        logger = logging.getLogger(name)
+        logger.addFilter(redacting)
+        for handler in logger.handlers:
+            handler.addFilter(redacting)
+    if logging.lastResort is not None:
+        logging.lastResort.addFilter(redacting)

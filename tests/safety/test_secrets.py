@@ -1,0 +1,103 @@
+"""A planted key sent through every path (URL credentials in config, a non-SDK exception, an SDK
+retry log line, a mistaken override, a failing tinker request) is found 0 times in the run dir,
+stdout and stderr; a failing pipelined request leaves no asyncio 'never retrieved' traceback."""
+
+from __future__ import annotations
+
+import gc
+import logging
+from pathlib import Path
+
+import pytest
+
+import adapters.noop.training_client as noop_client
+from kitchen.cli import main
+from kitchen.secrets import redact
+from tests.safety.helpers import FAST
+
+KEY = "tml-planted-key-5f3a9c1e77"
+
+
+def _count_in_run_dir(run_dir: Path) -> int:
+    return sum(p.read_bytes().count(KEY.encode()) for p in run_dir.rglob("*") if p.is_file())
+
+
+@pytest.fixture(autouse=True)
+def planted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TINKER_API_KEY", KEY)
+
+
+def test_redact_covers_env_keys_and_url_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-abcdef-123")
+    assert KEY not in redact(f"x {KEY} y") and "tok-abcdef-123" not in redact("a tok-abcdef-123 b")
+    assert redact("https://bob:hunter22@host/x") == "https://[redacted]@host/x"
+
+
+def test_url_credentials_in_config(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "run"
+    code = main(["run", "sl_basic", *FAST, f"log_path={log}", f"tinker.base_url=https://user:{KEY}@example.com"])
+    out, err = capfd.readouterr()
+    assert code == 0, err
+    assert (out + err).count(KEY) == 0 and _count_in_run_dir(log) == 0
+    assert "https://[redacted]@example.com" in (log / "config.yaml").read_text()
+
+
+def test_non_sdk_exception_and_sdk_log_line(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = noop_client.NoopTrainingClient.optim_step
+    calls = []
+
+    async def failing(self, adam_params):
+        calls.append(1)
+        if len(calls) == 3:
+            logging.getLogger("tinker.lib.retry_handler").warning("retrying: server said key=%s", KEY)
+            logging.getLogger("tinker").error("request failed", exc_info=RuntimeError(f"echo {KEY}"))
+            raise RuntimeError(f"upstream rejected Authorization: Bearer {KEY}")
+        return await real(self, adam_params)
+
+    monkeypatch.setattr(noop_client.NoopTrainingClient, "optim_step", failing)
+    log = tmp_path / "run"
+    code = main(["run", "sl_basic", *FAST, f"log_path={log}"])
+    out, err = capfd.readouterr()
+    assert code == 1 and "upstream rejected" in err and "[redacted]" in err
+    assert (out + err).count(KEY) == 0, err
+    assert _count_in_run_dir(log) == 0
+
+
+def test_secret_override_is_not_echoed(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    for override in (f"api_key={KEY}", f"tinker.api_key={KEY}", f"hf_token={KEY}", f"log_path={KEY}/{KEY}x="):
+        code = main(["run", "sl_basic", *FAST, f"log_path={tmp_path / 'r'}", override, "batch_size=oops"])
+        out, err = capfd.readouterr()
+        assert code == 2 and (out + err).count(KEY) == 0, err
+
+
+def test_failing_tinker_request_no_leak_no_asyncio_traceback(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    from kitchen.config import load_config
+    from kitchen.launch import run_recipe
+    from kitchen.recipe import get_recipe
+    from kitchen.runner import StageFailure
+    from tests.adapters.tinker.fake_checks import service_error
+    from tests.adapters.tinker.fake_sdk import make_fake_backend
+
+    backend, service = make_fake_backend(latency_s=0.01)
+    service.fail_next("forward_backward", *[service_error(400, f"bad batch (key {KEY})") for _ in range(3)])
+    service.fail_next("optim_step", *[service_error(500, f"optim (key {KEY})") for _ in range(3)])
+    recipe = get_recipe("sl_basic")
+    log = tmp_path / "run"
+    config = load_config(
+        recipe.config_cls,
+        None,
+        ["backend=tinker", "lora_rank=4", f"log_path={log}", "max_steps=4", "batch_size=4", "eval_every=0"],
+    )
+    with pytest.raises(StageFailure) as info:
+        run_recipe(recipe, config, progress=False, backend=backend)
+    gc.collect()
+    out, err = capfd.readouterr()
+    assert KEY not in str(info.value)
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    assert "never retrieved" not in err + logged and "Traceback" not in err, err + logged
+    assert KEY not in logged
+    assert (out + err).count(KEY) == 0 and _count_in_run_dir(log) == 0
