@@ -124,6 +124,8 @@ def resolve_config_path(value: str | Path) -> Path:
     path = Path(value)
     if path.is_file():
         return path
+    if path.is_dir():
+        raise ConfigError(f"config file {value} is a directory, not a YAML file")
     name = str(value)
     if "/" not in name and "\\" not in name:
         shipped = configs_dir() / (name if name.endswith((".yaml", ".yml")) else f"{name}.yaml")

@@ -19,6 +19,16 @@ SMOKE_OVERRIDES: dict[str, list[str]] = {
     "dpo": ["max_steps=4", "save_every=2", "eval_every=2", "batch_size=4", "max_length=64"],
     "math_rl": ["num_batches=4", "save_every=2", "eval_every=2", "warm_start_steps=2", "groups_per_batch=4"],
     "guess_number": ["num_batches=4", "save_every=2", "eval_every=2", "warm_start_steps=2", "max_number=4"],
+    # The shipped teacher is local weights; on noop the teachers are base models.
+    "distill_on_policy": [
+        "datasets=[{name: arithmetic, prompts: arithmetic}]",
+        "num_batches=4",
+        "save_every=2",
+        "eval_every=2",
+        "warm_start_steps=2",
+        "groups_per_batch=4",
+    ],
+    "distill_prompt": ["teacher.checkpoint=null", "max_steps=4", "save_every=2", "eval_every=2", "batch_size=8"],
 }
 
 
