@@ -21,9 +21,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from kitchen.errors import DataError
 from kitchen.sandbox import Program, Sandbox, SandboxUnavailableError
-from train_core.errors import InvalidInputError
+from train_core.errors import DataFormatError, InvalidInputError
+from train_core.jsonl import read_jsonl
 from train_core.renderers.base import Renderer
 from train_core.renderers.messages import Message
 from train_core.rl.code_grading import (
@@ -227,23 +227,13 @@ def parse_problem(record: Any) -> CodeProblem:
 
 
 def load_code_problems(path: str | Path) -> list[CodeProblem]:
-    """Every problem of a JSONL file; a bad line is a DataError naming the file and line."""
-    file = Path(path)
-    if not file.exists():
-        raise DataError(f"dataset file not found: {file}")
+    """Every problem of a JSONL file; a bad record is an error naming the file and line."""
     problems = []
-    for line_no, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{file} line {line_no}"
+    for line_no, record in read_jsonl(path):
         try:
-            problems.append(parse_problem(json.loads(line)))
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{where}: invalid JSON: {exc.msg}") from None
+            problems.append(parse_problem(record))
         except InvalidInputError as exc:
-            raise DataError(f"{where}: {exc}") from None
-    if not problems:
-        raise DataError(f"{file}: no records")
+            raise DataFormatError(path, line_no, str(exc)) from None
     return problems
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from kitchen.errors import DataError
 from kitchen.sandbox import Program, RunResult, Sandbox, SandboxUnavailableError, make_sandbox
 from recipes.envs.code import CodeDemonstrations, CodeEnv, CodeProblem, grade_code, load_code_problems, parse_problem
 from tests.rl_workflow.envs_common import renderer, reply_tokens
+from train_core.errors import InvalidInputError
 
 DATA = Path(__file__).resolve().parents[2] / "recipes" / "data" / "code"
 PROBLEM = CodeProblem.from_asserts("Write add_three(x).", ["assert add_three(2) == 5", "assert add_three(0) == 3"])
@@ -105,5 +105,5 @@ def test_shipped_problems_load_and_the_teacher_is_sloppy(sandbox: Sandbox) -> No
 def test_bad_lines_name_file_and_line(tmp_path: Path, line: str, message: str) -> None:
     path = tmp_path / "problems.jsonl"
     path.write_text('{"problem": "ok", "tests": ["assert f() == 1"]}\n' + line + "\n")
-    with pytest.raises(DataError, match=f"{path} line 2: .*{message}"):
+    with pytest.raises(InvalidInputError, match=f"{path} line 2: .*{message}"):
         load_code_problems(path)

@@ -1,0 +1,81 @@
+"""code_rl: RL on code problems, graded by running the model's code against the problem's tests in
+a sandbox (bubblewrap by default, a plain process where bubblewrap is missing, or a SandboxFusion
+server for scale: `sandbox=sandboxfusion sandbox_url=http://...`).
+
+Defaults run offline on the embedded tiny model: a sloppy-teacher warm start on the shipped
+function-writing problems (its solution is subtly wrong `teacher_error_rate` of the time), then
+RL paid only for passing tests. DeepCoder-style problem files load with
+`--config recipes/configs/code_rl_deepcoder.yaml dataset=...`.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from pydantic import Field, model_validator
+
+from kitchen.config import Count, defaults
+from kitchen.recipe import Recipe
+from kitchen.rl.settings import RLSettings
+from kitchen.rl.workflow import rl_workflow_for
+from kitchen.sandbox import SandboxKind, make_sandbox
+from recipes.data import shipped_data
+from recipes.envs.code import CodeDataset, CodeDemonstrations, CodeGroupBuilder, load_code_problems
+from train_core.renderers.base import Renderer
+from train_core.rl.task import RLTask
+
+
+@defaults(
+    learning_rate=1e-3,
+    max_tokens=48,
+    group_size=8,
+    groups_per_batch=8,
+    num_batches=30,
+    eval_every=15,
+    warm_start_steps=200,
+    transcript_groups=2,
+)
+class Config(RLSettings):
+    dataset: str = Field(shipped_data("code/train.jsonl"), description="code problems JSONL (DeepCoder-style)")
+    eval_dataset: str | None = Field(shipped_data("code/test.jsonl"), description="held-out problems; none = no eval")
+    sandbox: SandboxKind = Field(
+        "auto", description="auto (bubblewrap, else process) | bubblewrap | process | sandboxfusion"
+    )
+    sandbox_url: str | None = Field(None, description="the SandboxFusion server (sandbox=sandboxfusion only)")
+    sandbox_concurrency: Count = Field(8, description="programs run at once")
+    sandbox_timeout_s: float = Field(10.0, gt=0, description="wall-clock limit of one program")
+    format_coef: float = Field(0.1, ge=0, description="reward penalty for a reply without a ```python block")
+    teacher_error_rate: float = Field(0.4, ge=0, le=1, description="warm start: share of demonstrations that are wrong")
+
+    @model_validator(mode="after")
+    def _url_with_sandboxfusion(self) -> Config:
+        if (self.sandbox_url is not None) != (self.sandbox == "sandboxfusion"):
+            raise ValueError("sandbox_url is set exactly when sandbox is sandboxfusion")
+        return self
+
+
+def build_task(config: Config, renderer: Renderer) -> RLTask:
+    sandbox = make_sandbox(config.sandbox, config.sandbox_url, config.sandbox_concurrency)
+    group = partial(
+        CodeGroupBuilder,
+        renderer=renderer,
+        sandbox=sandbox,
+        group_size=config.group_size,
+        format_coef=config.format_coef,
+        timeout_s=config.sandbox_timeout_s,
+    )
+    problems = load_code_problems(config.dataset)
+    held_out = load_code_problems(config.eval_dataset) if config.eval_dataset else []
+    return RLTask(
+        train=CodeDataset(problems, config.groups_per_batch, config.seed, group),
+        eval_builders=[group(problem) for problem in held_out],
+        demonstrations=CodeDemonstrations(problems, config.teacher_error_rate),
+    )
+
+
+RECIPE = Recipe(
+    name="code_rl",
+    description="RL on code problems graded by running the code against tests in a sandbox",
+    config_cls=Config,
+    workflow=rl_workflow_for(build_task),
+)
