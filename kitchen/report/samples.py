@@ -5,6 +5,7 @@ examples (`preference_examples/step_NNNNNN.jsonl`), capped so a long run's repor
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -108,20 +109,30 @@ def _group(records: list[dict[str, Any]], caps: Caps) -> dict[str, Any]:
     }
 
 
-def read_transcripts(run_path: Path, caps: Caps) -> StepSamples:
-    """RL transcripts by step, grouped as sampled (see `group_transcripts` in kitchen/rl/sampling.py)."""
-    files = step_files(run_path / TRANSCRIPTS_DIR)
+def _read_steps(folder: Path, caps: Caps, describe: Callable[[list[dict[str, Any]]], dict[str, Any]]) -> StepSamples:
+    """A step-per-file folder, spread over at most `caps.steps` steps and `caps.per_step` records
+    each; `describe` turns a step's kept records into what the page shows for it."""
+    files = step_files(folder)
     steps, left_out, bad = [], 0, 0
     for step, path in spread(files, caps.steps):
         raw = read_jsonl(path)
         bad += raw.bad_lines
         kept = raw.records[: caps.per_step]
         left_out += len(raw.records) - len(kept)
+        steps.append({"step": step, **describe(kept)})
+    return StepSamples(steps, len(files), left_out, bad)
+
+
+def read_transcripts(run_path: Path, caps: Caps) -> StepSamples:
+    """RL transcripts by step, grouped as sampled (see `group_transcripts` in kitchen/rl/sampling.py)."""
+
+    def describe(kept: list[dict[str, Any]]) -> dict[str, Any]:
         groups: dict[Any, list[dict[str, Any]]] = {}
         for record in kept:
             groups.setdefault(record.get("group"), []).append(record)
-        steps.append({"step": step, "groups": [_group(records, caps) for records in groups.values()]})
-    return StepSamples(steps, len(files), left_out, bad)
+        return {"groups": [_group(records, caps) for records in groups.values()]}
+
+    return _read_steps(run_path / TRANSCRIPTS_DIR, caps, describe)
 
 
 def _example(record: dict[str, Any], caps: Caps) -> dict[str, Any]:
@@ -141,12 +152,6 @@ def _example(record: dict[str, Any], caps: Caps) -> dict[str, Any]:
 
 def read_preference_examples(run_path: Path, caps: Caps) -> StepSamples:
     """DPO held-out pairs with their implicit rewards, by step, if the run wrote any."""
-    files = step_files(run_path / PREFERENCE_EXAMPLES_DIR)
-    steps, left_out, bad = [], 0, 0
-    for step, path in spread(files, caps.steps):
-        raw = read_jsonl(path)
-        bad += raw.bad_lines
-        kept = raw.records[: caps.per_step]
-        left_out += len(raw.records) - len(kept)
-        steps.append({"step": step, "examples": [_example(record, caps) for record in kept]})
-    return StepSamples(steps, len(files), left_out, bad)
+    return _read_steps(
+        run_path / PREFERENCE_EXAMPLES_DIR, caps, lambda kept: {"examples": [_example(r, caps) for r in kept]}
+    )

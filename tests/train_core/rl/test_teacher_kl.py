@@ -1,4 +1,4 @@
-"""The teacher's reverse KL in the advantages (REFERENCE.md, "Distillation"): no baseline, only
+"""The teacher's reverse KL in the advantages (on-policy distillation: no baseline, only
 action tokens, optional discounting; and the prompt-only data sets."""
 
 from __future__ import annotations
