@@ -10,11 +10,11 @@ import torch
 
 from adapters.common.tokenizer import load_tokenizer
 from adapters.local.checkpoint_io import ModelIdentity, load_weights, read_identity
-from adapters.local.model_loading import load_model, resolve_device
+from adapters.local.model_loading import LoraOptions, load_model, resolve_device
 from adapters.local.request_batcher import DEFAULT_BATCH_LIMITS, BatchLimits
 from adapters.local.sampling_client import LocalSamplingClient
 from adapters.local.serial_executor import SerialExecutor
-from adapters.local.training_client import LocalTrainingClient
+from adapters.local.training_client import LocalTrainingClient, TrainingOptions
 from kitchen.errors import ConfigError
 from kitchen.ports import Tokenizer
 
@@ -40,6 +40,8 @@ class LocalBackend:
         seed: int = 0,
         dtype: str = "float32",
         batch_limits: BatchLimits = DEFAULT_BATCH_LIMITS,
+        training: TrainingOptions = TrainingOptions(),
+        lora: LoraOptions = LoraOptions(),
     ) -> None:
         if dtype not in _DTYPES:
             raise ConfigError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
@@ -49,6 +51,8 @@ class LocalBackend:
         self._seeds = random.Random(seed)
         self._sampling_executor = SerialExecutor("local-sampling")
         self._batch_limits = batch_limits
+        self._training_options = training
+        self._lora = lora
         self._training_clients: list[LocalTrainingClient] = []
 
     def get_tokenizer(self, base_model: str) -> Tokenizer:
@@ -100,7 +104,7 @@ class LocalBackend:
         await asyncio.to_thread(self._sampling_executor.shutdown)
 
     def _model(self, identity: ModelIdentity) -> torch.nn.Module:
-        return load_model(identity.base_model, identity.lora_rank, identity.seed, self.device, self._dtype)
+        return load_model(identity.base_model, identity.lora_rank, identity.seed, self.device, self._dtype, self._lora)
 
     def _training_client(self, identity: ModelIdentity) -> LocalTrainingClient:
         client = LocalTrainingClient(
@@ -111,6 +115,7 @@ class LocalBackend:
             self._sampling_executor,
             self._seeds,
             self._batch_limits,
+            self._training_options,
         )
         self._training_clients.append(client)
         return client
