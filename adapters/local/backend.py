@@ -18,7 +18,12 @@ from adapters.local.training_client import LocalTrainingClient, TrainingOptions
 from kitchen.errors import ConfigError
 from kitchen.ports import Tokenizer
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_DTYPES = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "float64": torch.float64,  # for exactness tests; not offered as a setting
+}
 
 
 class LocalBackend:
@@ -40,8 +45,8 @@ class LocalBackend:
         seed: int = 0,
         dtype: str = "float32",
         batch_limits: BatchLimits = DEFAULT_BATCH_LIMITS,
-        training: TrainingOptions = TrainingOptions(),
-        lora: LoraOptions = LoraOptions(),
+        training: TrainingOptions | None = None,
+        lora: LoraOptions | None = None,
     ) -> None:
         if dtype not in _DTYPES:
             raise ConfigError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
@@ -51,8 +56,8 @@ class LocalBackend:
         self._seeds = random.Random(seed)
         self._sampling_executor = SerialExecutor("local-sampling")
         self._batch_limits = batch_limits
-        self._training_options = training
-        self._lora = lora
+        self._training_options = training or TrainingOptions()
+        self._lora = lora or LoraOptions()
         self._training_clients: list[LocalTrainingClient] = []
 
     def get_tokenizer(self, base_model: str) -> Tokenizer:

@@ -28,7 +28,7 @@ class LoraOptions:
     """peft LoraConfig fields other than the rank (`local.lora_alpha`, ...); defaults: alpha 32, no
     dropout, every linear layer but the output head."""
 
-    alpha: float = LORA_ALPHA
+    alpha: int = LORA_ALPHA
     dropout: float = 0.0
     target_modules: str | tuple[str, ...] = "all-linear"
 
@@ -55,7 +55,7 @@ def load_base_model(base_model: str, dtype: torch.dtype) -> torch.nn.Module:
     return model.eval()
 
 
-def add_lora(model: torch.nn.Module, lora_rank: int, seed: int, options: LoraOptions = LoraOptions()) -> torch.nn.Module:
+def add_lora(model: torch.nn.Module, lora_rank: int, seed: int, options: LoraOptions | None = None) -> torch.nn.Module:
     """Wrap the target layers (by default every linear layer but the output head) in LoRA adapters;
     only adapters train."""
     if lora_rank <= 0:
@@ -63,6 +63,7 @@ def add_lora(model: torch.nn.Module, lora_rank: int, seed: int, options: LoraOpt
     # peft takes seconds to import; only LoRA runs pay for it (the noop backend imports this module).
     from peft import LoraConfig, get_peft_model
 
+    options = options or LoraOptions()
     targets = options.target_modules if isinstance(options.target_modules, str) else list(options.target_modules)
     config = LoraConfig(r=lora_rank, lora_alpha=options.alpha, lora_dropout=options.dropout, target_modules=targets)
     with torch.random.fork_rng(devices=[]):
@@ -80,7 +81,7 @@ def load_model(
     seed: int,
     device: torch.device,
     dtype: torch.dtype = torch.float32,
-    lora: LoraOptions = LoraOptions(),
+    lora: LoraOptions | None = None,
 ) -> torch.nn.Module:
     """The model a client trains or samples: full fine-tuning when `lora_rank` is None, else LoRA."""
     model = load_base_model(base_model, dtype)

@@ -35,7 +35,7 @@ class LocalSettings(BaseModel):
         description="split a forward_backward whose padded batch exceeds this many tokens into micro-batches "
         "of similar length whose gradients accumulate (same result); default: never split",
     )
-    lora_alpha: float = Field(32.0, gt=0, description="LoRA scale numerator (updates scaled by alpha / lora_rank)")
+    lora_alpha: int = Field(32, gt=0, description="LoRA scale numerator (updates scaled by alpha / lora_rank)")
     lora_dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the LoRA adapters' input while training")
     lora_target_modules: str | list[str] = Field(
         "all-linear", description="layers that get LoRA adapters: 'all-linear' or a list of module names"

@@ -17,6 +17,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -104,19 +105,18 @@ class LocalTrainingClient:
         sampling_executor: SerialExecutor,
         seeds: random.Random,
         batch_limits: BatchLimits = DEFAULT_BATCH_LIMITS,
-        options: TrainingOptions = TrainingOptions(),
+        options: TrainingOptions | None = None,
     ) -> None:
+        options = options or TrainingOptions()
         self._options = options
         # Eval mode (no dropout, the sampler's numerics) except inside forward_backward when
         # LoRA dropout or gradient checkpointing (which transformers applies in train mode) ask.
         self._model = model.eval()
         if options.gradient_checkpointing:
-            enable = getattr(model, "gradient_checkpointing_enable", None)
+            enable: Any = getattr(model, "gradient_checkpointing_enable", None)
             if enable is None:
                 raise ConfigError("local.gradient_checkpointing: this model does not support it")
             enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-            if hasattr(model, "enable_input_require_grads"):
-                model.enable_input_require_grads()  # LoRA: frozen embeddings, gradients still flow
         self._tokenizer = tokenizer
         self._identity = identity
         self._checkpoint_dir = checkpoint_dir
