@@ -113,10 +113,14 @@ class LocalTrainingClient:
         # LoRA dropout or gradient checkpointing (which transformers applies in train mode) ask.
         self._model = model.eval()
         if options.gradient_checkpointing:
-            enable: Any = getattr(model, "gradient_checkpointing_enable", None)
-            if enable is None:
+            # transformers 5 renamed it (the old name warns); peft models forward both.
+            enable: Any = getattr(model, "activation_checkpointing_enable", None)
+            if enable is not None:
+                enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            elif (legacy := getattr(model, "gradient_checkpointing_enable", None)) is not None:
+                legacy(gradient_checkpointing_kwargs={"use_reentrant": False})
+            else:
                 raise ConfigError("local.gradient_checkpointing: this model does not support it")
-            enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self._tokenizer = tokenizer
         self._identity = identity
         self._checkpoint_dir = checkpoint_dir
