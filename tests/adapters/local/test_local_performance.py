@@ -259,8 +259,14 @@ def test_local_settings_reach_the_backend(tmp_path: Path) -> None:
 
     from adapters.local.registration import LocalSettings, create
 
-    settings = LocalSettings(
-        dtype="bfloat16", gradient_checkpointing=True, max_tokens_per_microbatch=64, lora_alpha=8, lora_dropout=0.05
+    settings = LocalSettings.model_validate(
+        {
+            "dtype": "bfloat16",
+            "gradient_checkpointing": True,
+            "max_tokens_per_microbatch": 64,
+            "lora_alpha": 8,
+            "lora_dropout": 0.05,
+        }
     )
     backend = create(SimpleNamespace(model_name="tiny", seed=0), settings, tmp_path)
     assert isinstance(backend, LocalBackend)
