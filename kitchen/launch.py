@@ -14,7 +14,7 @@ from kitchen.checkpoints import CheckpointRecord, last_resumable
 from kitchen.config import RunConfig, dump_config
 from kitchen.context import Context
 from kitchen.hooks import Hooks, ProgressHook
-from kitchen.logging import make_run_logger
+from kitchen.logging import handle_sigterm, make_run_logger
 from kitchen.metrics import MetricsRecorder, truncate_metrics
 from kitchen.ports import ServiceBackend
 from kitchen.recipe import Recipe
@@ -98,7 +98,8 @@ def run_recipe(
     ctx = build_context(recipe, config, run_dir, service, resume, logger)
     all_hooks = [*hooks, ProgressHook()] if progress else list(hooks)
     try:
-        asyncio.run(Runner(workflow, all_hooks).run(ctx))
+        with handle_sigterm():  # buffered events reach the disk even when the run is killed
+            asyncio.run(Runner(workflow, all_hooks).run(ctx))
     finally:
         sink.close()
     return run_dir
