@@ -81,8 +81,8 @@ def main() -> None:
             direct_s.append(direct_seconds(args.steps, args.stages))
     r, d = statistics.median(runner_s), statistics.median(direct_s)
     overhead = (r - d) / count * 1e6
-    print(f"{args.steps} steps x {args.stages} empty stages, {args.repeats} repeats: runner {r / count * 1e6:.1f} µs/stage, ")
-    print(f"direct await {d / count * 1e6:.2f} µs/stage")
+    print(f"{args.steps} steps x {args.stages} empty stages, {args.repeats} repeats:")
+    print(f"runner {r / count * 1e6:.1f} µs/stage, direct await {d / count * 1e6:.2f} µs/stage")
     print(f"runner overhead: {overhead:.1f} µs per stage (goal <= 20)")
 
 
