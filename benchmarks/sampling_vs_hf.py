@@ -22,6 +22,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -39,7 +40,7 @@ def make_prompts(count: int, seed: int = 0) -> list[list[int]]:
 
 
 def hf_generate(name: str, prompts: list[list[int]], max_tokens: int) -> float:
-    model = load_base_model(name, torch.float32)
+    model: Any = load_base_model(name, torch.float32)
     width = max(len(p) for p in prompts)
     input_ids = torch.full((len(prompts), width), PAD_ID, dtype=torch.long)
     mask = torch.zeros((len(prompts), width), dtype=torch.long)

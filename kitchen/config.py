@@ -50,6 +50,15 @@ class RunConfig(BaseModel):
     lora_rank: int | None = Field(None, ge=1, description="LoRA rank; full fine-tune when unset (local)")
     load_checkpoint_path: str | None = Field(None, description="start from these weights, fresh optimizer")
     resume: Literal["auto", "never"] = "auto"
+    keep_last: int | None = Field(
+        None,
+        ge=1,
+        description="keep only the newest N step checkpoints on disk (never 'final' nor the one a resume "
+        "needs); default: keep all",
+    )
+    keep_every: int | None = Field(
+        None, ge=1, description="with keep_last: also keep the checkpoints of steps that are multiples of N"
+    )
 
     for _name, _spec in backend_specs().items():
         __annotations__[_name] = _spec.settings

@@ -135,6 +135,8 @@ class LocalTrainingClient:
         # Hyperparameters are set from AdamParams at every step (learning-rate schedules).
         self._optimizer = make_adamw(self._params)
         self._samplers = SamplerPool(model)
+        self._weights_version = 0  # bumped whenever the weights may change
+        self._last_state: tuple[int, Path] | None = None  # (version, path) of the last save_state
 
     def get_tokenizer(self) -> Tokenizer:
         return self._tokenizer
@@ -260,6 +262,7 @@ class LocalTrainingClient:
             metrics["grad_norm"] = float(grad_norm)
         self._optimizer.step()
         self._optimizer.zero_grad(set_to_none=True)
+        self._weights_version += 1
         return OptimStepOutput(metrics)
 
     # -- checkpoints -------------------------------------------------------------------------
@@ -276,7 +279,13 @@ class LocalTrainingClient:
 
     def _save(self, path: Path, kind: CheckpointKind) -> str:
         optimizer = self._optimizer if kind == "state" else None
-        return str(save_checkpoint(path, self._model, self._identity, kind, optimizer))
+        same = None
+        if kind == "sampler" and self._last_state is not None and self._last_state[0] == self._weights_version:
+            same = self._last_state[1]  # unchanged since that save: link its weights, do not rewrite them
+        saved = save_checkpoint(path, self._model, self._identity, kind, optimizer, same_weights_as=same)
+        if kind == "state":
+            self._last_state = (self._weights_version, saved)
+        return str(saved)
 
     async def load_state(self, path: str, with_optimizer: bool = True) -> asyncio.Future[None]:
         """Replace the weights (and the optimizer state, else reset it) with a saved checkpoint's."""
@@ -292,6 +301,7 @@ class LocalTrainingClient:
     def restore(self, path: Path, with_optimizer: bool) -> None:
         """Load weights (and optimizer state, else a fresh optimizer) now, on the calling thread."""
         load_weights(path, self._model)
+        self._weights_version += 1
         self._optimizer = make_adamw(self._params)
         if with_optimizer:
             load_optimizer(path, self._optimizer)
