@@ -70,6 +70,15 @@ class RunConfig(BaseModel):
     max_bad_steps: NonNegative = Field(
         0, description="consecutive NaN/inf steps (not applied) tolerated before the run stops"
     )
+    keep_last: int | None = Field(
+        None,
+        ge=1,
+        description="keep only the newest N step checkpoints on disk (never 'final' nor the one a resume "
+        "needs); default: keep all",
+    )
+    keep_every: int | None = Field(
+        None, ge=1, description="with keep_last: also keep the checkpoints of steps that are multiples of N"
+    )
 
     for _name, _spec in backend_specs().items():
         __annotations__[_name] = _spec.settings

@@ -25,7 +25,7 @@ from kitchen.context import Context
 from kitchen.datasets import LOCAL_SUFFIXES
 from kitchen.errors import ConfigError, DataError
 from kitchen.hooks import Hooks, ProgressHook
-from kitchen.logging import make_run_logger
+from kitchen.logging import handle_sigterm, make_run_logger
 from kitchen.metrics import MetricsRecorder, read_metrics, truncate_metrics
 from kitchen.observe import start_observability
 from kitchen.ports import ServiceBackend
@@ -252,7 +252,8 @@ def run_recipe(
         observe = start_observability(recipe.name, config, run_dir.path)
         observe.attach(ctx)
         all_hooks = [*hooks, *observe.hooks, ProgressHook()] if progress else [*hooks, *observe.hooks]
-        asyncio.run(Runner(workflow, all_hooks).run(ctx))
+        with handle_sigterm():  # buffered events reach the disk even when the run is killed
+            asyncio.run(Runner(workflow, all_hooks).run(ctx))
     finally:
         if observe is not None:
             observe.close()

@@ -13,11 +13,13 @@ import time
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
+from opentelemetry import trace
 from pydantic import BaseModel
 
 from kitchen.context import Context, LoopPosition
 from kitchen.errors import WiringError
 from kitchen.hooks import Hooks
+from kitchen.logging import flush_events
 from kitchen.stage import Stage
 from kitchen.workflow import Loop, Node, Parallel, When, Workflow
 from train_core.errors import InvalidInputError
@@ -108,6 +110,31 @@ async def _all_or_cancel(coros: list[Coroutine[Any, Any, None]]) -> None:
             raise error
 
 
+class _NoSpan:
+    """Stands in for a stage span when no OpenTelemetry SDK is configured (spans would record
+    nothing): creating and entering it costs next to nothing."""
+
+    def __enter__(self) -> _NoSpan:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        return None
+
+    def record_exception(self, exception: BaseException) -> None:
+        return None
+
+
+_NO_SPAN = _NoSpan()
+
+
+def _tracing_configured() -> bool:
+    """Whether a real tracer provider is installed (the API's default proxy records nothing)."""
+    return not isinstance(trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
+
+
 class Runner:
     def __init__(self, workflow: Workflow, hooks: Sequence[Hooks] = ()) -> None:
         self.workflow = workflow
@@ -116,6 +143,7 @@ class Runner:
         self._innermost_resumed: str | None = None
         self._step_loops = 0
         self._in_finally = False
+        self._tracing = True
 
     async def run(self, ctx: Context) -> None:
         config_cls = type(ctx.full_config)
@@ -127,6 +155,7 @@ class Runner:
             self._resume_loops = dict(ctx.resume.loops)
             self._innermost_resumed = list(ctx.resume.loops)[-1]
         error: BaseException | None = None
+        self._tracing = _tracing_configured()
         with ctx.tracer.start_as_current_span(f"workflow {self.workflow.name}") as span:
             span.set_attribute("kitchen.workflow", self.workflow.name)
             ctx.log.info("run.start", workflow=self.workflow.name, step=ctx.step)
@@ -150,6 +179,7 @@ class Runner:
                 ctx.log.info("run.end", workflow=self.workflow.name, steps=ctx.step)
             for hook in self.hooks:
                 hook.on_run_end(ctx, error)
+            flush_events()
         if error is not None:
             raise error
 
@@ -203,9 +233,11 @@ class Runner:
         for hook in self.hooks:
             hook.before_stage(ctx, stage)
         started = time.perf_counter()
-        with ctx.tracer.start_as_current_span(f"stage {stage.name}") as span, ctx.running(stage):
-            span.set_attribute("kitchen.stage", stage.name)
-            span.set_attribute("kitchen.step", ctx.step)
+        span_context = ctx.tracer.start_as_current_span(f"stage {stage.name}") if self._tracing else _NO_SPAN
+        with span_context as span, ctx.running(stage):
+            if self._tracing:
+                span.set_attribute("kitchen.stage", stage.name)
+                span.set_attribute("kitchen.step", ctx.step)
             try:
                 await stage.run(ctx)
             except StageFailure:
@@ -214,6 +246,7 @@ class Runner:
                 span.record_exception(exc)
                 for hook in self.hooks:
                     hook.on_error(ctx, stage, exc)
+                flush_events()  # the events up to the failure are on disk whatever happens next
                 if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt, SystemExit)):
                     raise
                 raise StageFailure(stage.name, exc) from exc
@@ -259,4 +292,5 @@ class Runner:
             callback()
         for hook in self.hooks:
             hook.on_step_end(ctx, ctx.step)
+        flush_events()
         ctx.step += 1

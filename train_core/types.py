@@ -54,30 +54,79 @@ class ModelInput:
         return self.append(EncodedTextChunk((int(token),)))
 
 
-@dataclass(frozen=True)
 class TensorData:
-    """A flat list of numbers with a dtype and shape: what crosses a port boundary."""
+    """A flat list of numbers with a dtype and shape: what crosses a port boundary.
 
-    data: tuple[float, ...] | tuple[int, ...]
+    It holds whichever form it was made from, a torch tensor (`from_torch`) or Python numbers
+    (`from_list`, the constructor), and makes the other only when asked (`.data`, `to_torch()`),
+    once: a tensor handed from a backend to a stage crosses the port without a round trip through
+    Python numbers. Treat it as immutable: do not modify the tensor `to_torch()` returns in place.
+    """
+
+    __slots__ = ("_data", "_tensor", "dtype", "shape")
+
     dtype: TensorDtype
     shape: tuple[int, ...]
 
+    def __init__(
+        self, data: Sequence[float] | Sequence[int] | torch.Tensor, dtype: TensorDtype, shape: Sequence[int]
+    ) -> None:
+        self.dtype = dtype
+        self.shape = tuple(int(n) for n in shape)
+        if isinstance(data, torch.Tensor):
+            self._tensor: torch.Tensor | None = data.detach().to("cpu", _TORCH_DTYPES[dtype]).reshape(self.shape)
+            self._data: tuple[float, ...] | tuple[int, ...] | None = None
+        else:
+            self._tensor = None
+            self._data = tuple(data)
+
     @classmethod
     def from_torch(cls, tensor: torch.Tensor) -> TensorData:
+        """Keeps (a cpu copy of) the tensor itself: no conversion to Python numbers."""
         dtype: TensorDtype = "float32" if tensor.is_floating_point() else "int64"
-        flat = tensor.detach().to("cpu", _TORCH_DTYPES[dtype]).reshape(-1).tolist()
-        return cls(tuple(flat), dtype, tuple(tensor.shape))
+        kept = tensor.detach().to("cpu", _TORCH_DTYPES[dtype])
+        if kept.data_ptr() == tensor.data_ptr():
+            kept = kept.clone()  # never share storage with the caller's tensor
+        return cls(kept, dtype, tuple(tensor.shape))
 
     @classmethod
     def from_list(cls, values: Sequence[float] | Sequence[int], dtype: TensorDtype) -> TensorData:
         cast = int if dtype == "int64" else float
         return cls(tuple(cast(v) for v in values), dtype, (len(values),))
 
+    @property
+    def data(self) -> tuple[float, ...] | tuple[int, ...]:
+        """The numbers, flat, as a tuple of Python ints or floats."""
+        if self._data is None:
+            assert self._tensor is not None
+            self._data = tuple(self._tensor.reshape(-1).tolist())
+        return self._data
+
     def to_torch(self) -> torch.Tensor:
-        return torch.tensor(self.data, dtype=_TORCH_DTYPES[self.dtype]).reshape(self.shape)
+        if self._tensor is None:
+            self._tensor = torch.tensor(self.data, dtype=_TORCH_DTYPES[self.dtype]).reshape(self.shape)
+        return self._tensor
 
     def tolist(self) -> list[float] | list[int]:
         return list(self.data)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TensorData):
+            return NotImplemented
+        return (self.dtype, self.shape, self.data) == (other.dtype, other.shape, other.data)
+
+    def __hash__(self) -> int:
+        return hash((self.dtype, self.shape, self.data))
+
+    def __repr__(self) -> str:
+        return f"TensorData(data={self.data!r}, dtype={self.dtype!r}, shape={self.shape!r})"
+
+    def __getstate__(self) -> tuple[tuple[float, ...] | tuple[int, ...], TensorDtype, tuple[int, ...]]:
+        return (self.data, self.dtype, self.shape)
+
+    def __setstate__(self, state: tuple[tuple[float, ...] | tuple[int, ...], TensorDtype, tuple[int, ...]]) -> None:
+        self._data, self.dtype, self.shape = state
+        self._tensor = None
 
 
 @dataclass(frozen=True)

@@ -10,15 +10,20 @@ import torch
 
 from adapters.common.tokenizer import load_tokenizer
 from adapters.local.checkpoint_io import ModelIdentity, load_weights, read_identity
-from adapters.local.model_loading import load_model, resolve_device
+from adapters.local.model_loading import LoraOptions, load_model, resolve_device
 from adapters.local.request_batcher import DEFAULT_BATCH_LIMITS, BatchLimits
 from adapters.local.sampling_client import LocalSamplingClient
 from adapters.local.serial_executor import SerialExecutor
-from adapters.local.training_client import LocalTrainingClient
+from adapters.local.training_client import LocalTrainingClient, TrainingOptions
 from kitchen.errors import ConfigError
 from kitchen.ports import Tokenizer
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_DTYPES = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "float64": torch.float64,  # for exactness tests; not offered as a setting
+}
 
 
 class LocalBackend:
@@ -40,6 +45,8 @@ class LocalBackend:
         seed: int = 0,
         dtype: str = "float32",
         batch_limits: BatchLimits = DEFAULT_BATCH_LIMITS,
+        training: TrainingOptions | None = None,
+        lora: LoraOptions | None = None,
     ) -> None:
         if dtype not in _DTYPES:
             raise ConfigError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
@@ -49,6 +56,8 @@ class LocalBackend:
         self._seeds = random.Random(seed)
         self._sampling_executor = SerialExecutor("local-sampling")
         self._batch_limits = batch_limits
+        self._training_options = training or TrainingOptions()
+        self._lora = lora or LoraOptions()
         self._training_clients: list[LocalTrainingClient] = []
 
     def checkpoint_files(self, path: str) -> list[Path]:
@@ -110,7 +119,7 @@ class LocalBackend:
         await asyncio.to_thread(self._sampling_executor.shutdown)
 
     def _model(self, identity: ModelIdentity) -> torch.nn.Module:
-        return load_model(identity.base_model, identity.lora_rank, identity.seed, self.device, self._dtype)
+        return load_model(identity.base_model, identity.lora_rank, identity.seed, self.device, self._dtype, self._lora)
 
     def _training_client(self, identity: ModelIdentity) -> LocalTrainingClient:
         client = LocalTrainingClient(
@@ -121,6 +130,7 @@ class LocalBackend:
             self._sampling_executor,
             self._seeds,
             self._batch_limits,
+            self._training_options,
         )
         self._training_clients.append(client)
         return client

@@ -5,13 +5,16 @@ state, the optimizer.
     <dir>/weights.safetensors  the trainable parameters (all of them, or only the LoRA adapters)
     <dir>/optimizer.pt         AdamW state (training state only)
 
-Only trainable parameters are stored: the rest of the model is rebuilt from `base_model` (the
-tiny model's weights are a function of its fixed seed; other models are re-read).
+Only trainable parameters are stored (for LoRA, the adapters alone): the rest of the model is
+rebuilt from `base_model` (the tiny model's weights are a function of its fixed seed; other models
+are re-read). A sampler checkpoint saved when the weights have not changed since a state
+checkpoint hard-links that checkpoint's weights file instead of writing a second copy.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from dataclasses import asdict, dataclass
@@ -59,14 +62,26 @@ def save_checkpoint(
     identity: ModelIdentity,
     kind: CheckpointKind,
     optimizer: torch.optim.Optimizer | None,
+    same_weights_as: Path | None = None,
 ) -> Path:
-    """Write the checkpoint into a scratch directory, then move it into place (replacing any old one)."""
+    """Write the checkpoint into a scratch directory, then move it into place (replacing any old one).
+
+    `same_weights_as`: a checkpoint known to hold exactly the model's current weights; its weights
+    file is hard-linked (copied where links are not possible) instead of written again.
+    """
     scratch = path.with_name(path.name + ".partial")
     shutil.rmtree(scratch, ignore_errors=True)
     try:
         scratch.mkdir(parents=True)
-        weights = {name: param.detach().to("cpu").contiguous() for name, param in trainable_parameters(model).items()}
-        save_file(weights, scratch / _WEIGHTS)
+        source = None if same_weights_as is None else same_weights_as / _WEIGHTS
+        if source is not None and source.is_file():
+            try:
+                os.link(source, scratch / _WEIGHTS)
+            except OSError:
+                shutil.copyfile(source, scratch / _WEIGHTS)
+        else:
+            weights = {name: p.detach().to("cpu").contiguous() for name, p in trainable_parameters(model).items()}
+            save_file(weights, scratch / _WEIGHTS)
         if optimizer is not None:
             torch.save(optimizer.state_dict(), scratch / _OPTIMIZER)
         metadata = {**asdict(identity), "kind": kind}

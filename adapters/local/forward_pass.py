@@ -16,8 +16,10 @@ from kitchen.ports import Tokenizer
 
 
 def log_softmax_f32(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """Log-probabilities over the last axis, in float32, of `logits / temperature`."""
-    logits = logits.float()
+    """Log-probabilities over the last axis, in float32 (float64 for a float64 model), of
+    `logits / temperature`."""
+    if logits.dtype != torch.float64:
+        logits = logits.float()
     if temperature != 1.0:
         logits = logits / temperature
     return torch.log_softmax(logits, dim=-1)

@@ -6,6 +6,8 @@ The model always comes back in eval mode (no dropout) and stays there: training,
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -19,6 +21,16 @@ TINY_INIT_SEED = 0
 LORA_ALPHA = 32
 """LoRA updates are scaled by alpha / rank; a fixed alpha of 32 (as in "LoRA Without Regret")
 keeps the best learning rate roughly independent of the rank."""
+
+
+@dataclass(frozen=True)
+class LoraOptions:
+    """peft LoraConfig fields other than the rank (`local.lora_alpha`, ...); defaults: alpha 32, no
+    dropout, every linear layer but the output head."""
+
+    alpha: int = LORA_ALPHA
+    dropout: float = 0.0
+    target_modules: str | tuple[str, ...] = "all-linear"
 
 
 def resolve_device(device: str | None) -> torch.device:
@@ -51,17 +63,23 @@ def load_base_model(base_model: str, dtype: torch.dtype) -> torch.nn.Module:
     return model.eval()
 
 
-def add_lora(model: torch.nn.Module, lora_rank: int, seed: int) -> torch.nn.Module:
-    """Wrap every linear layer (not the output head) in a LoRA adapter; only adapters train."""
+def add_lora(model: torch.nn.Module, lora_rank: int, seed: int, options: LoraOptions | None = None) -> torch.nn.Module:
+    """Wrap the target layers (by default every linear layer but the output head) in LoRA adapters;
+    only adapters train."""
     if lora_rank <= 0:
         raise ConfigError(f"lora_rank must be a positive integer, got {lora_rank}")
     # peft takes seconds to import; only LoRA runs pay for it (the noop backend imports this module).
     from peft import LoraConfig, get_peft_model
 
-    config = LoraConfig(r=lora_rank, lora_alpha=LORA_ALPHA, lora_dropout=0.0, target_modules="all-linear")
+    options = options or LoraOptions()
+    targets = options.target_modules if isinstance(options.target_modules, str) else list(options.target_modules)
+    config = LoraConfig(r=lora_rank, lora_alpha=options.alpha, lora_dropout=options.dropout, target_modules=targets)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        peft_model = get_peft_model(model, config)
+        try:
+            peft_model = get_peft_model(model, config)
+        except ValueError as exc:  # e.g. target modules that match no layer
+            raise ConfigError(f"local.lora_target_modules {options.target_modules!r}: {exc}") from exc
     return peft_model.eval()
 
 
@@ -71,9 +89,10 @@ def load_model(
     seed: int,
     device: torch.device,
     dtype: torch.dtype = torch.float32,
+    lora: LoraOptions | None = None,
 ) -> torch.nn.Module:
     """The model a client trains or samples: full fine-tuning when `lora_rank` is None, else LoRA."""
     model = load_base_model(base_model, dtype)
     if lora_rank is not None:
-        model = add_lora(model, lora_rank, seed)
+        model = add_lora(model, lora_rank, seed, lora)
     return model.to(device).eval()

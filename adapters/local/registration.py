@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -23,6 +23,26 @@ class LocalSettings(BaseModel):
     device: str | None = Field(None, description="torch device (cpu, cuda, cuda:1, mps); default cuda if available")
     cpu_threads: int | None = Field(
         None, ge=1, strict=True, description="torch CPU threads; default 1 for model_name tiny, else torch's default"
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="weights and compute dtype (logprobs are always returned in float32)"
+    )
+    gradient_checkpointing: bool = Field(
+        False, description="recompute activations in the backward pass: less memory, about a third slower"
+    )
+    max_tokens_per_microbatch: int | None = Field(
+        None,
+        ge=1,
+        description="split a forward_backward whose padded batch exceeds this many tokens into micro-batches "
+        "of similar length whose gradients accumulate (same result); default: never split",
+    )
+    lora_alpha: int = Field(32, gt=0, description="LoRA scale numerator (updates scaled by alpha / lora_rank)")
+    lora_dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the LoRA adapters' input while training")
+    lora_target_modules: str | list[str] = Field(
+        "all-linear", description="layers that get LoRA adapters: 'all-linear' or a list of module names"
+    )
+    always_grad_norm: bool = Field(
+        False, description="report optim/grad_norm every step; by default only when grad_clip_norm > 0 needs it"
     )
 
     @field_validator("device")
@@ -46,7 +66,27 @@ def create(config: Any, settings: LocalSettings, checkpoint_dir: Path) -> Servic
     threads = settings.cpu_threads or (1 if config.model_name == "tiny" else None)
     if threads is not None:
         torch.set_num_threads(threads)
-    return LocalBackend(checkpoint_dir=checkpoint_dir, device=settings.device, seed=config.seed)
+    from adapters.local.model_loading import LoraOptions
+    from adapters.local.training_client import TrainingOptions
+
+    targets = settings.lora_target_modules
+    return LocalBackend(
+        checkpoint_dir=checkpoint_dir,
+        device=settings.device,
+        seed=config.seed,
+        dtype=settings.dtype,
+        training=TrainingOptions(
+            max_tokens_per_microbatch=settings.max_tokens_per_microbatch,
+            gradient_checkpointing=settings.gradient_checkpointing,
+            train_mode=settings.lora_dropout > 0,
+            always_grad_norm=settings.always_grad_norm,
+        ),
+        lora=LoraOptions(
+            alpha=settings.lora_alpha,
+            dropout=settings.lora_dropout,
+            target_modules=targets if isinstance(targets, str) else tuple(targets),
+        ),
+    )
 
 
 def export_hf(checkpoint: str, out_dir: Path, merge_lora: bool) -> dict[str, Any]:

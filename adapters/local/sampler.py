@@ -1,8 +1,10 @@
 """Autoregressive sampling with a KV cache: all samples of a batch of requests decoded together.
 
 Requests with the same sampling params share one decode. Each prompt is run once and its KV cache
-copied to its sample rows; each request draws from its own generator, on its own rows only, so a
-seed gives the same samples whether the request ran alone or with others.
+copied to its sample rows. Each request draws all its random numbers up front from its own
+generator (one uniform per sample row and token, `[num_samples, max_tokens]`), so a seed gives the
+same samples whether the request ran alone or with others; each decode step then picks every
+row's token in one batched inverse-CDF lookup.
 
 Reported logprobs are those of the sampled token under the temperature-scaled distribution
 `log_softmax(logits / temperature)`, taken before top-k / top-p truncation (the truncation only
@@ -69,20 +71,34 @@ class SampleRequest:
         return len(self.prompt) + self.max_tokens
 
 
+def draw_uniforms(requests: Sequence[SampleRequest], device: torch.device) -> torch.Tensor:
+    """Every random number the batch will use, [B, max_tokens]: each request's rows come from a
+    generator seeded with its seed alone, on the cpu (the same numbers on every device)."""
+    max_tokens = requests[0].max_tokens
+    rows = [torch.rand((r.num_samples, max_tokens), generator=torch.Generator().manual_seed(r.seed)) for r in requests]
+    return torch.cat(rows).to(device)
+
+
 def next_tokens(
-    logits_BV: torch.Tensor, params: SamplingParams, generators: Sequence[tuple[slice, torch.Generator]]
+    logits_BV: torch.Tensor, params: SamplingParams, uniforms_B: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw one token per row, each row range with its own generator; return the tokens [B] and
-    their (pre-truncation) logprobs [B]."""
-    if params.temperature == 0.0:
+    """Draw one token per row by inverting its CDF at the row's uniform; return the tokens [B] and
+    their (pre-truncation) logprobs [B]. Greedy at temperature 0 (the uniforms are then unused)."""
+    if params.temperature == 0.0 or uniforms_B is None:
         logprobs_BV = log_softmax_f32(logits_BV)
         tokens_B = logprobs_BV.argmax(dim=-1)
     else:
         logprobs_BV = log_softmax_f32(logits_BV, params.temperature)
         probs_BV = truncate_logprobs(logprobs_BV, params.top_k, params.top_p).exp()
-        tokens_B = torch.cat(
-            [torch.multinomial(probs_BV[rows], 1, generator=generator) for rows, generator in generators]
-        ).squeeze(-1)
+        cdf_BV = probs_BV.cumsum(dim=-1)
+        # The first token whose cumulative mass exceeds u * total: a token of zero probability
+        # never qualifies (its cdf equals its predecessor's). Rounding can push u * total to the
+        # total itself; those rows take the most likely token.
+        threshold_B1 = uniforms_B.unsqueeze(-1) * cdf_BV[:, -1:]
+        tokens_B = torch.searchsorted(cdf_BV, threshold_B1, right=True).squeeze(-1)
+        overflow_B = tokens_B >= cdf_BV.shape[-1]
+        if bool(overflow_B.any()):
+            tokens_B = torch.where(overflow_B, probs_BV.argmax(dim=-1), tokens_B)
     return tokens_B, logprobs_BV.gather(-1, tokens_B.unsqueeze(-1)).squeeze(-1)
 
 
@@ -112,25 +128,26 @@ def sample_batch(
 ) -> list[list[TokensWithLogprobs]]:
     """Decode every request's samples together, each until it stops or hits max_tokens.
 
-    The requests share sampling params and token budget (their `key`). Each draws from its own
-    generator seeded with its seed, exactly as often and on exactly its rows as it would alone, so
-    a seed gives the same samples whatever else shares the batch. Prompts are left-padded to end
-    together.
+    The requests share sampling params and token budget (their `key`). Each request's random
+    numbers come from its own generator seeded with its seed (`draw_uniforms`), the same numbers
+    for the same rows as it would use alone, so a seed gives the same samples whatever else shares
+    the batch. Prompts are left-padded to end together.
     """
     params, stop, max_tokens = requests[0].params, requests[0].stop, requests[0].max_tokens
     device = next(model.parameters()).device
-    generators: list[tuple[slice, torch.Generator]] = []
+    row_ranges: list[slice] = []
     for request in requests:
-        start = generators[-1][0].stop if generators else 0
-        request_rows = slice(start, start + request.num_samples)
-        generators.append((request_rows, torch.Generator(device=device).manual_seed(request.seed)))
-    batch_size = generators[-1][0].stop
+        start = row_ranges[-1].stop if row_ranges else 0
+        row_ranges.append(slice(start, start + request.num_samples))
+    batch_size = row_ranges[-1].stop
+    uniforms_BT = None if params.temperature == 0.0 else draw_uniforms(requests, device)
     logits_BV, cache, mask_BL, positions_B1 = _prefill(model, requests, pad_id, device)
     tokens_B: list[list[int]] = [[] for _ in range(batch_size)]
     logprobs_B: list[list[float]] = [[] for _ in range(batch_size)]
     reasons_B: list[StopReason | None] = [None] * batch_size
     for step in range(max_tokens):
-        new_tokens_B, new_logprobs_B = next_tokens(logits_BV, params, generators)
+        uniforms_B = None if uniforms_BT is None else uniforms_BT[:, step]
+        new_tokens_B, new_logprobs_B = next_tokens(logits_BV, params, uniforms_B)
         for row, (token, logprob) in enumerate(zip(new_tokens_B.tolist(), new_logprobs_B.tolist(), strict=True)):
             if reasons_B[row] is not None:
                 continue  # finished rows keep decoding with the batch; their extra tokens are dropped
@@ -154,4 +171,4 @@ def sample_batch(
         TokensWithLogprobs(tokens, logprobs, reason or "length")
         for tokens, logprobs, reason in zip(tokens_B, logprobs_B, reasons_B, strict=True)
     ]
-    return [sequences_B[request_rows] for request_rows, _ in generators]
+    return [sequences_B[request_rows] for request_rows in row_ranges]

@@ -1,4 +1,4 @@
-"""SamplingClient over a model the client owns (a frozen copy; training never changes it)."""
+"""SamplingClient over a model the client holds a lease on (a snapshot; training never changes it)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from adapters.local.forward_pass import pad_token_id, vocab_size
 from adapters.local.prompt_scoring import ScoreRequest, score_prompts
 from adapters.local.request_batcher import DEFAULT_BATCH_LIMITS, BatchLimits, RequestBatcher
 from adapters.local.sampler import SampleRequest, sample_batch
+from adapters.local.sampler_pool import ModelLease
 from adapters.local.serial_executor import SerialExecutor
 from kitchen.errors import DataError
 from kitchen.ports import Tokenizer
@@ -29,24 +30,30 @@ class LocalSamplingClient:
 
     def __init__(
         self,
-        model: torch.nn.Module,
+        model: torch.nn.Module | ModelLease,
         tokenizer: Tokenizer,
         executor: SerialExecutor,
         seed: int,
         batch_limits: BatchLimits = DEFAULT_BATCH_LIMITS,
     ) -> None:
-        self._model = model.eval().requires_grad_(False)
-        self._model.zero_grad(set_to_none=True)  # a copy of a training model may carry gradients
+        # The lease keeps the model from being reused by a newer snapshot while this client, or a
+        # job it queued, is alive: the batchers' jobs reach the model only through it (and hold no
+        # reference to this client, so dropping the client frees the lease at once).
+        lease = model if isinstance(model, ModelLease) else ModelLease(model)
+        lease.model.eval().requires_grad_(False)
+        lease.model.zero_grad(set_to_none=True)  # a copy of a training model may carry gradients
+        self._lease = lease
+        self._model = lease.model
         self._tokenizer = tokenizer
-        self._context_length = int(getattr(model.config, "max_position_embeddings", 2048))
+        self._context_length = int(getattr(lease.model.config, "max_position_embeddings", 2048))
         # Requests without a seed draw one from this stream: reproducible runs, distinct samples.
         self._seeds = random.Random(seed)
         pad_id = pad_token_id(tokenizer)
         self._scoring: RequestBatcher[ScoreRequest, list[float | None]] = RequestBatcher(
-            executor, lambda requests: score_prompts(self._model, requests, pad_id), batch_limits
+            executor, lambda requests: score_prompts(lease.model, requests, pad_id), batch_limits
         )
         self._sampling: RequestBatcher[SampleRequest, list[TokensWithLogprobs]] = RequestBatcher(
-            executor, lambda requests: sample_batch(self._model, requests, pad_id), batch_limits
+            executor, lambda requests: sample_batch(lease.model, requests, pad_id), batch_limits
         )
 
     def get_tokenizer(self) -> Tokenizer:

@@ -4,15 +4,20 @@ Every method validates its arguments at once (so a bad call fails where it is ma
 a job on the client's own worker thread and returns an asyncio future: jobs run strictly in
 submission order. Losses are sums over datums and tokens, and gradients accumulate across
 `forward_backward` calls until `optim_step` applies and clears them.
+
+A batch larger than `max_tokens_per_microbatch` (padded tokens) runs as several micro-batches of
+datums of similar length whose gradients accumulate: the built-in losses are sums over datums, so
+the result is that of one big batch, up to float rounding.
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -29,6 +34,7 @@ from adapters.local.checkpoint_io import (
 )
 from adapters.local.forward_pass import pad_token_id, target_logprobs, vocab_size
 from adapters.local.request_batcher import DEFAULT_BATCH_LIMITS, BatchLimits
+from adapters.local.sampler_pool import SamplerPool
 from adapters.local.sampling_client import LocalSamplingClient
 from adapters.local.serial_executor import SerialExecutor
 from kitchen.errors import ConfigError, KitchenError
@@ -48,6 +54,45 @@ def _check_adam(params: AdamParams) -> None:
             raise ConfigError(f"{name} must be >= 0, got {getattr(params, name)}")
 
 
+@dataclass(frozen=True)
+class TrainingOptions:
+    """How a training client runs (the `local.*` settings that concern training)."""
+
+    max_tokens_per_microbatch: int | None = None
+    """Split a forward_backward whose padded batch exceeds this many tokens; None: never split."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass instead of keeping them (less memory, ~30% slower)."""
+    train_mode: bool = False
+    """Run forward_backward in train mode (LoRA dropout > 0); forward and sampling stay in eval."""
+    always_grad_norm: bool = False
+    """Compute the gradient norm every step; else only when clipping needs it."""
+
+
+def make_adamw(params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
+    """AdamW with torch's fused kernel where the parameters allow it (same update, several times
+    faster than the per-parameter loop), else the multi-tensor (foreach) one."""
+    try:
+        return torch.optim.AdamW(params, lr=0.0, fused=True)
+    except (RuntimeError, ValueError):  # a device or dtype the fused kernel does not support
+        return torch.optim.AdamW(params, lr=0.0, foreach=True)
+
+
+def microbatches(lengths_D: Sequence[int], max_tokens: int | None) -> list[list[int]]:
+    """Datum indices per micro-batch: sorted by length and cut so that rows x longest row stays
+    within `max_tokens` (a datum longer than that runs alone). One batch, in order, when it fits."""
+    if max_tokens is None or len(lengths_D) * max(lengths_D) <= max_tokens:
+        return [list(range(len(lengths_D)))]
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for index in sorted(range(len(lengths_D)), key=lambda i: lengths_D[i]):
+        if current and (len(current) + 1) * lengths_D[index] > max_tokens:
+            batches.append(current)
+            current = []
+        current.append(index)
+    batches.append(current)
+    return batches
+
+
 class LocalTrainingClient:
     """Trains one model (all weights, or LoRA adapters only) with AdamW."""
 
@@ -60,8 +105,22 @@ class LocalTrainingClient:
         sampling_executor: SerialExecutor,
         seeds: random.Random,
         batch_limits: BatchLimits = DEFAULT_BATCH_LIMITS,
+        options: TrainingOptions | None = None,
     ) -> None:
-        self._model = model.eval()  # eval for good: no dropout, same numerics as the sampler
+        options = options or TrainingOptions()
+        self._options = options
+        # Eval mode (no dropout, the sampler's numerics) except inside forward_backward when
+        # LoRA dropout or gradient checkpointing (which transformers applies in train mode) ask.
+        self._model = model.eval()
+        if options.gradient_checkpointing:
+            # transformers 5 renamed it (the old name warns); peft models forward both.
+            enable: Any = getattr(model, "activation_checkpointing_enable", None)
+            if enable is not None:
+                enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            elif (legacy := getattr(model, "gradient_checkpointing_enable", None)) is not None:
+                legacy(gradient_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                raise ConfigError("local.gradient_checkpointing: this model does not support it")
         self._tokenizer = tokenizer
         self._identity = identity
         self._checkpoint_dir = checkpoint_dir
@@ -74,7 +133,10 @@ class LocalTrainingClient:
         self._pad_id = pad_token_id(tokenizer)
         self._params = list(trainable_parameters(model).values())
         # Hyperparameters are set from AdamParams at every step (learning-rate schedules).
-        self._optimizer = torch.optim.AdamW(self._params, lr=0.0)
+        self._optimizer = make_adamw(self._params)
+        self._samplers = SamplerPool(model)
+        self._weights_version = 0  # bumped whenever the weights may change
+        self._last_state: tuple[int, Path] | None = None  # (version, path) of the last save_state
         self._nonfinite_loss = False  # a loss since the last optim_step was NaN/inf
 
     def get_tokenizer(self) -> Tokenizer:
@@ -86,15 +148,15 @@ class LocalTrainingClient:
         self, data: Sequence[Datum], loss_fn: str, loss_fn_config: dict[str, float] | None = None
     ) -> asyncio.Future[ForwardBackwardOutput]:
         """Logprobs and loss without gradients."""
-        spec, batch, config = self._prepare(data, loss_fn, loss_fn_config)
-        return self._executor.submit(lambda: self._run_loss(spec, batch, config, backward=False))
+        spec, parts, config = self._prepare(data, loss_fn, loss_fn_config)
+        return self._executor.submit(lambda: self._run_loss(spec, parts, config, backward=False))
 
     async def forward_backward(
         self, data: Sequence[Datum], loss_fn: str, loss_fn_config: dict[str, float] | None = None
     ) -> asyncio.Future[ForwardBackwardOutput]:
         """Logprobs and loss; the loss's gradients are added to those already accumulated."""
-        spec, batch, config = self._prepare(data, loss_fn, loss_fn_config)
-        return self._executor.submit(lambda: self._run_loss(spec, batch, config, backward=True))
+        spec, parts, config = self._prepare(data, loss_fn, loss_fn_config)
+        return self._executor.submit(lambda: self._run_loss(spec, parts, config, backward=True))
 
     async def forward_backward_custom(
         self, data: Sequence[Datum], loss_fn: CustomLossFn
@@ -105,11 +167,16 @@ class LocalTrainingClient:
 
     def _prepare(
         self, data: Sequence[Datum], loss_fn: str, loss_fn_config: dict[str, float] | None
-    ) -> tuple[LossSpec, TrainingBatch, dict[str, float]]:
+    ) -> tuple[LossSpec, list[tuple[list[int], TrainingBatch]], dict[str, float]]:
         spec = get_loss_fn(loss_fn)
         config = spec.resolve_config(loss_fn_config)
-        batch = self._batch(data, spec.required_inputs, f"loss {spec.name!r}", spec.input_keys)
-        return spec, batch, config
+        user = f"loss {spec.name!r}"
+        batch = self._batch(data, spec.required_inputs, user, spec.input_keys)
+        groups = microbatches(batch.lengths_D, self._options.max_tokens_per_microbatch)
+        if len(groups) == 1:
+            return spec, [(groups[0], batch)], config
+        parts = [(group, self._batch([data[i] for i in group], (), user, spec.input_keys)) for group in groups]
+        return spec, parts, config
 
     def _batch(
         self, data: Sequence[Datum], required: Sequence[str], user: str, float_keys: Sequence[str]
@@ -120,18 +187,48 @@ class LocalTrainingClient:
         return batch.split(target_logprobs(self._model, batch.input_ids_BL, batch.targets_BL))
 
     def _run_loss(
-        self, spec: LossSpec, batch: TrainingBatch, config: dict[str, float], backward: bool
+        self,
+        spec: LossSpec,
+        parts: list[tuple[list[int], TrainingBatch]],
+        config: dict[str, float],
+        backward: bool,
     ) -> ForwardBackwardOutput:
-        with torch.set_grad_enabled(backward):
-            logprobs_D = self._logprobs_D(batch)
-            loss, metrics = spec(torch.cat(logprobs_D), batch.loss_inputs, config, batch.lengths_D)
-        if backward:
-            loss.backward()
-            self._nonfinite_loss |= not bool(torch.isfinite(loss.detach()).all())
-        return ForwardBackwardOutput([{"logprobs": TensorData.from_torch(lp)} for lp in logprobs_D], metrics)
+        outputs: list[dict[str, TensorData]] = [{} for _ in range(sum(len(group) for group, _ in parts))]
+        loss_sum = 0.0
+        padded = real = 0
+        train_mode = backward and (self._options.train_mode or self._options.gradient_checkpointing)
+        if train_mode:
+            self._model.train()
+        try:
+            for group, batch in parts:
+                with torch.set_grad_enabled(backward):
+                    logprobs_D = self._logprobs_D(batch)
+                    loss, metrics = spec(torch.cat(logprobs_D), batch.loss_inputs, config, batch.lengths_D)
+                if backward:
+                    loss.backward()
+                    self._nonfinite_loss |= not bool(torch.isfinite(loss.detach()).all())
+                loss_sum += metrics["loss:sum"]
+                padded += batch.input_ids_BL.numel()
+                real += sum(batch.lengths_D)
+                for index, logprobs in zip(group, logprobs_D, strict=True):
+                    outputs[index] = {"logprobs": TensorData.from_torch(logprobs)}
+        finally:
+            if train_mode:
+                self._model.eval()
+        metrics = {"loss:sum": loss_sum, "padding_fraction": 1.0 - real / padded}
+        return ForwardBackwardOutput(outputs, metrics)
 
     def _run_custom(self, data: Sequence[Datum], batch: TrainingBatch, loss_fn: CustomLossFn) -> ForwardBackwardOutput:
-        logprobs_D = self._logprobs_D(batch)
+        """A custom loss sees every datum's logprobs at once (it may couple them, as DPO's pairs
+        do), so it is never split into micro-batches."""
+        train_mode = self._options.train_mode or self._options.gradient_checkpointing
+        if train_mode:
+            self._model.train()
+        try:
+            logprobs_D = self._logprobs_D(batch)
+        finally:
+            if train_mode:
+                self._model.eval()
         loss, metrics = loss_fn(data, logprobs_D)
         if not (isinstance(loss, torch.Tensor) and loss.dim() == 0 and loss.requires_grad):
             raise KitchenError("a custom loss must return a scalar tensor computed from the logprobs it was given")
@@ -156,19 +253,27 @@ class LocalTrainingClient:
                 weight_decay=adam.weight_decay,
             )
         grads = [p.grad for p in self._params if p.grad is not None]
-        grad_norm = torch.nn.utils.get_total_norm(grads) if grads else torch.tensor(0.0)
-        if self._nonfinite_loss or not bool(torch.isfinite(grad_norm)):
-            # A NaN/inf loss or gradient would poison the weights and Adam's moments: skip the step.
+        metrics = {"learning_rate": adam.learning_rate}
+        # The norm costs a pass over every gradient: computed when clipping needs it (or when
+        # asked for); with no gradient at all it is 0 for free. Otherwise it is not reported.
+        grad_norm: torch.Tensor | None = None
+        if not grads:
+            metrics["grad_norm"] = 0.0
+        elif adam.grad_clip_norm > 0 or self._options.always_grad_norm:
+            grad_norm = torch.nn.utils.get_total_norm(grads)
+            metrics["grad_norm"] = float(grad_norm)
+        if self._nonfinite_loss or (grad_norm is not None and not bool(torch.isfinite(grad_norm))):
+            # A NaN/inf loss (or measured gradient norm) would poison the weights and Adam's
+            # moments: skip the step.
             self._nonfinite_loss = False
             self._optimizer.zero_grad(set_to_none=True)
-            return OptimStepOutput(
-                {"grad_norm": float(grad_norm), "learning_rate": adam.learning_rate, "nonfinite_step": 1.0}
-            )
-        if adam.grad_clip_norm > 0 and grads:
+            return OptimStepOutput({**metrics, "nonfinite_step": 1.0})
+        if grad_norm is not None and adam.grad_clip_norm > 0:
             torch.nn.utils.clip_grads_with_norm_(self._params, adam.grad_clip_norm, grad_norm)
         self._optimizer.step()
         self._optimizer.zero_grad(set_to_none=True)
-        return OptimStepOutput({"grad_norm": float(grad_norm), "learning_rate": adam.learning_rate})
+        self._weights_version += 1
+        return OptimStepOutput(metrics)
 
     # -- checkpoints -------------------------------------------------------------------------
 
@@ -184,7 +289,13 @@ class LocalTrainingClient:
 
     def _save(self, path: Path, kind: CheckpointKind) -> str:
         optimizer = self._optimizer if kind == "state" else None
-        return str(save_checkpoint(path, self._model, self._identity, kind, optimizer))
+        same = None
+        if kind == "sampler" and self._last_state is not None and self._last_state[0] == self._weights_version:
+            same = self._last_state[1]  # unchanged since that save: link its weights, do not rewrite them
+        saved = save_checkpoint(path, self._model, self._identity, kind, optimizer, same_weights_as=same)
+        if kind == "state":
+            self._last_state = (self._weights_version, saved)
+        return str(saved)
 
     async def load_state(self, path: str, with_optimizer: bool = True) -> asyncio.Future[None]:
         """Replace the weights (and the optimizer state, else reset it) with a saved checkpoint's."""
@@ -200,20 +311,23 @@ class LocalTrainingClient:
     def restore(self, path: Path, with_optimizer: bool) -> None:
         """Load weights (and optimizer state, else a fresh optimizer) now, on the calling thread."""
         load_weights(path, self._model)
-        self._optimizer = torch.optim.AdamW(self._params, lr=0.0)
+        self._weights_version += 1
+        self._optimizer = make_adamw(self._params)
         if with_optimizer:
             load_optimizer(path, self._optimizer)
 
     async def save_weights_and_get_sampling_client(self, name: str | None = None) -> LocalSamplingClient:
-        """A sampling client on a frozen copy of the current weights (after all queued work).
+        """A sampling client on a snapshot of the current weights (after all queued work).
 
-        With a name, the weights are also saved for the sampler under that name.
+        The snapshot is a sampler model of this client's pool: one no live sampling client holds,
+        refreshed in place, or a new copy when every one is in use. With a name, the weights are
+        also saved for the sampler under that name.
         """
         if name is not None:
             await (await self.save_weights_for_sampler(name))
-        frozen = await self._executor.submit(lambda: copy.deepcopy(self._model))
+        lease = await self._executor.submit(self._samplers.snapshot)
         seed = self._seeds.getrandbits(63)
-        return LocalSamplingClient(frozen, self._tokenizer, self._sampling_executor, seed, self._batch_limits)
+        return LocalSamplingClient(lease, self._tokenizer, self._sampling_executor, seed, self._batch_limits)
 
     async def close(self) -> None:
         """Finish queued jobs and stop the worker thread."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import torch
 from tinker import types as sdk
 
 from kitchen.errors import KitchenError
@@ -44,15 +45,14 @@ def model_input_from_sdk(model_input: sdk.ModelInput) -> ModelInput:
 
 
 def tensor_to_sdk(tensor: TensorData) -> sdk.TensorData:
-    values = np.asarray(tensor.data, dtype=_NUMPY_DTYPES[tensor.dtype]).reshape(tensor.shape)
+    values = tensor.to_torch().numpy().astype(_NUMPY_DTYPES[tensor.dtype], copy=False).reshape(tensor.shape)
     return sdk.TensorData(data=values, dtype=tensor.dtype, shape=list(tensor.shape))
 
 
 def tensor_from_sdk(tensor: sdk.TensorData) -> TensorData:
     """Dense kitchen tensor from an SDK one (sparse CSR tensors are densified with zeros)."""
-    values = tensor.to_numpy()
-    flat: tuple[int, ...] | tuple[float, ...] = tuple(values.reshape(-1).tolist())
-    return TensorData(flat, tensor.dtype, tuple(int(n) for n in values.shape))
+    values = np.array(tensor.to_numpy(), dtype=_NUMPY_DTYPES[tensor.dtype])  # a copy kitchen owns
+    return TensorData(torch.from_numpy(values), tensor.dtype, tuple(int(n) for n in values.shape))
 
 
 def datum_to_sdk(datum: Datum) -> sdk.Datum:

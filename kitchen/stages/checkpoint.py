@@ -1,9 +1,10 @@
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
-from kitchen.checkpoints import CheckpointRecord, append_record
+from kitchen.checkpoints import CheckpointRecord, append_record, read_records
 from kitchen.context import Context
 from kitchen.rundir import record_files
 from kitchen.stage import Stage
@@ -24,11 +25,18 @@ class SaveCheckpoint(Stage):
     Inside a step loop the record is appended when the step ends, after its metrics row is
     written, so a resumed run never misses a logged step. Outside (the final save) it is
     appended at once. Await pending training results before this stage.
+
+    With `keep_last`, older step checkpoints are deleted from disk once the new record is written
+    (their records stay in checkpoints.jsonl, as history): the newest `keep_last` are kept, and
+    those whose step is a multiple of `keep_every`, and `final`, and always the newest one (the
+    one a resume starts from). Only directories inside the run directory are ever deleted (a
+    remote backend's checkpoints are left alone).
     """
 
     reads = ("training_client",)
     ports = ("service",)
     calls = ("TrainingClient.save_state", "TrainingClient.save_weights_for_sampler")
+    config_keys = ("keep_last", "keep_every")
 
     def __init__(self, final: bool = False, name: str | None = None) -> None:
         super().__init__(name or ("save_final_checkpoint" if final else "save_checkpoint"))
@@ -55,8 +63,60 @@ class SaveCheckpoint(Stage):
             final=self.final,
         )
         path = ctx.run_dir / "checkpoints.jsonl"
-        if self.final:
+        keep_last, keep_every = ctx.config.keep_last, ctx.config.keep_every
+        run_dir = ctx.run_dir
+
+        def commit() -> None:
             append_record(path, record)
+            if keep_last is not None:
+                for old in prune_checkpoints(path, run_dir, keep_last, keep_every):
+                    ctx.log.info("checkpoint.deleted", name=old.name, step=old.step)
+
+        if self.final:
+            commit()
         else:
-            ctx.at_step_end(lambda: append_record(path, record))
+            ctx.at_step_end(commit)
         ctx.log.info("checkpoint.saved", name=name, step=completed, state_path=state_path)
+
+
+def checkpoints_to_delete(
+    records: list[CheckpointRecord], keep_last: int, keep_every: int | None
+) -> list[CheckpointRecord]:
+    """The step checkpoints `keep_last` / `keep_every` let go, oldest first; never `final` nor the
+    newest record (a resume starts from it). A name saved twice (a rerun) counts once, as its
+    newest record."""
+    newest: dict[str, CheckpointRecord] = {}
+    for record in records:
+        newest.pop(record.name, None)
+        newest[record.name] = record  # re-inserted: dict order is save order
+    steps = [r for r in newest.values() if r.name != "final" and r.state_path]
+    keep = {r.name for r in steps[-keep_last:]}
+    if keep_every is not None:
+        keep |= {r.name for r in steps if r.step % keep_every == 0}
+    if records:
+        keep.add(records[-1].name)
+    return [r for r in steps if r.name not in keep]
+
+
+def prune_checkpoints(path: Path, run_dir: Path, keep_last: int, keep_every: int | None) -> list[CheckpointRecord]:
+    """Delete the files or directories of the checkpoints `checkpoints_to_delete` names (those
+    inside `run_dir` only); return the records whose files were deleted."""
+    deleted = []
+    root = run_dir.resolve()
+    for record in checkpoints_to_delete(read_records(path), keep_last, keep_every):
+        removed = False
+        for saved in (record.state_path, record.sampler_path):
+            if saved is None or "://" in saved:
+                continue
+            target = Path(saved).resolve()
+            if not target.is_relative_to(root) or target == root:
+                continue
+            if target.is_dir():
+                shutil.rmtree(target, ignore_errors=True)
+                removed = True
+            elif target.is_file():
+                target.unlink()
+                removed = True
+        if removed:
+            deleted.append(record)
+    return deleted

@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 from adapters.local import LocalBackend
-from adapters.local.training_client import LocalTrainingClient
+from adapters.local.training_client import LocalTrainingClient, TrainingOptions
 from kitchen.errors import DataError
 from train_core.errors import InvalidInputError
 from train_core.losses import LOSS_SPECS, get_loss_fn
@@ -117,8 +117,10 @@ def test_weight_decay_shrinks_weights_that_get_zero_gradient(
         assert torch.allclose(after[key], before[key] * (1 - lr * weight_decay), atol=1e-7)
 
 
-def test_grad_clip_caps_the_gradient_norm_the_optimizer_sees(backend: LocalBackend, sl_batch: list[Datum]) -> None:
+def test_grad_clip_caps_the_gradient_norm_the_optimizer_sees(tmp_path: Path, sl_batch: list[Datum]) -> None:
     beta1, clip = 0.9, 0.5
+    # Without clipping the norm is computed only when asked for (it costs a pass over the gradients).
+    backend = LocalBackend(tmp_path, device="cpu", training=TrainingOptions(always_grad_norm=True))
 
     async def run(grad_clip_norm: float) -> tuple[float, float]:
         client = await backend.create_training_client("tiny")
@@ -135,6 +137,18 @@ def test_grad_clip_caps_the_gradient_norm_the_optimizer_sees(backend: LocalBacke
     reported_unclipped, applied_unclipped = asyncio.run(run(0.0))
     assert applied_unclipped == pytest.approx(reported_unclipped, rel=1e-4)
     assert reported_unclipped == pytest.approx(reported, rel=1e-5)
+    asyncio.run(backend.close())
+
+
+def test_without_clipping_the_gradient_norm_is_not_computed(backend: LocalBackend, sl_batch: list[Datum]) -> None:
+    async def run() -> dict[str, float]:
+        client = await backend.create_training_client("tiny")
+        await client.forward_backward(sl_batch, "cross_entropy")
+        return (await (await client.optim_step(AdamParams(1e-3)))).metrics
+
+    metrics = asyncio.run(run())
+    assert "grad_norm" not in metrics
+    assert metrics["learning_rate"] == 1e-3
 
 
 def test_zero_learning_rate_changes_nothing_and_gradients_are_cleared_after_a_step(

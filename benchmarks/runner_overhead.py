@@ -1,0 +1,90 @@
+"""What the runner costs per stage: µs per stage of a workflow of empty stages, minus the stages'
+own cost (awaiting `run` directly).
+
+    PYTHONPATH=. python benchmarks/runner_overhead.py [--steps 2000] [--stages 10] [--repeats 5]
+
+Set up like a real run (`kitchen run`): events to an `events.jsonl`, metrics to a `metrics.jsonl`,
+`time/<stage>` metrics, one step loop, no hooks and no OpenTelemetry SDK configured (the default).
+The stages do nothing, so what is measured is the runner's bookkeeping (spans, events, timing,
+context), the same on every backend. Repeats alternate with the direct baseline; medians count.
+The last line is the overhead in µs per stage (goal: <= 20).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from kitchen.context import Context
+from kitchen.logging import make_run_logger
+from kitchen.metrics import MetricsRecorder
+from kitchen.runner import Runner
+from kitchen.stage import Stage
+from kitchen.workflow import Loop, Workflow
+
+
+class Nothing(Stage):
+    async def run(self, ctx: Context) -> None:
+        return None
+
+
+class Cfg(BaseModel):
+    pass
+
+
+def runner_seconds(steps: int, stages: int, scratch: Path) -> float:
+    body: list[Stage] = [Nothing(name=f"s{i}") for i in range(stages)]
+    workflow = Workflow("overhead", steps=[Loop("train", over=lambda ctx: steps, step=True, body=list(body))])
+    events = scratch / "events.jsonl"
+    logger, sink = make_run_logger(events, recipe="overhead")
+    ctx = Context(Cfg(), {}, run_dir=scratch, metrics=MetricsRecorder(scratch / "metrics.jsonl"), logger=logger)
+    started = time.perf_counter()
+    asyncio.run(Runner(workflow).run(ctx))
+    seconds = time.perf_counter() - started
+    sink.close()
+    return seconds
+
+
+def direct_seconds(steps: int, stages: int) -> float:
+    body = [Nothing(name=f"s{i}") for i in range(stages)]
+    ctx = Context(Cfg(), {})
+
+    async def run() -> None:
+        for _ in range(steps):
+            for stage in body:
+                await stage.run(ctx)
+
+    started = time.perf_counter()
+    asyncio.run(run())
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--stages", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    count = args.steps * args.stages
+    runner_s, direct_s = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for repeat in range(args.repeats):
+            scratch = Path(tmp) / str(repeat)
+            scratch.mkdir()
+            runner_s.append(runner_seconds(args.steps, args.stages, scratch))
+            direct_s.append(direct_seconds(args.steps, args.stages))
+    r, d = statistics.median(runner_s), statistics.median(direct_s)
+    overhead = (r - d) / count * 1e6
+    print(f"{args.steps} steps x {args.stages} empty stages, {args.repeats} repeats:")
+    print(f"runner {r / count * 1e6:.1f} µs/stage, direct await {d / count * 1e6:.2f} µs/stage")
+    print(f"runner overhead: {overhead:.1f} µs per stage (goal <= 20)")
+
+
+if __name__ == "__main__":
+    main()
