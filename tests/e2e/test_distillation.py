@@ -12,21 +12,23 @@ from tests.helpers import run_cli
 
 
 @pytest.mark.slow
-def test_on_policy_distillation_halves_the_teacher_kl_and_lifts_the_reward(tmp_path: Path) -> None:
-    result = run_cli("run", "distill_on_policy", "num_batches=20", "eval_every=10", f"log_path={tmp_path}")
+def test_on_policy_distillation_halves_the_teacher_kl_and_closes_half_the_reward_gap(tmp_path: Path) -> None:
+    """The issue's acceptance on the defaults (fewer evaluations, to save time)."""
+    result = run_cli("run", "distill_on_policy", "eval_every=20", f"log_path={tmp_path}")
     assert result.returncode == 0, result.stderr
     rows = read_metrics(tmp_path / "metrics.jsonl")
     kl = [row["teacher_kl"] for row in rows]
-    assert len(kl) == 20 and sum(kl[-5:]) / 5 <= 0.5 * sum(kl[:5]) / 5, kl
+    assert len(kl) == 40 and sum(kl[-5:]) / 5 <= 0.5 * sum(kl[:5]) / 5, kl
     rewards = [row["eval/all/reward/total"] for row in rows if "eval/all/reward/total" in row]
-    assert rewards[-1] > rewards[0] + 0.1, rewards
-    assert rows[0]["teacher_eval/all/reward/total"] > rewards[0] + 0.3  # the teacher really is better
+    teacher = rows[0]["teacher_eval/all/reward/total"]
+    assert teacher > rewards[0] + 0.3, (teacher, rewards)  # the teacher really is better
+    assert rewards[-1] - rewards[0] >= 0.5 * (teacher - rewards[0]), (teacher, rewards)
     assert "eval/teacher_kl/held_out" in rows[0]
 
 
 @pytest.mark.slow
 def test_prompt_distillation_cuts_the_held_out_nll_of_the_teachers_answers(tmp_path: Path) -> None:
-    result = run_cli("run", "distill_prompt", "num_epochs=2", f"log_path={tmp_path}")
+    result = run_cli("run", "distill_prompt", "num_epochs=1", f"log_path={tmp_path}")
     assert result.returncode == 0, result.stderr
     rows = read_metrics(tmp_path / "metrics.jsonl")
     before, after = rows[0]["eval/nll_initial"], rows[-1]["eval/nll"]
