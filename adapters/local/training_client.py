@@ -263,8 +263,8 @@ class LocalTrainingClient:
             grad_norm = torch.nn.utils.get_total_norm(grads)
             metrics["grad_norm"] = float(grad_norm)
         if self._nonfinite_loss or (grad_norm is not None and not bool(torch.isfinite(grad_norm))):
-            # A NaN/inf loss (or measured gradient norm) would poison the weights and Adam's
-            # moments: skip the step.
+            # A NaN/inf loss, or gradient norm where it is measured (with clipping, or
+            # always_grad_norm), would poison the weights and Adam's moments: skip the step.
             self._nonfinite_loss = False
             self._optimizer.zero_grad(set_to_none=True)
             return OptimStepOutput({**metrics, "nonfinite_step": 1.0})
