@@ -8,8 +8,6 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-import torch
-
 from kitchen.context import Context
 from kitchen.datasets import load_records
 from kitchen.errors import ConfigError, DataError
@@ -23,7 +21,7 @@ from train_core.rl.advantages import compute_advantages
 from train_core.rl.data_processing import assemble_training_data
 from train_core.rl.rollouts import sample_group
 from train_core.supervised import datum_from_tokens_weights, mean_nll
-from train_core.types import Datum, SamplingParams
+from train_core.types import SamplingParams
 
 
 def prompt_messages(record: Mapping[str, object], where: str) -> list[Message]:
@@ -58,19 +56,6 @@ def teacher_of_each(tags_D: Sequence[Sequence[str]], teachers: Mapping[str, Samp
     return picked
 
 
-async def score_each_with(clients_D: Sequence[SamplingClient], data_D: Sequence[Datum]) -> list[torch.Tensor]:
-    """Each datum's target logprobs under its own client, every client's requests concurrently."""
-    indices_by_client: dict[int, list[int]] = {}
-    for index, client in enumerate(clients_D):
-        indices_by_client.setdefault(id(client), []).append(index)
-    groups = list(indices_by_client.values())
-    scored = await asyncio.gather(*(score_targets(clients_D[g[0]], [data_D[i] for i in g]) for g in groups))
-    out: dict[int, torch.Tensor] = {}
-    for indices, logprobs in zip(groups, scored, strict=True):
-        out.update(zip(indices, logprobs, strict=True))
-    return [out[i] for i in range(len(data_D))]
-
-
 class ApplyTeacherKL(Stage):
     """An advantage adjuster: each datum's teacher (by its data set) scores the sampled tokens,
     and `kl_penalty_coef` times the per-token reverse KL `lp_student - lp_teacher` is taken off
@@ -92,7 +77,7 @@ class ApplyTeacherKL(Stage):
         if not data_D:
             return
         clients = {name: ctx[key] for name, key in self.teachers.items()}
-        teacher_lp_D = await score_each_with(teacher_of_each(tags_D, clients), data_D)
+        teacher_lp_D = await score_targets(teacher_of_each(tags_D, clients), data_D)
         new_data_D, kl = incorporate_teacher_kl(
             data_D, teacher_lp_D, ctx.config.kl_penalty_coef, ctx.config.kl_discount_factor
         )
