@@ -18,11 +18,16 @@ from collections import deque
 from collections.abc import Callable
 
 from kitchen.context import Context
+from kitchen.errors import DataError
 from kitchen.rl.sampling import ROLLOUT_KEYS, note_dropped, rollout_options, rollout_params
 from kitchen.stage import Stage
 from train_core.rl.metrics import rollout_failure_metrics
 from train_core.rl.rollouts import DroppedGroup, SampledGroup, sample_group
 from train_core.rl.types import EnvGroupBuilder
+
+MAX_DROPS_IN_A_ROW = 4
+"""Batches' worth of consecutive dropped groups after which async mode gives up (the trainer
+would otherwise wait forever for a group)."""
 
 
 def steps_off_policy(step: int, sampler_step: int) -> int:
@@ -43,6 +48,7 @@ class OffPolicyQueue:
         self._taken = 0  # groups already taken for that batch
         self._in_flight = 0
         self.dropped: list[DroppedGroup] = []  # dropped by the failure policy since the last batch
+        self._drops_in_a_row = 0
 
     # -- workers -----------------------------------------------------------------------------
 
@@ -70,7 +76,14 @@ class OffPolicyQueue:
         self._in_flight -= 1
         if isinstance(group, DroppedGroup):
             self.dropped.append(group)
+            self._drops_in_a_row += 1
+            if self._drops_in_a_row >= MAX_DROPS_IN_A_ROW * self.groups_per_batch:
+                raise DataError(
+                    f"rollout_failure: the last {self._drops_in_a_row} groups were all dropped "
+                    f"(min_viable_group); the last error: {group.error}"
+                )
         else:
+            self._drops_in_a_row = 0
             self._groups.put_nowait(group)
         await self._notify()
 

@@ -45,7 +45,7 @@ class AssembleData(Stage):
     trajectory's advantage; the mask stays on for the KL terms and metrics. `rl_data_tags` holds
     each datum's group logging tags (its data set), for adjusters that differ by data set. With
     `parse_error_policy=mask`, turns whose reply failed to parse are not trained (advantage and
-    mask 0; `masked_parse_error_turns` counts them)."""
+    mask 0; `num_masked_parse_error_turns` counts them)."""
 
     reads = ("trained_groups", "trained_tags", "advantages")
     writes = ("rl_data", "rl_data_tags")
@@ -57,7 +57,7 @@ class AssembleData(Stage):
         data_D, metadata_D = assemble_training_data(groups_P, ctx["advantages"], mask_parse_errors=mask)
         if mask:
             masked = sum(not t.parse_ok for g in groups_P for traj in g.trajectories_G for t in traj.transitions)
-            ctx.record({"masked_parse_error_turns": float(masked)})
+            ctx.record({"num_masked_parse_error_turns": float(masked)})
         ctx["rl_data"] = data_D
         ctx["rl_data_tags"] = [ctx["trained_tags"][meta["group_idx"]] for meta in metadata_D]
         ctx.record({"num_datums": len(data_D)})

@@ -221,6 +221,7 @@ def shared_sampling_policy(sampler: Sampler, params: SamplingParams, seed_key: S
             followers.append(future)
             return await future
         followers = followers_by_prompt[key] = []
+        call: asyncio.Future[SampleResult] | None = None
         try:
             await asyncio.sleep(0)  # the group's other envs reach this prompt in the same loop turn
             del followers_by_prompt[key]
@@ -228,13 +229,12 @@ def shared_sampling_policy(sampler: Sampler, params: SamplingParams, seed_key: S
             calls_by_prompt[key] += 1
             call_params = dataclasses.replace(params, stop=stop, seed=seed)
             call = asyncio.ensure_future(sampler.sample(ob, 1 + len(followers), call_params))
-            try:
-                result = await asyncio.shield(call)
-            except asyncio.CancelledError:
-                _hand_over(call, followers)  # the leader timed out: the others still get their samples
-                raise
+            result = await asyncio.shield(call)
         except BaseException as exc:
             followers_by_prompt.pop(key, None)
+            if call is not None and isinstance(exc, asyncio.CancelledError):
+                _hand_over(call, followers)  # the leader was cancelled (its budget): the others still get samples
+                raise
             for future in followers:
                 if future.done():
                     continue
