@@ -18,7 +18,7 @@ from train_core.rl.types import EPISODE_STOPS, Trajectory, TrajectoryGroup
 from train_core.types import ModelInput
 
 
-def _traj(*ts, stop="done"):  # type: ignore[no-untyped-def]
+def _traj(*ts, stop="done"):
     return Trajectory(list(ts), ModelInput.empty(), stop_reason=stop)
 
 

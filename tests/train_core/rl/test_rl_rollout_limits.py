@@ -47,7 +47,7 @@ async def two_tokens(ob: ModelInput, stop: StopCondition) -> TokensWithLogprobs:
     return TokensWithLogprobs([5, 6], [-0.1, -0.2])
 
 
-def run(coro):  # type: ignore[no-untyped-def]
+def run(coro):
     return asyncio.run(coro)
 
 
@@ -93,7 +93,7 @@ REWARD = st.floats(-10, 10, allow_nan=False)
 
 
 @given(st.lists(st.tuples(STOPS, REWARD, REWARD), min_size=1, max_size=6), st.one_of(REWARD, st.just("zero")))
-def test_termination_reward_changes_only_limit_stopped_totals(rows: list[tuple[str, float, float]], policy) -> None:  # type: ignore[no-untyped-def]
+def test_termination_reward_changes_only_limit_stopped_totals(rows: list[tuple[str, float, float]], policy) -> None:
     group = _group([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
     before, after = group.get_total_rewards(), apply_termination_reward(group, policy).get_total_rewards()
     for (stop, _, _), b, a in zip(rows, before, after, strict=True):
