@@ -13,13 +13,13 @@ from kitchen.datasets import load_records
 from kitchen.errors import ConfigError, DataError
 from kitchen.ports import SamplingClient
 from kitchen.requests import score_targets
-from kitchen.rl.sampling import ROLLOUT_KEYS, rollout_params
+from kitchen.rl.sampling import ROLLOUT_KEYS, rollout_options, rollout_params
 from kitchen.stage import Stage
 from train_core.distillation import TeacherKL, incorporate_teacher_kl
 from train_core.renderers.base import Message, Renderer
 from train_core.rl.advantages import compute_advantages
 from train_core.rl.data_processing import assemble_training_data
-from train_core.rl.rollouts import sample_group
+from train_core.rl.rollouts import kept_groups, sample_group
 from train_core.supervised import datum_from_tokens_weights, mean_nll
 from train_core.types import SamplingParams
 
@@ -112,15 +112,23 @@ class EvaluateTeacherKL(Stage):
         builders = ctx["rl_task"].eval_builders
         if not builders:
             return
-        params = rollout_params(ctx)
-        groups = await asyncio.gather(
+        params, options = rollout_params(ctx), rollout_options(ctx)
+        results = await asyncio.gather(
             *(
                 sample_group(
-                    b, ctx["sampling_client"], ctx["sampler_step"], params, ("eval_kl", ctx.config.seed, ctx.step, i)
+                    b,
+                    ctx["sampling_client"],
+                    ctx["sampler_step"],
+                    params,
+                    ("eval_kl", ctx.config.seed, ctx.step, i),
+                    options,
                 )
                 for i, b in enumerate(builders)
             )
         )
+        groups, _ = kept_groups(results)
+        if not groups:
+            return
         trajectories_P = [g.trajectories for g in groups]
         data_D, metadata_D = assemble_training_data(trajectories_P, compute_advantages(trajectories_P))
         teacher_lp_D = await score_targets(ctx[self.teacher_key], data_D)

@@ -18,10 +18,16 @@ from collections import deque
 from collections.abc import Callable
 
 from kitchen.context import Context
-from kitchen.rl.sampling import ROLLOUT_KEYS, rollout_params
+from kitchen.errors import DataError
+from kitchen.rl.sampling import ROLLOUT_KEYS, note_dropped, rollout_options, rollout_params
 from kitchen.stage import Stage
-from train_core.rl.rollouts import SampledGroup, sample_group
+from train_core.rl.metrics import rollout_failure_metrics
+from train_core.rl.rollouts import DroppedGroup, SampledGroup, sample_group
 from train_core.rl.types import EnvGroupBuilder
+
+MAX_DROPS_IN_A_ROW = 4
+"""Batches' worth of consecutive dropped groups after which async mode gives up (the trainer
+would otherwise wait forever for a group)."""
 
 
 def steps_off_policy(step: int, sampler_step: int) -> int:
@@ -41,6 +47,8 @@ class OffPolicyQueue:
         self._next_step = first_step  # the step whose batch the trainer takes next
         self._taken = 0  # groups already taken for that batch
         self._in_flight = 0
+        self.dropped: list[DroppedGroup] = []  # dropped by the failure policy since the last batch
+        self._drops_in_a_row = 0
 
     # -- workers -----------------------------------------------------------------------------
 
@@ -62,9 +70,21 @@ class OffPolicyQueue:
             await self._changed.wait_for(lambda: self.predicted_age(sampler_step()) <= self.max_steps_off_policy)
             self._in_flight += 1
 
-    async def put(self, group: SampledGroup) -> None:
+    async def put(self, group: SampledGroup | DroppedGroup) -> None:
+        """Hand over a sampled group; a dropped one (`min_viable_group`) is only counted, and its
+        problem is not sampled again."""
         self._in_flight -= 1
-        self._groups.put_nowait(group)
+        if isinstance(group, DroppedGroup):
+            self.dropped.append(group)
+            self._drops_in_a_row += 1
+            if self._drops_in_a_row >= MAX_DROPS_IN_A_ROW * self.groups_per_batch:
+                raise DataError(
+                    f"rollout_failure: the last {self._drops_in_a_row} groups were all dropped "
+                    f"(min_viable_group); the last error: {group.error}"
+                )
+        else:
+            self._drops_in_a_row = 0
+            self._groups.put_nowait(group)
         await self._notify()
 
     # -- trainer -----------------------------------------------------------------------------
@@ -122,7 +142,7 @@ class RolloutWorkers(Stage):
     async def run(self, ctx: Context) -> None:
         queue: OffPolicyQueue = ctx["off_policy_queue"]
         dataset = ctx["rl_task"].train
-        params = rollout_params(ctx)
+        params, options = rollout_params(ctx), rollout_options(ctx)
         first_batch = ctx.step
         num_workers = ctx.config.async_config.num_workers or ctx.config.groups_per_batch
 
@@ -139,7 +159,7 @@ class RolloutWorkers(Stage):
                 await queue.wait_to_start(lambda: ctx["sampler_step"])
                 sampler, sampler_step = ctx["sampling_client"], ctx["sampler_step"]
                 seed_key = ("async", ctx.config.seed, worker, count)
-                await queue.put(await sample_group(builder, sampler, sampler_step, params, seed_key))
+                await queue.put(await sample_group(builder, sampler, sampler_step, params, seed_key, options))
 
         tasks = [
             asyncio.create_task(feed()),
@@ -170,6 +190,9 @@ class TakeFreshGroups(Stage):
         taken, dropped = await queue.take_batch(ctx.step)
         ages = [steps_off_policy(ctx.step, group.sampler_step) for group in taken]
         ctx["sampled_groups"] = taken
+        failed, queue.dropped = queue.dropped, []
+        note_dropped(ctx, failed)
+        ctx.record(rollout_failure_metrics(taken, failed))
         ctx.record(
             {
                 "async/stale_groups_dropped": dropped,

@@ -10,20 +10,61 @@ from typing import Any
 from kitchen.context import Context
 from kitchen.errors import DataError
 from kitchen.ports import Tokenizer
+from kitchen.requests import score_targets
 from kitchen.stage import Stage
 from kitchen.workflow import ConfigPredicate
-from train_core.rl.metrics import rollout_metrics
-from train_core.rl.rollouts import SampledGroup, sample_group
+from train_core.rl.metrics import compute_kl_pre_post, rollout_failure_metrics, rollout_metrics
+from train_core.rl.rollouts import (
+    DroppedGroup,
+    RolloutFailure,
+    RolloutLimits,
+    RolloutOptions,
+    SampledGroup,
+    kept_groups,
+    sample_group,
+)
 from train_core.rl.task import RLTaskFactory
 from train_core.types import SamplingParams
 
-ROLLOUT_KEYS = ("max_tokens", "temperature", "seed")
-"""The config keys `rollout_params` reads, plus the seed every sampling stage derives seeds from."""
+ROLLOUT_KEYS = (
+    "max_tokens",
+    "temperature",
+    "seed",
+    "max_episode_turns",
+    "max_episode_tokens",
+    "episode_timeout_s",
+    "max_context_tokens",
+    "termination_reward",
+    "rollout_failure",
+)
+"""The config keys `rollout_params` and `rollout_options` read, plus the seed every sampling stage
+derives seeds from."""
 
 
 def rollout_params(ctx: Context) -> SamplingParams:
     """Sampling settings from the RL config; each env's stop condition is added per call."""
     return SamplingParams(max_tokens=ctx.config.max_tokens, temperature=ctx.config.temperature)
+
+
+def rollout_options(ctx: Context) -> RolloutOptions:
+    """Episode limits, termination reward and failure policy from the RL config."""
+    config = ctx.config
+    failure = config.rollout_failure
+    return RolloutOptions(
+        limits=RolloutLimits(
+            max_turns=config.max_episode_turns,
+            max_tokens=config.max_episode_tokens,
+            timeout_s=config.episode_timeout_s,
+            max_context_tokens=config.max_context_tokens,
+        ),
+        termination_reward=config.termination_reward,
+        failure=RolloutFailure(failure.policy, failure.retries, failure.min_group_size),
+    )
+
+
+def note_dropped(ctx: Context, dropped: list[DroppedGroup]) -> None:
+    for group in dropped:
+        ctx.log.warning("rollout.group_dropped", step=ctx.step, tags=group.builder.logging_tags(), error=group.error)
 
 
 def _eval_due(ctx: Context) -> bool:
@@ -82,13 +123,19 @@ class DoRollouts(Stage):
 
     async def run(self, ctx: Context) -> None:
         sampler, sampler_step = ctx["sampling_client"], ctx["sampler_step"]
-        params = rollout_params(ctx)
-        ctx["sampled_groups"] = await asyncio.gather(
+        params, options = rollout_params(ctx), rollout_options(ctx)
+        results = await asyncio.gather(
             *(
-                sample_group(builder, sampler, sampler_step, params, ("train", ctx.config.seed, ctx.step, index))
+                sample_group(
+                    builder, sampler, sampler_step, params, ("train", ctx.config.seed, ctx.step, index), options
+                )
                 for index, builder in enumerate(ctx["env_group_builders"])
             )
         )
+        groups, dropped = kept_groups(results)
+        note_dropped(ctx, dropped)
+        ctx["sampled_groups"] = groups
+        ctx.record(rollout_failure_metrics(groups, dropped))
 
 
 class RecordRolloutMetrics(Stage):
@@ -98,6 +145,9 @@ class RecordRolloutMetrics(Stage):
     reads = ("sampled_groups",)
 
     async def run(self, ctx: Context) -> None:
+        if not ctx["sampled_groups"]:
+            ctx.log.warning("rollout_metrics.skipped", step=ctx.step, reason="no group was kept")
+            return
         ctx.record(rollout_metrics(ctx["sampled_groups"]))
 
 
@@ -121,14 +171,19 @@ class EvaluateRewards(Stage):
             return
         sampler = ctx[self.client_key]
         sampler_step = ctx["sampler_step"] if "sampler_step" in self.reads else 0
-        params = rollout_params(ctx)
-        groups = await asyncio.gather(
+        params, options = rollout_params(ctx), rollout_options(ctx)
+        results = await asyncio.gather(
             *(
-                sample_group(builder, sampler, sampler_step, params, ("eval", ctx.config.seed, ctx.step, index))
+                sample_group(
+                    builder, sampler, sampler_step, params, ("eval", ctx.config.seed, ctx.step, index), options
+                )
                 for index, builder in enumerate(builders)
             )
         )
-        ctx.record(rollout_metrics(groups, prefix=self.prefix))
+        groups, dropped = kept_groups(results)
+        note_dropped(ctx, dropped)
+        if groups:
+            ctx.record(rollout_metrics(groups, prefix=self.prefix))
 
 
 def group_transcripts(group: SampledGroup, tokenizer: Tokenizer, step: int, group_index: int) -> list[dict[str, Any]]:
@@ -141,6 +196,7 @@ def group_transcripts(group: SampledGroup, tokenizer: Tokenizer, step: int, grou
                 "observation": tokenizer.decode(t.ob.to_ints()),
                 "action": tokenizer.decode(t.ac.tokens),
                 "stop_reason": t.ac.stop_reason,
+                "parse_ok": t.parse_ok,
                 "reward": t.reward,
                 "metrics": t.metrics,
             }
@@ -154,6 +210,7 @@ def group_transcripts(group: SampledGroup, tokenizer: Tokenizer, step: int, grou
                 "sampler_step": group.sampler_step,
                 "tags": group.builder.logging_tags(),
                 "total_reward": rewards_G[traj_index],
+                "episode_stop": traj.stop_reason,
                 "turns": turns,
             }
         )
@@ -198,3 +255,23 @@ class RefreshSampler(Stage):
     async def run(self, ctx: Context) -> None:
         ctx["sampling_client"] = await ctx["training_client"].save_weights_and_get_sampling_client()
         ctx["sampler_step"] = ctx.step + 1 if self.after_update else ctx.step
+
+
+class PostUpdateKL(Stage):
+    """How far the step's update moved the policy on the step's own tokens: the trained datums
+    scored by the refreshed sampler (one `compute_logprobs` per datum, all at once), compared with
+    their sampling logprobs (`optim/kl_pre_post`, `optim/kl_pre_post_v2`). Runs after
+    `RefreshSampler` when `post_update_kl` is on."""
+
+    reads = ("trained_data", "sampling_client")
+    calls = ("SamplingClient.compute_logprobs",)
+
+    async def run(self, ctx: Context) -> None:
+        data_D = ctx["trained_data"]
+        if data_D:
+            ctx.record(compute_kl_pre_post(data_D, await score_targets(ctx["sampling_client"], data_D)))
+
+
+post_update_kl_on = ConfigPredicate(
+    "post_update_kl is on", ("post_update_kl",), lambda ctx: bool(ctx.full_config.post_update_kl)
+)

@@ -14,6 +14,7 @@ from kitchen.config import Count, NonNegative, Rate, defaults
 from kitchen.errors import KitchenError
 from kitchen.settings import OptimizerSettings, RendererSettings
 from train_core.losses import RL_LOSS_NAMES, get_loss_fn
+from train_core.rl.rollouts import FailurePolicy
 
 RLMode = Literal["sync", "stream_minibatch", "async"]
 
@@ -35,6 +36,18 @@ class AsyncMode(BaseModel):
     num_workers: int | None = Field(
         None, ge=1, description="concurrent sampling workers, one group each; default groups_per_batch"
     )
+
+
+class RolloutFailureSettings(BaseModel):
+    """What an exception in one group's env or sampling call does (see `RolloutFailure`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    policy: FailurePolicy = Field(
+        "fail_fast", description="fail_fast (the run fails), retry (the group), min_viable_group (drop failed members)"
+    )
+    retries: NonNegative = Field(2, description="retry: times a failed group is rolled out again")
+    min_group_size: Count = Field(2, description="min_viable_group: finished members a group needs to be kept")
 
 
 @defaults(lr_schedule="constant")
@@ -60,6 +73,24 @@ class RLSettings(RendererSettings, OptimizerSettings):
     transcript_groups: NonNegative = Field(2, description="groups per step written to rollouts/step_*.jsonl")
     stream_minibatch: StreamMinibatch | None = None
     async_config: AsyncMode | None = None
+    max_episode_turns: Count | None = Field(None, description="stop an episode after this many turns (max_turns)")
+    max_episode_tokens: Count | None = Field(
+        None, description="stop an episode once its turns sampled this many tokens (max_tokens)"
+    )
+    episode_timeout_s: Rate | None = Field(None, description="wall-clock budget of one episode, seconds (timeout)")
+    max_context_tokens: Count | None = Field(
+        None, description="an observation longer than this ends the episode unsampled (overflow)"
+    )
+    termination_reward: float | Literal["zero"] | None = Field(
+        None, description="for limit-stopped episodes: a number added to the total reward, or 'zero' it"
+    )
+    rollout_failure: RolloutFailureSettings = Field(default_factory=RolloutFailureSettings)
+    parse_error_policy: Literal["train", "mask"] = Field(
+        "train", description="mask: turns whose reply failed to parse get advantage 0 and are not trained"
+    )
+    post_update_kl: bool = Field(
+        False, description="log optim/kl_pre_post: the step's tokens scored again with the updated sampler"
+    )
     warm_start_steps: NonNegative = Field(0, description="supervised steps on demonstrations before RL (fresh runs)")
     warm_start_batch_size: Count = 32
     warm_start_learning_rate: Rate = 3e-3

@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 
 from kitchen.context import Context
 from kitchen.errors import ConfigError
-from kitchen.rl.sampling import ROLLOUT_KEYS, rollout_params
+from kitchen.rl.sampling import ROLLOUT_KEYS, note_dropped, rollout_options, rollout_params
 from kitchen.rl.update import TRAIN_KEYS
 from kitchen.stage import Stage
 from kitchen.stages.training import adam_params
 from train_core.rl.data_processing import remove_mask
-from train_core.rl.metrics import train_step_metrics
-from train_core.rl.rollouts import SampledGroup, sample_group
+from train_core.rl.metrics import rollout_failure_metrics, train_step_metrics
+from train_core.rl.rollouts import DroppedGroup, SampledGroup, sample_group
 from train_core.types import Datum, ForwardBackwardOutput, OptimStepOutput
 
 
@@ -30,11 +30,12 @@ from train_core.types import Datum, ForwardBackwardOutput, OptimStepOutput
 class RolloutStream:
     """One step's rollouts in finishing order, and what has been submitted for them so far."""
 
-    tasks: list[asyncio.Task[SampledGroup]]
-    finished: Iterator[Awaitable[SampledGroup]]
+    tasks: list[asyncio.Task[SampledGroup | DroppedGroup]]
+    finished: Iterator[Awaitable[SampledGroup | DroppedGroup]]
     per_minibatch: int
     num_minibatches: int
     sampled: list[SampledGroup] = field(default_factory=list)
+    dropped: list[DroppedGroup] = field(default_factory=list)
     trained_D: list[Datum] = field(default_factory=list)
     substep: list[Awaitable[ForwardBackwardOutput]] = field(default_factory=list)
     forward_backward: list[Awaitable[ForwardBackwardOutput]] = field(default_factory=list)
@@ -61,8 +62,11 @@ class StartRollouts(Stage):
                 f"num_substeps x num_minibatches = {count} minibatches"
             )
         sampler, sampler_step, params = ctx["sampling_client"], ctx["sampler_step"], rollout_params(ctx)
+        options = rollout_options(ctx)
         tasks = [
-            asyncio.create_task(sample_group(b, sampler, sampler_step, params, ("train", ctx.config.seed, ctx.step, i)))
+            asyncio.create_task(
+                sample_group(b, sampler, sampler_step, params, ("train", ctx.config.seed, ctx.step, i), options)
+            )
             for i, b in enumerate(builders)
         ]
         ctx["rollout_stream"] = RolloutStream(
@@ -72,15 +76,20 @@ class StartRollouts(Stage):
 
 
 class TakeMinibatch(Stage):
-    """The next `groups_per_batch / minibatches` groups to finish sampling, as `sampled_groups`."""
+    """The next `groups_per_batch / minibatches` groups to finish sampling, as `sampled_groups`
+    (less those dropped under `min_viable_group`)."""
 
     reads = ("rollout_stream",)
     writes = ("sampled_groups",)
 
     async def run(self, ctx: Context) -> None:
         stream: RolloutStream = ctx["rollout_stream"]
-        minibatch = [await next(stream.finished) for _ in range(stream.per_minibatch)]
+        results = [await next(stream.finished) for _ in range(stream.per_minibatch)]
+        minibatch = [r for r in results if isinstance(r, SampledGroup)]
+        dropped = [r for r in results if isinstance(r, DroppedGroup)]
+        note_dropped(ctx, dropped)
         stream.sampled += minibatch
+        stream.dropped += dropped
         ctx["sampled_groups"] = minibatch
 
 
@@ -112,15 +121,18 @@ class SubmitMinibatch(Stage):
 
 class FinishStreamStep(Stage):
     """Await the step's submitted work and record its train metrics; all the step's groups become
-    `sampled_groups` for the rollout metrics and transcripts."""
+    `sampled_groups` for the rollout metrics and transcripts, and the datums trained
+    `trained_data`."""
 
     reads = ("rollout_stream",)
-    writes = ("sampled_groups",)
+    writes = ("sampled_groups", "trained_data")
 
     async def run(self, ctx: Context) -> None:
         stream: RolloutStream = ctx["rollout_stream"]
         fb_outputs = [await future for future in stream.forward_backward]
         optim_outputs = [await future for future in stream.optim]
         ctx["sampled_groups"] = stream.sampled
+        ctx["trained_data"] = stream.trained_D
+        ctx.record(rollout_failure_metrics(stream.sampled, stream.dropped))
         if stream.trained_D:
             ctx.record(train_step_metrics(stream.trained_D, fb_outputs, optim_outputs))

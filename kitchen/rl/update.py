@@ -43,13 +43,21 @@ class ComputeAdvantages(Stage):
 class AssembleData(Stage):
     """Datums for the policy-gradient loss: action tokens carry their sampling logprobs and the
     trajectory's advantage; the mask stays on for the KL terms and metrics. `rl_data_tags` holds
-    each datum's group logging tags (its data set), for adjusters that differ by data set."""
+    each datum's group logging tags (its data set), for adjusters that differ by data set. With
+    `parse_error_policy=mask`, turns whose reply failed to parse are not trained (advantage and
+    mask 0; `num_masked_parse_error_turns` counts them)."""
 
     reads = ("trained_groups", "trained_tags", "advantages")
     writes = ("rl_data", "rl_data_tags")
+    config_keys = ("parse_error_policy",)
 
     async def run(self, ctx: Context) -> None:
-        data_D, metadata_D = assemble_training_data(ctx["trained_groups"], ctx["advantages"])
+        groups_P = ctx["trained_groups"]
+        mask = ctx.config.parse_error_policy == "mask"
+        data_D, metadata_D = assemble_training_data(groups_P, ctx["advantages"], mask_parse_errors=mask)
+        if mask:
+            masked = sum(not t.parse_ok for g in groups_P for traj in g.trajectories_G for t in traj.transitions)
+            ctx.record({"num_masked_parse_error_turns": float(masked)})
         ctx["rl_data"] = data_D
         ctx["rl_data_tags"] = [ctx["trained_tags"][meta["group_idx"]] for meta in metadata_D]
         ctx.record({"num_datums": len(data_D)})
@@ -87,16 +95,19 @@ class RLTrainStep(Stage):
     `num_substeps` pipelined optimizer steps; then compare the training logprobs with the
     sampling ones (`optim/kl_sample_train_v1|v2`, `optim/entropy`).
 
-    A batch with no datums (no trajectory had a token to train) skips the update.
+    A batch with no datums (no trajectory had a token to train) skips the update. The datums
+    trained become `trained_data` (for `PostUpdateKL`).
     """
 
     reads = ("rl_data", "training_client")
+    writes = ("trained_data",)
     calls = ("TrainingClient.forward_backward", "TrainingClient.optim_step")
     config_keys = TRAIN_KEYS
 
     async def run(self, ctx: Context) -> None:
         config = ctx.config
         data_D = ctx["rl_data"]
+        ctx["trained_data"] = data_D
         if not data_D:
             ctx.log.warning("train_step.skipped", step=ctx.step, reason="no datums: no trajectory had a token to train")
             return

@@ -1,5 +1,6 @@
 """Reinforcement learning (GRPO-style): sample env groups, centre rewards within each group,
-train a policy-gradient loss, refresh the sampler; in one of three modes, built from the same
+train a policy-gradient loss, refresh the sampler (and, with `post_update_kl`, score the step's
+tokens with it: `optim/kl_pre_post`); in one of three modes, built from the same
 stages.
 
 - sync: roll out the whole batch with the current weights, then run the update on it.
@@ -25,10 +26,12 @@ from kitchen.rl.sampling import (
     DoRollouts,
     EvaluateRewards,
     GetEnvGroups,
+    PostUpdateKL,
     RecordRolloutMetrics,
     RefreshSampler,
     WriteTranscripts,
     eval_due,
+    post_update_kl_on,
 )
 from kitchen.rl.settings import RLMode
 from kitchen.rl.stream import FinishStreamStep, StartRollouts, SubmitMinibatch, TakeMinibatch
@@ -60,6 +63,7 @@ def rl_workflow(
     evaluate = When("eval", eval_due, [EvaluateRewards(), *evaluators])
     finish: list[Node] = [
         RefreshSampler(),
+        When("kl_pre_post", post_update_kl_on, [PostUpdateKL()]),
         *after_update,
         When("checkpoint", every("save_every"), [SaveCheckpoint()]),
     ]

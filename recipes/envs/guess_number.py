@@ -60,7 +60,7 @@ class GuessNumberEnv(Env):
         return self.renderer.build_generation_prompt(self.messages), self.renderer.get_stop_sequences()
 
     async def step(self, action: Action) -> StepResult:
-        message, _ = self.renderer.parse_response(action)
+        message, parsed = self.renderer.parse_response(action)
         guess = read_guess(message["content"])
         self.turns += 1
         self.messages.append(Message(role="assistant", content=message["content"]))
@@ -79,6 +79,7 @@ class GuessNumberEnv(Env):
             next_observation=next_observation,
             next_stop_condition=self.renderer.get_stop_sequences(),
             metrics=metrics,
+            parse_ok=parsed and guess is not None,
         )
 
 

@@ -28,15 +28,16 @@ class _Sequence:
     advantages: list[float] = field(default_factory=list)
     mask: list[float] = field(default_factory=list)
 
-    def extend(self, ob_tokens: Sequence[int], transition: Transition, advantage: float) -> None:
+    def extend(self, ob_tokens: Sequence[int], transition: Transition, advantage: float, masked: bool = False) -> None:
+        """Append a turn; a `masked` turn's action tokens get advantage 0 and mask 0 (not trained)."""
         ac = transition.ac
         if len(ac.logprobs) != len(ac.tokens):
             raise ValueError(f"action has {len(ac.tokens)} tokens but {len(ac.logprobs)} logprobs")
         n_ob, n_ac = len(ob_tokens), len(ac.tokens)
         self.tokens += [*ob_tokens, *ac.tokens]
         self.logprobs += [0.0] * n_ob + [float(lp) for lp in ac.logprobs]
-        self.advantages += [0.0] * n_ob + [advantage] * n_ac
-        self.mask += [0.0] * n_ob + [1.0] * n_ac
+        self.advantages += [0.0] * n_ob + [0.0 if masked else advantage] * n_ac
+        self.mask += [0.0] * n_ob + [0.0 if masked else 1.0] * n_ac
 
     def to_data(self) -> list[Datum]:
         """The sequence as a datum, shifted as supervised data is (the mask plays the weights).
@@ -59,12 +60,14 @@ class _Sequence:
         ]
 
 
-def trajectory_to_data(traj: Trajectory, advantage: float) -> list[Datum]:
+def trajectory_to_data(traj: Trajectory, advantage: float, mask_parse_errors: bool = False) -> list[Datum]:
     """One datum per run of turns whose observations extend the sequence so far.
 
     A multi-turn episode whose next observation starts with everything seen and sampled so far
     becomes a single datum (only the new observation suffix is appended); an observation that is
     not such an extension (e.g. a context that was rewritten) closes the datum and starts another.
+    With `mask_parse_errors`, turns whose action failed to parse (`parse_ok=False`) are kept in
+    the sequence but not trained (advantage and mask 0).
     """
     data: list[Datum] = []
     seq = _Sequence()
@@ -78,12 +81,28 @@ def trajectory_to_data(traj: Trajectory, advantage: float) -> list[Datum]:
             data += seq.to_data()
             seq = _Sequence()
             new_ob_tokens = ob_tokens
-        seq.extend(new_ob_tokens, transition, advantage)
+        seq.extend(new_ob_tokens, transition, advantage, masked=mask_parse_errors and not transition.parse_ok)
     return data + seq.to_data()
 
 
+def shared_prompt_tokens(traj: Trajectory) -> int:
+    """Observation tokens of the episode's turns that repeat what earlier turns already showed and
+    sampled (the prefix a multi-turn observation extends): merged into one datum, they are
+    computed once, not once per turn."""
+    shared = 0
+    seq: list[int] = []
+    for transition in traj.transitions:
+        ob_tokens = transition.ob.to_ints()
+        if seq and ob_tokens[: len(seq)] == seq:
+            shared += len(seq)
+            seq = [*ob_tokens, *transition.ac.tokens]
+        else:
+            seq = [*ob_tokens, *transition.ac.tokens]
+    return shared
+
+
 def assemble_training_data(
-    groups_P: Sequence[TrajectoryGroup], advantages_P: Sequence[torch.Tensor]
+    groups_P: Sequence[TrajectoryGroup], advantages_P: Sequence[torch.Tensor], mask_parse_errors: bool = False
 ) -> tuple[list[Datum], list[DatumMetadata]]:
     """Datums for a batch, with the `group_idx` and `traj_idx` each came from.
 
@@ -96,7 +115,7 @@ def assemble_training_data(
     metadata_D: list[DatumMetadata] = []
     for group_idx, (group, advantages_G) in enumerate(zip(groups_P, advantages_P, strict=True)):
         for traj_idx, (traj, advantage) in enumerate(zip(group.trajectories_G, advantages_G.tolist(), strict=True)):
-            new_data = trajectory_to_data(traj, float(advantage))
+            new_data = trajectory_to_data(traj, float(advantage), mask_parse_errors)
             data_D += new_data
             metadata_D += [{"group_idx": group_idx, "traj_idx": traj_idx} for _ in new_data]
     return data_D, metadata_D

@@ -7,8 +7,9 @@ from collections.abc import Sequence
 
 import torch
 
-from train_core.rl.rollouts import SampledGroup
-from train_core.rl.types import Metrics, TrajectoryGroup
+from train_core.rl.data_processing import shared_prompt_tokens
+from train_core.rl.rollouts import DroppedGroup, SampledGroup
+from train_core.rl.types import EPISODE_STOPS, Metrics, TrajectoryGroup
 from train_core.types import Datum, ForwardBackwardOutput, OptimStepOutput
 
 
@@ -87,6 +88,11 @@ def _rollout_metrics(groups_P: Sequence[TrajectoryGroup], good_threshold: float)
         "total_ac_tokens": float(n_ac_tokens),
         "total_ob_tokens": float(n_ob_tokens),
     }
+    n_failed = sum(group.num_failed for group in groups_P)
+    n_episodes = len(trajs) + n_failed
+    stops = [traj.stop_reason for traj in trajs] + ["error"] * n_failed
+    metrics.update({f"stop/{reason}": stops.count(reason) / n_episodes for reason in EPISODE_STOPS})
+    metrics["frac_parse_errors"] = sum(not t.parse_ok for t in transitions) / max(n_turns, 1)
     group_metrics = [m for group in groups_P for m in group.metrics_G]
     metrics.update(_mean_per_key([t.metrics for t in transitions] + group_metrics))
     metrics.update(_by_group_metrics(groups_P, good_threshold))
@@ -118,6 +124,53 @@ def compute_trajectory_metrics(
 _BATCH_LEVEL = ("env/all/by_group/", "env/all/ac_tokens_per_turn")
 
 
+def token_metrics(groups_P: Sequence[TrajectoryGroup]) -> Metrics:
+    """Token accounting of a step's rollouts: prompt (observation) tokens over all turns, sampled
+    tokens, and the prompt tokens shared between turns of a multi-turn episode (the earlier
+    context each extending observation repeats; `tokens/prompt - tokens/prompt_shared` is what a
+    prefix-caching sampler has to prefill)."""
+    trajs = [traj for group in groups_P for traj in group.trajectories_G]
+    transitions = [t for traj in trajs for t in traj.transitions]
+    return {
+        "tokens/prompt": float(sum(t.ob.length for t in transitions)),
+        "tokens/sampled": float(sum(len(t.ac.tokens) for t in transitions)),
+        "tokens/prompt_shared": float(sum(shared_prompt_tokens(traj) for traj in trajs)),
+    }
+
+
+def trained_tokens(data_D: Sequence[Datum]) -> float:
+    """Action tokens the update trains on (mask > 0): sampled tokens less masked turns."""
+    return float(sum(int((d.loss_fn_inputs["mask"].to_torch() > 0).sum().item()) for d in data_D))
+
+
+def rollout_failure_metrics(groups: Sequence[SampledGroup], dropped: Sequence[DroppedGroup]) -> Metrics:
+    """Groups rolled out again (`retry`), groups dropped and episodes left out (`min_viable_group`)."""
+    return {
+        "rollout/groups_retried": float(sum(g.retries > 0 for g in groups)),
+        "rollout/retries": float(sum(g.retries for g in groups)),
+        "rollout/groups_dropped": float(len(dropped)),
+        "rollout/episodes_failed": float(sum(g.trajectories.num_failed for g in groups)),
+    }
+
+
+def compute_kl_pre_post(data_D: Sequence[Datum], new_logprobs_D: Sequence[torch.Tensor]) -> Metrics:
+    """How far the update moved the policy on the step's own action tokens (mask > 0): with
+    `d = sampling logprob - new logprob`, `optim/kl_pre_post` = mean(d) (an estimate of
+    KL(sampler || updated policy) on the sampled tokens) and `optim/kl_pre_post_v2` = 0.5 mean(d^2).
+    Empty when no datum has an action token."""
+    diffs: list[torch.Tensor] = []
+    for i, (datum, new_T) in enumerate(zip(data_D, new_logprobs_D, strict=True)):
+        sampling_T = datum.loss_fn_inputs["logprobs"].to_torch().double()
+        action_T = datum.loss_fn_inputs["mask"].to_torch() > 0
+        if new_T.shape != sampling_T.shape:
+            raise ValueError(f"datum {i}: {tuple(new_T.shape)} new logprobs for {tuple(sampling_T.shape)} sampled")
+        diffs.append(sampling_T[action_T] - new_T.detach().double()[action_T])
+    flat = torch.cat(diffs) if diffs else torch.empty(0)
+    if flat.numel() == 0:
+        return {}
+    return {"optim/kl_pre_post": flat.mean().item(), "optim/kl_pre_post_v2": 0.5 * (flat**2).mean().item()}
+
+
 def rollout_metrics(groups: Sequence[SampledGroup], prefix: str = "env") -> Metrics:
     """Reward, length and env metrics under `{prefix}/all/...` and `{prefix}/{tag}/...`.
 
@@ -125,7 +178,7 @@ def rollout_metrics(groups: Sequence[SampledGroup], prefix: str = "env") -> Metr
     `by_group/frac_mixed|frac_all_good|frac_all_bad` and `ac_tokens_per_turn`.
     """
     raw = compute_trajectory_metrics([g.trajectories for g in groups], [g.builder.logging_tags() for g in groups])
-    out: Metrics = {}
+    out: Metrics = token_metrics([g.trajectories for g in groups]) if prefix == "env" else {}
     for key, value in raw.items():
         if prefix == "env" and key.startswith(_BATCH_LEVEL):
             out[key.removeprefix("env/all/")] = value
@@ -142,9 +195,12 @@ def training_logprobs(outputs: Sequence[ForwardBackwardOutput]) -> list[torch.Te
 def train_step_metrics(
     data_D: Sequence[Datum], fb_outputs: Sequence[ForwardBackwardOutput], optim_outputs: Sequence[OptimStepOutput]
 ) -> Metrics:
-    """Sampler/trainer agreement and entropy over action tokens (`data_D` still holds its masks),
-    the summed loss, and the optimizer's metrics averaged over substeps."""
-    metrics = compute_kl_sample_train(data_D, training_logprobs(fb_outputs))
+    """Sampler/trainer agreement and entropy over action tokens (`data_D` still holds its masks;
+    left out when every action token is masked), the summed loss, the optimizer's metrics averaged
+    over substeps, and the trained token count (`tokens/trained`)."""
+    n_trained = trained_tokens(data_D)
+    metrics = compute_kl_sample_train(data_D, training_logprobs(fb_outputs)) if n_trained else {}
+    metrics["tokens/trained"] = n_trained
     metrics["optim/loss:sum"] = sum(fb.metrics.get("loss:sum", 0.0) for fb in fb_outputs)
     keys = {key for out in optim_outputs for key in out.metrics}
     for key in sorted(keys):

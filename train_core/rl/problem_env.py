@@ -55,6 +55,7 @@ class ProblemEnv(Env):
             next_observation=ModelInput.empty(),
             next_stop_condition=self.renderer.get_stop_sequences(),
             metrics={"format": format_ok, "correct": correct},
+            parse_ok=parsed,
         )
 
 

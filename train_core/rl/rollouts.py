@@ -10,9 +10,9 @@ import hashlib
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
-from train_core.rl.types import Env, EnvGroupBuilder, Trajectory, TrajectoryGroup, Transition
+from train_core.rl.types import LIMIT_STOPS, Env, EnvGroupBuilder, Trajectory, TrajectoryGroup, Transition
 from train_core.types import ModelInput, SampleResult, SamplingParams, StopCondition, TokensWithLogprobs
 
 TokenPolicy = Callable[[ModelInput, StopCondition], Awaitable[TokensWithLogprobs]]
@@ -37,17 +37,95 @@ def sampling_policy(sampler: Sampler, params: SamplingParams) -> TokenPolicy:
     return policy
 
 
-async def do_single_rollout(policy: TokenPolicy, env: Env) -> Trajectory:
-    """Alternate policy and env until the env says the episode is done."""
+@dataclass(frozen=True)
+class RolloutLimits:
+    """Per-episode limits; None = no limit. A limit that stops an episode sets its `stop_reason`.
+
+    `max_turns`: actions per episode. `max_tokens`: sampled tokens over all its turns (checked
+    after each turn). `timeout_s`: wall-clock budget of the whole episode (env calls and sampling;
+    a sample other episodes share is not cancelled, it still serves them). `max_context_tokens`:
+    an observation longer than this is not sampled from (`overflow`).
+    """
+
+    max_turns: int | None = None
+    max_tokens: int | None = None
+    timeout_s: float | None = None
+    max_context_tokens: int | None = None
+
+
+TerminationReward = float | Literal["zero"] | None
+"""For episodes a limit stopped: None = keep the env's rewards; a number = add it to the episode's
+total reward; "zero" = the episode's total reward becomes 0."""
+
+
+FailurePolicy = Literal["fail_fast", "retry", "min_viable_group"]
+
+
+@dataclass(frozen=True)
+class RolloutFailure:
+    """What an exception in a group's env or sampling call does. `fail_fast`: the run fails.
+    `retry`: the whole group is rolled out again (fresh envs, new seeds), up to `retries` times,
+    then the run fails. `min_viable_group`: members that raised are left out, and the group is
+    kept if at least `min_group_size` members finished (else it is dropped from the batch)."""
+
+    policy: FailurePolicy = "fail_fast"
+    retries: int = 2
+    min_group_size: int = 2
+
+
+@dataclass(frozen=True)
+class RolloutOptions:
+    limits: RolloutLimits = RolloutLimits()
+    termination_reward: TerminationReward = None
+    failure: RolloutFailure = RolloutFailure()
+
+
+async def do_single_rollout(policy: TokenPolicy, env: Env, limits: RolloutLimits | None = None) -> Trajectory:
+    """Alternate policy and env until the env says the episode is done or a limit stops it."""
+    limits = limits or RolloutLimits()
     transitions: list[Transition] = []
-    ob, stop = await env.initial_observation()
-    while True:
-        ac = await policy(ob, stop)
-        result = await env.step(ac.tokens)
-        transitions.append(Transition(ob, ac, result.reward, result.episode_done, result.metrics))
-        ob, stop = result.next_observation, result.next_stop_condition
-        if result.episode_done:
-            return Trajectory(transitions, final_ob=ob)
+    ob = ModelInput.empty()
+    deadline = None if limits.timeout_s is None else asyncio.get_running_loop().time() + limits.timeout_s
+    budget = asyncio.timeout_at(deadline)
+    try:
+        async with budget:
+            ob, stop = await env.initial_observation()
+            sampled = 0
+            while True:
+                if limits.max_context_tokens is not None and ob.length > limits.max_context_tokens:
+                    return Trajectory(transitions, final_ob=ob, stop_reason="overflow")
+                ac = await policy(ob, stop)
+                result = await env.step(ac.tokens)
+                transitions.append(
+                    Transition(ob, ac, result.reward, result.episode_done, result.metrics, result.parse_ok)
+                )
+                ob, stop = result.next_observation, result.next_stop_condition
+                sampled += len(ac.tokens)
+                if result.episode_done:
+                    return Trajectory(transitions, final_ob=ob)
+                if limits.max_turns is not None and len(transitions) >= limits.max_turns:
+                    return Trajectory(transitions, final_ob=ob, stop_reason="max_turns")
+                if limits.max_tokens is not None and sampled >= limits.max_tokens:
+                    return Trajectory(transitions, final_ob=ob, stop_reason="max_tokens")
+    except TimeoutError:
+        if not budget.expired():
+            raise  # the env's own timeout, not the episode budget
+        return Trajectory(transitions, final_ob=ob, stop_reason="timeout")
+
+
+def apply_termination_reward(group: TrajectoryGroup, termination_reward: TerminationReward) -> TrajectoryGroup:
+    """The group with each limit-stopped episode's final reward adjusted (see `TerminationReward`)."""
+    if termination_reward is None:
+        return group
+    finals = list(group.final_rewards_G)
+    for index, traj in enumerate(group.trajectories_G):
+        if traj.stop_reason not in LIMIT_STOPS:
+            continue
+        if termination_reward == "zero":
+            finals[index] = -sum(t.reward for t in traj.transitions)
+        else:
+            finals[index] += float(termination_reward)
+    return dataclasses.replace(group, final_rewards_G=finals)
 
 
 async def _gather_or_cancel(coros: Sequence[Coroutine[Any, Any, _T]]) -> list[_T]:
@@ -66,22 +144,55 @@ async def _gather_or_cancel(coros: Sequence[Coroutine[Any, Any, _T]]) -> list[_T
         raise
 
 
-async def do_group_rollout(builder: EnvGroupBuilder, policy: TokenPolicy) -> TrajectoryGroup:
-    """Roll out every env of a group at once, then add the group rewards; always clean up."""
+class GroupFailed(Exception):
+    """Fewer members of a group finished than `min_group_size`."""
+
+
+async def do_group_rollout(
+    builder: EnvGroupBuilder,
+    policy: TokenPolicy,
+    options: RolloutOptions | None = None,
+) -> TrajectoryGroup:
+    """Roll out every env of a group at once, then add the group rewards; always clean up.
+
+    Under `min_viable_group` a member that raises is left out (counted in `num_failed`); fewer
+    than `min_group_size` finished members raise `GroupFailed`. Otherwise the first error fails
+    the group, its other members cancelled."""
+    options = options or RolloutOptions()
     try:
         envs_G = list(await builder.make_envs())
-        trajectories_G = await _gather_or_cancel([do_single_rollout(policy, env) for env in envs_G])
+        coros = [do_single_rollout(policy, env, options.limits) for env in envs_G]
+        failed = 0
+        if options.failure.policy != "min_viable_group":
+            trajectories_G = await _gather_or_cancel(coros)
+        else:
+            outcomes = await asyncio.gather(*coros, return_exceptions=True)
+            for outcome in outcomes:
+                if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
+                    raise outcome
+            errors = [o for o in outcomes if isinstance(o, Exception)]
+            kept = [(env, o) for env, o in zip(envs_G, outcomes, strict=True) if isinstance(o, Trajectory)]
+            failed = len(errors)
+            if len(kept) < min(options.failure.min_group_size, len(envs_G)):
+                raise GroupFailed(
+                    f"{len(kept)} of {len(envs_G)} episodes finished, fewer than min_group_size "
+                    f"{options.failure.min_group_size}: {errors[0]!r}"
+                ) from errors[0]
+            envs_G = [env for env, _ in kept]
+            trajectories_G = [traj for _, traj in kept]
         rewards_and_metrics_G = await builder.compute_group_rewards(trajectories_G, envs_G)
         if len(rewards_and_metrics_G) != len(trajectories_G):
             raise ValueError(
                 f"{type(builder).__name__}.compute_group_rewards returned {len(rewards_and_metrics_G)} "
                 f"rewards for {len(trajectories_G)} trajectories"
             )
-        return TrajectoryGroup(
+        group = TrajectoryGroup(
             trajectories_G=trajectories_G,
             final_rewards_G=[reward for reward, _ in rewards_and_metrics_G],
             metrics_G=[metrics for _, metrics in rewards_and_metrics_G],
+            num_failed=failed,
         )
+        return apply_termination_reward(group, options.termination_reward)
     finally:
         await builder.cleanup()
 
@@ -110,15 +221,20 @@ def shared_sampling_policy(sampler: Sampler, params: SamplingParams, seed_key: S
             followers.append(future)
             return await future
         followers = followers_by_prompt[key] = []
+        call: asyncio.Future[SampleResult] | None = None
         try:
             await asyncio.sleep(0)  # the group's other envs reach this prompt in the same loop turn
             del followers_by_prompt[key]
             seed = derive_seed(*seed_key, key, calls_by_prompt[key])
             calls_by_prompt[key] += 1
             call_params = dataclasses.replace(params, stop=stop, seed=seed)
-            result = await sampler.sample(ob, 1 + len(followers), call_params)
+            call = asyncio.ensure_future(sampler.sample(ob, 1 + len(followers), call_params))
+            result = await asyncio.shield(call)
         except BaseException as exc:
             followers_by_prompt.pop(key, None)
+            if call is not None and isinstance(exc, asyncio.CancelledError):
+                _hand_over(call, followers)  # the leader was cancelled (its budget): the others still get samples
+                raise
             for future in followers:
                 if future.done():
                     continue
@@ -135,6 +251,35 @@ def shared_sampling_policy(sampler: Sampler, params: SamplingParams, seed_key: S
     return policy
 
 
+def _hand_over(call: asyncio.Future[SampleResult], followers: list[asyncio.Future[TokensWithLogprobs]]) -> None:
+    """After the leader of a shared sample call was cancelled: its followers get their sequences
+    when the call finishes; when no follower waits any more, the call is cancelled."""
+    if all(f.done() for f in followers):
+        call.cancel()
+        return
+
+    def deliver(done: asyncio.Future[SampleResult]) -> None:
+        pending = [f for f in followers if not f.done()]
+        if done.cancelled():
+            for f in pending:
+                f.cancel()
+        elif (error := done.exception()) is not None:
+            for f in pending:
+                f.set_exception(error)
+        else:
+            for f, sequence in zip(followers, done.result().sequences[1:], strict=True):
+                if not f.done():
+                    f.set_result(sequence)
+
+    def abandon(_: object) -> None:
+        if all(f.done() for f in followers) and not call.done():
+            call.cancel()
+
+    call.add_done_callback(deliver)
+    for f in followers:
+        f.add_done_callback(abandon)
+
+
 @dataclass(frozen=True)
 class SampledGroup:
     builder: EnvGroupBuilder
@@ -142,6 +287,16 @@ class SampledGroup:
     sampler_step: int
     """Optimizer steps the sampling weights had taken: a group trained at step s is
     `s - sampler_step` steps off-policy."""
+    retries: int = 0
+    """How many times the group was rolled out again after a failure (`retry` policy)."""
+
+
+@dataclass(frozen=True)
+class DroppedGroup:
+    """A group left out of the batch under `min_viable_group`, and why."""
+
+    builder: EnvGroupBuilder
+    error: str
 
 
 async def sample_group(
@@ -150,7 +305,30 @@ async def sample_group(
     sampler_step: int,
     params: SamplingParams,
     seed_key: Sequence[Hashable],
-) -> SampledGroup:
-    """Roll out one group with `sampler`; seeds derive from `seed_key` (see `shared_sampling_policy`)."""
-    policy = shared_sampling_policy(sampler, params, seed_key)
-    return SampledGroup(builder, await do_group_rollout(builder, policy), sampler_step)
+    options: RolloutOptions | None = None,
+) -> SampledGroup | DroppedGroup:
+    """Roll out one group with `sampler`; seeds derive from `seed_key` (see `shared_sampling_policy`).
+
+    `options` sets the episode limits, the termination reward and the failure policy; only
+    `min_viable_group` ever answers a `DroppedGroup`."""
+    options = options or RolloutOptions()
+    failure = options.failure
+    attempts = 1 + (failure.retries if failure.policy == "retry" else 0)
+    for attempt in range(attempts):
+        key = tuple(seed_key) if attempt == 0 else (*seed_key, "retry", attempt)
+        policy = shared_sampling_policy(sampler, params, key)
+        try:
+            group = await do_group_rollout(builder, policy, options)
+        except Exception as exc:
+            if failure.policy == "min_viable_group":
+                return DroppedGroup(builder, repr(exc) if not isinstance(exc, GroupFailed) else str(exc))
+            if attempt + 1 < attempts:
+                continue
+            raise
+        return SampledGroup(builder, group, sampler_step, retries=attempt)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def kept_groups(results: Sequence[SampledGroup | DroppedGroup]) -> tuple[list[SampledGroup], list[DroppedGroup]]:
+    """The sampled groups and the dropped ones, each in order."""
+    return [r for r in results if isinstance(r, SampledGroup)], [r for r in results if isinstance(r, DroppedGroup)]

@@ -9,11 +9,21 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 from train_core.types import ModelInput, StopCondition, TokensWithLogprobs
 
 Action = list[int]
 Metrics = dict[str, float]
+
+EpisodeStop = Literal["done", "max_turns", "max_tokens", "timeout", "overflow", "error"]
+"""Why an episode ended: the env said so (`done`), a rollout limit cut it short (`max_turns`,
+`max_tokens`, `timeout`, or `overflow`: an observation longer than the context), or it raised
+(`error`, only kept under a failure policy that tolerates it)."""
+
+EPISODE_STOPS: tuple[EpisodeStop, ...] = get_args(EpisodeStop)
+LIMIT_STOPS: frozenset[EpisodeStop] = frozenset({"max_turns", "max_tokens", "timeout", "overflow"})
+"""The stop reasons that a rollout limit imposes (what `termination_reward` applies to)."""
 
 
 @dataclass(frozen=True)
@@ -25,6 +35,9 @@ class StepResult:
     next_observation: ModelInput
     next_stop_condition: StopCondition
     metrics: Metrics = field(default_factory=dict)
+    parse_ok: bool = True
+    """False when the action could not be parsed (the renderer's `ok`, or the env's own check);
+    `parse_error_policy=mask` leaves such turns out of training."""
 
 
 class Env(ABC):
@@ -48,6 +61,7 @@ class Transition:
     reward: float
     episode_done: bool
     metrics: Metrics = field(default_factory=dict)
+    parse_ok: bool = True
 
 
 @dataclass(frozen=True)
@@ -56,6 +70,7 @@ class Trajectory:
 
     transitions: list[Transition]
     final_ob: ModelInput
+    stop_reason: EpisodeStop = "done"
 
 
 @dataclass(frozen=True)
@@ -65,6 +80,8 @@ class TrajectoryGroup:
     trajectories_G: list[Trajectory]
     final_rewards_G: list[float]
     metrics_G: list[Metrics]
+    num_failed: int = 0
+    """Members left out because they raised (`min_viable_group`)."""
 
     def __post_init__(self) -> None:
         n = len(self.trajectories_G)

@@ -1,0 +1,215 @@
+"""reward_fn_rl: RL without writing an env. A prompt data set and one or more reward functions
+named as `module:function` (TRL's `reward_funcs`): each prompt is answered `group_size` times and
+each reply scored by `fn(prompt, completion, record)`; scores are numbers, or dicts of named
+numbers summed with `reward_weights`. Runs in every RL mode.
+
+Records: `{"prompt": "..."}` (one user message), `{"prompt": [{role, content}, ...]}` or
+`{"messages": [...]}` (chat format); any other keys (e.g. a reference `answer`) reach the reward
+function in `record`. An optional string `completion` per record is a demonstration for the warm
+start. Defaults: the shipped prompts and `recipes.rewards.examples:length_and_keyword`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+
+from kitchen.config import defaults
+from kitchen.datasets import load_records
+from kitchen.errors import DataError
+from kitchen.recipe import Recipe
+from kitchen.rl.settings import RLSettings
+from kitchen.rl.workflow import rl_workflow_for
+from recipes.data import shipped_data
+from recipes.rewards import RewardFn, resolve_reward_fns, score, weighted_total
+from train_core.renderers.base import Renderer
+from train_core.renderers.messages import Message
+from train_core.rl.task import RLTask
+from train_core.rl.types import Action, Env, EnvGroupBuilder, RLDataset, StepResult
+from train_core.types import ModelInput, StopCondition
+
+
+@defaults(learning_rate=1e-3, max_tokens=16, group_size=4, groups_per_batch=8, num_batches=20, eval_every=5)
+class Config(RLSettings):
+    dataset: str = Field(
+        default_factory=lambda: shipped_data("reward_fn/prompts.jsonl"),
+        description="prompts: JSONL / JSON / parquet, or a hub dataset name",
+    )
+    eval_dataset: str | None = Field(
+        default_factory=lambda: shipped_data("reward_fn/eval.jsonl"), description="held-out prompts; none = no eval"
+    )
+    split: str = Field("train", description="hub datasets: the split to read")
+    reward_fn: list[str] = Field(
+        default_factory=lambda: ["recipes.rewards.examples:length_and_keyword"],
+        description="reward functions as module:function (one, or a list)",
+    )
+    reward_weights: dict[str, float] = Field(default_factory=dict, description="weight of each named score (default 1)")
+
+    @field_validator("reward_fn", mode="before")
+    @classmethod
+    def _one_or_more(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("reward_fn")
+    @classmethod
+    def _importable(cls, specs: list[str]) -> list[str]:
+        if not specs:
+            raise ValueError("name at least one reward function (module:function)")
+        resolve_reward_fns(specs)  # a ValueError names what cannot be imported
+        return specs
+
+    @model_validator(mode="after")
+    def _weights_name_scores(self) -> Config:
+        fns = resolve_reward_fns(self.reward_fn)
+        if all(not _returns_dict(fn) for fn in fns):
+            names = {fn.name for fn in fns}
+            unknown = sorted(set(self.reward_weights) - names)
+            if unknown:
+                raise ValueError(f"reward_weights names {unknown[0]!r}; the reward functions are {sorted(names)}")
+        return self
+
+
+def _returns_dict(fn: RewardFn) -> bool:
+    """Whether the function may return a dict (its annotation says so, or it has none)."""
+    annotation = getattr(fn.fn, "__annotations__", {}).get("return")
+    return annotation is None or "dict" in str(annotation).lower() or "mapping" in str(annotation).lower()
+
+
+def prompt_of(record: Mapping[str, Any], where: str) -> tuple[Any, list[Message]]:
+    """The prompt as the reward function sees it (text, or messages) and as the policy sees it."""
+    prompt = record.get("prompt", record.get("messages"))
+    if isinstance(prompt, str):
+        return prompt, [Message(role="user", content=prompt)]
+    if (
+        isinstance(prompt, list)
+        and prompt
+        and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt
+        )
+    ):
+        return prompt, [Message(role=m["role"], content=m["content"]) for m in prompt]
+    raise DataError(f"{where}: a record needs a string 'prompt', or a list of {{role, content}} 'prompt' / 'messages'")
+
+
+@dataclass(frozen=True)
+class PromptRecord:
+    record: dict[str, Any]
+    prompt: Any
+    messages: list[Message]
+
+
+def load_prompt_records(source: str, split: str) -> list[PromptRecord]:
+    records = [dict(r) for r in load_records(source, split=split)]
+    if not records:
+        raise DataError(f"{source}: no records")
+    out = []
+    for index, record in enumerate(records):
+        prompt, messages = prompt_of(record, f"{source} record {index + 1}")
+        out.append(PromptRecord(record, prompt, messages))
+    return out
+
+
+class RewardFnEnv(Env):
+    """One prompt, one reply, scored by the reward functions."""
+
+    def __init__(
+        self, item: PromptRecord, renderer: Renderer, fns: Sequence[RewardFn], weights: Mapping[str, float]
+    ) -> None:
+        self.item, self.renderer, self.fns, self.weights = item, renderer, fns, weights
+
+    async def initial_observation(self) -> tuple[ModelInput, StopCondition]:
+        return self.renderer.build_generation_prompt(self.item.messages), self.renderer.get_stop_sequences()
+
+    async def step(self, action: Action) -> StepResult:
+        message, parsed = self.renderer.parse_response(action)
+        scores = await score(self.fns, self.item.prompt, message["content"], self.item.record)
+        return StepResult(
+            reward=weighted_total(scores, self.weights),
+            episode_done=True,
+            next_observation=ModelInput.empty(),
+            next_stop_condition=self.renderer.get_stop_sequences(),
+            metrics={f"score/{name}": value for name, value in scores.items()},
+            parse_ok=parsed,
+        )
+
+
+@dataclass(frozen=True)
+class RewardFnGroup(EnvGroupBuilder):
+    item: PromptRecord
+    renderer: Renderer
+    fns: Sequence[RewardFn]
+    weights: Mapping[str, float]
+    group_size: int
+    tag: str
+
+    async def make_envs(self) -> list[RewardFnEnv]:
+        return [RewardFnEnv(self.item, self.renderer, self.fns, self.weights) for _ in range(self.group_size)]
+
+    def logging_tags(self) -> list[str]:
+        return [self.tag]
+
+
+@dataclass(frozen=True)
+class PromptDataset(RLDataset):
+    """Batches of `groups_per_batch` prompts: a seeded shuffle per epoch, wrapping around."""
+
+    items: list[PromptRecord]
+    make: Any
+    groups_per_batch: int
+    seed: int
+
+    def get_batch(self, index: int) -> list[EnvGroupBuilder]:
+        start = index * self.groups_per_batch
+        out = []
+        for position in range(start, start + self.groups_per_batch):
+            epoch, offset = divmod(position, len(self.items))
+            order = list(range(len(self.items)))
+            random.Random(f"reward_fn/{self.seed}/{epoch}").shuffle(order)
+            out.append(self.make(self.items[order[offset]]))
+        return out
+
+    def __len__(self) -> int:
+        return max(1, len(self.items) // self.groups_per_batch)
+
+
+@dataclass(frozen=True)
+class CompletionDemonstrations:
+    """The records' `completion`s as replies, for the warm start."""
+
+    items: list[PromptRecord]
+
+    def __call__(self, rng: random.Random, count: int) -> list[list[Message]]:
+        out = []
+        for _ in range(count):
+            item = rng.choice(self.items)
+            out.append([*item.messages, Message(role="assistant", content=str(item.record["completion"]))])
+        return out
+
+
+def build_task(config: Config, renderer: Renderer) -> RLTask:
+    fns = resolve_reward_fns(config.reward_fn)
+    weights = dict(config.reward_weights)
+    train = load_prompt_records(config.dataset, config.split)
+
+    def group(tag: str) -> Any:
+        return lambda item: RewardFnGroup(item, renderer, fns, weights, config.group_size, tag)
+
+    held_out = load_prompt_records(config.eval_dataset, config.split) if config.eval_dataset else []
+    demos = [item for item in train if isinstance(item.record.get("completion"), str)]
+    return RLTask(
+        train=PromptDataset(train, group("prompts"), config.groups_per_batch, config.seed),
+        eval_builders=[group("eval")(item) for item in held_out],
+        demonstrations=CompletionDemonstrations(demos) if demos else None,
+    )
+
+
+RECIPE = Recipe(
+    name="reward_fn_rl",
+    description="RL on a prompt data set scored by reward functions named module:function (no env to write)",
+    config_cls=Config,
+    workflow=rl_workflow_for(build_task),
+)

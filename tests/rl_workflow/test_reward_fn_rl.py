@@ -1,0 +1,121 @@
+"""reward_fn_rl: RL from a prompt data set and reward functions named module:function."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kitchen.cli import main
+from kitchen.config import load_config
+from kitchen.errors import ConfigError, DataError
+from kitchen.launch import run_recipe
+from kitchen.metrics import read_metrics
+from kitchen.recipe import configs_dir, get_recipe
+from kitchen.runner import StageFailure
+from recipes.rewards import resolve_reward_fn, resolve_reward_fns, score, weighted_total
+
+RECIPE = get_recipe("reward_fn_rl")
+QUICK = ["backend=noop", "num_batches=2", "groups_per_batch=4", "eval_every=1", "save_every=0", "warm_start_steps=2"]
+MODES = {
+    "sync": [],
+    "stream_minibatch": ["stream_minibatch.num_minibatches=2"],
+    "async": ["async_config.max_steps_off_policy=1"],
+}
+SHIPPED = configs_dir() / "reward_fn_rl.yaml"
+T = "tests.rl_workflow.reward_fns_for_tests"
+
+
+def run(tmp_path: Path, *overrides: str, config_file: Path | None = SHIPPED) -> list[dict[str, Any]]:
+    config = load_config(RECIPE.config_cls, config_file, [*QUICK, f"log_path={tmp_path}", *overrides])
+    return read_metrics(run_recipe(RECIPE, config, progress=False).metrics)
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_shipped_config_runs_on_noop_in_every_mode(tmp_path: Path, mode: str) -> None:
+    rows = run(tmp_path, *MODES[mode])
+    assert [row["step"] for row in rows] == [0, 1]
+    for row in rows:
+        assert {"env/prompts/score/length", "env/prompts/score/keyword", "eval/eval/reward/total"} <= row.keys()
+        expected = 0.5 * row["env/all/score/length"] + row["env/all/score/keyword"]
+        assert row["env/all/reward/total"] == pytest.approx(expected)
+
+
+def test_the_reward_function_sees_prompt_completion_and_record(tmp_path: Path) -> None:
+    rows = run(tmp_path, f"reward_fn=[{T}:sees_prompt_and_record, {T}:first_char_even]", "reward_weights={}")
+    assert all(row["env/all/score/has_prompt"] == 1.0 and row["env/all/score/has_answer"] == 1.0 for row in rows)
+    assert all("env/all/score/first_char_even" in row for row in rows)
+
+
+def test_async_reward_functions_and_a_chat_format_data_set(tmp_path: Path) -> None:
+    data = tmp_path / "chat.jsonl"
+    records = [{"prompt": [{"role": "user", "content": f"Name {w}."}], "answer": w} for w in ("a", "b", "c", "d")]
+    data.write_text("".join(json.dumps(r) + "\n" for r in records))
+    rows = run(
+        tmp_path / "run",
+        f"dataset={data}",
+        "eval_dataset=null",
+        "warm_start_steps=0",
+        "reward_fn=recipes.rewards.examples:async_keyword_reward",
+        "reward_weights={}",
+        config_file=None,
+    )
+    assert all("env/all/score/async_keyword_reward" in row for row in rows)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("no_colon", "is not 'module:function'"),
+        ("no_such_module_xyz:f", "module 'no_such_module_xyz' cannot be imported"),
+        (f"{T}:missing", "has no 'missing'"),
+        (f"{T}:NOT_A_FUNCTION", "is a int, not a function"),
+    ],
+)
+def test_a_reward_function_that_cannot_be_resolved_is_a_config_error(spec: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(RECIPE.config_cls, None, [f"reward_fn={spec}"])
+
+
+def test_a_weight_naming_no_function_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="reward_weights names 'lenght'"):
+        load_config(RECIPE.config_cls, None, [f"reward_fn={T}:first_char_even", "reward_weights={lenght: 1}"])
+
+
+def test_cli_validate_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", "reward_fn_rl", "reward_fn=no_such_module_xyz:f"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no_such_module_xyz" in err
+
+
+def test_a_non_number_reward_fails_the_run_naming_the_function(tmp_path: Path) -> None:
+    with pytest.raises(StageFailure, match=r"says_hello returned str 'hello'; a reward must be a number"):
+        run(tmp_path, f"reward_fn={T}:says_hello", "reward_weights={}", "warm_start_steps=0")
+
+
+def test_score_and_weights() -> None:
+    fns = resolve_reward_fns(["recipes.rewards.examples:length_and_keyword", f"{T}:first_char_even"])
+    scores = asyncio.run(score(fns, "p", "The sea", {"answer": "sea", "target_length": 7}))
+    assert scores == {"length": 1.0, "keyword": 1.0, "first_char_even": 1.0}  # ord('T') = 84
+    with pytest.raises(DataError, match="reward_weights names 'x'"):
+        weighted_total(scores, {"x": 1.0})
+    with pytest.raises(DataError, match="must be finite"):
+        asyncio.run(score([resolve_reward_fn(f"{T}:infinite")], "p", "", {}))
+
+
+@given(st.dictionaries(st.sampled_from("abcde"), st.floats(-5, 5), min_size=1), st.data())
+def test_weighted_total_is_the_weighted_sum(scores: dict[str, float], data: st.DataObject) -> None:
+    names = sorted(scores)
+    weights = data.draw(st.dictionaries(st.sampled_from(names), st.floats(-3, 3)))
+    expected = sum(weights.get(name, 1.0) * value for name, value in scores.items())
+    assert weighted_total(scores, weights) == pytest.approx(expected)
+
+
+def test_runs_on_the_local_backend_with_the_tiny_model(tmp_path: Path) -> None:
+    rows = run(tmp_path, "backend=local", "num_batches=1", "eval_every=0", "group_size=2")
+    assert rows[0]["step"] == 0 and rows[0]["tokens/trained"] > 0 and "optim/kl_sample_train_v2" in rows[0]
