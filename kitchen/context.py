@@ -90,6 +90,8 @@ class Context:
         self.step = resume.step if resume else 0
         self.total_steps: int | None = None
         self.persist_keys: tuple[str, ...] = ()
+        self.hooks: tuple[Any, ...] = ()
+        """The run's hooks (set by the runner), for stages that start sub-runs."""
         self._loops: dict[str, LoopPosition] = {}
         self._step_end_callbacks: list[Callable[[], None]] = []
         self._metric_scopes: list[list[dict[str, Any]]] = []

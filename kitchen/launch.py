@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -82,6 +83,18 @@ def run_recipe(
     backend: ServiceBackend | None = None,
 ) -> RunDir:
     """Run `recipe` with `config`; resumes if `log_path` already holds a resumable checkpoint."""
+    return asyncio.run(run_recipe_async(recipe, config, hooks, progress, backend))
+
+
+async def run_recipe_async(
+    recipe: Recipe,
+    config: RunConfig,
+    hooks: Sequence[Hooks] = (),
+    progress: bool = True,
+    backend: ServiceBackend | None = None,
+) -> RunDir:
+    """`run_recipe` inside a running event loop (e.g. a recipe that runs others as sub-runs, each
+    in its own directory). The sub-run's stages see none of the caller's stage declarations."""
     workflow = validate_recipe(recipe, config)
     run_dir = RunDir(resolve_log_path(recipe.name, config))
     run_dir.path.mkdir(parents=True, exist_ok=True)
@@ -98,7 +111,8 @@ def run_recipe(
     ctx = build_context(recipe, config, run_dir, service, resume, logger)
     all_hooks = [*hooks, ProgressHook()] if progress else list(hooks)
     try:
-        asyncio.run(Runner(workflow, all_hooks).run(ctx))
+        # A fresh contextvars context: the runner and its stages start with no stage running.
+        await asyncio.create_task(Runner(workflow, all_hooks).run(ctx), context=contextvars.Context())
     finally:
         sink.close()
     return run_dir

@@ -5,10 +5,11 @@ lives in `train_core.preference`."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from kitchen.completers import as_async_judge
 from kitchen.context import Context
 from kitchen.errors import DataError
 from kitchen.ports import SamplingClient
@@ -187,8 +188,10 @@ class EvaluatePreferences(Stage):
 
 
 class Judge(Protocol):
-    def __call__(self, prompt: Sequence[Message], completion_A: Message, completion_B: Message) -> float:
-        """-1 prefers A, +1 prefers B, 0 is a tie."""
+    def __call__(
+        self, prompt: Sequence[Message], completion_A: Message, completion_B: Message
+    ) -> float | Awaitable[float]:
+        """-1 prefers A, +1 prefers B, 0 is a tie; a judge that calls a model returns an awaitable."""
         ...
 
 
@@ -212,16 +215,20 @@ class EvaluateWinRate(Stage):
 
     Uses the first `win_rate_prompts` held-out prompts and one reply per model and prompt at
     `win_rate_temperature`, with the same seed for both models (common random numbers) and
-    `win_rate_max_tokens` at most.
+    `win_rate_max_tokens` at most. `judge` is a judge, or the state key of one opened during the
+    run (a learned judge, see `OpenJudge`); all its calls run concurrently. With `prefix` the
+    metrics are `{prefix}/win_rate...` instead.
     """
 
-    reads = ("training_client", "reference_client", "renderer", "eval_prompts")
     calls = ("TrainingClient.save_weights_and_get_sampling_client", "SamplingClient.sample")
     config_keys = ("win_rate_prompts", "win_rate_max_tokens", "win_rate_temperature", "seed")
 
-    def __init__(self, judge: Judge, name: str | None = None) -> None:
+    def __init__(self, judge: Judge | str, name: str | None = None, prefix: str = "eval") -> None:
         super().__init__(name)
         self.judge = judge
+        self.prefix = prefix
+        own = ("training_client", "reference_client", "renderer", "eval_prompts")
+        self.reads = (*own, judge) if isinstance(judge, str) else own
 
     async def run(self, ctx: Context) -> None:
         config = ctx.config
@@ -241,13 +248,15 @@ class EvaluateWinRate(Stage):
         policy = await ctx["training_client"].save_weights_and_get_sampling_client()
         policy_P = await sample_replies(policy, renderer, prompts_P, params_P)
         reference_P = await sample_replies(ctx["reference_client"], renderer, prompts_P, params_P)
-        policy_as_B = [self.judge(p, ref, pol) for p, ref, pol in zip(prompts_P, reference_P, policy_P, strict=True)]
-        policy_as_A = [self.judge(p, pol, ref) for p, ref, pol in zip(prompts_P, reference_P, policy_P, strict=True)]
+        judge = as_async_judge(ctx[self.judge] if isinstance(self.judge, str) else self.judge)
+        triples = list(zip(prompts_P, reference_P, policy_P, strict=True))
+        policy_as_B = await asyncio.gather(*(judge(p, ref, pol) for p, ref, pol in triples))
+        policy_as_A = await asyncio.gather(*(judge(p, pol, ref) for p, ref, pol in triples))
         result = win_rate_both_orderings(policy_as_B, policy_as_A)
         ctx.record(
             {
-                "eval/win_rate": result.win_rate,
-                "eval/win_rate_stderr": result.stderr,
-                "eval/win_rate_prompts": result.num_comparisons,
+                f"{self.prefix}/win_rate": result.win_rate,
+                f"{self.prefix}/win_rate_stderr": result.stderr,
+                f"{self.prefix}/win_rate_prompts": result.num_comparisons,
             }
         )
