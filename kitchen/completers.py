@@ -76,9 +76,7 @@ class PreferenceModelJudge:
         ]
         outputs = await asyncio.gather(*(self.client.compute_logprobs(tokens) for tokens, _ in examples))
         return {
-            label: sum(
-                float(lp) * float(w) for lp, w in zip(logprobs, weights, strict=True) if lp is not None and w
-            )
+            label: sum(float(lp) * float(w) for lp, w in zip(logprobs, weights, strict=True) if lp is not None and w)
             for label, (_, weights), logprobs in zip(labels, examples, outputs, strict=True)
         }
 

@@ -53,8 +53,8 @@ from kitchen.rl.update import ApplyKLPenalty
 from kitchen.rl.workflow import rl_workflow
 from kitchen.settings import OtherModel, RendererSettings
 from kitchen.stage import Stage
-from kitchen.subruns import PhaseBackend
 from kitchen.stages.setup import CloseBackend, CreateReferenceClient
+from kitchen.subruns import PhaseBackend
 from kitchen.supervised.examples import Conversation
 from kitchen.supervised.settings import ChatSupervisedSettings
 from kitchen.supervised.workflow import supervised_workflow
@@ -186,7 +186,9 @@ def preference_model_workflow(config: PreferenceModelPhase) -> Workflow:
 
 
 def rl_task(config: RLPhase, renderer: Renderer) -> RLTask:
-    prompts = [labeled.comparison.prompt_conversation for labeled in read_comparisons(config.dataset, config.dataset_layout)]
+    prompts = [
+        labeled.comparison.prompt_conversation for labeled in read_comparisons(config.dataset, config.dataset_layout)
+    ]
     dataset = PairwisePreferenceDataset(
         prompts,
         renderer,
@@ -253,7 +255,9 @@ def rl_phase_workflow(config: RLPhase) -> Workflow:
 PHASE_RECIPES: dict[Phase, Recipe] = {
     "sft": Recipe("rlhf_sft", "rlhf phase 1: SFT on the comparisons' completions", SFTPhase, sft_workflow),
     "preference_model": Recipe(
-        "rlhf_preference_model", "rlhf phase 2: a pairwise preference model", PreferenceModelPhase,
+        "rlhf_preference_model",
+        "rlhf phase 2: a pairwise preference model",
+        PreferenceModelPhase,
         preference_model_workflow,
     ),
     "rl": Recipe("rlhf_rl", "rlhf phase 3: RL from pairwise preferences", RLPhase, rl_phase_workflow),
@@ -276,7 +280,9 @@ class Config(RendererSettings, ComparisonData):
     reward_judge: str = Field(PREFERENCE_MODEL, description="RL rewards: preference_model, or a rule judge")
     win_rate_judge: str | None = Field("polite_arithmetic", description="judge of the RL policy's win rate")
     sft_checkpoint: str | None = Field(None, description="phases 2-3 start here; default RUN_DIR/sft")
-    preference_model_checkpoint: str | None = Field(None, description="phase 3's judge; default RUN_DIR/preference_model")
+    preference_model_checkpoint: str | None = Field(
+        None, description="phase 3's judge; default RUN_DIR/preference_model"
+    )
     sft: dict[str, Any] = Field(default_factory=dict, description="phase 1 keys (rlhf_sft settings)")
     preference_model: dict[str, Any] = Field(default_factory=dict, description="phase 2 keys")
     rl: dict[str, Any] = Field(default_factory=dict, description="phase 3 keys (RL settings)")

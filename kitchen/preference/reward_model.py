@@ -89,9 +89,7 @@ class WriteComparisonConversations(Stage):
         ctx["eval_comparisons"] = held_out
 
 
-def preference_accuracy(
-    scores_chosen_as_B: Sequence[float], scores_chosen_as_A: Sequence[float]
-) -> dict[str, float]:
+def preference_accuracy(scores_chosen_as_B: Sequence[float], scores_chosen_as_A: Sequence[float]) -> dict[str, float]:
     """Judge metrics on labeled pairs asked in both orderings: `accuracy` (share of the 2n
     judgements that prefer the chosen completion strictly), `position_bias` (mean lean towards B,
     (s1 + s2) / 2 per pair), `margin` (mean score in the chosen completion's favour)."""

@@ -22,6 +22,7 @@ from train_core.preference.datasets import SkipReport, load_comparisons
 from train_core.preference.datums import preference_datums
 from train_core.preference.dpo import dpo_loss, make_dpo_custom_loss, pair_sequence_logprobs
 from train_core.preference.evaluation import win_rate_both_orderings
+from train_core.preference.losses import PreferenceLossParams
 from train_core.renderers.base import Message, Renderer
 from train_core.renderers.errors import RendererError
 from train_core.supervised import mean_nll
@@ -142,18 +143,23 @@ class ComputeReferenceLogprobs(Stage):
 
 
 class SubmitDPOStep(Stage):
-    """Submit the DPO forward-backward (one forward through the custom loss against the batch's
-    reference logprobs) and the optimizer step with the scheduled learning rate; do not wait."""
+    """Submit the DPO forward-backward (one forward through the custom loss of `loss_type` against
+    the batch's reference logprobs) and the optimizer step with the scheduled learning rate; do
+    not wait. (The reference-free `simpo` and `orpo` ignore the reference logprobs.)"""
 
     reads = ("training_client", "batch", "batch_reference_logprobs")
     writes = ("inflight",)
     calls = ("TrainingClient.forward_backward_custom", "TrainingClient.optim_step")
-    config_keys = (*ADAM_KEYS, "dpo_beta")
+    config_keys = (*ADAM_KEYS, "dpo_beta", "loss_type", "label_smoothing", "simpo_gamma", "orpo_lambda")
 
     async def run(self, ctx: Context) -> None:
         client = ctx["training_client"]
         params = adam_params(ctx)
-        loss_fn = make_dpo_custom_loss(ctx["batch_reference_logprobs"], ctx.config.dpo_beta)
+        config = ctx.config
+        loss_params = PreferenceLossParams(
+            label_smoothing=config.label_smoothing, simpo_gamma=config.simpo_gamma, orpo_lambda=config.orpo_lambda
+        )
+        loss_fn = make_dpo_custom_loss(ctx["batch_reference_logprobs"], config.dpo_beta, config.loss_type, loss_params)
         fb = await client.forward_backward_custom(ctx["batch"], loss_fn)
         put_in_flight(ctx, params, fb, await client.optim_step(params))
 

@@ -115,7 +115,9 @@ def test_resume_inside_a_phase_matches_an_uninterrupted_run(tmp_path: Path, phas
         run(tmp_path / "crashed", hooks=[CrashAfterStep(crash_step) if phase == "sft" else _CrashIn(phase, crash_step)])
     run(tmp_path / "crashed")
     for name in ("sft", "preference_model", "rl"):
-        assert without_times(phase_rows(tmp_path / "crashed", name)) == without_times(phase_rows(tmp_path / "whole", name))
+        assert without_times(phase_rows(tmp_path / "crashed", name)) == without_times(
+            phase_rows(tmp_path / "whole", name)
+        )
     resumed = [json.loads(line) for line in (tmp_path / "crashed" / phase / "events.jsonl").read_text().splitlines()]
     assert any(e.get("event") == "run.resume" for e in resumed)
 

@@ -70,7 +70,10 @@ class PairwisePreferenceGroupBuilder(EnvGroupBuilder):
         pairs = tournament_pairs(len(replies), self.scheme)
         scores = await asyncio.gather(*(self.judge(self.prompt, replies[a], replies[b]) for a, b in pairs))
         result = tournament_rewards(len(replies), pairs, scores)
-        group: Metrics = {"preference/win_rate_in_group": result.win_rate_in_group, "preference/ties": result.tie_fraction}
+        group: Metrics = {
+            "preference/win_rate_in_group": result.win_rate_in_group,
+            "preference/ties": result.tie_fraction,
+        }
         if result.position_bias is not None:
             group["preference/position_bias"] = result.position_bias
         return [(reward, {**group, "preference/win_score": reward}) for reward in result.rewards_G]
