@@ -101,7 +101,7 @@ class ComparisonData(RunConfig):
     eval_dataset=TEST,
     renderer="role_colon",
     batch_size=32,
-    num_epochs=2,
+    num_epochs=8,
     learning_rate=3e-3,
     max_length=64,
     save_every=20,
@@ -130,13 +130,13 @@ class PreferenceModelPhase(ChatSupervisedSettings, ComparisonData):
 
 @defaults(
     renderer="role_colon",
-    learning_rate=1e-3,
+    learning_rate=3e-4,
     group_size=4,
     groups_per_batch=16,
-    num_batches=20,
+    num_batches=60,
     max_tokens=24,
-    eval_every=10,
-    save_every=5,
+    eval_every=20,
+    save_every=10,
 )
 class RLPhase(RLSettings, ComparisonData):
     dataset: str = Field(TRAIN, description="comparison file whose prompts RL samples for")

@@ -87,3 +87,19 @@ def test_each_loss_trains_through_forward_backward_custom_on_noop(tmp_path: Path
     run_dir = run_dpo_recipe(tmp_path, ["backend=noop", "max_steps=2", "eval_every=0", f"loss_type={loss_type}"])
     rows = read_metrics(run_dir.metrics)
     assert len(rows) == 2 and all(math.isfinite(row["dpo_loss"]) for row in rows)
+
+
+def test_dpo_win_rate_with_a_learned_judge_on_noop(tmp_path: Path) -> None:
+    run_dir = run_dpo_recipe(
+        tmp_path,
+        [
+            "backend=noop",
+            "max_steps=2",
+            "eval_every=2",
+            "win_rate_prompts=4",
+            "win_rate_judge=preference_model",
+            "win_rate_judge_model.model_name=tiny",
+        ],
+    )
+    last = read_metrics(run_dir.metrics)[-1]
+    assert 0.0 <= last["eval/win_rate"] <= 1.0 and last["eval/win_rate_prompts"] == 4
