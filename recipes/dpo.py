@@ -21,7 +21,6 @@ from kitchen.workflow import Workflow
 from recipes.data import shipped_data
 from recipes.judges import check_judge_name, get_judge
 
-
 PREFERENCE_MODEL = "preference_model"
 """`win_rate_judge` value naming a learned judge (see `kitchen.completers.PreferenceModelJudge`)."""
 

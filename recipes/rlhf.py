@@ -33,7 +33,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from kitchen.backends import backend_specs
-from kitchen.checkpoints import finished, resolve_state_path
+from kitchen.checkpoints import CheckpointRecord, append_record, finished, read_records, resolve_state_path
 from kitchen.config import Count, RunConfig, defaults
 from kitchen.context import Context
 from kitchen.errors import ConfigError
@@ -365,11 +365,31 @@ class RunPhase(Stage):
         return resolve_state_path(path)
 
 
+class RecordFinalPhase(Stage):
+    """A `final` record in the run's own checkpoints.jsonl pointing at the last phase's final
+    weights, so the run directory can be named wherever a checkpoint is expected (e.g. as a
+    teacher or a judge: the RL policy after phase=all)."""
+
+    def __init__(self, phase: Phase) -> None:
+        super().__init__("record_final_phase")
+        self.phase = phase
+
+    async def run(self, ctx: Context) -> None:
+        if ctx.run_dir is None:
+            return
+        records = [r for r in read_records(ctx.run_dir / self.phase / "checkpoints.jsonl") if r.name == "final"]
+        if records:
+            last = records[-1]
+            final = CheckpointRecord("final", 0, state_path=last.state_path, sampler_path=last.sampler_path)
+            append_record(ctx.run_dir / "checkpoints.jsonl", final)
+
+
 def workflow(config: Config) -> Workflow:
     """One stage per phase to run; each phase's own workflow is checked now, before any work."""
     for phase in config.phases():
         validate_recipe(PHASE_RECIPES[phase], phase_config(config, phase, Path(config.log_path or "RUN_DIR")))
-    return Workflow("rlhf", steps=[RunPhase(phase) for phase in config.phases()], finally_=[CloseBackend()])
+    steps: list[Node] = [RunPhase(phase) for phase in config.phases()]
+    return Workflow("rlhf", steps=[*steps, RecordFinalPhase(config.phases()[-1])], finally_=[CloseBackend()])
 
 
 RECIPE = Recipe(
