@@ -20,20 +20,15 @@ def test_rlhf_on_the_tiny_model(tmp_path: Path) -> None:
     config = load_config(
         recipe.config_cls,
         None,
-        [
-            f"log_path={tmp_path}",
-            "sft.num_epochs=6",
-            "preference_model.judge_eval_pairs=50",
-            "rl.num_batches=30",
-            "rl.eval_every=0",
-            "rl.win_rate_prompts=50",
-            "rl.learning_rate=5e-4",
-        ],
+        # the shipped defaults (a shorter RL phase or a larger learning rate does not beat the
+        # SFT policy reliably); intermediate win-rate evaluations off
+        [f"log_path={tmp_path}", "rl.eval_every=0"],
     )
     run_recipe(recipe, config, progress=False)
     pm = [row for row in read_metrics(tmp_path / "preference_model" / "metrics.jsonl") if "eval/judge_accuracy" in row]
     assert pm[-1]["eval/judge_accuracy"] >= 0.9
     assert abs(pm[-1]["eval/judge_position_bias"]) < 0.2
     final = read_metrics(tmp_path / "rl" / "metrics.jsonl")[-1]
-    assert final["eval/win_rate"] > 0.5 + final["eval/win_rate_stderr"]
+    assert final["eval/win_rate"] >= 0.65
+    assert final["eval/win_rate"] - 2 * final["eval/win_rate_stderr"] > 0.5
     assert read_records(tmp_path / "rl" / "checkpoints.jsonl")[-1].name == "final"
