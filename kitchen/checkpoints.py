@@ -101,3 +101,20 @@ def resolve_sampler_path(path: str) -> str:
     if not with_sampler:
         raise ConfigError(f"run directory {path} has no checkpoint with sampler weights yet")
     return str(with_sampler[-1].sampler_path)
+
+
+def resolve_state_path(path: str) -> str:
+    """Training state (weights + optimizer) to start from `path`: a run directory gives its last
+    resumable checkpoint's `state_path`; anything else is used as it is."""
+    records_file = Path(path) / "checkpoints.jsonl"
+    if "://" in path or not records_file.is_file():
+        return path
+    record = last_resumable(records_file)
+    if record is None or record.state_path is None:
+        raise ConfigError(f"run directory {path} has no checkpoint with training state yet")
+    return record.state_path
+
+
+def finished(path: Path) -> bool:
+    """Whether the run directory `path` holds a final checkpoint (the run completed)."""
+    return any(record.name == "final" for record in read_records(path / "checkpoints.jsonl"))

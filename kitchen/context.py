@@ -96,6 +96,8 @@ class Context:
         """Loop positions when the last completed step ended (what a final checkpoint records)."""
         self.fingerprint: dict[str, Any] = {}
         """What this run trains (`kitchen.rundir.fingerprint`), recorded with every checkpoint."""
+        self.hooks: tuple[Any, ...] = ()
+        """The run's hooks (set by the runner), for stages that start sub-runs."""
         self._loops: dict[str, LoopPosition] = {}
         self._step_end_callbacks: list[Callable[[], None]] = []
         self._metric_scopes: list[list[dict[str, Any]]] = []

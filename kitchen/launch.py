@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import contextvars
 import os
 import time
 from collections.abc import Sequence
@@ -205,6 +206,18 @@ def run_recipe(
     backend: ServiceBackend | None = None,
 ) -> RunDir:
     """Run `recipe` with `config`; resumes if `log_path` already holds a resumable checkpoint."""
+    return asyncio.run(run_recipe_async(recipe, config, hooks, progress, backend))
+
+
+async def run_recipe_async(
+    recipe: Recipe,
+    config: RunConfig,
+    hooks: Sequence[Hooks] = (),
+    progress: bool = True,
+    backend: ServiceBackend | None = None,
+) -> RunDir:
+    """`run_recipe` inside a running event loop (e.g. a recipe that runs others as sub-runs, each
+    in its own directory). The sub-run's stages see none of the caller's stage declarations."""
     install_logging_filter()
     workflow, path = preflight(recipe, config)
     run_dir = RunDir(path)
@@ -253,7 +266,8 @@ def run_recipe(
         observe.attach(ctx)
         all_hooks = [*hooks, *observe.hooks, ProgressHook()] if progress else [*hooks, *observe.hooks]
         with handle_sigterm():  # buffered events reach the disk even when the run is killed
-            asyncio.run(Runner(workflow, all_hooks).run(ctx))
+            # A fresh contextvars context: the runner and its stages start with no stage running.
+            await asyncio.create_task(Runner(workflow, all_hooks).run(ctx), context=contextvars.Context())
     finally:
         if observe is not None:
             observe.close()

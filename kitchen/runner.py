@@ -151,6 +151,7 @@ class Runner:
             ctx.state.keys(), ctx.ports.keys(), config_cls if issubclass(config_cls, BaseModel) else None
         )
         ctx.persist_keys = tuple(self.workflow.persisted_keys())
+        ctx.hooks = tuple(self.hooks)
         if ctx.resume is not None and ctx.resume.loops:
             self._resume_loops = dict(ctx.resume.loops)
             self._innermost_resumed = list(ctx.resume.loops)[-1]

@@ -11,12 +11,18 @@ from pydantic import Field, field_validator
 
 from kitchen.config import defaults
 from kitchen.errors import ConfigError
+from kitchen.preference.reward_model import OpenModelJudge
 from kitchen.preference.settings import PreferenceSettings
 from kitchen.preference.workflow import preference_workflow
 from kitchen.recipe import Recipe
+from kitchen.settings import OtherModel
+from kitchen.stages.setup import CreateReferenceClient
 from kitchen.workflow import Workflow
 from recipes.data import shipped_data
 from recipes.judges import check_judge_name, get_judge
+
+PREFERENCE_MODEL = "preference_model"
+"""`win_rate_judge` value naming a learned judge (see `kitchen.completers.PreferenceModelJudge`)."""
 
 
 @defaults(
@@ -28,19 +34,35 @@ from recipes.judges import check_judge_name, get_judge
 class Config(PreferenceSettings):
     win_rate_judge: str | None = Field(
         None,
-        description="also measure the policy's win rate against the reference with this judge (see recipes.judges)",
+        description="also measure the policy's win rate against the reference with this judge: a rule "
+        "(see recipes.judges) or preference_model (a learned judge at win_rate_judge_model)",
     )
+    win_rate_judge_model: OtherModel = Field(
+        default_factory=OtherModel, description="win_rate_judge=preference_model: its checkpoint or run directory"
+    )
+    allow_tie: bool = Field(False, description="the learned judge was trained with a Tie answer")
 
     @field_validator("win_rate_judge")
     @classmethod
     def _registered_judge(cls, name: str | None) -> str | None:
+        if name is None or name == PREFERENCE_MODEL:
+            return name
         try:
-            return None if name is None else check_judge_name(name)
+            return check_judge_name(name)
         except ConfigError as exc:
             raise ValueError(str(exc)) from None
 
 
 def workflow(config: Config) -> Workflow:
+    if config.win_rate_judge == PREFERENCE_MODEL:
+        model = config.win_rate_judge_model
+        if not (model.checkpoint or model.model_name):
+            raise ConfigError("win_rate_judge=preference_model needs win_rate_judge_model.checkpoint (or .model_name)")
+        setup = [
+            CreateReferenceClient("judge_client", "judge_client_path", model_key="win_rate_judge_model"),
+            OpenModelJudge(),
+        ]
+        return preference_workflow("judge", judge_setup=setup)
     return preference_workflow(get_judge(config.win_rate_judge) if config.win_rate_judge else None)
 
 

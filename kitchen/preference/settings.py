@@ -7,6 +7,7 @@ from pydantic import Field
 from kitchen.config import Count
 from kitchen.settings import DatasetSettings, OptimizerSettings, RendererSettings
 from train_core.preference.datasets import Layout
+from train_core.preference.losses import PreferenceLossType
 
 
 class PreferenceSettings(DatasetSettings, RendererSettings, OptimizerSettings):
@@ -15,6 +16,12 @@ class PreferenceSettings(DatasetSettings, RendererSettings, OptimizerSettings):
 
     dataset_layout: Layout = Field("comparisons", description="comparisons | hh_rlhf | ultrafeedback (both files)")
     dpo_beta: float = Field(0.1, gt=0, description="DPO temperature: reward = beta * (logp - logp_ref)")
+    loss_type: PreferenceLossType = Field(
+        "sigmoid", description="sigmoid (DPO) | ipo | hinge | robust | simpo | orpo (train_core.preference.losses)"
+    )
+    label_smoothing: float = Field(0.0, ge=0, lt=0.5, description="robust: the assumed label-noise rate")
+    simpo_gamma: float = Field(0.5, description="simpo: the target reward margin")
+    orpo_lambda: float = Field(0.1, ge=0, description="orpo: weight of the odds-ratio term")
     win_rate_prompts: Count = Field(32, description="held-out prompts the win rate samples")
     win_rate_max_tokens: Count = 32
     win_rate_temperature: float = Field(1.0, ge=0)

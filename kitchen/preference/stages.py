@@ -5,10 +5,11 @@ lives in `train_core.preference`."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from kitchen.completers import as_async_judge
 from kitchen.context import Context
 from kitchen.errors import DataError
 from kitchen.ports import SamplingClient
@@ -21,6 +22,7 @@ from train_core.preference.datasets import SkipReport, load_comparisons
 from train_core.preference.datums import preference_datums
 from train_core.preference.dpo import dpo_loss, make_dpo_custom_loss, pair_sequence_logprobs
 from train_core.preference.evaluation import win_rate_both_orderings
+from train_core.preference.losses import PreferenceLossParams
 from train_core.renderers.base import Message, Renderer
 from train_core.renderers.errors import RendererError
 from train_core.supervised import mean_nll
@@ -141,18 +143,23 @@ class ComputeReferenceLogprobs(Stage):
 
 
 class SubmitDPOStep(Stage):
-    """Submit the DPO forward-backward (one forward through the custom loss against the batch's
-    reference logprobs) and the optimizer step with the scheduled learning rate; do not wait."""
+    """Submit the DPO forward-backward (one forward through the custom loss of `loss_type` against
+    the batch's reference logprobs) and the optimizer step with the scheduled learning rate; do
+    not wait. (The reference-free `simpo` and `orpo` ignore the reference logprobs.)"""
 
     reads = ("training_client", "batch", "batch_reference_logprobs")
     writes = ("inflight",)
     calls = ("TrainingClient.forward_backward_custom", "TrainingClient.optim_step")
-    config_keys = (*ADAM_KEYS, "dpo_beta")
+    config_keys = (*ADAM_KEYS, "dpo_beta", "loss_type", "label_smoothing", "simpo_gamma", "orpo_lambda")
 
     async def run(self, ctx: Context) -> None:
         client = ctx["training_client"]
         params = adam_params(ctx)
-        loss_fn = make_dpo_custom_loss(ctx["batch_reference_logprobs"], ctx.config.dpo_beta)
+        config = ctx.config
+        loss_params = PreferenceLossParams(
+            label_smoothing=config.label_smoothing, simpo_gamma=config.simpo_gamma, orpo_lambda=config.orpo_lambda
+        )
+        loss_fn = make_dpo_custom_loss(ctx["batch_reference_logprobs"], config.dpo_beta, config.loss_type, loss_params)
         fb = await client.forward_backward_custom(ctx["batch"], loss_fn)
         put_in_flight(ctx, params, fb, await client.optim_step(params))
 
@@ -187,8 +194,10 @@ class EvaluatePreferences(Stage):
 
 
 class Judge(Protocol):
-    def __call__(self, prompt: Sequence[Message], completion_A: Message, completion_B: Message) -> float:
-        """-1 prefers A, +1 prefers B, 0 is a tie."""
+    def __call__(
+        self, prompt: Sequence[Message], completion_A: Message, completion_B: Message
+    ) -> float | Awaitable[float]:
+        """-1 prefers A, +1 prefers B, 0 is a tie; a judge that calls a model returns an awaitable."""
         ...
 
 
@@ -212,16 +221,20 @@ class EvaluateWinRate(Stage):
 
     Uses the first `win_rate_prompts` held-out prompts and one reply per model and prompt at
     `win_rate_temperature`, with the same seed for both models (common random numbers) and
-    `win_rate_max_tokens` at most.
+    `win_rate_max_tokens` at most. `judge` is a judge, or the state key of one opened during the
+    run (a learned judge, see `OpenJudge`); all its calls run concurrently. With `prefix` the
+    metrics are `{prefix}/win_rate...` instead.
     """
 
-    reads = ("training_client", "reference_client", "renderer", "eval_prompts")
     calls = ("TrainingClient.save_weights_and_get_sampling_client", "SamplingClient.sample")
     config_keys = ("win_rate_prompts", "win_rate_max_tokens", "win_rate_temperature", "seed")
 
-    def __init__(self, judge: Judge, name: str | None = None) -> None:
+    def __init__(self, judge: Judge | str, name: str | None = None, prefix: str = "eval") -> None:
         super().__init__(name)
         self.judge = judge
+        self.prefix = prefix
+        own = ("training_client", "reference_client", "renderer", "eval_prompts")
+        self.reads = (*own, judge) if isinstance(judge, str) else own
 
     async def run(self, ctx: Context) -> None:
         config = ctx.config
@@ -241,13 +254,15 @@ class EvaluateWinRate(Stage):
         policy = await ctx["training_client"].save_weights_and_get_sampling_client()
         policy_P = await sample_replies(policy, renderer, prompts_P, params_P)
         reference_P = await sample_replies(ctx["reference_client"], renderer, prompts_P, params_P)
-        policy_as_B = [self.judge(p, ref, pol) for p, ref, pol in zip(prompts_P, reference_P, policy_P, strict=True)]
-        policy_as_A = [self.judge(p, pol, ref) for p, ref, pol in zip(prompts_P, reference_P, policy_P, strict=True)]
+        judge = as_async_judge(ctx[self.judge] if isinstance(self.judge, str) else self.judge)
+        triples = list(zip(prompts_P, reference_P, policy_P, strict=True))
+        policy_as_B = await asyncio.gather(*(judge(p, ref, pol) for p, ref, pol in triples))
+        policy_as_A = await asyncio.gather(*(judge(p, pol, ref) for p, ref, pol in triples))
         result = win_rate_both_orderings(policy_as_B, policy_as_A)
         ctx.record(
             {
-                "eval/win_rate": result.win_rate,
-                "eval/win_rate_stderr": result.stderr,
-                "eval/win_rate_prompts": result.num_comparisons,
+                f"{self.prefix}/win_rate": result.win_rate,
+                f"{self.prefix}/win_rate_stderr": result.stderr,
+                f"{self.prefix}/win_rate_prompts": result.num_comparisons,
             }
         )

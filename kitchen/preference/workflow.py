@@ -3,6 +3,8 @@ held-out evaluation and checkpoints."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from kitchen.preference.stages import (
     ComputeReferenceLogprobs,
     EvaluatePreferences,
@@ -15,12 +17,13 @@ from kitchen.preference.stages import (
 from kitchen.stages.checkpoint import SaveCheckpoint
 from kitchen.stages.setup import CloseBackend, CreateReferenceClient, CreateTrainingClient, GetTokenizer, MakeRenderer
 from kitchen.stages.training import CollectTrainStep, loss_fn_metrics
-from kitchen.workflow import Loop, When, Workflow, every
+from kitchen.workflow import Loop, Node, When, Workflow, every
 
 
-def preference_workflow(judge: Judge | None = None) -> Workflow:
+def preference_workflow(judge: Judge | str | None = None, judge_setup: Sequence[Node] = ()) -> Workflow:
     """The DPO workflow; with a `judge`, each evaluation also measures the policy's win rate
-    against the reference model.
+    against the reference model. `judge` may be the state key of a judge that `judge_setup`
+    stages open once the clients exist (a learned preference model, `OpenModelJudge`).
 
     Step i's reference logprobs are computed while step i-1 trains (one step stays in flight),
     and every evaluation and checkpoint sees the weights after the current step.
@@ -34,6 +37,7 @@ def preference_workflow(judge: Judge | None = None) -> Workflow:
             LoadPreferenceData(),
             CreateTrainingClient(),
             CreateReferenceClient(),
+            *judge_setup,
             ComputeReferenceLogprobs("eval_data", "eval_reference_logprobs", name="score_held_out_reference"),
             Loop(
                 "train",

@@ -11,7 +11,8 @@ stages.
 Variants fill slots instead of adding flags: `setup` stages run once before RL (a warm start, a
 reference or teacher model), `adjust` stages rewrite the assembled datums' advantages before the
 train step (a KL penalty, a teacher's KL), `after_update` stages run after each step's update,
-`evaluators` run with the held-out reward (before the step's update).
+`evaluators` run with the held-out reward (before the step's update), `after_training` stages
+once after the last update (e.g. a final evaluation of the trained policy).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ def rl_workflow(
     adjust: Sequence[Node] = (),
     after_update: Sequence[Node] = (),
     evaluators: Sequence[Node] = (),
+    after_training: Sequence[Node] = (),
 ) -> Workflow:
     """The RL workflow for a recipe's task in `mode`, with the slots filled (see the module doc)."""
     prepare: list[Node] = [ComputeAdvantages(), AssembleData(), *adjust]
@@ -94,6 +96,7 @@ def rl_workflow(
             *setup,
             RefreshSampler(after_update=False),
             *main,
+            *after_training,
             SaveCheckpoint(final=True),
         ],
         finally_=[CloseBackend()],

@@ -19,12 +19,14 @@ def supervised_workflow(
     prepare_data: Sequence[Node] = (),
     files_key: str | None = None,
     before_training: Sequence[Node] = (),
+    evaluators: Sequence[Node] = (),
 ) -> Workflow:
     """Pipelined cross-entropy steps over a data set, with held-out NLL and checkpoints.
 
     Slots: `prepare_data` stages run before the data is loaded (e.g. writing it: a teacher's
     answers), and then the data comes from the files they put under `files_key` instead of the
-    config's `dataset`; `before_training` stages run once the training client exists."""
+    config's `dataset`; `before_training` stages run once the training client exists;
+    `evaluators` run with the held-out NLL (every `eval_every` steps and at the last)."""
     return Workflow(
         name=name,
         steps=[
@@ -42,7 +44,7 @@ def supervised_workflow(
                     GetSupervisedBatch(),
                     SubmitTrainStep(),
                     CollectTrainStep(keep=1),
-                    When("eval", every("eval_every", include_last=True), [EvaluateNLL()]),
+                    When("eval", every("eval_every", include_last=True), [EvaluateNLL(), *evaluators]),
                     When(
                         "checkpoint",
                         every("save_every"),

@@ -18,6 +18,15 @@ SMOKE_OVERRIDES: dict[str, list[str]] = {
     "chat_sl": ["max_steps=4", "save_every=2", "eval_every=2", "batch_size=8"],
     "dpo": ["max_steps=4", "save_every=2", "eval_every=2", "batch_size=4", "max_length=64"],
     "math_rl": ["num_batches=4", "save_every=2", "eval_every=2", "warm_start_steps=2", "groups_per_batch=4"],
+    "rlhf": [
+        "sft.max_steps=2",
+        "preference_model.max_steps=2",
+        "preference_model.judge_eval_pairs=4",
+        "rl.num_batches=2",
+        "rl.groups_per_batch=2",
+        "rl.group_size=3",
+        "rl.win_rate_prompts=4",
+    ],
     "guess_number": ["num_batches=4", "save_every=2", "eval_every=2", "warm_start_steps=2", "max_number=4"],
     # The shipped teacher is local weights; on noop the teachers are base models.
     "distill_on_policy": [
@@ -37,6 +46,7 @@ SMOKE_OVERRIDES: dict[str, list[str]] = {
         "group_size=2",
         "max_tokens=16",
     ],
+    "reward_fn_rl": ["num_batches=3", "save_every=2", "eval_every=2", "warm_start_steps=2", "groups_per_batch=4"],
     "distill_prompt": ["teacher.checkpoint=null", "max_steps=4", "save_every=2", "eval_every=2", "batch_size=8"],
 }
 

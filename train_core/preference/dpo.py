@@ -8,11 +8,13 @@ sequence logprob is `sum(token_logprob * weight)`, so only completion tokens cou
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 
+from train_core.preference.losses import PairBatch, PreferenceLossParams, preference_loss
 from train_core.types import Datum
 
 # The shape of `kitchen.ports.CustomLossFn`, restated so train_core does not import kitchen.
@@ -75,14 +77,22 @@ def pair_sequence_logprobs(
     return sequence_logprobs_D[0::2], sequence_logprobs_D[1::2]
 
 
-def make_dpo_custom_loss(ref_logprobs_D: Sequence[torch.Tensor], beta: float) -> DpoCustomLossFn:
+def make_dpo_custom_loss(
+    ref_logprobs_D: Sequence[torch.Tensor],
+    beta: float,
+    loss_type: str = "sigmoid",
+    params: PreferenceLossParams | None = None,
+) -> DpoCustomLossFn:
     """The custom loss for `forward_backward_custom` on one interleaved batch.
 
     `ref_logprobs_D` holds the frozen reference model's logprobs of each datum's target tokens,
     in the same order as the data (`compute_logprobs` of `train_core.rl.kl_penalty.logprob_input(
     datum)`, through `target_logprobs`). The returned metrics add `num_tokens` (completion tokens).
+    `loss_type` picks a loss of `train_core.preference.losses` (`sigmoid` is DPO); `params` holds
+    its other parameters (its `beta` is replaced by `beta`).
     """
     ref_D = [ref.detach() for ref in ref_logprobs_D]
+    loss_params = dataclasses.replace(params or PreferenceLossParams(), beta=beta)
 
     def dpo_custom_loss(data: Sequence[Datum], logprobs_D: list[torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
         if not len(data) == len(logprobs_D) == len(ref_D):
@@ -95,7 +105,12 @@ def make_dpo_custom_loss(ref_logprobs_D: Sequence[torch.Tensor], beta: float) ->
         chosen_ref_P, rejected_ref_P = pair_sequence_logprobs(
             [ref.to(dev) for ref, dev in zip(ref_D, devices_D, strict=True)], weights_D
         )
-        loss, metrics = dpo_loss(chosen_P, rejected_P, chosen_ref_P, rejected_ref_P, beta)
+        if loss_type == "sigmoid":
+            loss, metrics = dpo_loss(chosen_P, rejected_P, chosen_ref_P, rejected_ref_P, beta)
+        else:
+            lengths_D = torch.stack([w.float().sum().clamp(min=1.0) for w in weights_D])
+            pairs = PairBatch(chosen_P, rejected_P, chosen_ref_P, rejected_ref_P, lengths_D[0::2], lengths_D[1::2])
+            loss, metrics = preference_loss(loss_type, pairs, loss_params)
         metrics["num_tokens"] = float(sum(w.sum().item() for w in weights_D))
         return loss, metrics
 

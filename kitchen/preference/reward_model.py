@@ -1,0 +1,160 @@
+"""Stages for learned pairwise judges (preference models) and for judges inside a run.
+
+- `WriteComparisonConversations`: comparison files (any DPO layout) rewritten as chat examples for
+  the supervised workflow: a preference model's examples (each comparison in both orderings), or
+  the completions themselves (a supervised warm start on them).
+- `EvaluatePreferenceModel`: held-out accuracy and position bias of the model being trained, as
+  a judge (no sampling).
+- `OpenModelJudge` / `ProvideJudge`: put a judge in the run state, a learned one on a sampling
+  client opened earlier, or a ready one (a rule).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from kitchen.completers import PreferenceModelJudge, as_async_judge
+from kitchen.context import Context
+from kitchen.errors import DataError
+from kitchen.stage import Stage
+from train_core.errors import DataFormatError
+from train_core.preference.comparison_prompt import both_orderings, comparison_example
+from train_core.preference.datasets import load_comparisons
+from train_core.preference.types import LabeledComparison
+from train_core.renderers.base import Message
+
+ExampleKind = Literal["preference_model", "chosen", "both"]
+
+
+def read_comparisons(path: str, layout: str) -> list[LabeledComparison]:
+    try:
+        comparisons, _ = load_comparisons(path, layout)  # type: ignore[arg-type]
+    except DataFormatError as exc:
+        raise DataError(str(exc)) from None
+    return comparisons
+
+
+def conversations(comparisons: Sequence[LabeledComparison], kind: ExampleKind, allow_tie: bool) -> list[list[Message]]:
+    """The chat examples of `kind` built from labeled comparisons."""
+    if kind == "preference_model":
+        return [comparison_example(labeled, allow_tie) for labeled in both_orderings(comparisons)]
+    examples = []
+    for labeled in comparisons:
+        chosen, rejected = labeled.chosen_and_rejected()
+        prompt = labeled.comparison.prompt_conversation
+        examples.append([*prompt, *chosen])
+        if kind == "both":
+            examples.append([*prompt, *rejected])
+    return examples
+
+
+class WriteComparisonConversations(Stage):
+    """Rewrite the comparison files as `{"messages": [...]}` JSONL under the run directory
+    (`RUN_DIR/data/{train,eval}.jsonl`) and put their paths under `files_key` for
+    `LoadSupervisedData`; keep the held-out comparisons under `eval_comparisons` for evaluators.
+
+    `kind`: `preference_model` (each comparison in both orderings, answered `A` / `B`), `chosen`
+    (the preferred completions) or `both` (chosen and rejected: a deliberately mixed warm start).
+    """
+
+    config_keys = ("dataset", "eval_dataset", "dataset_layout", "allow_tie")
+
+    def __init__(self, kind: ExampleKind, files_key: str = "example_files", name: str | None = None) -> None:
+        super().__init__(name)
+        self.kind = kind
+        self.writes = (files_key, "eval_comparisons")
+        self.files_key = files_key
+
+    async def run(self, ctx: Context) -> None:
+        config = ctx.config
+        folder = (ctx.run_dir or Path(".")) / "data"
+        folder.mkdir(parents=True, exist_ok=True)
+        files: dict[str, str] = {}
+        held_out: list[LabeledComparison] = []
+        for split, source in (("train", config.dataset), ("eval", config.eval_dataset)):
+            if source is None:
+                continue
+            comparisons = read_comparisons(source, config.dataset_layout)
+            if split == "eval":
+                held_out = comparisons
+            lines = [json.dumps({"messages": c}) for c in conversations(comparisons, self.kind, config.allow_tie)]
+            path = folder / f"{split}.jsonl"
+            path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+            files[split] = str(path)
+        ctx[self.files_key] = files
+        ctx["eval_comparisons"] = held_out
+
+
+def preference_accuracy(scores_chosen_as_B: Sequence[float], scores_chosen_as_A: Sequence[float]) -> dict[str, float]:
+    """Judge metrics on labeled pairs asked in both orderings: `accuracy` (share of the 2n
+    judgements that prefer the chosen completion strictly), `position_bias` (mean lean towards B,
+    (s1 + s2) / 2 per pair), `margin` (mean score in the chosen completion's favour)."""
+    n = len(scores_chosen_as_B)
+    if n == 0 or n != len(scores_chosen_as_A):
+        raise ValueError(f"{n} and {len(scores_chosen_as_A)} scores: need the same non-zero count")
+    right = sum(s > 0 for s in scores_chosen_as_B) + sum(s < 0 for s in scores_chosen_as_A)
+    return {
+        "accuracy": right / (2 * n),
+        "position_bias": sum(b + a for b, a in zip(scores_chosen_as_B, scores_chosen_as_A, strict=True)) / (2 * n),
+        "margin": sum(b - a for b, a in zip(scores_chosen_as_B, scores_chosen_as_A, strict=True)) / (2 * n),
+        "num_pairs": float(n),
+    }
+
+
+class EvaluatePreferenceModel(Stage):
+    """The model being trained, as a judge, on the first `judge_eval_pairs` held-out comparisons
+    in both orderings: `eval/judge_accuracy`, `eval/judge_position_bias`, `eval/judge_margin`."""
+
+    reads = ("training_client", "renderer", "eval_comparisons")
+    calls = ("TrainingClient.save_weights_and_get_sampling_client", "SamplingClient.compute_logprobs")
+    config_keys = ("allow_tie", "judge_eval_pairs")
+
+    async def run(self, ctx: Context) -> None:
+        pairs = ctx["eval_comparisons"][: ctx.config.judge_eval_pairs]
+        if not pairs:
+            return
+        client = await ctx["training_client"].save_weights_and_get_sampling_client()
+        judge = PreferenceModelJudge(client, ctx["renderer"], ctx.config.allow_tie)
+
+        async def both(labeled: LabeledComparison) -> tuple[float, float]:
+            chosen, rejected = labeled.chosen_and_rejected()
+            prompt = labeled.comparison.prompt_conversation
+            return await asyncio.gather(judge(prompt, rejected[0], chosen[0]), judge(prompt, chosen[0], rejected[0]))
+
+        scores = await asyncio.gather(*(both(labeled) for labeled in pairs))
+        metrics = preference_accuracy([b for b, _ in scores], [a for _, a in scores])
+        ctx.record({f"eval/judge_{key}": value for key, value in metrics.items()})
+
+
+class OpenModelJudge(Stage):
+    """A `PreferenceModelJudge` on the sampling client in state key `client_key` (opened by
+    `CreateReferenceClient(model_key=...)`), as `judge_key`."""
+
+    config_keys = ("allow_tie",)
+
+    def __init__(self, client_key: str = "judge_client", judge_key: str = "judge", name: str | None = None) -> None:
+        super().__init__(name)
+        self.client_key = client_key
+        self.reads = (client_key, "renderer")
+        self.writes = (judge_key,)
+        self.judge_key = judge_key
+
+    async def run(self, ctx: Context) -> None:
+        ctx[self.judge_key] = PreferenceModelJudge(ctx[self.client_key], ctx["renderer"], ctx.config.allow_tie)
+
+
+class ProvideJudge(Stage):
+    """A ready judge (e.g. a rule) as `judge_key`, made async."""
+
+    def __init__(self, judge: Callable[..., Any], judge_key: str = "judge", name: str | None = None) -> None:
+        super().__init__(name)
+        self.judge = judge
+        self.writes = (judge_key,)
+        self.judge_key = judge_key
+
+    async def run(self, ctx: Context) -> None:
+        ctx[self.judge_key] = as_async_judge(self.judge)

@@ -1,0 +1,130 @@
+"""Pairwise preference losses on sequence logprobs, in one table (as `train_core.losses` is for
+the per-token losses), selected by name (`loss_type`).
+
+Inputs per pair p: `lc`, `lr` the policy's summed logprobs of the chosen and rejected completions
+(gradients flow through them), `rc`, `rr` the frozen reference's, `nc`, `nr` the completions'
+token counts. `h = (lc - rc) - (lr - rr)` is the DPO log-ratio margin, `sigma` the logistic
+function. Every formula returns one loss per pair; the batch loss is their mean.
+
+- `sigmoid` (DPO, Rafailov et al. 2023): `-log sigma(beta h)`.
+- `ipo` (IPO, Azar et al. 2023, eq. 17): `(h - 1 / (2 beta))^2`; beta is the paper's tau.
+- `hinge` (SLiC-HF, Zhao et al. 2023): `max(0, 1 - beta h)`.
+- `robust` (conservative DPO / label smoothing, Mitchell 2023): with label-noise rate eps,
+  `(1 - eps) (-log sigma(beta h)) + eps (-log sigma(-beta h))`.
+- `simpo` (SimPO, Meng et al. 2024, eq. 6), reference-free and length-normalised:
+  `-log sigma(beta lc / nc - beta lr / nr - gamma)`.
+- `orpo` (ORPO, Hong et al. 2024, eqs. 6-7), reference-free: the chosen completion's per-token
+  NLL plus `lambda * -log sigma(log odds(c) - log odds(r))`, where `log odds(y) = a - log(1 -
+  exp(a))` with `a` the mean per-token logprob of y.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+PreferenceLossType = Literal["sigmoid", "ipo", "hinge", "robust", "simpo", "orpo"]
+
+
+@dataclass(frozen=True)
+class PairBatch:
+    """Sequence logprobs and lengths of P pairs (1-D tensors of one shape)."""
+
+    chosen: torch.Tensor
+    rejected: torch.Tensor
+    chosen_ref: torch.Tensor
+    rejected_ref: torch.Tensor
+    chosen_len: torch.Tensor
+    rejected_len: torch.Tensor
+
+    @property
+    def margin(self) -> torch.Tensor:
+        return (self.chosen - self.chosen_ref) - (self.rejected - self.rejected_ref)
+
+
+@dataclass(frozen=True)
+class PreferenceLossParams:
+    beta: float = 0.1
+    label_smoothing: float = 0.0
+    simpo_gamma: float = 0.5
+    orpo_lambda: float = 0.1
+
+
+def sigmoid_loss(b: PairBatch, p: PreferenceLossParams) -> torch.Tensor:
+    return -F.logsigmoid(p.beta * b.margin)
+
+
+def ipo_loss(b: PairBatch, p: PreferenceLossParams) -> torch.Tensor:
+    return (b.margin - 1.0 / (2.0 * p.beta)) ** 2
+
+
+def hinge_loss(b: PairBatch, p: PreferenceLossParams) -> torch.Tensor:
+    return torch.relu(1.0 - p.beta * b.margin)
+
+
+def robust_loss(b: PairBatch, p: PreferenceLossParams) -> torch.Tensor:
+    eps = p.label_smoothing
+    return (1.0 - eps) * -F.logsigmoid(p.beta * b.margin) + eps * -F.logsigmoid(-p.beta * b.margin)
+
+
+def simpo_loss(b: PairBatch, p: PreferenceLossParams) -> torch.Tensor:
+    return -F.logsigmoid(p.beta * b.chosen / b.chosen_len - p.beta * b.rejected / b.rejected_len - p.simpo_gamma)
+
+
+def _log_odds(mean_logprob: torch.Tensor) -> torch.Tensor:
+    """log(q / (1 - q)) for q = exp(mean_logprob) < 1, computed stably."""
+    clamped = torch.clamp(mean_logprob, max=-1e-6)
+    return clamped - torch.log(-torch.expm1(clamped))
+
+
+def orpo_loss(b: PairBatch, p: PreferenceLossParams) -> torch.Tensor:
+    mean_c, mean_r = b.chosen / b.chosen_len, b.rejected / b.rejected_len
+    return -mean_c + p.orpo_lambda * -F.logsigmoid(_log_odds(mean_c) - _log_odds(mean_r))
+
+
+@dataclass(frozen=True)
+class PreferenceLossSpec:
+    name: PreferenceLossType
+    formula: Callable[[PairBatch, PreferenceLossParams], torch.Tensor]
+    uses_reference: bool
+
+
+PREFERENCE_LOSSES: dict[str, PreferenceLossSpec] = {
+    spec.name: spec
+    for spec in (
+        PreferenceLossSpec("sigmoid", sigmoid_loss, True),
+        PreferenceLossSpec("ipo", ipo_loss, True),
+        PreferenceLossSpec("hinge", hinge_loss, True),
+        PreferenceLossSpec("robust", robust_loss, True),
+        PreferenceLossSpec("simpo", simpo_loss, False),
+        PreferenceLossSpec("orpo", orpo_loss, False),
+    )
+}
+
+
+def preference_loss(
+    loss_type: str, batch: PairBatch, params: PreferenceLossParams
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The mean loss of `loss_type` over the pairs, and DPO-style metrics (`dpo_loss` holds the
+    loss value whatever the type; rewards are `beta * (logp - logp_ref)`)."""
+    if loss_type not in PREFERENCE_LOSSES:
+        raise ValueError(f"unknown preference loss {loss_type!r} (known: {', '.join(PREFERENCE_LOSSES)})")
+    if batch.chosen.numel() == 0:
+        raise ValueError("a preference loss needs at least one pair")
+    loss = PREFERENCE_LOSSES[loss_type].formula(batch, params).mean()
+    with torch.no_grad():
+        chosen_reward = params.beta * (batch.chosen - batch.chosen_ref)
+        rejected_reward = params.beta * (batch.rejected - batch.rejected_ref)
+        metrics = {
+            "dpo_loss": loss.item(),
+            "accuracy": (chosen_reward > rejected_reward).float().mean().item(),
+            "margin": (chosen_reward - rejected_reward).mean().item(),
+            "chosen_reward": chosen_reward.mean().item(),
+            "rejected_reward": rejected_reward.mean().item(),
+            "num_pairs": float(batch.chosen.numel()),
+        }
+    return loss, metrics
