@@ -67,7 +67,9 @@ def main() -> None:
                 backend = LocalBackend(Path(scratch) / f"ckpt-{size}-{workers}", distributed=options)
                 data = make_batch(backend, base, args.rows, args.length)
                 rates[workers] = asyncio.run(steps_per_second(backend, base, data, args.steps, args.warmup))
-                print(f"{size}: {workers} worker(s): {rates[workers]:.2f} steps/s ({1000 / rates[workers]:.0f} ms/step)")
+                print(
+                    f"{size}: {workers} worker(s): {rates[workers]:.2f} steps/s ({1000 / rates[workers]:.0f} ms/step)"
+                )
             ratio = rates[2] / rates[1]
             print(f"{size}: 2 workers / 1 worker = {ratio:.2f}")
     print(f"ratio (2 workers / 1 worker, last model): {ratio:.2f}")

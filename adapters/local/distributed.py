@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import itertools
 import os
 import random
@@ -100,9 +101,12 @@ def ensure_ray(address: str | None) -> Any:
         raise ConfigError("local.num_workers > 1 needs Ray: pip install 'kitchen[distributed]'") from None
     if not ray.is_initialized():
         ray.init(
-            address=address, include_dashboard=False, log_to_driver=False, configure_logging=False,
+            address=address,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
             runtime_env=worker_runtime_env(),
-        )  # fmt: skip
+        )
     return ray
 
 
@@ -155,9 +159,16 @@ class DistributedTrainingClient:
         fault = os.environ.get(FAULT_ENV)
         self._workers = [
             actor.options(name=None).remote(
-                rank, options.num_workers, identity, dtype, use_cuda, self._training, lora or LoraOptions(),
-                options.cpu_threads, fault,
-            )  # fmt: skip
+                rank,
+                options.num_workers,
+                identity,
+                dtype,
+                use_cuda,
+                self._training,
+                lora or LoraOptions(),
+                options.cpu_threads,
+                fault,
+            )
             for rank in range(options.num_workers)
         ]
         address = self._get([self._workers[0].address.remote()], "start-up")[0]
@@ -262,7 +273,9 @@ class DistributedTrainingClient:
         def job() -> ForwardBackwardOutput:
             results = self._call(
                 "forward_backward_custom",
-                lambda w, rank: w.run_custom.remote(data if rank == 0 else None, loss_fn if rank == 0 else None, data[0]),
+                lambda w, rank: w.run_custom.remote(
+                    data if rank == 0 else None, loss_fn if rank == 0 else None, data[0]
+                ),
             )
             logprobs_D, metrics = results[0]
             return ForwardBackwardOutput([{"logprobs": TensorData.from_torch(lp)} for lp in logprobs_D], metrics)
@@ -365,10 +378,8 @@ class DistributedTrainingClient:
 
         def stop() -> None:
             if self._broken is None:
-                try:
+                with contextlib.suppress(Exception):  # they are killed next either way
                     self._ray.get([w.close.remote() for w in self._workers], timeout=30)
-                except Exception:  # noqa: S110 - they are killed next either way
-                    pass
             for worker in self._workers:
                 self._ray.kill(worker)
 

@@ -113,19 +113,31 @@ class TrainingWorker:
         if self._device.type == "cuda":
             torch.cuda.set_device(self._device)
         dist.init_process_group(
-            backend, init_method=init_method, rank=self.rank, world_size=self.world_size,
+            backend,
+            init_method=init_method,
+            rank=self.rank,
+            world_size=self.world_size,
             timeout=timedelta(seconds=timeout_s),
-        )  # fmt: skip
+        )
         model = load_model(
-            self._identity.base_model, self._identity.lora_rank, self._identity.seed, self._device, self._dtype,
+            self._identity.base_model,
+            self._identity.lora_rank,
+            self._identity.seed,
+            self._device,
+            self._dtype,
             self._lora,
-        )  # fmt: skip
+        )
         shard_model(model)
         tokenizer = load_tokenizer(self._identity.base_model)
         self._core = _ShardedCore(
-            model, tokenizer, self._identity, Path(os.devnull), SerialExecutor("unused"), random.Random(0),
+            model,
+            tokenizer,
+            self._identity,
+            Path(os.devnull),
+            SerialExecutor("unused"),
+            random.Random(0),
             options=self._training,
-        )  # fmt: skip
+        )
 
     @property
     def core(self) -> _ShardedCore:
@@ -134,9 +146,9 @@ class TrainingWorker:
 
     def _count(self, call: str) -> None:
         self._calls[call] = n = self._calls.get(call, 0) + 1
-        if self._fault is not None and int(self._fault[0]) == self.rank and self._fault[1] == call:
-            if n == int(self._fault[2]):
-                os._exit(17)
+        fault = self._fault
+        if fault is not None and (int(fault[0]), fault[1], int(fault[2])) == (self.rank, call, n):
+            os._exit(17)
 
     # -- forward / backward ------------------------------------------------------------------
 
@@ -157,7 +169,9 @@ class TrainingWorker:
         spec = get_loss_fn(loss_fn)
         user = f"loss {spec.name!r}"
         outputs: list[torch.Tensor] = [torch.empty(0)] * len(data)
-        groups = microbatches([d.model_input.length for d in data], core._options.max_tokens_per_microbatch) if data else []
+        groups = (
+            microbatches([d.model_input.length for d in data], core._options.max_tokens_per_microbatch) if data else []
+        )
         loss_sum = 0.0
         padded = real = 0
         train_mode = backward and (core._options.train_mode or core._options.gradient_checkpointing)

@@ -79,17 +79,14 @@ def create(config: Any, settings: LocalSettings, checkpoint_dir: Path) -> Servic
     threads = settings.cpu_threads or (1 if config.model_name == "tiny" else None)
     if threads is not None:
         torch.set_num_threads(threads)
+    from adapters.local.distributed import DistributedOptions
     from adapters.local.model_loading import LoraOptions
     from adapters.local.training_client import TrainingOptions
-
-    from adapters.local.distributed import DistributedOptions
 
     targets = settings.lora_target_modules
     distributed = None
     if settings.num_workers > 1:
-        distributed = DistributedOptions(
-            settings.num_workers, settings.ray_address, settings.worker_timeout_s, threads
-        )
+        distributed = DistributedOptions(settings.num_workers, settings.ray_address, settings.worker_timeout_s, threads)
     return LocalBackend(
         checkpoint_dir=checkpoint_dir,
         device=settings.device,
