@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -17,6 +18,9 @@ from adapters.local.serial_executor import SerialExecutor
 from adapters.local.training_client import LocalTrainingClient, TrainingOptions
 from kitchen.errors import ConfigError
 from kitchen.ports import Tokenizer
+
+if TYPE_CHECKING:
+    from adapters.local.distributed import DistributedOptions, DistributedTrainingClient
 
 _DTYPES = {
     "float32": torch.float32,
@@ -47,6 +51,7 @@ class LocalBackend:
         batch_limits: BatchLimits = DEFAULT_BATCH_LIMITS,
         training: TrainingOptions | None = None,
         lora: LoraOptions | None = None,
+        distributed: DistributedOptions | None = None,
     ) -> None:
         if dtype not in _DTYPES:
             raise ConfigError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
@@ -58,7 +63,8 @@ class LocalBackend:
         self._batch_limits = batch_limits
         self._training_options = training or TrainingOptions()
         self._lora = lora or LoraOptions()
-        self._training_clients: list[LocalTrainingClient] = []
+        self._distributed = distributed
+        self._training_clients: list[LocalTrainingClient | DistributedTrainingClient] = []
 
     def checkpoint_files(self, path: str) -> list[Path]:
         """The files of a saved checkpoint directory (weights, optimizer, metadata)."""
@@ -75,15 +81,17 @@ class LocalBackend:
 
     async def create_training_client(
         self, base_model: str, lora_rank: int | None = None, seed: int = 0
-    ) -> LocalTrainingClient:
+    ) -> LocalTrainingClient | DistributedTrainingClient:
         """A client training `base_model`: all weights, or LoRA adapters of `lora_rank` (init from `seed`)."""
         return await asyncio.to_thread(self._training_client, ModelIdentity(base_model, lora_rank, seed))
 
-    async def create_training_client_from_state(self, path: str, with_optimizer: bool = True) -> LocalTrainingClient:
+    async def create_training_client_from_state(
+        self, path: str, with_optimizer: bool = True
+    ) -> LocalTrainingClient | DistributedTrainingClient:
         """A client resuming from `save_state` output (weights, and the optimizer unless told not to)."""
         identity = read_identity(Path(path))
 
-        def build() -> LocalTrainingClient:
+        def build() -> LocalTrainingClient | DistributedTrainingClient:
             client = self._training_client(identity)
             client.restore(Path(path), with_optimizer)
             return client
@@ -121,7 +129,26 @@ class LocalBackend:
     def _model(self, identity: ModelIdentity) -> torch.nn.Module:
         return load_model(identity.base_model, identity.lora_rank, identity.seed, self.device, self._dtype, self._lora)
 
-    def _training_client(self, identity: ModelIdentity) -> LocalTrainingClient:
+    def _training_client(self, identity: ModelIdentity) -> LocalTrainingClient | DistributedTrainingClient:
+        client: LocalTrainingClient | DistributedTrainingClient
+        if self._distributed is not None:
+            from adapters.local.distributed import DistributedTrainingClient
+
+            client = DistributedTrainingClient(
+                self._model(identity),
+                load_tokenizer(identity.base_model),
+                identity,
+                self.checkpoint_dir,
+                self._sampling_executor,
+                self._seeds,
+                self._dtype,
+                self._distributed,
+                self._batch_limits,
+                self._training_options,
+                self._lora,
+            )
+            self._training_clients.append(client)
+            return client
         client = LocalTrainingClient(
             self._model(identity),
             load_tokenizer(identity.base_model),

@@ -17,9 +17,10 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -69,6 +70,25 @@ def save_checkpoint(
     `same_weights_as`: a checkpoint known to hold exactly the model's current weights; its weights
     file is hard-linked (copied where links are not possible) instead of written again.
     """
+
+    def weights() -> dict[str, torch.Tensor]:
+        return {name: p.detach().to("cpu").contiguous() for name, p in trainable_parameters(model).items()}
+
+    optimizer_state = None if optimizer is None else optimizer.state_dict()
+    return write_checkpoint(path, weights, identity, kind, optimizer_state, same_weights_as)
+
+
+def write_checkpoint(
+    path: Path,
+    weights: Callable[[], dict[str, torch.Tensor]],
+    identity: ModelIdentity,
+    kind: CheckpointKind,
+    optimizer_state: dict[str, Any] | None,
+    same_weights_as: Path | None = None,
+) -> Path:
+    """`save_checkpoint` from full tensors (`weights()` is called only when the file is written):
+    the distributed training client gathers its shards and writes through here, so checkpoints do
+    not depend on how many workers trained."""
     scratch = path.with_name(path.name + ".partial")
     shutil.rmtree(scratch, ignore_errors=True)
     try:
@@ -80,10 +100,9 @@ def save_checkpoint(
             except OSError:
                 shutil.copyfile(source, scratch / _WEIGHTS)
         else:
-            weights = {name: p.detach().to("cpu").contiguous() for name, p in trainable_parameters(model).items()}
-            save_file(weights, scratch / _WEIGHTS)
-        if optimizer is not None:
-            torch.save(optimizer.state_dict(), scratch / _OPTIMIZER)
+            save_file(weights(), scratch / _WEIGHTS)
+        if optimizer_state is not None:
+            torch.save(optimizer_state, scratch / _OPTIMIZER)
         metadata = {**asdict(identity), "kind": kind}
         (scratch / _METADATA).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
     except BaseException:
@@ -106,12 +125,21 @@ def read_identity(path: Path) -> ModelIdentity:
         raise ConfigError(f"{file}: unreadable checkpoint metadata ({exc!r})") from exc
 
 
-def load_weights(path: Path, model: torch.nn.Module) -> None:
-    """Copy the checkpoint's weights into `model`; every trainable parameter must be present."""
+def read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """The checkpoint's weights by parameter name (full tensors, on the cpu)."""
     try:
-        saved = load_file(path / _WEIGHTS)
+        return load_file(path / _WEIGHTS)
     except Exception as exc:  # safetensors raises its own error type for a truncated file
         raise ConfigError(f"{path / _WEIGHTS}: unreadable weights ({type(exc).__name__}: {exc})") from None
+
+
+def load_weights(path: Path, model: torch.nn.Module) -> None:
+    """Copy the checkpoint's weights into `model`; every trainable parameter must be present."""
+    copy_weights(read_weights(path), model, path)
+
+
+def copy_weights(saved: dict[str, torch.Tensor], model: torch.nn.Module, path: Path | str) -> None:
+    """Copy full tensors by name into `model`'s trainable parameters (all of them must be there)."""
     params = trainable_parameters(model)
     if saved.keys() != params.keys():
         missing = sorted(params.keys() - saved.keys())[:3]
@@ -124,11 +152,31 @@ def load_weights(path: Path, model: torch.nn.Module) -> None:
 
 def load_optimizer(path: Path, optimizer: torch.optim.Optimizer) -> None:
     """Restore AdamW moments and step counts saved with `save_checkpoint`."""
+    # torch moves each saved moment onto its parameter's device as it loads.
+    state = read_optimizer(path)
+    try:
+        load_keeping_kernel(optimizer, state)
+    except Exception as exc:  # a truncated or tampered file: pickle, zip and shape errors
+        raise ConfigError(
+            f"{path / _OPTIMIZER}: unreadable optimizer state ({type(exc).__name__}: {str(exc)[:200]})"
+        ) from None
+
+
+def load_keeping_kernel(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """`optimizer.load_state_dict(state)`, but the optimizer keeps its own kernel choice (fused or
+    foreach): the saver's may not suit this process (a sharded worker cannot use the fused one)."""
+    kernel = {key: optimizer.param_groups[0].get(key) for key in ("fused", "foreach")}
+    groups = [{**group, **kernel} for group in state["param_groups"]]
+    optimizer.load_state_dict({"state": state["state"], "param_groups": groups})
+
+
+def read_optimizer(path: Path) -> dict[str, Any]:
+    """The optimizer state dict saved with a state checkpoint (full tensors, on the cpu)."""
     file = path / _OPTIMIZER
     if not file.exists():
         raise ConfigError(f"{path}: has no optimizer state (a sampler checkpoint?); load it with_optimizer=False")
-    # torch moves each saved moment onto its parameter's device as it loads.
     try:
-        optimizer.load_state_dict(torch.load(file, map_location="cpu", weights_only=True))
+        state: dict[str, Any] = torch.load(file, map_location="cpu", weights_only=True)
     except Exception as exc:  # a truncated or tampered file: pickle, zip and shape errors
         raise ConfigError(f"{file}: unreadable optimizer state ({type(exc).__name__}: {str(exc)[:200]})") from None
+    return state

@@ -44,6 +44,19 @@ class LocalSettings(BaseModel):
     always_grad_norm: bool = Field(
         False, description="report optim/grad_norm every step; by default only when grad_clip_norm > 0 needs it"
     )
+    num_workers: int = Field(
+        1,
+        ge=1,
+        strict=True,
+        description="training workers: 1 trains in this process; N > 1 shards the model with FSDP2 over N Ray "
+        "actors (one GPU each on CUDA, else CPU processes with gloo); needs the 'distributed' extra",
+    )
+    ray_address: str | None = Field(
+        None, description="Ray cluster to join when num_workers > 1 (e.g. 'auto'); default: start Ray on this machine"
+    )
+    worker_timeout_s: float = Field(
+        600.0, gt=0, description="how long one training call may take on the workers before the step fails"
+    )
 
     @field_validator("device")
     @classmethod
@@ -66,10 +79,14 @@ def create(config: Any, settings: LocalSettings, checkpoint_dir: Path) -> Servic
     threads = settings.cpu_threads or (1 if config.model_name == "tiny" else None)
     if threads is not None:
         torch.set_num_threads(threads)
+    from adapters.local.distributed import DistributedOptions
     from adapters.local.model_loading import LoraOptions
     from adapters.local.training_client import TrainingOptions
 
     targets = settings.lora_target_modules
+    distributed = None
+    if settings.num_workers > 1:
+        distributed = DistributedOptions(settings.num_workers, settings.ray_address, settings.worker_timeout_s, threads)
     return LocalBackend(
         checkpoint_dir=checkpoint_dir,
         device=settings.device,
@@ -86,6 +103,7 @@ def create(config: Any, settings: LocalSettings, checkpoint_dir: Path) -> Servic
             dropout=settings.lora_dropout,
             target_modules=targets if isinstance(targets, str) else tuple(targets),
         ),
+        distributed=distributed,
     )
 
 

@@ -59,6 +59,7 @@ def test_local_backend_skips_nonfinite_gradients() -> None:
     import torch
 
     from adapters.local.backend import LocalBackend
+    from adapters.local.training_client import LocalTrainingClient
     from train_core.types import AdamParams, Datum, ModelInput, TensorData
 
     async def go() -> None:
@@ -72,6 +73,7 @@ def test_local_backend_skips_nonfinite_gradients() -> None:
             },
         )
         await (await client.forward_backward([datum], "cross_entropy"))
+        assert isinstance(client, LocalTrainingClient)
         params = [p for p in client._params]
         before = [p.detach().clone() for p in params]
         params[0].grad = torch.full_like(params[0], float("nan"))

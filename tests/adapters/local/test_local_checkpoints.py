@@ -12,20 +12,20 @@ from safetensors.torch import load_file
 
 from adapters.local import LocalBackend
 from adapters.local.sampling_client import LocalSamplingClient
-from adapters.local.training_client import LocalTrainingClient
 from kitchen.errors import ConfigError
+from kitchen.ports import TrainingClient
 from train_core.types import AdamParams, Datum, ModelInput
 
 ADAM = AdamParams(learning_rate=1e-2)
 
 
-async def _train(client: LocalTrainingClient, data: Sequence[Datum], steps: int) -> None:
+async def _train(client: TrainingClient, data: Sequence[Datum], steps: int) -> None:
     for _ in range(steps):
         await client.forward_backward(data, "cross_entropy")
         await client.optim_step(ADAM)
 
 
-async def _logprobs(client: LocalTrainingClient, data: Sequence[Datum]) -> list[list[float]]:
+async def _logprobs(client: TrainingClient, data: Sequence[Datum]) -> list[list[float]]:
     out = await (await client.forward(data, "cross_entropy"))
     return [list(o["logprobs"].tolist()) for o in out.loss_fn_outputs]
 

@@ -21,7 +21,8 @@ from train_core.rl.metrics import compute_kl_sample_train
 from train_core.types import AdamParams, Datum, ModelInput, SamplingParams, TensorData
 
 
-def _gradients(client: LocalTrainingClient) -> list[torch.Tensor]:
+def _gradients(client: object) -> list[torch.Tensor]:
+    assert isinstance(client, LocalTrainingClient)
     return [p.grad.detach().clone() for p in client._params if p.grad is not None]
 
 

@@ -14,8 +14,9 @@ import torch
 from safetensors.torch import load_file
 
 from adapters.local import LocalBackend
-from adapters.local.training_client import LocalTrainingClient, TrainingOptions
+from adapters.local.training_client import TrainingOptions
 from kitchen.errors import DataError
+from kitchen.ports import TrainingClient
 from train_core.errors import InvalidInputError
 from train_core.losses import LOSS_SPECS, get_loss_fn
 from train_core.types import AdamParams, Datum, ForwardBackwardOutput, ModelInput, TensorData
@@ -23,14 +24,12 @@ from train_core.types import AdamParams, Datum, ForwardBackwardOutput, ModelInpu
 _CONFIGS: dict[str, dict[str, float] | None] = {"dro": {"beta": 0.1}}
 
 
-async def _forward(
-    client: LocalTrainingClient, data: Sequence[Datum], loss_fn: str = "cross_entropy"
-) -> list[list[float]]:
+async def _forward(client: TrainingClient, data: Sequence[Datum], loss_fn: str = "cross_entropy") -> list[list[float]]:
     out = await (await client.forward(data, loss_fn, _CONFIGS.get(loss_fn)))
     return [list(o["logprobs"].tolist()) for o in out.loss_fn_outputs]
 
 
-async def _saved_weights(client: LocalTrainingClient, name: str) -> dict[str, torch.Tensor]:
+async def _saved_weights(client: TrainingClient, name: str) -> dict[str, torch.Tensor]:
     return load_file(Path(await (await client.save_weights_for_sampler(name))) / "weights.safetensors")
 
 

@@ -1,0 +1,288 @@
+"""One training worker of the distributed local backend: a shard of the model under FSDP2.
+
+`DistributedTrainingClient` (distributed.py) starts N of these as Ray actors; they join one
+`torch.distributed` process group (gloo on the cpu, NCCL on GPUs) and every call runs on all of
+them at once, in the same order (FSDP's all-gathers and reduce-scatters are collectives: every
+rank must run the same number of forward and backward passes, so a worker with fewer datums, or
+fewer micro-batches, than the others runs zero-weighted passes on a stand-in datum).
+
+What is sharded: every trainable and frozen parameter, per decoder layer and at the root (FSDP2
+`fully_shard`, dim 0), and so the AdamW moments; LoRA adapters are sharded like the rest.
+Gradients are summed across workers, not averaged (gradient divide factor 1): the losses are sums
+over tokens, so the sum of the workers' gradients is the single-process gradient.
+
+This module does not import Ray (the driver wraps the class in `ray.remote`).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.tensor import DTensor, distribute_tensor
+
+from adapters.common.tokenizer import load_tokenizer
+from adapters.local.checkpoint_io import ModelIdentity, load_keeping_kernel, trainable_parameters
+from adapters.local.model_loading import LoraOptions, load_model
+from adapters.local.serial_executor import SerialExecutor
+from adapters.local.training_client import LocalTrainingClient, TrainingOptions, make_adamw, microbatches
+from kitchen.errors import KitchenError
+from kitchen.ports import CustomLossFn
+from train_core.losses import TARGET_TOKENS, get_loss_fn
+from train_core.types import AdamParams, Datum, OptimStepOutput
+
+FAULT_ENV = "KITCHEN_DIST_FAULT"
+"""Testing hook: `RANK:CALL:N` makes worker RANK exit hard at its Nth CALL (e.g. `1:forward_backward:3`)."""
+
+
+def shard_model(model: torch.nn.Module) -> None:
+    """`fully_shard` each decoder layer (every child of a ModuleList named `layers`), then the root."""
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.ModuleList) and name.rsplit(".", 1)[-1] == "layers":
+            for layer in module:
+                fully_shard(layer)
+    fully_shard(model)
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.set_gradient_divide_factor(1.0)  # sum the workers' gradients: losses are sums
+            module.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
+
+
+class _ShardedCore(LocalTrainingClient):
+    """The local training client's step on a sharded model: the NaN flag and the gradient norm are
+    agreed across workers so that all take (or skip) the same step."""
+
+    def _step(self, adam: AdamParams) -> OptimStepOutput:
+        flag = torch.tensor([1.0 if self._nonfinite_loss else 0.0])
+        dist.all_reduce(flag.to(self._device), op=dist.ReduceOp.MAX)
+        self._nonfinite_loss = bool(flag.item())
+        return super()._step(adam)
+
+
+def _full(value: Any) -> Any:
+    return value.full_tensor().cpu() if isinstance(value, DTensor) else value
+
+
+class TrainingWorker:
+    """Rank `rank` of `world_size`; methods are called on every worker with the same arguments
+    (except each worker's own share of the data)."""
+
+    def __init__(
+        self,
+        rank: int,
+        world_size: int,
+        identity: ModelIdentity,
+        dtype: torch.dtype,
+        use_cuda: bool,
+        training: TrainingOptions,
+        lora: LoraOptions,
+        cpu_threads: int | None,
+        fault: str | None,
+    ) -> None:
+        if cpu_threads is not None:
+            torch.set_num_threads(cpu_threads)
+        self.rank = rank
+        self.world_size = world_size
+        self._identity = identity
+        self._dtype = dtype
+        self._device = torch.device("cuda", 0) if use_cuda else torch.device("cpu")
+        self._training = training
+        self._lora = lora
+        self._calls: dict[str, int] = {}
+        self._fault = fault.split(":") if fault else None
+        self._core: _ShardedCore | None = None
+
+    def address(self) -> str:
+        """A `tcp://host:port` rendezvous on this worker's node (asked of rank 0)."""
+        host = socket.gethostbyname(socket.gethostname())
+        with socket.socket() as probe:
+            probe.bind(("", 0))
+            port = probe.getsockname()[1]
+        return f"tcp://{host}:{port}"
+
+    def setup(self, init_method: str, timeout_s: float) -> None:
+        """Join the process group, build the model and shard it."""
+        backend = "nccl" if self._device.type == "cuda" else "gloo"
+        if self._device.type == "cuda":
+            torch.cuda.set_device(self._device)
+        dist.init_process_group(
+            backend,
+            init_method=init_method,
+            rank=self.rank,
+            world_size=self.world_size,
+            timeout=timedelta(seconds=timeout_s),
+        )
+        model = load_model(
+            self._identity.base_model,
+            self._identity.lora_rank,
+            self._identity.seed,
+            self._device,
+            self._dtype,
+            self._lora,
+        )
+        shard_model(model)
+        tokenizer = load_tokenizer(self._identity.base_model)
+        self._core = _ShardedCore(
+            model,
+            tokenizer,
+            self._identity,
+            Path(os.devnull),
+            SerialExecutor("unused"),
+            random.Random(0),
+            options=self._training,
+        )
+
+    @property
+    def core(self) -> _ShardedCore:
+        assert self._core is not None, "setup() first"
+        return self._core
+
+    def _count(self, call: str) -> None:
+        self._calls[call] = n = self._calls.get(call, 0) + 1
+        fault = self._fault
+        if fault is not None and (int(fault[0]), fault[1], int(fault[2])) == (self.rank, call, n):
+            os._exit(17)
+
+    # -- forward / backward ------------------------------------------------------------------
+
+    def run_loss(
+        self,
+        call: str,
+        loss_fn: str,
+        config: dict[str, float],
+        data: list[Datum],
+        stand_in: Datum,
+        passes: int,
+        backward: bool,
+    ) -> tuple[list[torch.Tensor], float, int, int]:
+        """This worker's datums through a built-in loss, in `passes` micro-batches (zero-weighted
+        passes on `stand_in` where it has fewer): (logprobs per datum, loss sum, padded, real tokens)."""
+        self._count(call)
+        core = self.core
+        spec = get_loss_fn(loss_fn)
+        user = f"loss {spec.name!r}"
+        outputs: list[torch.Tensor] = [torch.empty(0)] * len(data)
+        groups = (
+            microbatches([d.model_input.length for d in data], core._options.max_tokens_per_microbatch) if data else []
+        )
+        loss_sum = 0.0
+        padded = real = 0
+        train_mode = backward and (core._options.train_mode or core._options.gradient_checkpointing)
+        if train_mode:
+            core._model.train()
+        try:
+            for index in range(passes):
+                if index >= len(groups):
+                    self._stand_in_pass(stand_in, backward)
+                    continue
+                group = groups[index]
+                batch = core._batch([data[i] for i in group], spec.required_inputs, user, spec.input_keys)
+                with torch.set_grad_enabled(backward):
+                    logprobs_D = core._logprobs_D(batch)
+                    loss, metrics = spec(torch.cat(logprobs_D), batch.loss_inputs, config, batch.lengths_D)
+                if backward:
+                    loss.backward()
+                    core._nonfinite_loss |= not bool(torch.isfinite(loss.detach()).all())
+                loss_sum += metrics["loss:sum"]
+                padded += batch.input_ids_BL.numel()
+                real += sum(batch.lengths_D)
+                for i, logprobs in zip(group, logprobs_D, strict=True):
+                    outputs[i] = logprobs.detach().float().cpu()
+        finally:
+            if train_mode:
+                core._model.eval()
+        return outputs, loss_sum, padded, real
+
+    def _stand_in_pass(self, stand_in: Datum, backward: bool) -> None:
+        """A pass that moves nothing: it only takes part in the other workers' collectives."""
+        core = self.core
+        batch = core._batch([stand_in], (TARGET_TOKENS,), "stand-in", ())
+        with torch.set_grad_enabled(backward):
+            logprobs = torch.cat(core._logprobs_D(batch))
+        if backward:
+            (logprobs.sum() * 0.0).backward()
+
+    def run_custom(
+        self, data: list[Datum] | None, loss_fn: CustomLossFn | None, stand_in: Datum
+    ) -> tuple[list[torch.Tensor], dict[str, float]] | None:
+        """A custom loss over the whole batch on this worker (the driver gives it to rank 0 alone);
+        the others, given no data, run a stand-in pass."""
+        self._count("forward_backward_custom")
+        if data is None or loss_fn is None:
+            self._stand_in_pass(stand_in, backward=True)
+            return None
+        core = self.core
+        train_mode = core._options.train_mode or core._options.gradient_checkpointing
+        if train_mode:
+            core._model.train()
+        try:
+            logprobs_D = core._logprobs_D(core._batch(data, (TARGET_TOKENS,), "custom", ()))
+        finally:
+            if train_mode:
+                core._model.eval()
+        try:
+            loss, metrics = loss_fn(data, logprobs_D)
+            if not (isinstance(loss, torch.Tensor) and loss.dim() == 0 and loss.requires_grad):
+                raise KitchenError("a custom loss must return a scalar tensor computed from the logprobs it was given")
+        except BaseException:
+            (torch.cat(logprobs_D).sum() * 0.0).backward()  # the other workers wait in this backward
+            raise
+        loss.backward()
+        core._nonfinite_loss |= not bool(torch.isfinite(loss.detach()).all())
+        return [lp.detach().float().cpu() for lp in logprobs_D], {"loss:sum": float(loss.detach()), **metrics}
+
+    def optim_step(self, adam: AdamParams) -> dict[str, float]:
+        self._count("optim_step")
+        return self.core._step(adam).metrics
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def gather_weights(self) -> dict[str, torch.Tensor] | None:
+        """The full trainable weights on rank 0 (cpu); None elsewhere. A collective."""
+        self._count("gather_weights")
+        full = {name: _full(p.detach()).contiguous() for name, p in trainable_parameters(self.core._model).items()}
+        return full if self.rank == 0 else None
+
+    def gather_optimizer(self) -> dict[str, Any] | None:
+        """The optimizer state dict with full tensors, in the single-process format, on rank 0."""
+        self._count("gather_optimizer")
+        state = self.core._optimizer.state_dict()
+        full_state = {key: {name: _full(v) for name, v in entry.items()} for key, entry in state["state"].items()}
+        return {"state": full_state, "param_groups": state["param_groups"]} if self.rank == 0 else None
+
+    def load(self, weights: dict[str, torch.Tensor], optimizer: dict[str, Any] | None) -> None:
+        """Full weights (and optimizer state, else a fresh optimizer) into this worker's shards."""
+        self._count("load")
+        core = self.core
+        params = trainable_parameters(core._model)
+        if weights.keys() != params.keys():
+            raise ValueError(f"weights do not fit this model ({len(weights)} tensors for {len(params)} parameters)")
+        with torch.no_grad():
+            for name, param in params.items():
+                param.copy_(self._like(param, weights[name]))
+        core._optimizer = make_adamw(core._params)
+        if optimizer is None:
+            return
+        state = {
+            key: {name: self._like(core._params[int(key)], v) if v.dim() > 0 else v for name, v in entry.items()}
+            for key, entry in optimizer["state"].items()
+        }
+        load_keeping_kernel(core._optimizer, {"state": state, "param_groups": optimizer["param_groups"]})
+
+    def _like(self, param: torch.Tensor, full: torch.Tensor) -> torch.Tensor:
+        """`full` placed as `param` is: this worker's shard of it, on its device."""
+        full = full.to(device=self._device, dtype=full.dtype)
+        if isinstance(param, DTensor):
+            return distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None)  # no comms
+        return full
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
