@@ -5,6 +5,7 @@ lives in `train_core.preference`."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -37,6 +38,8 @@ class PreferenceSplit:
 
     data_D: list[Datum]
     prompts_P: list[list[Message]]
+    texts_P: list[tuple[str, str, str]]
+    """Each pair's prompt, chosen and rejected completion as plain text (for the examples file)."""
 
 
 class LoadPreferenceData(Stage):
@@ -50,7 +53,7 @@ class LoadPreferenceData(Stage):
     """
 
     reads = ("renderer",)
-    writes = ("train_data", "eval_data", "eval_prompts", "num_steps")
+    writes = ("train_data", "eval_data", "eval_prompts", "eval_pair_texts", "num_steps")
     config_keys = ("dataset", "dataset_layout", "eval_dataset", "batch_size", "num_epochs", "max_steps", "max_length")
 
     def _load(self, ctx: Context, path: str, split: str) -> PreferenceSplit:
@@ -71,7 +74,11 @@ class LoadPreferenceData(Stage):
         except RendererError as exc:
             raise DataError(f"{path}: a comparison cannot be rendered: {exc}") from None
         self._report(ctx, report, split)
-        return PreferenceSplit(data_D, [labeled.comparison.prompt_conversation for labeled in comparisons])
+        texts_P = []
+        for labeled in comparisons:
+            chosen, rejected = labeled.chosen_and_rejected()
+            texts_P.append((as_text(labeled.comparison.prompt_conversation), as_text(chosen), as_text(rejected)))
+        return PreferenceSplit(data_D, [labeled.comparison.prompt_conversation for labeled in comparisons], texts_P)
 
     def _report(self, ctx: Context, report: SkipReport, split: str) -> None:
         if report.num_skipped:
@@ -96,10 +103,11 @@ class LoadPreferenceData(Stage):
         num_steps = per_epoch * config.num_epochs
         if config.max_steps is not None:
             num_steps = min(num_steps, config.max_steps)
-        held_out = self._load(ctx, config.eval_dataset, "eval") if config.eval_dataset else PreferenceSplit([], [])
+        held_out = self._load(ctx, config.eval_dataset, "eval") if config.eval_dataset else PreferenceSplit([], [], [])
         ctx["train_data"] = train.data_D
         ctx["eval_data"] = held_out.data_D
         ctx["eval_prompts"] = held_out.prompts_P
+        ctx["eval_pair_texts"] = held_out.texts_P
         ctx["num_steps"] = num_steps
         ctx.log.info("data.loaded", train_pairs=num_pairs, eval_pairs=len(held_out.prompts_P), num_steps=num_steps)
 
@@ -167,13 +175,23 @@ class SubmitDPOStep(Stage):
 # -- evaluation -------------------------------------------------------------------------------
 
 
+EXAMPLES_PER_EVAL = 32
+"""Held-out pairs written to `preference_examples/step_NNNNNN.jsonl` at each evaluation."""
+
+
+def as_text(messages: Sequence[Message]) -> str:
+    return "\n".join(f"{m['role']}: {m['content']}" for m in messages)
+
+
 class EvaluatePreferences(Stage):
     """Held-out preference metrics of the current policy against the frozen reference, with one
     forward pass (no gradients) queued after the step's update: `eval/accuracy`, `eval/margin`,
     `eval/dpo_loss`, `eval/chosen_reward`, `eval/rejected_reward`, `eval/num_pairs`, and
-    `eval/nll`, the per-token NLL of the chosen completions."""
+    `eval/nll`, the per-token NLL of the chosen completions. The first `EXAMPLES_PER_EVAL` pairs,
+    with their implicit rewards, go to `preference_examples/step_NNNNNN.jsonl` (`kitchen report`
+    shows them)."""
 
-    reads = ("training_client", "eval_data", "eval_reference_logprobs")
+    reads = ("training_client", "eval_data", "eval_reference_logprobs", "eval_pair_texts")
     calls = ("TrainingClient.forward",)
     config_keys = ("batch_size", "dpo_beta")
 
@@ -188,9 +206,30 @@ class EvaluatePreferences(Stage):
         weights_D = [datum.loss_fn_inputs["weights"].to_torch() for datum in data_D]
         chosen_P, rejected_P = pair_sequence_logprobs(logprobs_D, weights_D)
         chosen_ref_P, rejected_ref_P = pair_sequence_logprobs(ctx["eval_reference_logprobs"], weights_D)
-        _, metrics = dpo_loss(chosen_P, rejected_P, chosen_ref_P, rejected_ref_P, ctx.config.dpo_beta)
+        beta = ctx.config.dpo_beta
+        _, metrics = dpo_loss(chosen_P, rejected_P, chosen_ref_P, rejected_ref_P, beta)
         metrics["nll"] = mean_nll(logprobs_D[0::2], weights_D[0::2])
         ctx.record({f"eval/{key}": value for key, value in metrics.items()})
+        if ctx.run_dir is not None:
+            chosen_reward_P = (beta * (chosen_P - chosen_ref_P)).tolist()
+            rejected_reward_P = (beta * (rejected_P - rejected_ref_P)).tolist()
+            records = [
+                {
+                    "prompt": prompt,
+                    "chosen": chosen,
+                    "rejected": rejected,
+                    "chosen_reward": c,
+                    "rejected_reward": r,
+                    "margin": c - r,
+                }
+                for (prompt, chosen, rejected), c, r in zip(
+                    ctx["eval_pair_texts"], chosen_reward_P, rejected_reward_P, strict=True
+                )
+            ][:EXAMPLES_PER_EVAL]
+            folder = ctx.run_dir / "preference_examples"
+            folder.mkdir(exist_ok=True)
+            lines = "".join(json.dumps(record) + "\n" for record in records)
+            (folder / f"step_{ctx.step:06d}.jsonl").write_text(lines, encoding="utf-8")
 
 
 class Judge(Protocol):

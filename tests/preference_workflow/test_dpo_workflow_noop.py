@@ -86,3 +86,21 @@ def test_resume_without_a_recorded_reference_is_refused(run_dpo: RunDpo, tmp_pat
         run_dpo(*SMALL, log_path=log_path)
     assert failure.value.is_user_error and failure.value.stage == "create_reference_client"
     assert "does not record 'reference_path', so the run cannot resume against the model" in str(failure.value)
+
+
+def test_each_evaluation_writes_held_out_examples_for_the_report(run_dpo: RunDpo, tmp_path: Path) -> None:
+    import time
+
+    from kitchen.report.build import write_report
+
+    run_dir = run_dpo("max_steps=4", "eval_every=2")
+    files = sorted((run_dir.path / "preference_examples").glob("step_*.jsonl"))
+    assert [f.name for f in files] == ["step_000001.jsonl", "step_000003.jsonl"]
+    records = [json.loads(line) for line in files[-1].read_text().splitlines()]
+    assert 0 < len(records) <= 32
+    for record in records:
+        assert record["prompt"].startswith("user: ") and record["chosen"] != record["rejected"]
+        assert record["margin"] == pytest.approx(record["chosen_reward"] - record["rejected_reward"])
+    page = write_report(run_dir.path, tmp_path / "report.html", time.time()).read_text(encoding="utf-8")
+    assert "step_NNNNNN" not in page  # the page shows the examples, not the "none written yet" hint
+    assert records[0]["chosen"].split(": ", 1)[1] in page
