@@ -4,8 +4,10 @@ server for scale: `sandbox=sandboxfusion sandbox_url=http://...`).
 
 Defaults run offline on the embedded tiny model: a sloppy-teacher warm start on the shipped
 function-writing problems (its solution is subtly wrong `teacher_error_rate` of the time), then
-RL paid only for passing tests. DeepCoder-style problem files load with
-`--config recipes/configs/code_rl_deepcoder.yaml dataset=...`.
+RL paid only for passing tests, which unlearns the slips: the pass rate of the last 5 of the 25
+steps beats the first 5 by at least 0.15 (tests/e2e/test_code_rl.py). No eval by default: the
+held-out problems have names the tiny model never saw, and each eval costs sandbox time.
+DeepCoder-style problem files load with `--config recipes/configs/code_rl_deepcoder.yaml dataset=...`.
 """
 
 from __future__ import annotations
@@ -26,13 +28,13 @@ from train_core.rl.task import RLTask
 
 
 @defaults(
-    learning_rate=1e-3,
+    learning_rate=3e-4,
     max_tokens=48,
     group_size=8,
     groups_per_batch=8,
-    num_batches=30,
-    eval_every=15,
-    warm_start_steps=200,
+    num_batches=25,
+    eval_every=0,
+    warm_start_steps=300,
     transcript_groups=2,
 )
 class Config(RLSettings):
@@ -45,7 +47,7 @@ class Config(RLSettings):
     sandbox_concurrency: Count = Field(8, description="programs run at once")
     sandbox_timeout_s: float = Field(10.0, gt=0, description="wall-clock limit of one program")
     format_coef: float = Field(0.1, ge=0, description="reward penalty for a reply without a ```python block")
-    teacher_error_rate: float = Field(0.4, ge=0, le=1, description="warm start: share of demonstrations that are wrong")
+    teacher_error_rate: float = Field(0.6, ge=0, le=1, description="warm start: share of demonstrations that are wrong")
 
     @model_validator(mode="after")
     def _url_with_sandboxfusion(self) -> Config:

@@ -3,9 +3,9 @@
 Why a uid drop: RLIMIT_NPROC does not apply to root, so a fork bomb started by a root trainer
 would take the machine down. When the trainer is root, each concurrent run gets its own unused
 unprivileged uid (`setpriv`), so the process limit holds, runs cannot signal each other, and
-every process a run left behind can be killed by uid afterwards (`kill -1` as that uid), even
-ones that escaped the process group with `setsid`. A non-root trainer cannot change uid; the
-rlimits still apply to it.
+every process a run left behind can be killed by uid afterwards (the trainer scans /proc for the
+uid and SIGKILLs what it finds), even ones that escaped the process group with `setsid`. A
+non-root trainer cannot change uid; the rlimits still apply to it.
 """
 
 from __future__ import annotations
@@ -170,48 +170,60 @@ class _Child(asyncio.SubprocessProtocol):
             self.exited.set_result(None)
 
 
-_KILL_ALL = """
-import os, time
-
-def left():
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit() and int(name) != os.getpid():
-            try:
-                if os.stat("/proc/" + name).st_uid == os.getuid():
-                    found.append(name)
-            except OSError:
-                pass
-    return found
-
-end = time.monotonic() + {settle_s}
-while True:
+def _holds_uid(pid: str, uid: int) -> bool:
+    """Whether /proc says `pid` has `uid` as its real, effective or saved uid (the ids a kill(2) by
+    that uid would match). /proc/PID/status, not the owner of /proc/PID: a process that made itself
+    non-dumpable shows root as that owner."""
     try:
-        os.kill(-1, 9)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"Uid:"):
+                    return str(uid).encode() in line.split()[1:4]
+    except OSError:  # gone meanwhile
         pass
-    if not left() or time.monotonic() > end:
-        break
-    time.sleep(0.02)
-"""
-"""Runs as the run's uid: kill(-1) until /proc shows nothing of the uid (kill(-1) alone cannot
-say: it reports success whenever any process exists, signalled or not)."""
+    return False
 
 
-async def kill_uid(uid: int, setpriv: str, python: str) -> None:
-    """SIGKILL every process of `uid` (kill(-1) as that uid), wherever it moved its session, and
+def uid_processes(uid: int) -> list[str]:
+    """The pids (zombies included) that hold `uid`."""
+    return [name for name in os.listdir("/proc") if name.isdigit() and _holds_uid(name, uid)]
+
+
+def _kill_pid(pid: str, uid: int) -> None:
+    """SIGKILL `pid` through a pidfd, after checking it still holds `uid`: a pid that was reused
+    by another process between the scan and the kill is never signalled."""
+    try:
+        fd = os.pidfd_open(int(pid))
+    except OSError:  # gone meanwhile
+        return
+    try:
+        if _holds_uid(pid, uid):
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def kill_uid_now(uid: int, settle_s: float = UID_SETTLE_S) -> None:
+    """SIGKILL every process of `uid` (the trainer is root), wherever it moved its session, and
     repeat until nothing of it is left, zombies included (they still count against RLIMIT_NPROC,
-    so a run after a fork bomb would otherwise start without its process allowance)."""
-    proc = await asyncio.create_subprocess_exec(
-        *drop_to(uid, setpriv),
-        python,
-        "-S",
-        "-c",
-        _KILL_ALL.format(settle_s=UID_SETTLE_S),
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    await proc.wait()
+    so a run after a fork bomb would otherwise start without its process allowance). A fork in
+    flight during one scan is caught by the next; the uid's process limit bounds how many there
+    can be. In-process: no helper interpreter to start, and usually one /proc scan finding nothing."""
+    end = time.monotonic() + settle_s
+    while True:
+        left = uid_processes(uid)
+        if not left or time.monotonic() > end:
+            return
+        for pid in left:
+            _kill_pid(pid, uid)
+        time.sleep(0.005)
+
+
+async def kill_uid(uid: int) -> None:
+    """`kill_uid_now` off the event loop."""
+    await asyncio.to_thread(kill_uid_now, uid)
 
 
 @dataclass(frozen=True)
@@ -342,7 +354,7 @@ class LocalSandbox(Sandbox):
 
         async def sweep() -> None:
             if uid is not None:
-                await kill_uid(uid, self.setpriv, self.python)
+                await kill_uid(uid)
 
         try:
             workdir = await asyncio.to_thread(make_workdir, program, uid)

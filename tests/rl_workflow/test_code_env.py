@@ -78,7 +78,7 @@ def test_sandbox_errors_cost_the_reward_not_the_run(answer: RunResult | None) ->
 
 def test_shipped_problems_load_and_the_teacher_is_sloppy(sandbox: Sandbox) -> None:
     train, test = load_code_problems(DATA / "train.jsonl"), load_code_problems(DATA / "test.jsonl")
-    assert len(train) == 60 and len(test) == 20
+    assert len(train) == 15 and len(test) == 5
     problem = train[0]
     assert problem.solution and problem.wrong_solution
 

@@ -18,15 +18,14 @@ Template = tuple[str, str, str, str, str]
 TEMPLATES: list[Template] = [
     ("add_{k}", "returns x + {k}", "int", "x + {k}", "x + {k} + 1"),
     ("times_{k}", "returns x * {k}", "int", "x * {k}", "x * {k} + 1"),
-    ("minus_{k}", "returns x - {k}", "int", "x - {k}", "{k} - x"),
     ("above_{k}", "returns True when x > {k}, else False", "int", "x > {k}", "x >= {k}"),
     ("clip_{k}", "returns the smaller of x and {k}", "int", "min(x, {k})", "max(x, {k})"),
     ("take_{k}", "returns the first {k} items of the list x", "list", "x[:{k}]", "x[:{k} - 1]"),
-    ("sum_plus_{k}", "returns the sum of the list x plus {k}", "list", "sum(x) + {k}", "sum(x[1:]) + {k}"),
-    ("count_{k}", "returns how many items of the list x equal {k}", "list", "x.count({k})", "x.count({k}) + 1"),
-    ("repeat_{k}", "returns the string x repeated {k} times", "str", "x * {k}", "x * ({k} + 1)"),
-    ("drop_{k}", "returns the string x without its first {k} characters", "str", "x[{k}:]", "x[{k} + 1:]"),
 ]
+KS = range(2, 6)
+"""Few families and constants: the embedded tiny model (449K parameters) can learn them all in a
+short warm start, so the default run measures what RL adds (unlearning the teacher's slips), not
+whether the tiny model can copy a name it has never seen. Larger models want real problem sets."""
 
 
 def argument(rng: random.Random, kind: str) -> Any:
@@ -57,7 +56,7 @@ def problem(rng: random.Random, template: Template, k: int) -> dict[str, Any]:
 
 def main() -> None:
     rng = random.Random(SEED)
-    problems = [problem(rng, template, k) for template in TEMPLATES for k in range(1, 9)]
+    problems = [problem(rng, template, k) for template in TEMPLATES for k in KS]
     rng.shuffle(problems)
     split = len(problems) * 3 // 4
     for file, part in (("train.jsonl", problems[:split]), ("test.jsonl", problems[split:])):
