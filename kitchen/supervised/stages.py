@@ -83,7 +83,8 @@ class LoadSupervisedData(Stage):
         if skipped:
             first = ", ".join(skipped[:MAX_REPORTED]) + (", ..." if len(skipped) > MAX_REPORTED else "")
             ctx.log.warning("data.skipped", split=name, count=len(skipped), first=first, reason="no token to train on")
-        ctx.record({f"data/{name}_skipped": len(skipped)})
+            # only when some were skipped: a clean data set adds no metric (and no row a resume changes)
+            ctx.record({f"data/{name}_skipped": len(skipped)})
         if records and not data:
             raise DataError(
                 f"{source}: none of its {len(records)} records has a token to train on (max_length={max_length}"
