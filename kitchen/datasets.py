@@ -24,6 +24,22 @@ def _require_keys(path: Path, records: list[tuple[int, dict[str, Any]]], require
                 raise DataFormatError(path, line, f"missing key {' or '.join(repr(k) for k in keys)}")
 
 
+def load_located_records(
+    source: str, split: str = "train", required_any: Sequence[Sequence[str]] = ()
+) -> list[tuple[str, Any]]:
+    """`load_records`, each record with where it came from, for error messages: `PATH line N` for
+    JSONL (its line in the file), `SOURCE record N` otherwise (1-based)."""
+    path = Path(source)
+    if path.suffix == ".jsonl":
+        records = read_jsonl(path)
+        _require_keys(path, records, required_any)
+        return [(f"{path} line {line}", record) for line, record in records]
+    return [
+        (f"{source} record {index + 1}", record)
+        for index, record in enumerate(load_records(source, split, required_any))
+    ]
+
+
 def load_records(source: str, split: str = "train", required_any: Sequence[Sequence[str]] = ()) -> Any:
     """The records of a local file (by suffix) or a hub dataset, each holding, for each group in
     `required_any`, at least one of its keys. JSONL gives a list of dicts (each value exactly as

@@ -47,6 +47,7 @@ from kitchen.runner import Runner
 from kitchen.secrets import install_logging_filter
 from kitchen.validation import validate_recipe
 from kitchen.workflow import Workflow
+from train_core.jsonl import read_jsonl
 
 DATA_KEYS = ("dataset", "eval_dataset")
 
@@ -106,7 +107,9 @@ def build_context(
 
 
 def check_data_file(source: str, key: str) -> None:
-    """A local data file named by `key` must be a readable UTF-8 (or binary parquet) file."""
+    """A local data file named by `key` must be a readable UTF-8 (or binary parquet) file; a JSONL
+    file must hold one JSON object per line. (The record fields each recipe needs are checked when
+    its data is loaded, which `validate` does not do: it has no tokenizer.)"""
     path = Path(source)
     if path.suffix not in LOCAL_SUFFIXES and not path.exists():
         return  # a hub dataset name
@@ -130,6 +133,8 @@ def check_data_file(source: str, key: str) -> None:
                 raise DataError(f"{path} line {line}: not UTF-8 text (byte offset {bad})") from None
             offset += len(chunk)
             line += chunk.count(b"\n")
+    if path.suffix == ".jsonl":
+        read_jsonl(path)  # every line one JSON object, no duplicate keys (file and line named)
 
 
 def check_data_files(config: Any) -> None:

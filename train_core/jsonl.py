@@ -26,19 +26,38 @@ def _text(path: Path) -> str:
         raise DataFormatError(path, line, f"not UTF-8 text (byte offset {exc.start})") from None
 
 
+class _DuplicateKeyError(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's keys, each at most once: with duplicates, `json` would silently keep the last."""
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise _DuplicateKeyError(key)
+        obj[key] = value
+    return obj
+
+
 def read_jsonl(path: str | Path) -> list[tuple[int, JsonRecord]]:
     """Every record of a JSONL file with its 1-based line number; blank lines are skipped.
 
-    Each line must hold one JSON object; a file with none is an error too."""
+    Each line must hold one JSON object (no key twice in one object); a file with none is an
+    error too."""
     path = Path(path)
     records = []
     for number, line in enumerate(_text(path).splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            value = json.loads(line)
+            value = json.loads(line, object_pairs_hook=_no_duplicate_keys)
         except json.JSONDecodeError as exc:
             raise DataFormatError(path, number, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
+        except _DuplicateKeyError as exc:
+            raise DataFormatError(path, number, f"duplicate key {exc.key!r} in a JSON object") from None
         if not isinstance(value, dict):
             raise DataFormatError(path, number, f"expected one JSON object per line, got {type(value).__name__}")
         records.append((number, value))

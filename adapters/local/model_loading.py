@@ -68,6 +68,12 @@ def add_lora(model: torch.nn.Module, lora_rank: int, seed: int, options: LoraOpt
     only adapters train."""
     if lora_rank <= 0:
         raise ConfigError(f"lora_rank must be a positive integer, got {lora_rank}")
+    hidden = getattr(getattr(model, "config", None), "hidden_size", None)
+    if isinstance(hidden, int) and lora_rank > hidden:
+        # a rank above the width is no more expressive and allocates rank x width per layer
+        raise ConfigError(
+            f"lora_rank={lora_rank} is larger than the model's hidden size ({hidden}); use lora_rank <= {hidden}"
+        )
     # peft takes seconds to import; only LoRA runs pay for it (the noop backend imports this module).
     from peft import LoraConfig, get_peft_model
 

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from kitchen.context import Context
-from kitchen.datasets import load_records
+from kitchen.datasets import load_located_records, load_records
 from kitchen.errors import ConfigError, DataError
 from kitchen.ports import SamplingClient
 from kitchen.requests import score_targets
@@ -17,6 +17,7 @@ from kitchen.rl.sampling import ROLLOUT_KEYS, rollout_options, rollout_params
 from kitchen.stage import Stage
 from train_core.distillation import TeacherKL, incorporate_teacher_kl
 from train_core.renderers.base import Message, Renderer
+from train_core.renderers.messages import STANDARD_ROLES
 from train_core.rl.advantages import compute_advantages
 from train_core.rl.data_processing import assemble_training_data
 from train_core.rl.rollouts import kept_groups, sample_group
@@ -37,12 +38,15 @@ def prompt_messages(record: Mapping[str, object], where: str) -> list[Message]:
             for m in messages
         )
     ):
+        unknown = sorted({m["role"] for m in messages} - STANDARD_ROLES)
+        if unknown:
+            raise DataError(f"{where}: unknown message role {unknown[0]!r}; supported: {sorted(STANDARD_ROLES)}")
         return [{"role": m["role"], "content": m["content"]} for m in messages]
     raise DataError(f"{where}: a prompt record needs a string 'prompt' or a list of {{role, content}} 'messages'")
 
 
 def load_prompts(path: str) -> list[list[Message]]:
-    return [prompt_messages(record, f"{path} record {i + 1}") for i, record in enumerate(load_records(path))]
+    return [prompt_messages(record, where) for where, record in load_located_records(path)]
 
 
 def teacher_of_each(tags_D: Sequence[Sequence[str]], teachers: Mapping[str, SamplingClient]) -> list[SamplingClient]:

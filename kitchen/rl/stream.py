@@ -19,7 +19,7 @@ from kitchen.errors import ConfigError
 from kitchen.rl.sampling import ROLLOUT_KEYS, note_dropped, rollout_options, rollout_params
 from kitchen.rl.update import TRAIN_KEYS
 from kitchen.stage import Stage
-from kitchen.stages.training import adam_params
+from kitchen.stages.training import adam_params, guard_nonfinite
 from train_core.rl.data_processing import remove_mask
 from train_core.rl.metrics import rollout_failure_metrics, train_step_metrics
 from train_core.rl.rollouts import DroppedGroup, SampledGroup, sample_group
@@ -122,10 +122,12 @@ class SubmitMinibatch(Stage):
 class FinishStreamStep(Stage):
     """Await the step's submitted work and record its train metrics; all the step's groups become
     `sampled_groups` for the rollout metrics and transcripts, and the datums trained
-    `trained_data`."""
+    `trained_data`. A step whose optimizer did not apply a NaN/inf update counts towards
+    `max_bad_steps` (`guard_nonfinite`)."""
 
     reads = ("rollout_stream",)
     writes = ("sampled_groups", "trained_data")
+    config_keys = ("max_bad_steps",)
 
     async def run(self, ctx: Context) -> None:
         stream: RolloutStream = ctx["rollout_stream"]
@@ -136,3 +138,4 @@ class FinishStreamStep(Stage):
         ctx.record(rollout_failure_metrics(stream.sampled, stream.dropped))
         if stream.trained_D:
             ctx.record(train_step_metrics(stream.trained_D, fb_outputs, optim_outputs))
+            guard_nonfinite(ctx, ctx.step, optim_outputs, fb_outputs)

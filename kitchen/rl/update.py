@@ -11,7 +11,7 @@ from kitchen.context import Context
 from kitchen.requests import score_targets, train_in_chunks
 from kitchen.settings import ADAM_KEYS
 from kitchen.stage import Stage
-from kitchen.stages.training import adam_params
+from kitchen.stages.training import adam_params, guard_nonfinite
 from train_core.batching import split_evenly
 from train_core.rl.advantages import compute_advantages
 from train_core.rl.data_processing import assemble_training_data, remove_constant_reward_groups, remove_mask
@@ -96,13 +96,14 @@ class RLTrainStep(Stage):
     sampling ones (`optim/kl_sample_train_v1|v2`, `optim/entropy`).
 
     A batch with no datums (no trajectory had a token to train) skips the update. The datums
-    trained become `trained_data` (for `PostUpdateKL`).
+    trained become `trained_data` (for `PostUpdateKL`). A step the optimizer did not apply because
+    its loss or gradient was NaN/inf counts towards `max_bad_steps` (`guard_nonfinite`).
     """
 
     reads = ("rl_data", "training_client")
     writes = ("trained_data",)
     calls = ("TrainingClient.forward_backward", "TrainingClient.optim_step")
-    config_keys = TRAIN_KEYS
+    config_keys = (*TRAIN_KEYS, "max_bad_steps")
 
     async def run(self, ctx: Context) -> None:
         config = ctx.config
@@ -116,3 +117,4 @@ class RLTrainStep(Stage):
             ctx["training_client"], chunks, config.loss_fn, config.loss_fn_config, adam_params(ctx)
         )
         ctx.record(train_step_metrics(data_D, [fb for fb, _ in results], [optim for _, optim in results]))
+        guard_nonfinite(ctx, ctx.step, [optim for _, optim in results], [fb for fb, _ in results])

@@ -7,11 +7,36 @@ from dataclasses import dataclass
 from typing import Any
 
 from kitchen.ports import Tokenizer
+from train_core.errors import InvalidInputError
 from train_core.renderers.base import Renderer
+from train_core.renderers.messages import STANDARD_ROLES, check_messages
 from train_core.renderers.train_on_what import TrainOnWhat
 from train_core.supervised import prompt_completion_tokens
 
 Example = tuple[list[int], list[float]]
+
+CHARS_PER_TOKEN_BOUND = 8
+"""Text fields are cut to `CHARS_PER_TOKEN_BOUND * max_length` characters before tokenization
+(no tokenizer makes tokens longer than that on ordinary text), so one huge record costs memory in
+proportion to `max_length`, not to its size."""
+
+
+class RecordFieldError(InvalidInputError):
+    """A record field of the wrong type (e.g. a number where text belongs); the loader adds the
+    file and line."""
+
+
+def text_field(record: Mapping[str, Any], key: str, max_chars: int | None = None) -> str:
+    """`record[key]` if it is a string (cut to `max_chars`), else a RecordFieldError: a number or
+    object is never silently turned into text."""
+    value = record[key]
+    if not isinstance(value, str):
+        raise RecordFieldError(f"{key!r} must be a string, got {type(value).__name__}")
+    return value if max_chars is None else value[:max_chars]
+
+
+def char_limit(max_length: int | None) -> int | None:
+    return None if max_length is None else CHARS_PER_TOKEN_BOUND * max_length
 
 
 @dataclass(frozen=True)
@@ -27,13 +52,22 @@ class PromptCompletion:
     def required_any(self) -> tuple[tuple[str, ...], ...]:
         return ((self.completion_key, self.text_key),)
 
-    def __call__(self, record: Mapping[str, Any], tokenizer: Tokenizer, renderer: Renderer | None) -> Example:
+    def __call__(
+        self,
+        record: Mapping[str, Any],
+        tokenizer: Tokenizer,
+        renderer: Renderer | None,
+        max_length: int | None = None,
+    ) -> Example:
         eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+        limit = char_limit(max_length)
         if record.get(self.completion_key) is not None:
-            prompt = tokenizer.encode(str(record.get(self.prompt_key) or ""), add_special_tokens=False)
-            completion = tokenizer.encode(str(record[self.completion_key]), add_special_tokens=False)
+            prompt_text = text_field(record, self.prompt_key, limit) if record.get(self.prompt_key) is not None else ""
+            completion_text = text_field(record, self.completion_key, limit)
+            prompt = tokenizer.encode(prompt_text, add_special_tokens=False)
+            completion = tokenizer.encode(completion_text, add_special_tokens=False)
             return prompt_completion_tokens(prompt, completion + eos)
-        tokens = tokenizer.encode(str(record[self.text_key]), add_special_tokens=False) + eos
+        tokens = tokenizer.encode(text_field(record, self.text_key, limit), add_special_tokens=False) + eos
         return tokens, [1.0] * len(tokens)
 
 
@@ -48,11 +82,24 @@ class Conversation:
     def required_any(self) -> tuple[tuple[str, ...], ...]:
         return ((self.messages_key,),)
 
-    def __call__(self, record: Mapping[str, Any], tokenizer: Tokenizer, renderer: Renderer | None) -> Example:
+    def __call__(
+        self,
+        record: Mapping[str, Any],
+        tokenizer: Tokenizer,
+        renderer: Renderer | None,
+        max_length: int | None = None,
+    ) -> Example:
         if renderer is None:
             raise ValueError("conversation examples need a renderer")
-        model_input, weights = renderer.build_supervised_example(record[self.messages_key], self.train_on_what)
+        roles = getattr(renderer, "roles", STANDARD_ROLES)
+        messages = check_messages(record[self.messages_key], roles, self.messages_key)
+        limit = char_limit(max_length)
+        if limit is not None:
+            messages = [{**m, "content": m["content"][:limit]} for m in messages]
+        model_input, weights = renderer.build_supervised_example(messages, self.train_on_what)
         return model_input.to_ints(), [float(w) for w in weights]
 
 
-ExampleBuilder = Callable[[Mapping[str, Any], Tokenizer, Renderer | None], Example]
+ExampleBuilder = Callable[..., Example]
+"""`(record, tokenizer, renderer, max_length=None) -> (tokens, weights)`; a builder that takes
+`max_length` may cut text before tokenizing (the loader passes it by keyword when accepted)."""

@@ -3,14 +3,19 @@ measure held-out NLL. The train step itself is the shared `kitchen.stages.traini
 
 from __future__ import annotations
 
+import inspect
+
 from kitchen.context import Context
-from kitchen.datasets import load_records
+from kitchen.datasets import load_located_records
 from kitchen.errors import DataError
 from kitchen.stage import Stage
 from kitchen.supervised.examples import ExampleBuilder
 from train_core.batching import batch_for_step, batches_per_epoch
-from train_core.supervised import SequenceTooShortError, datum_from_tokens_weights, mean_nll
+from train_core.errors import InvalidInputError
+from train_core.supervised import datum_from_tokens_weights, mean_nll
 from train_core.types import Datum
+
+MAX_REPORTED = 5
 
 
 class LoadSupervisedData(Stage):
@@ -19,6 +24,12 @@ class LoadSupervisedData(Stage):
 
     The files are the config's `dataset` / `eval_dataset`, or, with `files_key`, the ones an
     earlier stage wrote to that state key (`{"train": path, "eval": path}`, e.g. generated data).
+
+    A record of the wrong shape (a missing key, a number where text belongs, an unknown message
+    role) stops the run with a DataError naming its file and line. A record with no token to train
+    on (e.g. a conversation without the assistant message `train_on_what` selects, or a prompt that
+    fills `max_length`) is skipped, logged, and counted as `data/<split>_skipped`; a file whose
+    every record is skipped is an error.
     """
 
     writes = ("train_data", "eval_data", "num_steps")
@@ -46,25 +57,46 @@ class LoadSupervisedData(Stage):
         held_out = (config.eval_dataset, config.eval_split) if config.eval_dataset else None
         return (config.dataset, config.dataset_split), held_out
 
-    def _load(self, ctx: Context, source: str, split: str) -> list[Datum]:
+    def _load(self, ctx: Context, source: str, split: str, name: str) -> list[Datum]:
         required = getattr(self.builder, "required_any", ())
-        records = load_records(source, split=split, required_any=required)
+        records = load_located_records(source, split=split, required_any=required)
         renderer = ctx["renderer"] if "renderer" in self.reads else None
-        data = []
-        for index, record in enumerate(records):
+        max_length = ctx.config.max_length
+        try:
+            takes_max_length = "max_length" in inspect.signature(self.builder).parameters
+        except (TypeError, ValueError):
+            takes_max_length = False
+        extra = {"max_length": max_length} if takes_max_length else {}
+        data, skipped = [], []
+        for where, record in records:
             try:
-                tokens, weights = self.builder(record, ctx["tokenizer"], renderer)
-                data.append(datum_from_tokens_weights(tokens, weights, ctx.config.max_length))
-            except SequenceTooShortError as exc:
-                raise DataError(f"{source} record {index + 1}: {exc}") from None
+                tokens, weights = self.builder(record, ctx["tokenizer"], renderer, **extra)
+                datum = datum_from_tokens_weights(tokens, weights, max_length)
+            except InvalidInputError as exc:  # incl. SequenceTooShortError
+                raise DataError(f"{where}: {exc}") from None
             except (KeyError, TypeError, ValueError) as exc:
-                raise DataError(f"{source} record {index + 1}: cannot build an example: {exc}") from None
+                raise DataError(f"{where}: cannot build an example: {exc}") from None
+            if not any(float(w) > 0 for w in datum.loss_fn_inputs["weights"].to_torch().tolist()):
+                skipped.append(where)
+                continue
+            data.append(datum)
+        if skipped:
+            first = ", ".join(skipped[:MAX_REPORTED]) + (", ..." if len(skipped) > MAX_REPORTED else "")
+            ctx.log.warning("data.skipped", split=name, count=len(skipped), first=first, reason="no token to train on")
+            # only when some were skipped: a clean data set adds no metric (and no row a resume changes)
+            ctx.record({f"data/{name}_skipped": len(skipped)})
+        if records and not data:
+            raise DataError(
+                f"{source}: none of its {len(records)} records has a token to train on (max_length={max_length}"
+                + (f", train_on_what={self.builder.train_on_what}" if hasattr(self.builder, "train_on_what") else "")
+                + "): check the data has completions/assistant messages, or raise max_length"
+            )
         return data
 
     async def run(self, ctx: Context) -> None:
         config = ctx.config
         (train_file, train_split), held_out = self._sources(ctx)
-        train = self._load(ctx, train_file, train_split)
+        train = self._load(ctx, train_file, train_split, "train")
         per_epoch = batches_per_epoch(len(train), config.batch_size)
         if per_epoch == 0:
             raise DataError(
@@ -74,7 +106,7 @@ class LoadSupervisedData(Stage):
         if config.max_steps is not None:
             num_steps = min(num_steps, config.max_steps)
         ctx["train_data"] = train
-        ctx["eval_data"] = self._load(ctx, *held_out) if held_out else []
+        ctx["eval_data"] = self._load(ctx, *held_out, "eval") if held_out else []
         ctx["num_steps"] = num_steps
         ctx.log.info("data.loaded", train=len(train), eval=len(ctx["eval_data"]), num_steps=num_steps)
 

@@ -28,6 +28,20 @@ NOT_UTF8_JSONL = b'{"prompt": "a", "completion": "b"}\n{"prompt": "\xff"}\n'
 NOT_UTF8_JSON = b'[{"prompt": "\xfe"}]'
 
 
+GOOD_LINE = b'{"prompt": "a", "completion": "b"}\n'
+
+
+def _data(tmp: Path, second_line: str, name: str = "bad.jsonl") -> Path:
+    """A data file whose line 2 is `second_line` (line 1 is a good record)."""
+    return _file(tmp, name, GOOD_LINE + second_line.encode() + b"\n")
+
+
+def _dataset(tmp: Path, second_line: str) -> list[str]:
+    """A train file whose line 2 is `second_line`, accepted as a change by the resume check (so the
+    error must come from reading the data)."""
+    return [f"dataset={_data(tmp, second_line)}", "resume_allow_changes=[dataset,dataset#file]"]
+
+
 def _file(tmp: Path, name: str, data: bytes) -> Path:
     path = tmp / name
     path.write_bytes(data)
@@ -89,12 +103,37 @@ CASES: dict[str, tuple[Case, tuple[str, ...]]] = {
         lambda t, r: ["--config", str(_file(t, "s.yaml", f"seed: 1\napi_key: {SECRET}\n".encode()))],
         ("s.yaml line 2", "api_key"),
     ),
+    "prompt_is_number": (
+        lambda t, r: _dataset(t, '{"prompt": 5, "completion": "b"}'),
+        ("bad.jsonl line 2", "'prompt' must be a string", "int"),
+    ),
+    "completion_is_object": (
+        lambda t, r: _dataset(t, '{"prompt": "a", "completion": {"x": 1}}'),
+        ("bad.jsonl line 2", "'completion' must be a string", "dict"),
+    ),
+    "text_is_mixed_list": (
+        lambda t, r: _dataset(t, '{"text": ["a", 1]}'),
+        ("bad.jsonl line 2", "'text' must be a string", "list"),
+    ),
+    "duplicate_json_key": (
+        lambda t, r: _dataset(t, '{"prompt": "a", "completion": "b", "prompt": "c"}'),
+        ("bad.jsonl line 2", "duplicate key 'prompt'"),
+    ),
+    "duplicate_nested_json_key": (
+        lambda t, r: _dataset(t, '{"prompt": "a", "completion": "b", "m": {"k": 1, "k": 2}}'),
+        ("bad.jsonl line 2", "duplicate key 'k'"),
+    ),
     "resume_with_changed_batch_size": (lambda t, r: ["batch_size=4"], ("batch_size: 32 -> 4", "resume_allow_changes")),
     "resume_with_changed_seed": (lambda t, r: ["seed=7"], ("seed: 0 -> 7",)),
     "resume_with_changed_learning_rate": (lambda t, r: ["learning_rate=0.01"], ("learning_rate",)),
     "resume_with_changed_lora_rank": (lambda t, r: ["lora_rank=8"], ("lora_rank: null -> 8",)),
     "resume_with_changed_model_name": (lambda t, r: ["model_name=other"], ("model_name",)),
 }
+
+
+RUN_ONLY = {"prompt_is_number", "completion_is_object", "text_is_mixed_list"}
+"""Record fields are checked when the data is loaded into examples, which `validate` does not do
+(it opens no tokenizer): `validate` passes these, `run` stops before training."""
 
 
 @pytest.fixture(scope="module")
@@ -112,6 +151,8 @@ def template_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_bad_input(
     case: str, command: str, template_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    if command == "validate" and case in RUN_ONLY:
+        pytest.skip("record fields are checked when data is loaded (run only)")
     capsys.readouterr()
     run_dir = tmp_path / "run"
     shutil.copytree(template_run, run_dir)

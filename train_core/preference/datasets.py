@@ -44,6 +44,7 @@ from train_core.errors import DataFormatError
 from train_core.jsonl import read_jsonl
 from train_core.preference.types import Comparison, LabeledComparison
 from train_core.renderers.base import Message
+from train_core.renderers.messages import STANDARD_ROLES
 
 Layout = Literal["comparisons", "hh_rlhf", "ultrafeedback"]
 SkipReason = Literal["empty_completion", "identical_completions", "prompt_too_long", "mismatched_prompts"]
@@ -174,8 +175,10 @@ def _messages(record: _Record, key: str, value: Any, default_role: str) -> list[
         role, content = item.get("role"), item.get("content")
         if not isinstance(role, str) or not role:
             raise record.error(f"{where} needs a non-empty string 'role'")
+        if role not in STANDARD_ROLES:
+            raise record.error(f"{where} has unknown role {role!r}; supported: {sorted(STANDARD_ROLES)}")
         if not isinstance(content, str):
-            raise record.error(f"{where} needs a string 'content'")
+            raise record.error(f"{where} 'content' must be a string, got {type(content).__name__}")
         messages.append(Message(role=role, content=content))
     return messages
 

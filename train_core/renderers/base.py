@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 from train_core.renderers.errors import RendererError
-from train_core.renderers.messages import Message, ToolCall
+from train_core.renderers.messages import STANDARD_ROLES, Message, ToolCall
 from train_core.renderers.tokenizer import Tokenizer
 from train_core.renderers.train_on_what import TrainOnWhat
 from train_core.types import ModelInput, StopCondition
@@ -18,7 +18,10 @@ class Renderer(ABC):
     """Turns conversations into a model family's exact chat format.
 
     Weights from `build_supervised_example` are 0 on BOS and role headers (1 on headers only under
-    ALL_TOKENS) and 1 on the bodies of the messages `train_on_what` selects."""
+    ALL_TOKENS) and 1 on the bodies of the messages `train_on_what` selects. `roles` are the
+    message roles it has a format for (data with another role is rejected before rendering)."""
+
+    roles: frozenset[str] = STANDARD_ROLES
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer

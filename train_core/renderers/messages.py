@@ -51,3 +51,33 @@ def reject_thinking(renderer: str, thinking_renderer: str, messages: Sequence[Me
         reject_unsupported(
             renderer, i, message, ("thinking",), f"thinking is off: use {thinking_renderer!r} or remove the thinking"
         )
+
+
+STANDARD_ROLES = frozenset({"system", "user", "assistant", "tool"})
+"""The roles every renderer has a format for; a renderer with more (or fewer) sets `roles`."""
+
+
+class MessageFormatError(RendererError):
+    """A conversation record whose messages are not {role, content} objects with string fields and
+    a role the renderer supports."""
+
+
+def check_messages(value: object, roles: frozenset[str] = STANDARD_ROLES, key: str = "messages") -> list[Message]:
+    """`value` as a list of messages, each an object whose `role` is one of `roles` and whose
+    `content` is a string (never a number or an object silently turned into text)."""
+    if not isinstance(value, list):
+        raise MessageFormatError(f"{key!r} must be a list of messages, got {type(value).__name__}")
+    for index, message in enumerate(value):
+        where = f"{key!r}[{index}]"
+        if not isinstance(message, dict):
+            raise MessageFormatError(
+                f"{where} must be an object with 'role' and 'content', got {type(message).__name__}"
+            )
+        role, content = message.get("role"), message.get("content")
+        if not isinstance(role, str):
+            raise MessageFormatError(f"{where} needs a string 'role', got {type(role).__name__}")
+        if role not in roles:
+            raise MessageFormatError(f"{where} has unknown role {role!r}; this renderer supports {sorted(roles)}")
+        if not isinstance(content, str):
+            raise MessageFormatError(f"{where} 'content' must be a string, got {type(content).__name__}")
+    return value

@@ -103,6 +103,10 @@ def grade_answer(response: str, reference: str) -> bool:
     return given is not None and answers_match(given, reference)
 
 
+_GSM8K_NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)(/\d+)?")
+"""A GSM8K final answer: an integer, decimal or fraction (thousands commas already removed)."""
+
+
 def parse_gsm8k_answer(answer: str, where: str = "GSM8K answer") -> str:
     """The final answer of a GSM8K solution: the text after its last `####`, commas removed.
 
@@ -114,4 +118,6 @@ def parse_gsm8k_answer(answer: str, where: str = "GSM8K answer") -> str:
     final = answer[marker + len("####") :].strip().replace(",", "")
     if not final:
         raise AnswerParseError(f"{where}: nothing after the '####' marker")
+    if not _GSM8K_NUMBER.fullmatch(final):
+        raise AnswerParseError(f"{where}: the final answer after '####' is not a number: {final[:80]!r}")
     return final

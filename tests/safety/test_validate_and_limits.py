@@ -1,0 +1,73 @@
+"""`kitchen validate` never writes to the run directory (it takes no lock either, so it never waits
+on a running run); LoRA ranks wider than the model and huge records are caught cheaply."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.safety.helpers import FAST, assert_one_error_line, cli
+
+
+def _everything(directory: Path) -> dict[str, tuple[bytes, int]]:
+    """Every entry's bytes and mtime, the event log and lock file included."""
+    return {
+        str(p.relative_to(directory)): (p.read_bytes() if p.is_file() else b"", p.stat().st_mtime_ns)
+        for p in sorted(directory.rglob("*"))
+    }
+
+
+def test_validate_never_writes_to_the_run_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "run"
+    code, _, err = cli(capsys, "run", "sl_basic", *FAST, "max_steps=4", f"log_path={log}")
+    assert code == 0, err
+    before = _everything(log)
+    for extra in ([], ["max_steps=8"], ["batch_size=4"], ["learning_rate=.nan"]):
+        cli(capsys, "validate", "sl_basic", *FAST, f"log_path={log}", *extra)
+        assert _everything(log) == before, extra
+    fresh = tmp_path / "fresh" / "run"
+    code, _, err = cli(capsys, "validate", "sl_basic", *FAST, f"log_path={fresh}")
+    assert code == 0, err
+    assert not fresh.exists() and not fresh.parent.exists()
+
+
+def test_lora_rank_above_hidden_size_is_a_config_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = cli(
+        capsys, "run", "sl_basic", "backend=local", "max_steps=1", "lora_rank=100000", f"log_path={tmp_path / 'r'}"
+    )
+    assert_one_error_line(code, err, "lora_rank=100000", "hidden size (96)")
+
+
+def test_huge_record_is_cut_before_tokenizing(tmp_path: Path) -> None:
+    from kitchen.supervised.examples import Conversation, PromptCompletion
+
+    class CountingTokenizer:
+        eos_token_id = 0
+        longest = 0
+
+        def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+            CountingTokenizer.longest = max(CountingTokenizer.longest, len(text))
+            return [ord(c) % 50 + 1 for c in text]
+
+    tokenizer: Any = CountingTokenizer()
+    huge = "x" * 5_000_000
+    PromptCompletion()({"prompt": huge, "completion": huge}, tokenizer, None, max_length=16)
+    assert CountingTokenizer.longest == 8 * 16
+    tokens, _ = PromptCompletion()({"text": huge}, tokenizer, None, max_length=16)
+    assert len(tokens) <= 8 * 16 + 1
+
+    seen: list[int] = []
+
+    class Renderer:
+        def build_supervised_example(self, messages, train_on_what):
+            from train_core.types import ModelInput
+
+            seen.extend(len(m["content"]) for m in messages)
+            return ModelInput.from_ints([1, 2]), [0.0, 1.0]
+
+    record = {"messages": [{"role": "user", "content": huge}, {"role": "assistant", "content": huge}]}
+    Conversation()(record, tokenizer, Renderer(), max_length=16)  # type: ignore[arg-type]
+    assert seen == [128, 128]
+    assert len(record["messages"][0]["content"]) == 5_000_000  # the record read is left as it was
