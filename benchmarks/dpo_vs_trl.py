@@ -1,15 +1,28 @@
 """DPO throughput: kitchen's local backend against TRL's `DPOTrainer`, on the same problem.
 
     PYTHONPATH=. python benchmarks/dpo_vs_trl.py [--steps 30] [--batch-size 16] [--threads 2]
+        [--model tiny|32m|50m] [--lean-trl]
 
-Both train the embedded tiny model (the same initial weights: `load_base_model("tiny")` builds
-it from the shipped config and a fixed seed) on the shipped polite_arithmetic comparisons, with
+Both train the same model — the embedded tiny model (`load_base_model("tiny")` builds it from the
+shipped config and a fixed seed) or, with `--model 32m` / `50m`, a random-weight Qwen3 model of
+that size written to a scratch directory and loaded by path — on the shipped polite_arithmetic
+comparisons, with
 the same chat template (kitchen's `hf_chat_template` renderer is the tokenizer's template, which
 TRL applies), batch size in pairs, max length, beta, learning rate and schedule (linear), AdamW
 settings (betas 0.9/0.95, no weight decay, no clipping), float32 on the CPU with the same number
 of torch threads (default 1, the local backend's default for the tiny model), one after the
 other in this process, alternating `--repeats` times (each framework's best run counts: shared
 machines are noisy). TRL runs with gradient checkpointing and bf16 off (its defaults) to match.
+
+The process is pinned to `--threads` cores (`os.sched_setaffinity`), so neither side gets more
+cores than its intra-op threads: kitchen computes the next step's reference logprobs on its
+sampling thread while the training thread runs, which on an unpinned machine would let it use a
+core TRL (one thread, strictly sequential) cannot.
+
+`--lean-trl` adds a third contender, TRL's `DPOTrainer` with its per-step metrics cut out (a
+subclass whose loss is the same sigmoid DPO loss but whose fused LM head computes only the
+log-probabilities, not the entropy, mean logits and top-1 flags, and which logs nothing but the
+loss): the fairest comparison, as kitchen's DPO logs only pair-level metrics.
 
 Throughput is measured in steady state: pairs / seconds from the end of the warm-up steps to the
 end of the last step, i.e. everything a step costs — batching, reference logprobs, the
@@ -21,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
 import statistics
 import tempfile
 import time
@@ -32,6 +46,7 @@ import torch
 
 from adapters.common.tokenizer import load_tokenizer
 from adapters.local.model_loading import load_base_model
+from benchmarks._models import model_name
 from kitchen.config import load_config
 from kitchen.context import Context
 from kitchen.hooks import Hooks
@@ -56,6 +71,7 @@ class Settings:
     learning_rate: float
     seed: int
     threads: int
+    model: str
 
 
 @dataclass(frozen=True)
@@ -74,10 +90,32 @@ def _pairs_per_second(settings: Settings, step_ends: list[float]) -> float:
     return (len(timed) - 1) * settings.batch_size / (timed[-1] - timed[0])
 
 
-def run_trl(settings: Settings, workdir: Path) -> Result:
+def run_trl(settings: Settings, workdir: Path, lean: bool = False) -> Result:
     from datasets import Dataset
     from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
     from trl import DPOConfig, DPOTrainer
+    from trl.trainer.utils import add_fused_lm_head
+
+    class LeanDPOTrainer(DPOTrainer):
+        """The sigmoid DPO loss with no per-token metrics: log-probabilities only, loss logged."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            add_fused_lm_head(cast(PreTrainedModel, self.model), outputs=("log_probs",))  # not 4 per-token fields
+
+        def _compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool) -> Any:
+            completion_mask = inputs["completion_mask"]
+            skip = {"completion_mask", "ref_chosen_logps", "ref_rejected_logps"}
+            model_kwargs = {key: value for key, value in inputs.items() if key not in skip}
+            model_kwargs["use_cache"] = False
+            labels = inputs["input_ids"].masked_fill(completion_mask == 0, -100)
+            seq_len = completion_mask.size(1) - 1
+            logps = model(**model_kwargs, labels=labels, fused_lm_head=True).log_probs[:, -seq_len:].sum(dim=1)
+            with torch.no_grad():
+                ref_model = cast(Any, self.ref_model)
+                ref = ref_model(**model_kwargs, labels=labels, fused_lm_head=True).log_probs[:, -seq_len:]
+            chosen, rejected = (logps - ref.sum(dim=1)).chunk(2, dim=0)
+            return -torch.nn.functional.logsigmoid(self.beta * (chosen - rejected)).mean()
 
     class StepClock(TrainerCallback):
         def __init__(self) -> None:
@@ -97,7 +135,7 @@ def run_trl(settings: Settings, workdir: Path) -> Result:
             for c in comparisons
         ]
     )
-    model = cast(PreTrainedModel, load_base_model("tiny", torch.float32))
+    model = cast(PreTrainedModel, load_base_model(settings.model, torch.float32))
     config = DPOConfig(
         output_dir=str(workdir),
         per_device_train_batch_size=settings.batch_size,
@@ -124,19 +162,20 @@ def run_trl(settings: Settings, workdir: Path) -> Result:
     )
     clock = StepClock()
     torch.set_num_threads(settings.threads)
-    trainer = DPOTrainer(
+    trainer = (LeanDPOTrainer if lean else DPOTrainer)(
         model=model,
         ref_model=copy.deepcopy(model),
         args=config,
         train_dataset=dataset,
-        processing_class=cast(PreTrainedTokenizerBase, load_tokenizer("tiny")),
+        processing_class=cast(PreTrainedTokenizerBase, load_tokenizer(settings.model)),
         callbacks=[clock],
     )
     prepared = cast(Dataset, trainer.train_dataset)
     lengths = [len(row["prompt_ids"]) + len(row[side]) for row in prepared for side in ("chosen_ids", "rejected_ids")]
     trainer.train()
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
-    return Result("trl", _pairs_per_second(settings, clock.ends), losses[0], losses[-1], statistics.mean(lengths))
+    name = "trl-lean" if lean else "trl"
+    return Result(name, _pairs_per_second(settings, clock.ends), losses[0], losses[-1], statistics.mean(lengths))
 
 
 class StepClock(Hooks):
@@ -162,6 +201,7 @@ def run_kitchen(settings: Settings, workdir: Path) -> Result:
     recipe = get_recipe("dpo")
     overrides = {
         "backend": "local",
+        "model_name": settings.model,
         "local.device": "cpu",
         "dataset": DATASET,
         "eval_dataset": "null",
@@ -214,9 +254,17 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads, for both")
     parser.add_argument("--repeats", type=int, default=2, help="alternate TRL and kitchen runs; keep each's best")
+    parser.add_argument("--model", choices=("tiny", "32m", "50m"), default="tiny")
+    parser.add_argument("--lean-trl", action="store_true", help="also run TRL without its per-token metrics")
+    parser.add_argument("--no-pin", action="store_true", help="do not pin the process to --threads cores")
     args = parser.parse_args()
     if not 1 <= args.warmup_steps < args.steps:
         parser.error("need 1 <= --warmup-steps < --steps")
+    if not args.no_pin:
+        cores = sorted(os.sched_getaffinity(0))[: args.threads]
+        os.sched_setaffinity(0, cores)
+        print(f"pinned to cores {cores}")
+    scratch = tempfile.TemporaryDirectory()
     settings = Settings(
         args.steps,
         args.warmup_steps,
@@ -226,23 +274,31 @@ def main() -> None:
         args.learning_rate,
         args.seed,
         args.threads,
+        model_name(args.model, Path(scratch.name)),
     )
     print(settings)
-    runs: dict[str, list[Result]] = {"trl": [], "kitchen": []}
+    runs: dict[str, list[Result]] = {"trl": [], **({"trl-lean": []} if args.lean_trl else {}), "kitchen": []}
     with tempfile.TemporaryDirectory() as tmp:
         for repeat in range(args.repeats):
             runs["trl"].append(run_trl(settings, Path(tmp) / f"trl-{repeat}"))
+            if args.lean_trl:
+                runs["trl-lean"].append(run_trl(settings, Path(tmp) / f"trl-lean-{repeat}", lean=True))
             runs["kitchen"].append(run_kitchen(settings, Path(tmp) / f"kitchen-{repeat}"))
-    trl, kitchen = (max(results, key=lambda r: r.pairs_per_second) for results in runs.values())
-    for result in (trl, kitchen):
-        every = ", ".join(f"{r.pairs_per_second:.1f}" for r in runs[result.name])
+    scratch.cleanup()
+    best = {name: max(results, key=lambda r: r.pairs_per_second) for name, results in runs.items()}
+    print(f"model {args.model}, {args.threads} thread(s), load average {os.getloadavg()[0]:.1f}")
+    for result in best.values():
+        every = ", ".join(f"{r.pairs_per_second:.2f}" for r in runs[result.name])
         print(
-            f"{result.name:>8}: {result.pairs_per_second:8.1f} pairs/s (runs: {every})   dpo_loss "
+            f"{result.name:>9}: {result.pairs_per_second:8.2f} pairs/s (runs: {every})   dpo_loss "
             f"{result.first_loss:.4f} -> {result.last_loss:.4f}   {result.tokens_per_sequence:.1f} tokens/sequence"
         )
         if result.breakdown:
-            print(f"{'':>10}{result.breakdown}")
-    print(f"ratio kitchen/TRL: {kitchen.pairs_per_second / trl.pairs_per_second:.2f}")
+            print(f"{'':>11}{result.breakdown}")
+    kitchen = best["kitchen"].pairs_per_second
+    if args.lean_trl:
+        print(f"ratio kitchen/TRL-lean: {kitchen / best['trl-lean'].pairs_per_second:.2f}")
+    print(f"ratio kitchen/TRL: {kitchen / best['trl'].pairs_per_second:.2f}")
 
 
 if __name__ == "__main__":

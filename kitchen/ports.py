@@ -8,9 +8,7 @@ submit step i+1 before awaiting step i.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol, runtime_checkable
-
-import torch
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from train_core.types import (
     AdamParams,
@@ -22,9 +20,12 @@ from train_core.types import (
     SamplingParams,
 )
 
+if TYPE_CHECKING:
+    import torch
+
 # A custom loss sees the data and, per datum, the policy's logprobs of its target tokens (with
 # gradients); it returns a scalar loss and metrics. DPO is built on this.
-CustomLossFn = Callable[[Sequence[Datum], list[torch.Tensor]], tuple[torch.Tensor, dict[str, float]]]
+CustomLossFn = Callable[[Sequence[Datum], list["torch.Tensor"]], tuple["torch.Tensor", dict[str, float]]]
 
 
 class Tokenizer(Protocol):

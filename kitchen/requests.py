@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Sequence
-
-import torch
+from typing import TYPE_CHECKING
 
 from kitchen.ports import SamplingClient, TrainingClient
 from train_core.rl.kl_penalty import logprob_input, target_logprobs
 from train_core.types import AdamParams, Datum, ForwardBackwardOutput, OptimStepOutput
+
+if TYPE_CHECKING:
+    import torch
 
 
 async def score_targets(

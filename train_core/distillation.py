@@ -12,14 +12,16 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from train_core.renderers.base import Renderer
 from train_core.renderers.messages import Message
 from train_core.rl.kl_penalty import discounted_future_sum
 from train_core.rl.types import Action, Env, EnvGroupBuilder, RLDataset, StepResult
 from train_core.types import Datum, ModelInput, StopCondition, TensorData
+
+if TYPE_CHECKING:
+    import torch
 
 
 class PromptOnlyEnv(Env):

@@ -18,10 +18,15 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from train_core.errors import InvalidInputError
+
+if TYPE_CHECKING:
+    import torch
+
+# The formulas use tensor methods only, and torch is imported where a tensor is made: importing
+# this module (loss names and specs, for `kitchen validate`) does not load torch.
 
 
 def cross_entropy(logprobs_T: torch.Tensor, weights_T: torch.Tensor) -> torch.Tensor:
@@ -33,7 +38,7 @@ def importance_sampling(
     logprobs_T: torch.Tensor, sampling_logprobs_T: torch.Tensor, advantages_T: torch.Tensor
 ) -> torch.Tensor:
     """REINFORCE with an importance weight for off-policy samples: `-sum(ratio * A)`."""
-    ratio_T = torch.exp(logprobs_T - sampling_logprobs_T)
+    ratio_T = (logprobs_T - sampling_logprobs_T).exp()
     return -(ratio_T * advantages_T).sum()
 
 
@@ -48,9 +53,9 @@ def ppo(
 
     The thresholds bound the ratio itself (0.8 / 1.2 is epsilon 0.2), as the Tinker service's are.
     """
-    ratio_T = torch.exp(logprobs_T - sampling_logprobs_T)
-    clipped_ratio_T = torch.clamp(ratio_T, clip_low_threshold, clip_high_threshold)
-    return -torch.minimum(ratio_T * advantages_T, clipped_ratio_T * advantages_T).sum()
+    ratio_T = (logprobs_T - sampling_logprobs_T).exp()
+    clipped_ratio_T = ratio_T.clamp(clip_low_threshold, clip_high_threshold)
+    return -(ratio_T * advantages_T).minimum(clipped_ratio_T * advantages_T).sum()
 
 
 def cispo(
@@ -65,8 +70,8 @@ def cispo(
     The clipped ratio is only a coefficient, so no token's gradient is ever zeroed. The defaults
     (no lower bound, cap at 4) are the Tinker service's.
     """
-    ratio_T = torch.exp(logprobs_T - sampling_logprobs_T)
-    coefficient_T = torch.clamp(ratio_T, clip_low_threshold, clip_high_threshold).detach()
+    ratio_T = (logprobs_T - sampling_logprobs_T).exp()
+    coefficient_T = ratio_T.clamp(clip_low_threshold, clip_high_threshold).detach()
     return -(coefficient_T * logprobs_T * advantages_T).sum()
 
 
@@ -103,9 +108,9 @@ def gspo(
     in_ratio_T = sequence_ratio_mask_T != 0
     drift_T = logprobs_T.detach() - sampling_logprobs_T
     log_ratio = drift_T[in_ratio_T].mean() if bool(in_ratio_T.any()) else drift_T.new_zeros(())
-    ratio_T = torch.exp(log_ratio + logprobs_T - logprobs_T.detach())
-    clipped_ratio_T = torch.clamp(ratio_T, clip_low_threshold, clip_high_threshold)
-    return -torch.minimum(ratio_T * advantages_T, clipped_ratio_T * advantages_T).sum()
+    ratio_T = (log_ratio + logprobs_T - logprobs_T.detach()).exp()
+    clipped_ratio_T = ratio_T.clamp(clip_low_threshold, clip_high_threshold)
+    return -(ratio_T * advantages_T).minimum(clipped_ratio_T * advantages_T).sum()
 
 
 TARGET_TOKENS = "target_tokens"
@@ -179,6 +184,8 @@ class LossSpec:
         tensors = [logprobs_T, *(inputs[key] for key in self.input_keys)]
         resolved = self.resolve_config(config)
         if self.per_datum and lengths_D is not None:
+            import torch
+
             datums = zip(*(tensor.split(list(lengths_D)) for tensor in tensors), strict=True)
             loss = torch.stack([self.formula(*datum, **resolved) for datum in datums]).sum()
         else:

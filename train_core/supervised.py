@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
-
-import torch
+from typing import TYPE_CHECKING, Literal
 
 from train_core.errors import InvalidInputError
 from train_core.types import Datum, ModelInput, TensorData
+
+if TYPE_CHECKING:
+    import torch
 
 Reduction = Literal["none", "mean"]
 

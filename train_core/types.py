@@ -2,17 +2,31 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, TypeGuard
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 StopCondition = list[str] | list[int]
 StopReason = Literal["stop", "length"]
 TensorDtype = Literal["int64", "float32"]
 
-_TORCH_DTYPES: dict[str, torch.dtype] = {"int64": torch.int64, "float32": torch.float32}
+# torch is imported only where a tensor is made, so the config / CLI path (`kitchen validate`)
+# that only needs these types does not load it.
+
+
+def _torch_dtype(dtype: TensorDtype) -> torch.dtype:
+    import torch
+
+    return torch.int64 if dtype == "int64" else torch.float32
+
+
+def _is_tensor(data: object) -> TypeGuard[torch.Tensor]:
+    torch = sys.modules.get("torch")  # no tensor can exist before torch is imported
+    return torch is not None and isinstance(data, torch.Tensor)
 
 
 @dataclass(frozen=True)
@@ -73,8 +87,8 @@ class TensorData:
     ) -> None:
         self.dtype = dtype
         self.shape = tuple(int(n) for n in shape)
-        if isinstance(data, torch.Tensor):
-            self._tensor: torch.Tensor | None = data.detach().to("cpu", _TORCH_DTYPES[dtype]).reshape(self.shape)
+        if _is_tensor(data):
+            self._tensor: torch.Tensor | None = data.detach().to("cpu", _torch_dtype(dtype)).reshape(self.shape)
             self._data: tuple[float, ...] | tuple[int, ...] | None = None
         else:
             self._tensor = None
@@ -84,7 +98,7 @@ class TensorData:
     def from_torch(cls, tensor: torch.Tensor) -> TensorData:
         """Keeps (a cpu copy of) the tensor itself: no conversion to Python numbers."""
         dtype: TensorDtype = "float32" if tensor.is_floating_point() else "int64"
-        kept = tensor.detach().to("cpu", _TORCH_DTYPES[dtype])
+        kept = tensor.detach().to("cpu", _torch_dtype(dtype))
         if kept.data_ptr() == tensor.data_ptr():
             kept = kept.clone()  # never share storage with the caller's tensor
         return cls(kept, dtype, tuple(tensor.shape))
@@ -104,7 +118,9 @@ class TensorData:
 
     def to_torch(self) -> torch.Tensor:
         if self._tensor is None:
-            self._tensor = torch.tensor(self.data, dtype=_TORCH_DTYPES[self.dtype]).reshape(self.shape)
+            import torch
+
+            self._tensor = torch.tensor(self.data, dtype=_torch_dtype(self.dtype)).reshape(self.shape)
         return self._tensor
 
     def tolist(self) -> list[float] | list[int]:

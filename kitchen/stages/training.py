@@ -7,8 +7,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from kitchen.context import Context
 from kitchen.errors import StageError
@@ -17,6 +16,9 @@ from kitchen.stage import Stage
 from train_core.schedules import lr_multiplier
 from train_core.supervised import mean_nll
 from train_core.types import AdamParams, Datum, ForwardBackwardOutput, OptimStepOutput
+
+if TYPE_CHECKING:
+    pass
 
 
 def adam_params(ctx: Context) -> AdamParams:
@@ -73,6 +75,8 @@ class SubmitTrainStep(Stage):
 
 def supervised_step_metrics(pending: PendingStep, output: ForwardBackwardOutput) -> dict[str, float]:
     """Mean NLL and token counts of a cross-entropy step, from the returned logprobs."""
+    import torch
+
     logprobs_D = [out["logprobs"].to_torch() for out in output.loss_fn_outputs]
     weights_D = [datum.loss_fn_inputs["weights"].to_torch() for datum in pending.batch]
     return {

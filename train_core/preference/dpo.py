@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-
-import torch
-import torch.nn.functional as F
+from typing import TYPE_CHECKING
 
 from train_core.preference.losses import PairBatch, PreferenceLossParams, preference_loss
 from train_core.types import Datum
 
+if TYPE_CHECKING:
+    import torch
+
 # The shape of `kitchen.ports.CustomLossFn`, restated so train_core does not import kitchen.
-DpoCustomLossFn = Callable[[Sequence[Datum], list[torch.Tensor]], tuple[torch.Tensor, dict[str, float]]]
+DpoCustomLossFn = Callable[[Sequence[Datum], list["torch.Tensor"]], tuple["torch.Tensor", dict[str, float]]]
 
 
 def dpo_loss(
@@ -33,6 +34,9 @@ def dpo_loss(
     Metrics: `dpo_loss`, `accuracy = mean(c > r)`, `margin = mean(beta*c - beta*r)`,
     `chosen_reward = mean(beta*c)`, `rejected_reward = mean(beta*r)`, `num_pairs`.
     """
+    import torch
+    import torch.nn.functional as F
+
     shapes = {t.shape for t in (chosen_logprobs_P, rejected_logprobs_P, chosen_ref_logprobs_P, rejected_ref_logprobs_P)}
     if len(shapes) != 1 or chosen_logprobs_P.dim() != 1:
         raise ValueError(f"dpo_loss wants four 1-D tensors of one shape, got shapes {sorted(shapes)}")
@@ -62,6 +66,8 @@ def pair_sequence_logprobs(
 
     Gradients flow through `logprobs_D`; the weights are constants. Sums are taken in float32.
     """
+    import torch
+
     if len(logprobs_D) != len(weights_D):
         raise ValueError(f"{len(logprobs_D)} logprob tensors but {len(weights_D)} weight tensors")
     if len(logprobs_D) == 0 or len(logprobs_D) % 2:
@@ -91,6 +97,8 @@ def make_dpo_custom_loss(
     `loss_type` picks a loss of `train_core.preference.losses` (`sigmoid` is DPO); `params` holds
     its other parameters (its `beta` is replaced by `beta`).
     """
+    import torch
+
     ref_D = [ref.detach() for ref in ref_logprobs_D]
     loss_params = dataclasses.replace(params or PreferenceLossParams(), beta=beta)
 

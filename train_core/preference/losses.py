@@ -22,10 +22,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import torch
-import torch.nn.functional as F
+if TYPE_CHECKING:
+    import torch
+
 
 PreferenceLossType = Literal["sigmoid", "ipo", "hinge", "robust", "simpo", "orpo"]
 
@@ -55,6 +56,8 @@ class PreferenceLossParams:
 
 
 def sigmoid_loss(b: PairBatch, p: PreferenceLossParams) -> torch.Tensor:
+    import torch.nn.functional as F
+
     return -F.logsigmoid(p.beta * b.margin)
 
 
@@ -63,25 +66,35 @@ def ipo_loss(b: PairBatch, p: PreferenceLossParams) -> torch.Tensor:
 
 
 def hinge_loss(b: PairBatch, p: PreferenceLossParams) -> torch.Tensor:
+    import torch
+
     return torch.relu(1.0 - p.beta * b.margin)
 
 
 def robust_loss(b: PairBatch, p: PreferenceLossParams) -> torch.Tensor:
+    import torch.nn.functional as F
+
     eps = p.label_smoothing
     return (1.0 - eps) * -F.logsigmoid(p.beta * b.margin) + eps * -F.logsigmoid(-p.beta * b.margin)
 
 
 def simpo_loss(b: PairBatch, p: PreferenceLossParams) -> torch.Tensor:
+    import torch.nn.functional as F
+
     return -F.logsigmoid(p.beta * b.chosen / b.chosen_len - p.beta * b.rejected / b.rejected_len - p.simpo_gamma)
 
 
 def _log_odds(mean_logprob: torch.Tensor) -> torch.Tensor:
     """log(q / (1 - q)) for q = exp(mean_logprob) < 1, computed stably."""
+    import torch
+
     clamped = torch.clamp(mean_logprob, max=-1e-6)
     return clamped - torch.log(-torch.expm1(clamped))
 
 
 def orpo_loss(b: PairBatch, p: PreferenceLossParams) -> torch.Tensor:
+    import torch.nn.functional as F
+
     mean_c, mean_r = b.chosen / b.chosen_len, b.rejected / b.rejected_len
     return -mean_c + p.orpo_lambda * -F.logsigmoid(_log_odds(mean_c) - _log_odds(mean_r))
 
@@ -111,6 +124,8 @@ def preference_loss(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The mean loss of `loss_type` over the pairs, and DPO-style metrics (`dpo_loss` holds the
     loss value whatever the type; rewards are `beta * (logp - logp_ref)`)."""
+    import torch
+
     if loss_type not in PREFERENCE_LOSSES:
         raise ValueError(f"unknown preference loss {loss_type!r} (known: {', '.join(PREFERENCE_LOSSES)})")
     if batch.chosen.numel() == 0:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-import torch
+from typing import TYPE_CHECKING
 
 from train_core.rl.types import TrajectoryGroup
+
+if TYPE_CHECKING:
+    import torch
 
 
 def compute_advantages(
@@ -17,6 +19,8 @@ def compute_advantages(
     Centring alone matches the Python original; std normalisation is off by default because it
     inflates tiny reward differences. The std is the population std, so a group of one gets 0.
     """
+    import torch
+
     advantages_P = []
     for group in groups_P:
         rewards_G = torch.tensor(group.get_total_rewards(), dtype=torch.float64)

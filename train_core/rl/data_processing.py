@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-
-import torch
+from typing import TYPE_CHECKING
 
 from train_core.losses import SEQUENCE_RATIO_MASK, get_loss_fn
 from train_core.rl.types import Trajectory, TrajectoryGroup, Transition
 from train_core.supervised import datum_from_tokens_weights
 from train_core.types import Datum, TensorData
+
+if TYPE_CHECKING:
+    import torch
 
 DatumMetadata = dict[str, int]
 

@@ -7,10 +7,12 @@ Pure: the stage computes the reference logprobs (`SamplingClient.compute_logprob
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-import torch
+from typing import TYPE_CHECKING
 
 from train_core.types import Datum, ModelInput, TensorData
+
+if TYPE_CHECKING:
+    import torch
 
 
 def logprob_input(datum: Datum) -> ModelInput:
@@ -23,6 +25,8 @@ def logprob_input(datum: Datum) -> ModelInput:
 
 def target_logprobs(prompt_logprobs: Sequence[float | None]) -> torch.Tensor:
     """Per-target logprobs from `compute_logprobs` output, whose first entry (no context) is None."""
+    import torch
+
     rest = list(prompt_logprobs[1:])
     if any(lp is None for lp in rest):
         raise ValueError("compute_logprobs returned None past the first token")
@@ -31,6 +35,8 @@ def target_logprobs(prompt_logprobs: Sequence[float | None]) -> torch.Tensor:
 
 def discounted_future_sum(x_T: torch.Tensor, gamma: float) -> torch.Tensor:
     """`r_t = x_t + gamma * r_{t+1}` (with r past the end = 0), so each token pays for what follows."""
+    import torch
+
     out_T = torch.empty_like(x_T)
     running = torch.zeros((), dtype=x_T.dtype)
     for t in range(x_T.shape[0] - 1, -1, -1):

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-
-import torch
+from typing import TYPE_CHECKING
 
 from train_core.rl.data_processing import shared_prompt_tokens
 from train_core.rl.rollouts import DroppedGroup, SampledGroup
 from train_core.rl.types import EPISODE_STOPS, Metrics, TrajectoryGroup
 from train_core.types import Datum, ForwardBackwardOutput, OptimStepOutput
+
+if TYPE_CHECKING:
+    import torch
 
 
 def compute_kl_sample_train(data_D: Sequence[Datum], training_logprobs_D: Sequence[torch.Tensor]) -> dict[str, float]:
@@ -20,6 +22,8 @@ def compute_kl_sample_train(data_D: Sequence[Datum], training_logprobs_D: Sequen
     v2 = 0.5 * mean(d^2) (never negative); entropy = -mean(sampling logprob). On-policy with the
     same weights all of them but the entropy should be ~0. `data_D` must still hold its mask.
     """
+    import torch
+
     diffs: list[torch.Tensor] = []
     sampled: list[torch.Tensor] = []
     for i, (datum, training_T) in enumerate(zip(data_D, training_logprobs_D, strict=True)):
@@ -158,6 +162,8 @@ def compute_kl_pre_post(data_D: Sequence[Datum], new_logprobs_D: Sequence[torch.
     `d = sampling logprob - new logprob`, `optim/kl_pre_post` = mean(d) (an estimate of
     KL(sampler || updated policy) on the sampled tokens) and `optim/kl_pre_post_v2` = 0.5 mean(d^2).
     Empty when no datum has an action token."""
+    import torch
+
     diffs: list[torch.Tensor] = []
     for i, (datum, new_T) in enumerate(zip(data_D, new_logprobs_D, strict=True)):
         sampling_T = datum.loss_fn_inputs["logprobs"].to_torch().double()
