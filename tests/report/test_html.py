@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -43,17 +44,26 @@ def test_supervised_report(sl_run: Path, tmp_path: Path) -> None:
     assert "http://" not in page.replace("http://www.w3.org/2000/svg", "") and "https://" not in page
 
 
-def test_dpo_report_has_preference_plots_and_the_examples_hook(dpo_run: Path, tmp_path: Path) -> None:
+def test_dpo_report_has_preference_plots_and_the_held_out_examples(dpo_run: Path, tmp_path: Path) -> None:
     page = report(dpo_run, tmp_path)
-    titles = {chart["title"]: chart for chart in page_data(page)["charts"]}
+    data = page_data(page)
+    titles = {chart["title"]: chart for chart in data["charts"]}
     assert {"accuracy", "margin", "chosen_reward", "rejected_reward"} <= set(titles)
     assert titles["margin"]["family"] == "Preference"
     assert [s["role"] for s in titles["margin"]["series"]] == ["train", "eval"]
-    assert "preference_examples/step_NNNNNN.jsonl" in page
+    steps = data["browsers"]["preferences"]  # the DPO evaluation writes preference_examples/
+    assert steps and steps[-1]["examples"] and "preference_examples/step_NNNNNN.jsonl" not in page
+
+
+def test_a_run_without_examples_says_where_they_would_come_from(dpo_run: Path, tmp_path: Path) -> None:
+    run = copy_run(dpo_run, tmp_path / "run")
+    shutil.rmtree(run / "preference_examples")
+    assert "preference_examples/step_NNNNNN.jsonl" in report(run, tmp_path)
 
 
 def test_dpo_examples_are_shown_when_the_run_has_them(dpo_run: Path, tmp_path: Path) -> None:
     run = copy_run(dpo_run, tmp_path / "run")
+    shutil.rmtree(run / "preference_examples")
     (run / "preference_examples").mkdir()
     example = {
         "prompt": "2+2?",

@@ -113,8 +113,8 @@ def test_only_a_config_is_a_run_that_has_not_started(tmp_path: Path) -> None:
 
 
 def test_failed_run_names_the_stage(tmp_path: Path) -> None:
-    data = tmp_path / "train.jsonl"
-    data.write_text('{"prompt": "a", "completion": "b"}\n{"prompt": \n')
+    data = tmp_path / "train.jsonl"  # parses (preflight passes), but line 2 cannot become an example
+    data.write_text('{"prompt": "a", "completion": "b"}\n{"prompt": 7, "completion": "b"}\n')
     recipe = get_recipe("sl_basic")
     config = load_config(
         recipe.config_cls, None, ["backend=noop", f"dataset={data}", "eval_dataset=null", f"log_path={tmp_path / 'r'}"]

@@ -110,7 +110,15 @@ def test_dpo_win_rate_with_a_learned_judge_on_noop(tmp_path: Path) -> None:
 def test_each_loss_trains_through_forward_backward_custom_on_local(tmp_path: Path, loss_type: str) -> None:
     run_dir = run_dpo_recipe(
         tmp_path,
-        ["backend=local", "max_steps=2", "eval_every=0", "batch_size=4", "max_length=48", f"loss_type={loss_type}"],
+        [
+            "backend=local",
+            "max_steps=2",
+            "eval_every=0",
+            "batch_size=4",
+            "max_length=48",
+            f"loss_type={loss_type}",
+            "local.always_grad_norm=true",
+        ],
     )
     rows = read_metrics(run_dir.metrics)
     assert len(rows) == 2 and all(math.isfinite(row["dpo_loss"]) for row in rows)

@@ -183,7 +183,11 @@ GOOD = {"prompt": "Hi", "chosen": "Hello.", "rejected": "Go away."}
         ("comparisons", {"prompt": "Hi", "chosen": "Hello."}, "missing key 'rejected'"),
         ("comparisons", {"prompt": "Hi", "chosen": "Hello.", "rejected": None}, "missing key 'rejected'"),
         ("comparisons", {"prompt": "Hi", "chosen": 5, "rejected": "x"}, "'chosen' must be a string or a list"),
-        ("comparisons", {"prompt": [{"role": "user"}], "chosen": "a", "rejected": "b"}, "'prompt'[0] needs a string"),
+        (
+            "comparisons",
+            {"prompt": [{"role": "user"}], "chosen": "a", "rejected": "b"},
+            "'prompt'[0] 'content' must be a string",
+        ),
         ("comparisons", {"prompt": ["Hi"], "chosen": "a", "rejected": "b"}, "'prompt'[0] must be an object"),
         ("hh_rlhf", {"chosen": "no turns here", "rejected": "\n\nHuman: Hi\n\nAssistant: x"}, "'chosen' must be turns"),
         ("hh_rlhf", {"chosen": "\n\nHuman: Hi\n\nAssistant: a", "rejected": "\n\nHuman: Hi"}, "end with an Assistant"),
