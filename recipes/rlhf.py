@@ -130,18 +130,21 @@ class PreferenceModelPhase(ChatSupervisedSettings, ComparisonData):
 
 @defaults(
     renderer="role_colon",
-    learning_rate=3e-4,
+    learning_rate=2e-4,
     group_size=4,
     groups_per_batch=16,
-    num_batches=60,
+    num_batches=25,
     max_tokens=24,
-    eval_every=20,
+    eval_every=5,
     save_every=10,
+    pair_scheme="both_ways",
 )
 class RLPhase(RLSettings, ComparisonData):
     dataset: str = Field(TRAIN, description="comparison file whose prompts RL samples for")
     eval_dataset: str | None = Field(TEST, description="comparison file whose prompts the win rate uses")
-    pair_scheme: PairScheme = Field("one_way", description="tournament: all pairs one_way, or both_ways")
+    pair_scheme: PairScheme = Field(
+        "one_way", description="tournament: all pairs one_way, or both_ways (cancels a judge's position bias)"
+    )
     reward_judge: str = Field(PREFERENCE_MODEL, description="preference_model (judge_model), or a rule judge")
     judge_model: OtherModel = Field(default_factory=OtherModel, description="the learned judge's checkpoint")
     judge_max_concurrent: Count = Field(64, description="judge calls in flight at once")
