@@ -125,6 +125,17 @@ def read_identity(path: Path) -> ModelIdentity:
         raise ConfigError(f"{file}: unreadable checkpoint metadata ({exc!r})") from exc
 
 
+def require_same_model(path: Path, identity: ModelIdentity) -> None:
+    """A ConfigError unless the checkpoint at `path` was saved by a client training `identity`'s
+    base model with its LoRA rank."""
+    saved = read_identity(path)
+    if (saved.base_model, saved.lora_rank) != (identity.base_model, identity.lora_rank):
+        raise ConfigError(
+            f"{path}: checkpoint of {saved.base_model!r} (lora_rank={saved.lora_rank}) cannot load "
+            f"into a client training {identity.base_model!r} (lora_rank={identity.lora_rank})"
+        )
+
+
 def read_weights(path: Path) -> dict[str, torch.Tensor]:
     """The checkpoint's weights by parameter name (full tensors, on the cpu)."""
     try:

@@ -44,9 +44,9 @@ from adapters.local.checkpoint_io import (
     ModelIdentity,
     checkpoint_path,
     copy_weights,
-    read_identity,
     read_optimizer,
     read_weights,
+    require_same_model,
     write_checkpoint,
 )
 from adapters.local.distributed_worker import FAULT_ENV, TrainingWorker
@@ -340,12 +340,7 @@ class DistributedTrainingClient:
     async def load_state(self, path: str, with_optimizer: bool = True) -> asyncio.Future[None]:
         """Replace every worker's shards (and optimizer state, else reset it) with a checkpoint's."""
         checkpoint = Path(path)
-        saved = read_identity(checkpoint)
-        if (saved.base_model, saved.lora_rank) != (self._identity.base_model, self._identity.lora_rank):
-            raise ConfigError(
-                f"{path}: checkpoint of {saved.base_model!r} (lora_rank={saved.lora_rank}) cannot load "
-                f"into a client training {self._identity.base_model!r} (lora_rank={self._identity.lora_rank})"
-            )
+        require_same_model(checkpoint, self._identity)
         return self._executor.submit(lambda: self.restore(checkpoint, with_optimizer))
 
     def restore(self, path: Path, with_optimizer: bool) -> None:

@@ -28,7 +28,7 @@ from adapters.local.checkpoint_io import (
     checkpoint_path,
     load_optimizer,
     load_weights,
-    read_identity,
+    require_same_model,
     save_checkpoint,
     trainable_parameters,
 )
@@ -300,12 +300,7 @@ class LocalTrainingClient:
     async def load_state(self, path: str, with_optimizer: bool = True) -> asyncio.Future[None]:
         """Replace the weights (and the optimizer state, else reset it) with a saved checkpoint's."""
         checkpoint = Path(path)
-        saved = read_identity(checkpoint)
-        if (saved.base_model, saved.lora_rank) != (self._identity.base_model, self._identity.lora_rank):
-            raise ConfigError(
-                f"{path}: checkpoint of {saved.base_model!r} (lora_rank={saved.lora_rank}) cannot load "
-                f"into a client training {self._identity.base_model!r} (lora_rank={self._identity.lora_rank})"
-            )
+        require_same_model(checkpoint, self._identity)
         return self._executor.submit(lambda: self.restore(checkpoint, with_optimizer))
 
     def restore(self, path: Path, with_optimizer: bool) -> None:
