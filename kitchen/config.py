@@ -88,10 +88,7 @@ class RunConfig(BaseModel):
     @field_validator("backend")
     @classmethod
     def _registered_backend(cls, name: str) -> str:
-        try:
-            get_backend_spec(name)
-        except ConfigError as exc:
-            raise ValueError(str(exc)) from None
+        get_backend_spec(name)  # a ConfigError is a ValueError: pydantic reports it on the field
         return name
 
     @field_validator("loggers")

@@ -47,10 +47,7 @@ class Config(PreferenceSettings):
     def _registered_judge(cls, name: str | None) -> str | None:
         if name is None or name == PREFERENCE_MODEL:
             return name
-        try:
-            return check_judge_name(name)
-        except ConfigError as exc:
-            raise ValueError(str(exc)) from None
+        return check_judge_name(name)
 
 
 def workflow(config: Config) -> Workflow:

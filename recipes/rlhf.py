@@ -80,10 +80,7 @@ TEST = shipped_data("preference/polite_arithmetic_test.jsonl")
 def _judge_name(name: str | None, learned_ok: bool) -> str | None:
     if name is None or (learned_ok and name == PREFERENCE_MODEL):
         return name
-    try:
-        return check_judge_name(name)
-    except ConfigError as exc:
-        raise ValueError(str(exc)) from None
+    return check_judge_name(name)
 
 
 # -- the phases' settings --------------------------------------------------------------------

@@ -147,17 +147,16 @@ class LocalBackend:
                 self._training_options,
                 self._lora,
             )
-            self._training_clients.append(client)
-            return client
-        client = LocalTrainingClient(
-            self._model(identity),
-            load_tokenizer(identity.base_model),
-            identity,
-            self.checkpoint_dir,
-            self._sampling_executor,
-            self._seeds,
-            self._batch_limits,
-            self._training_options,
-        )
+        else:
+            client = LocalTrainingClient(
+                self._model(identity),
+                load_tokenizer(identity.base_model),
+                identity,
+                self.checkpoint_dir,
+                self._sampling_executor,
+                self._seeds,
+                self._batch_limits,
+                self._training_options,
+            )
         self._training_clients.append(client)
         return client

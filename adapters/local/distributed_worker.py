@@ -174,30 +174,19 @@ class TrainingWorker:
         )
         loss_sum = 0.0
         padded = real = 0
-        train_mode = backward and (core._options.train_mode or core._options.gradient_checkpointing)
-        if train_mode:
-            core._model.train()
-        try:
+        with core._training_mode(backward):
             for index in range(passes):
                 if index >= len(groups):
                     self._stand_in_pass(stand_in, backward)
                     continue
                 group = groups[index]
                 batch = core._batch([data[i] for i in group], spec.required_inputs, user, spec.input_keys)
-                with torch.set_grad_enabled(backward):
-                    logprobs_D = core._logprobs_D(batch)
-                    loss, metrics = spec(torch.cat(logprobs_D), batch.loss_inputs, config, batch.lengths_D)
-                if backward:
-                    loss.backward()
-                    core._nonfinite_loss |= not bool(torch.isfinite(loss.detach()).all())
-                loss_sum += metrics["loss:sum"]
+                logprobs_D, part_loss = core._loss_pass(spec, batch, config, backward)
+                loss_sum += part_loss
                 padded += batch.input_ids_BL.numel()
                 real += sum(batch.lengths_D)
                 for i, logprobs in zip(group, logprobs_D, strict=True):
                     outputs[i] = logprobs.detach().float().cpu()
-        finally:
-            if train_mode:
-                core._model.eval()
         return outputs, loss_sum, padded, real
 
     def _stand_in_pass(self, stand_in: Datum, backward: bool) -> None:
@@ -219,14 +208,8 @@ class TrainingWorker:
             self._stand_in_pass(stand_in, backward=True)
             return None
         core = self.core
-        train_mode = core._options.train_mode or core._options.gradient_checkpointing
-        if train_mode:
-            core._model.train()
-        try:
+        with core._training_mode(backward=True):
             logprobs_D = core._logprobs_D(core._batch(data, (TARGET_TOKENS,), "custom", ()))
-        finally:
-            if train_mode:
-                core._model.eval()
         try:
             loss, metrics = loss_fn(data, logprobs_D)
             if not (isinstance(loss, torch.Tensor) and loss.dim() == 0 and loss.requires_grad):

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -186,6 +187,32 @@ class LocalTrainingClient:
     def _logprobs_D(self, batch: TrainingBatch) -> list[torch.Tensor]:
         return batch.split(target_logprobs(self._model, batch.input_ids_BL, batch.targets_BL))
 
+    @contextmanager
+    def _training_mode(self, backward: bool) -> Iterator[None]:
+        """Train mode (dropout, gradient checkpointing) around a backward pass that asks for it;
+        the model is back in eval mode afterwards, whatever happened."""
+        train_mode = backward and (self._options.train_mode or self._options.gradient_checkpointing)
+        if train_mode:
+            self._model.train()
+        try:
+            yield
+        finally:
+            if train_mode:
+                self._model.eval()
+
+    def _loss_pass(
+        self, spec: LossSpec, batch: TrainingBatch, config: dict[str, float], backward: bool
+    ) -> tuple[list[torch.Tensor], float]:
+        """One micro-batch through a built-in loss (gradients accumulate when `backward`): its
+        per-datum logprobs and its `loss:sum`. A NaN/inf loss is remembered for the optim step."""
+        with torch.set_grad_enabled(backward):
+            logprobs_D = self._logprobs_D(batch)
+            loss, metrics = spec(torch.cat(logprobs_D), batch.loss_inputs, config, batch.lengths_D)
+        if backward:
+            loss.backward()
+            self._nonfinite_loss |= not bool(torch.isfinite(loss.detach()).all())
+        return logprobs_D, metrics["loss:sum"]
+
     def _run_loss(
         self,
         spec: LossSpec,
@@ -196,39 +223,22 @@ class LocalTrainingClient:
         outputs: list[dict[str, TensorData]] = [{} for _ in range(sum(len(group) for group, _ in parts))]
         loss_sum = 0.0
         padded = real = 0
-        train_mode = backward and (self._options.train_mode or self._options.gradient_checkpointing)
-        if train_mode:
-            self._model.train()
-        try:
+        with self._training_mode(backward):
             for group, batch in parts:
-                with torch.set_grad_enabled(backward):
-                    logprobs_D = self._logprobs_D(batch)
-                    loss, metrics = spec(torch.cat(logprobs_D), batch.loss_inputs, config, batch.lengths_D)
-                if backward:
-                    loss.backward()
-                    self._nonfinite_loss |= not bool(torch.isfinite(loss.detach()).all())
-                loss_sum += metrics["loss:sum"]
+                logprobs_D, part_loss = self._loss_pass(spec, batch, config, backward)
+                loss_sum += part_loss
                 padded += batch.input_ids_BL.numel()
                 real += sum(batch.lengths_D)
                 for index, logprobs in zip(group, logprobs_D, strict=True):
                     outputs[index] = {"logprobs": TensorData.from_torch(logprobs)}
-        finally:
-            if train_mode:
-                self._model.eval()
         metrics = {"loss:sum": loss_sum, "padding_fraction": 1.0 - real / padded}
         return ForwardBackwardOutput(outputs, metrics)
 
     def _run_custom(self, data: Sequence[Datum], batch: TrainingBatch, loss_fn: CustomLossFn) -> ForwardBackwardOutput:
         """A custom loss sees every datum's logprobs at once (it may couple them, as DPO's pairs
         do), so it is never split into micro-batches."""
-        train_mode = self._options.train_mode or self._options.gradient_checkpointing
-        if train_mode:
-            self._model.train()
-        try:
+        with self._training_mode(backward=True):
             logprobs_D = self._logprobs_D(batch)
-        finally:
-            if train_mode:
-                self._model.eval()
         loss, metrics = loss_fn(data, logprobs_D)
         if not (isinstance(loss, torch.Tensor) and loss.dim() == 0 and loss.requires_grad):
             raise KitchenError("a custom loss must return a scalar tensor computed from the logprobs it was given")

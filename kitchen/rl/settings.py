@@ -11,7 +11,6 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from kitchen.config import Count, NonNegative, Rate, defaults
-from kitchen.errors import KitchenError
 from kitchen.settings import OptimizerSettings, RendererSettings
 from train_core.losses import RL_LOSS_NAMES, get_loss_fn
 from train_core.rl.rollouts import FailurePolicy
@@ -98,10 +97,7 @@ class RLSettings(RendererSettings, OptimizerSettings):
     @field_validator("loss_fn")
     @classmethod
     def _policy_gradient_loss(cls, name: str) -> str:
-        try:
-            get_loss_fn(name)
-        except KitchenError as exc:
-            raise ValueError(str(exc)) from None
+        get_loss_fn(name)  # an unknown name is an InvalidInputError (a ValueError): a field error
         if name not in RL_LOSS_NAMES:
             raise ValueError(f"{name} is not a policy-gradient loss; RL needs one of {', '.join(RL_LOSS_NAMES)}")
         return name
@@ -111,10 +107,7 @@ class RLSettings(RendererSettings, OptimizerSettings):
     def _loss_config_fits(cls, config: dict[str, float] | None, info: ValidationInfo) -> dict[str, float] | None:
         name = info.data.get("loss_fn")
         if name is not None:
-            try:
-                get_loss_fn(name).resolve_config(config)
-            except KitchenError as exc:
-                raise ValueError(str(exc)) from None
+            get_loss_fn(name).resolve_config(config)
         return config
 
     @field_validator("stream_minibatch")
