@@ -20,7 +20,7 @@ from kitchen.errors import ConfigError
 from kitchen.ports import Tokenizer
 
 if TYPE_CHECKING:
-    from adapters.local.distributed import DistributedOptions, DistributedTrainingClient
+    from adapters.local.distributed import DistributedOptions, DistributedTrainingClient, WorkerPool
 
 _DTYPES = {
     "float32": torch.float32,
@@ -52,6 +52,7 @@ class LocalBackend:
         training: TrainingOptions | None = None,
         lora: LoraOptions | None = None,
         distributed: DistributedOptions | None = None,
+        worker_pool: WorkerPool | None = None,
     ) -> None:
         if dtype not in _DTYPES:
             raise ConfigError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
@@ -64,6 +65,14 @@ class LocalBackend:
         self._training_options = training or TrainingOptions()
         self._lora = lora or LoraOptions()
         self._distributed = distributed
+        # Distributed training clients take worker groups from a pool: this backend's own
+        # (stopped on close) unless one that outlives it is given.
+        self._owns_worker_pool = worker_pool is None
+        if distributed is not None and worker_pool is None:
+            from adapters.local.distributed import WorkerPool
+
+            worker_pool = WorkerPool()
+        self._worker_pool = worker_pool
         self._training_clients: list[LocalTrainingClient | DistributedTrainingClient] = []
 
     def checkpoint_files(self, path: str) -> list[Path]:
@@ -124,6 +133,8 @@ class LocalBackend:
         """Let queued work finish and stop every worker thread."""
         for client in self._training_clients:
             await client.close()
+        if self._owns_worker_pool and self._worker_pool is not None:
+            await asyncio.to_thread(self._worker_pool.close)
         await asyncio.to_thread(self._sampling_executor.shutdown)
 
     def _model(self, identity: ModelIdentity) -> torch.nn.Module:
@@ -134,6 +145,7 @@ class LocalBackend:
         if self._distributed is not None:
             from adapters.local.distributed import DistributedTrainingClient
 
+            assert self._worker_pool is not None  # made with the distributed options
             client = DistributedTrainingClient(
                 self._model(identity),
                 load_tokenizer(identity.base_model),
@@ -143,6 +155,7 @@ class LocalBackend:
                 self._seeds,
                 self._dtype,
                 self._distributed,
+                self._worker_pool,
                 self._batch_limits,
                 self._training_options,
                 self._lora,

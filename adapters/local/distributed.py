@@ -10,8 +10,10 @@ calls every worker and waits for all of them, with a timeout.
   count, one per worker; logprobs come back in datum order, `loss:sum` is the sum of the workers'.
   Losses are sums over tokens and FSDP sums (not averages) the gradients, so the gradient is the
   single-process one.
-- Custom losses (DPO) may couple datums: rank 0 runs them on the whole batch, the others take part
-  in the collectives with zero-weighted passes (correct, not parallel).
+- Custom losses (DPO) may couple datums, so they run in the driver: the workers forward their
+  runs of datums (as above), the driver runs the loss on all the logprobs, in datum order, and
+  sends each datum's d(loss)/d(logprobs) back; the workers backward sum(grad * logprobs), which
+  by the chain rule gives the single-process gradient.
 - Checkpoints: rank 0 gathers full tensors (weights, and the optimizer state in the single-process
   format) and the driver writes them with `checkpoint_io`, so they do not depend on the worker
   count. Loading sends the full tensors to every worker, which keeps its shard.
@@ -20,6 +22,9 @@ calls every worker and waits for all of them, with a timeout.
 - Faults: a worker that dies or does not answer within `timeout_s` fails the call with an error
   naming the worker and the call; the other workers are killed (they may wait in a collective)
   and the client is unusable after that; resume from the last checkpoint.
+- Pooling: starting a group of workers (processes, imports, the process group) takes seconds, so
+  a closed client's group goes back to its `WorkerPool`, and the next client of the same shape
+  rebuilds its model on it from the base weights; the pool stops its groups when it is closed.
 """
 
 from __future__ import annotations
@@ -29,7 +34,9 @@ import bisect
 import contextlib
 import itertools
 import os
+import queue
 import random
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -56,7 +63,7 @@ from adapters.local.request_batcher import DEFAULT_BATCH_LIMITS, BatchLimits
 from adapters.local.sampler_pool import SamplerPool
 from adapters.local.sampling_client import LocalSamplingClient
 from adapters.local.serial_executor import SerialExecutor
-from adapters.local.training_client import TrainingOptions, _check_adam, microbatches
+from adapters.local.training_client import TrainingOptions, _check_adam, backward_custom_loss, microbatches
 from kitchen.errors import ConfigError, KitchenError
 from kitchen.ports import CustomLossFn, Tokenizer
 from train_core.losses import TARGET_TOKENS, get_loss_fn
@@ -93,21 +100,52 @@ def split_by_tokens(lengths_D: Sequence[int], parts: int) -> list[range]:
     return [range(bounds[i], bounds[i + 1]) for i in range(parts)]
 
 
+_RAY_INIT = threading.Lock()
+
+
 def ensure_ray(address: str | None) -> Any:
     """`ray`, initialised: on this machine by default, else joining the cluster at `address`."""
     try:
         import ray
     except ImportError:
         raise ConfigError("local.num_workers > 1 needs Ray: pip install 'kitchen[distributed]'") from None
-    if not ray.is_initialized():
-        ray.init(
-            address=address,
-            include_dashboard=False,
-            log_to_driver=False,
-            configure_logging=False,
-            runtime_env=worker_runtime_env(),
-        )
+    with _RAY_INIT:  # clients may be made on several threads at once
+        if not ray.is_initialized():
+            _on_lasting_thread(
+                lambda: ray.init(
+                    address=address,
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    configure_logging=False,
+                    runtime_env=worker_runtime_env(),
+                )
+            )
     return ray
+
+
+def _on_lasting_thread(start: Callable[[], object]) -> None:
+    """`start()` on a thread that lives as long as this process. Ray ties the processes it starts
+    (its GCS, the raylet) to the thread that starts them (PR_SET_PDEATHSIG on Linux), and clients
+    are made on short-lived threads: asyncio.to_thread's end with their `asyncio.run`, and Ray
+    would die with them while a pool still holds its workers."""
+    if threading.current_thread() is threading.main_thread():
+        start()
+        return
+    outcome: queue.Queue[BaseException | None] = queue.Queue()
+
+    def run() -> None:
+        try:
+            start()
+        except BaseException as exc:
+            outcome.put(exc)
+            return
+        outcome.put(None)
+        threading.Event().wait()  # never set: the thread stays, so what it started does too
+
+    threading.Thread(target=run, name="ray-init", daemon=True).start()
+    error = outcome.get()
+    if error is not None:
+        raise error
 
 
 def worker_runtime_env() -> dict[str, Any]:
@@ -118,8 +156,147 @@ def worker_runtime_env() -> dict[str, Any]:
     return {"env_vars": {"PYTHONPATH": path}}
 
 
+@dataclass(frozen=True)
+class WorkerShape:
+    """What a worker group is started with: groups of one shape serve any model interchangeably."""
+
+    options: DistributedOptions
+    dtype: torch.dtype
+    use_cuda: bool
+    training: TrainingOptions
+    lora: LoraOptions
+    fault: str | None
+    """The `FAULT_ENV` testing hook, read when the client is made."""
+
+
+class WorkerGroup:
+    """`shape.options.num_workers` training workers (Ray actors) in one process group; every call
+    goes to all of them. A call that fails on a worker (not for bad input) breaks the group."""
+
+    def __init__(self, shape: WorkerShape) -> None:
+        self.shape = shape
+        self._ray = ray = ensure_ray(shape.options.ray_address)
+        self.broken: str | None = None
+        resources = {"num_gpus": 1, "num_cpus": 1} if shape.use_cuda else {"num_cpus": 0}
+        actor = ray.remote(**resources)(TrainingWorker)
+        size = shape.options.num_workers
+        self._workers = [
+            actor.remote(
+                rank,
+                size,
+                shape.dtype,
+                shape.use_cuda,
+                shape.training,
+                shape.lora,
+                shape.options.cpu_threads,
+                shape.fault,
+            )
+            for rank in range(size)
+        ]
+        address = self._get([self._workers[0].address.remote()], "start-up")[0]
+        self.call("start-up", lambda w, rank: w.join.remote(address, shape.options.timeout_s))
+
+    @property
+    def size(self) -> int:
+        return len(self._workers)
+
+    def put(self, value: Any) -> Any:
+        """A reference to `value` in Ray's object store: passed to every worker, sent once."""
+        return self._ray.put(value)
+
+    def call(self, call: str, method: Callable[[Any, int], Any]) -> list[Any]:
+        """`method(worker, rank)` on every worker; their results in rank order."""
+        if self.broken is not None:
+            raise WorkerFailure(f"the distributed training client is down ({self.broken}); resume from a checkpoint")
+        return self._get([method(worker, rank) for rank, worker in enumerate(self._workers)], call)
+
+    def _get(self, refs: list[Any], call: str) -> list[Any]:
+        ray = self._ray
+        timeout_s = self.shape.options.timeout_s
+        rank_of = {ref: rank for rank, ref in enumerate(refs)}
+        deadline = time.monotonic() + timeout_s
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+            if not ready:
+                ranks = sorted(rank_of[ref] for ref in pending)
+                self._fail(f"worker(s) {ranks} did not finish {call} within {timeout_s:g} s")
+            for ref in ready:
+                try:
+                    ray.get(ref)
+                except ray.exceptions.RayActorError as exc:
+                    self._fail(f"worker {rank_of[ref]} died during {call} ({type(exc).__name__})")
+                except ray.exceptions.RayTaskError as exc:
+                    cause = exc.cause if isinstance(exc.cause, Exception) else exc
+                    if isinstance(cause, KitchenError):
+                        raise cause from None  # bad input, found on a worker: the group stays usable
+                    self._fail(f"worker {rank_of[ref]} failed during {call}: {type(cause).__name__}: {cause}")
+        return [ray.get(ref) for ref in refs]
+
+    def _fail(self, reason: str) -> None:
+        self.broken = reason
+        for worker in self._workers:
+            self._ray.kill(worker)
+        raise WorkerFailure(f"distributed training: {reason}")
+
+    def stop(self) -> None:
+        """Leave the process group and end the worker processes (gone already if Ray was shut down)."""
+        if not self._ray.is_initialized():
+            return
+        if self.broken is None:
+            with contextlib.suppress(Exception):  # they are killed next either way
+                self._ray.get([w.close.remote() for w in self._workers], timeout=30)
+        for worker in self._workers:
+            self._ray.kill(worker)
+
+
+class WorkerPool:
+    """Worker groups kept between training clients: `acquire` reuses an idle group of the same
+    shape (or starts one), `release` takes it back, `close` stops them all. One pool may serve
+    several backends (as the contract tests' does); a backend made without one owns its own."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # clients are made on worker threads, possibly at once
+        self._idle: dict[WorkerShape, list[WorkerGroup]] = {}
+        self._groups: list[WorkerGroup] = []  # idle or in use: stopped when the pool is closed
+
+    def acquire(self, shape: WorkerShape, identity: ModelIdentity) -> WorkerGroup:
+        """A group of `shape` holding `identity`'s base weights and a fresh optimizer."""
+        with self._lock:
+            idle = self._idle.get(shape)
+            group = idle.pop() if idle else None
+        if group is None:
+            group = WorkerGroup(shape)
+            with self._lock:
+                self._groups.append(group)
+        try:
+            group.call("start-up", lambda w, rank: w.build.remote(identity))
+        except BaseException:
+            self.release(group)
+            raise
+        return group
+
+    def release(self, group: WorkerGroup) -> None:
+        """Back to the idle groups, its model dropped; a broken group is stopped instead."""
+        with contextlib.suppress(WorkerFailure):  # it breaks the group, which is handled below
+            group.call("release", lambda w, rank: w.release.remote())
+        with self._lock:
+            if group.broken is None:
+                self._idle.setdefault(group.shape, []).append(group)
+                return
+            self._groups.remove(group)
+        group.stop()
+
+    def close(self) -> None:
+        """Stop every group, idle or not."""
+        with self._lock:
+            groups, self._groups, self._idle = self._groups, [], {}
+        for group in groups:
+            group.stop()
+
+
 class DistributedTrainingClient:
-    """The TrainingClient port on `options.num_workers` FSDP2 workers (Ray actors)."""
+    """The TrainingClient port on `options.num_workers` FSDP2 workers (Ray actors) from `workers`."""
 
     def __init__(
         self,
@@ -131,12 +308,11 @@ class DistributedTrainingClient:
         seeds: random.Random,
         dtype: torch.dtype,
         options: DistributedOptions,
+        workers: WorkerPool,
         batch_limits: BatchLimits = DEFAULT_BATCH_LIMITS,
         training: TrainingOptions | None = None,
         lora: LoraOptions | None = None,
     ) -> None:
-        self._ray = ray = ensure_ray(options.ray_address)
-        self._options = options
         self._training = training or TrainingOptions()
         self._model = sampler_model.eval()  # never trained: the workers hold the trained copy
         self._tokenizer = tokenizer
@@ -152,66 +328,14 @@ class DistributedTrainingClient:
         self._weights_version = 0
         self._sampler_version = 0  # the weights version the driver's model holds
         self._last_state: tuple[int, Path] | None = None
-        self._broken: str | None = None
         use_cuda = next(sampler_model.parameters()).device.type == "cuda"
-        resources = {"num_gpus": 1, "num_cpus": 1} if use_cuda else {"num_cpus": 0}
-        actor = ray.remote(**resources)(TrainingWorker)
-        fault = os.environ.get(FAULT_ENV)
-        self._workers = [
-            actor.options(name=None).remote(
-                rank,
-                options.num_workers,
-                identity,
-                dtype,
-                use_cuda,
-                self._training,
-                lora or LoraOptions(),
-                options.cpu_threads,
-                fault,
-            )
-            for rank in range(options.num_workers)
-        ]
-        address = self._get([self._workers[0].address.remote()], "start-up")[0]
-        self._call("start-up", lambda w, rank: w.setup.remote(address, options.timeout_s))
+        shape = WorkerShape(options, dtype, use_cuda, self._training, lora or LoraOptions(), os.environ.get(FAULT_ENV))
+        self._pool = workers
+        self._group = workers.acquire(shape, identity)
+        self._released = False
 
     def get_tokenizer(self) -> Tokenizer:
         return self._tokenizer
-
-    # -- calling the workers -------------------------------------------------------------------
-
-    def _call(self, call: str, method: Callable[[Any, int], Any]) -> list[Any]:
-        """`method(worker, rank)` on every worker; their results in rank order."""
-        if self._broken is not None:
-            raise WorkerFailure(f"the distributed training client is down ({self._broken}); resume from a checkpoint")
-        return self._get([method(worker, rank) for rank, worker in enumerate(self._workers)], call)
-
-    def _get(self, refs: list[Any], call: str) -> list[Any]:
-        ray = self._ray
-        rank_of = {ref: rank for rank, ref in enumerate(refs)}
-        deadline = time.monotonic() + self._options.timeout_s
-        pending = list(refs)
-        while pending:
-            ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
-            if not ready:
-                ranks = sorted(rank_of[ref] for ref in pending)
-                self._fail(f"worker(s) {ranks} did not finish {call} within {self._options.timeout_s:g} s")
-            for ref in ready:
-                try:
-                    ray.get(ref)
-                except ray.exceptions.RayActorError as exc:
-                    self._fail(f"worker {rank_of[ref]} died during {call} ({type(exc).__name__})")
-                except ray.exceptions.RayTaskError as exc:
-                    cause = exc.cause if isinstance(exc.cause, Exception) else exc
-                    if isinstance(cause, KitchenError):
-                        raise cause from None  # bad input, found on a worker: the client stays usable
-                    self._fail(f"worker {rank_of[ref]} failed during {call}: {type(cause).__name__}: {cause}")
-        return [ray.get(ref) for ref in refs]
-
-    def _fail(self, reason: str) -> None:
-        self._broken = reason
-        for worker in self._workers:
-            self._ray.kill(worker)
-        raise WorkerFailure(f"distributed training: {reason}")
 
     # -- forward / backward ------------------------------------------------------------------
 
@@ -241,12 +365,12 @@ class DistributedTrainingClient:
         )
         data = list(data)
         lengths = [d.model_input.length for d in data]
-        shards = split_by_tokens(lengths, len(self._workers))
+        shards = split_by_tokens(lengths, self._group.size)
         limit = self._training.max_tokens_per_microbatch
         passes = max(len(microbatches([lengths[i] for i in s], limit)) if len(s) else 0 for s in shards)
 
         def job() -> ForwardBackwardOutput:
-            results = self._call(
+            results = self._group.call(
                 call,
                 lambda w, rank: w.run_loss.remote(
                     call, spec.name, config, [data[i] for i in shards[rank]], data[0], passes, backward
@@ -263,22 +387,32 @@ class DistributedTrainingClient:
     async def forward_backward_custom(
         self, data: Sequence[Datum], loss_fn: CustomLossFn
     ) -> asyncio.Future[ForwardBackwardOutput]:
-        """One forward pass; `loss_fn(data, logprobs_D)` is differentiated straight through (on
-        rank 0, over the whole batch: a custom loss may couple datums)."""
+        """One forward pass on the workers; `loss_fn(data, logprobs_D)` runs here, on the whole
+        batch (it may couple datums), and the workers backward its gradient w.r.t. the logprobs."""
         build_training_batch(
             data, (TARGET_TOKENS,), "forward_backward_custom", (), self._pad_id, self._vocab_size, torch.device("cpu")
         )
         data = list(data)
+        shards = split_by_tokens([d.model_input.length for d in data], self._group.size)
+        call = "forward_backward_custom"
 
         def job() -> ForwardBackwardOutput:
-            results = self._call(
-                "forward_backward_custom",
-                lambda w, rank: w.run_custom.remote(
-                    data if rank == 0 else None, loss_fn if rank == 0 else None, data[0]
-                ),
+            results = self._group.call(
+                call, lambda w, rank: w.custom_forward.remote([data[i] for i in shards[rank]], data[0])
             )
-            logprobs_D, metrics = results[0]
-            return ForwardBackwardOutput([{"logprobs": TensorData.from_torch(lp)} for lp in logprobs_D], metrics)
+            logprobs_D = [lp.requires_grad_() for part in results for lp in part]
+            try:
+                metrics, finite = backward_custom_loss(loss_fn, data, logprobs_D)
+            except BaseException:
+                self._group.call(call, lambda w, rank: w.custom_backward.remote(None, False))  # free the graphs
+                raise
+            grads_D = [torch.zeros_like(lp) if lp.grad is None else lp.grad for lp in logprobs_D]
+            self._group.call(
+                call, lambda w, rank: w.custom_backward.remote([grads_D[i] for i in shards[rank]], not finite)
+            )
+            return ForwardBackwardOutput(
+                [{"logprobs": TensorData.from_torch(lp.detach())} for lp in logprobs_D], metrics
+            )
 
         return self._executor.submit(job)
 
@@ -289,7 +423,7 @@ class DistributedTrainingClient:
         _check_adam(adam_params)
 
         def job() -> OptimStepOutput:
-            metrics = self._call("optim_step", lambda w, rank: w.optim_step.remote(adam_params))[0]
+            metrics = self._group.call("optim_step", lambda w, rank: w.optim_step.remote(adam_params))[0]
             if "nonfinite_step" not in metrics:
                 self._weights_version += 1
             return OptimStepOutput(metrics)
@@ -311,7 +445,7 @@ class DistributedTrainingClient:
         return self._executor.submit(lambda: self._save(path, "sampler"))
 
     def _gather_weights(self) -> dict[str, torch.Tensor]:
-        weights: dict[str, torch.Tensor] = self._call("save", lambda w, rank: w.gather_weights.remote())[0]
+        weights: dict[str, torch.Tensor] = self._group.call("save", lambda w, rank: w.gather_weights.remote())[0]
         copy_weights(weights, self._model, "gathered weights")
         self._sampler_version = self._weights_version
         return weights
@@ -322,7 +456,7 @@ class DistributedTrainingClient:
             same = self._last_state[1]
         optimizer = None
         if kind == "state":
-            optimizer = self._call("save_state", lambda w, rank: w.gather_optimizer.remote())[0]
+            optimizer = self._group.call("save_state", lambda w, rank: w.gather_optimizer.remote())[0]
         gathered: list[dict[str, torch.Tensor]] = []
 
         def weights() -> dict[str, torch.Tensor]:
@@ -348,9 +482,8 @@ class DistributedTrainingClient:
         weights = read_weights(path)
         copy_weights(weights, self._model, path)  # checks that the names fit, before the workers see them
         optimizer = read_optimizer(path) if with_optimizer else None
-        weights_ref = self._ray.put(weights)
-        optimizer_ref = self._ray.put(optimizer)
-        self._call("load_state", lambda w, rank: w.load.remote(weights_ref, optimizer_ref))
+        weights_ref, optimizer_ref = self._group.put(weights), self._group.put(optimizer)
+        self._group.call("load_state", lambda w, rank: w.load.remote(weights_ref, optimizer_ref))
         self._weights_version += 1
         self._sampler_version = self._weights_version
 
@@ -369,14 +502,8 @@ class DistributedTrainingClient:
         return LocalSamplingClient(lease, self._tokenizer, self._sampling_executor, seed, self._batch_limits)
 
     async def close(self) -> None:
-        """Finish queued jobs, then stop the workers."""
-
-        def stop() -> None:
-            if self._broken is None:
-                with contextlib.suppress(Exception):  # they are killed next either way
-                    self._ray.get([w.close.remote() for w in self._workers], timeout=30)
-            for worker in self._workers:
-                self._ray.kill(worker)
-
+        """Finish queued jobs, then give the workers back to the pool (once)."""
         await asyncio.to_thread(self._executor.shutdown)
-        await asyncio.to_thread(stop)
+        if not self._released:
+            self._released = True
+            await asyncio.to_thread(self._pool.release, self._group)

@@ -1,7 +1,8 @@
 """One training worker of the distributed local backend: a shard of the model under FSDP2.
 
-`DistributedTrainingClient` (distributed.py) starts N of these as Ray actors; they join one
-`torch.distributed` process group (gloo on the cpu, NCCL on GPUs) and every call runs on all of
+`WorkerGroup` (distributed.py) starts N of these as Ray actors; they join one `torch.distributed`
+process group (gloo on the cpu, NCCL on GPUs) once, then build a model for each training client
+that uses the group (a pooled group serves one client after another). Every call runs on all of
 them at once, in the same order (FSDP's all-gathers and reduce-scatters are collectives: every
 rank must run the same number of forward and backward passes, so a worker with fewer datums, or
 fewer micro-batches, than the others runs zero-weighted passes on a stand-in datum).
@@ -16,6 +17,7 @@ This module does not import Ray (the driver wraps the class in `ray.remote`).
 
 from __future__ import annotations
 
+import gc
 import os
 import random
 import socket
@@ -33,8 +35,6 @@ from adapters.local.checkpoint_io import ModelIdentity, load_keeping_kernel, tra
 from adapters.local.model_loading import LoraOptions, load_model
 from adapters.local.serial_executor import SerialExecutor
 from adapters.local.training_client import LocalTrainingClient, TrainingOptions, make_adamw, microbatches
-from kitchen.errors import KitchenError
-from kitchen.ports import CustomLossFn
 from train_core.losses import TARGET_TOKENS, get_loss_fn
 from train_core.types import AdamParams, Datum, OptimStepOutput
 
@@ -78,7 +78,6 @@ class TrainingWorker:
         self,
         rank: int,
         world_size: int,
-        identity: ModelIdentity,
         dtype: torch.dtype,
         use_cuda: bool,
         training: TrainingOptions,
@@ -90,7 +89,6 @@ class TrainingWorker:
             torch.set_num_threads(cpu_threads)
         self.rank = rank
         self.world_size = world_size
-        self._identity = identity
         self._dtype = dtype
         self._device = torch.device("cuda", 0) if use_cuda else torch.device("cpu")
         self._training = training
@@ -98,6 +96,7 @@ class TrainingWorker:
         self._calls: dict[str, int] = {}
         self._fault = fault.split(":") if fault else None
         self._core: _ShardedCore | None = None
+        self._pending: list[torch.Tensor] = []  # a custom loss's logprobs, awaiting their gradients
 
     def address(self) -> str:
         """A `tcp://host:port` rendezvous on this worker's node (asked of rank 0)."""
@@ -107,8 +106,8 @@ class TrainingWorker:
             port = probe.getsockname()[1]
         return f"tcp://{host}:{port}"
 
-    def setup(self, init_method: str, timeout_s: float) -> None:
-        """Join the process group, build the model and shard it."""
+    def join(self, init_method: str, timeout_s: float) -> None:
+        """Join the process group (once: it outlives the models built on it)."""
         backend = "nccl" if self._device.type == "cuda" else "gloo"
         if self._device.type == "cuda":
             torch.cuda.set_device(self._device)
@@ -119,25 +118,37 @@ class TrainingWorker:
             world_size=self.world_size,
             timeout=timedelta(seconds=timeout_s),
         )
+
+    def build(self, identity: ModelIdentity) -> None:
+        """Load `identity`'s base weights, shard them and start a fresh optimizer (and fresh call
+        counts for the fault hook): the state of a new training client."""
+        self.release()
         model = load_model(
-            self._identity.base_model,
-            self._identity.lora_rank,
-            self._identity.seed,
-            self._device,
-            self._dtype,
-            self._lora,
+            identity.base_model, identity.lora_rank, identity.seed, self._device, self._dtype, self._lora
         )
         shard_model(model)
-        tokenizer = load_tokenizer(self._identity.base_model)
+        tokenizer = load_tokenizer(identity.base_model)
+        self._calls = {}
         self._core = _ShardedCore(
             model,
             tokenizer,
-            self._identity,
+            identity,
             Path(os.devnull),
             SerialExecutor("unused"),
             random.Random(0),
             options=self._training,
         )
+
+    def release(self) -> None:
+        """Drop the model and optimizer (the group waits idle in its pool, holding no weights)."""
+        if self._core is None:
+            return
+        self._core = None
+        self._pending = []
+        gc.collect()  # FSDP's hooks keep the sharded model in reference cycles
+        gc.freeze()  # what is left lives as long as the process: later collections skip it (~0.5 s)
+        if self._device.type == "cuda":
+            torch.cuda.empty_cache()
 
     @property
     def core(self) -> _ShardedCore:
@@ -191,35 +202,40 @@ class TrainingWorker:
 
     def _stand_in_pass(self, stand_in: Datum, backward: bool) -> None:
         """A pass that moves nothing: it only takes part in the other workers' collectives."""
-        core = self.core
-        batch = core._batch([stand_in], (TARGET_TOKENS,), "stand-in", ())
         with torch.set_grad_enabled(backward):
-            logprobs = torch.cat(core._logprobs_D(batch))
+            logprobs = self._stand_in_logprobs(stand_in)
         if backward:
             (logprobs.sum() * 0.0).backward()
 
-    def run_custom(
-        self, data: list[Datum] | None, loss_fn: CustomLossFn | None, stand_in: Datum
-    ) -> tuple[list[torch.Tensor], dict[str, float]] | None:
-        """A custom loss over the whole batch on this worker (the driver gives it to rank 0 alone);
-        the others, given no data, run a stand-in pass."""
+    def _stand_in_logprobs(self, stand_in: Datum) -> torch.Tensor:
+        core = self.core
+        return torch.cat(core._logprobs_D(core._batch([stand_in], (TARGET_TOKENS,), "stand-in", ())))
+
+    def custom_forward(self, data: list[Datum], stand_in: Datum) -> list[torch.Tensor]:
+        """This worker's share of a custom loss's datums, forward with gradients (a stand-in pass
+        when it has none): their logprobs, for the driver to run the loss on. The graph is kept
+        for `custom_backward`, which must be the next call."""
         self._count("forward_backward_custom")
-        if data is None or loss_fn is None:
-            self._stand_in_pass(stand_in, backward=True)
-            return None
         core = self.core
         with core._training_mode(backward=True):
-            logprobs_D = core._logprobs_D(core._batch(data, (TARGET_TOKENS,), "custom", ()))
-        try:
-            loss, metrics = loss_fn(data, logprobs_D)
-            if not (isinstance(loss, torch.Tensor) and loss.dim() == 0 and loss.requires_grad):
-                raise KitchenError("a custom loss must return a scalar tensor computed from the logprobs it was given")
-        except BaseException:
-            (torch.cat(logprobs_D).sum() * 0.0).backward()  # the other workers wait in this backward
-            raise
-        loss.backward()
-        core._nonfinite_loss |= not bool(torch.isfinite(loss.detach()).all())
-        return [lp.detach().float().cpu() for lp in logprobs_D], {"loss:sum": float(loss.detach()), **metrics}
+            if data:
+                self._pending = core._logprobs_D(core._batch(data, (TARGET_TOKENS,), "custom", ()))
+            else:
+                self._pending = [self._stand_in_logprobs(stand_in)]
+        return [lp.detach().float().cpu() for lp in self._pending] if data else []
+
+    def custom_backward(self, grads_D: list[torch.Tensor] | None, nonfinite: bool) -> None:
+        """Backward of sum(grad * logprob) over the datums of `custom_forward`, given each one's
+        d(loss)/d(logprobs) from the driver: by the chain rule, this worker's part of the loss's
+        gradient. None or no datums (a stand-in, or a loss that failed): a zero-weighted pass."""
+        logprobs_D, self._pending = self._pending, []
+        if grads_D:
+            pairs = zip(grads_D, logprobs_D, strict=True)
+            surrogate = torch.stack([(g.to(lp.device, lp.dtype) * lp).sum() for g, lp in pairs]).sum()
+        else:
+            surrogate = torch.cat(logprobs_D).sum() * 0.0
+        surrogate.backward()
+        self.core._nonfinite_loss |= nonfinite
 
     def optim_step(self, adam: AdamParams) -> dict[str, float]:
         self._count("optim_step")

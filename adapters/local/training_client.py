@@ -94,6 +94,18 @@ def microbatches(lengths_D: Sequence[int], max_tokens: int | None) -> list[list[
     return batches
 
 
+def backward_custom_loss(
+    loss_fn: CustomLossFn, data: Sequence[Datum], logprobs_D: list[torch.Tensor]
+) -> tuple[dict[str, float], bool]:
+    """`loss_fn(data, logprobs_D)`, checked and differentiated (the gradients flow to whatever the
+    logprobs were computed from): its metrics with `loss:sum`, and whether the loss was finite."""
+    loss, metrics = loss_fn(data, logprobs_D)
+    if not (isinstance(loss, torch.Tensor) and loss.dim() == 0 and loss.requires_grad):
+        raise KitchenError("a custom loss must return a scalar tensor computed from the logprobs it was given")
+    loss.backward()
+    return {"loss:sum": float(loss.detach()), **metrics}, bool(torch.isfinite(loss.detach()))
+
+
 class LocalTrainingClient:
     """Trains one model (all weights, or LoRA adapters only) with AdamW."""
 
@@ -239,13 +251,9 @@ class LocalTrainingClient:
         do), so it is never split into micro-batches."""
         with self._training_mode(backward=True):
             logprobs_D = self._logprobs_D(batch)
-        loss, metrics = loss_fn(data, logprobs_D)
-        if not (isinstance(loss, torch.Tensor) and loss.dim() == 0 and loss.requires_grad):
-            raise KitchenError("a custom loss must return a scalar tensor computed from the logprobs it was given")
-        loss.backward()
-        self._nonfinite_loss |= not bool(torch.isfinite(loss.detach()).all())
-        outputs = [{"logprobs": TensorData.from_torch(lp)} for lp in logprobs_D]
-        return ForwardBackwardOutput(outputs, {"loss:sum": float(loss.detach()), **metrics})
+        metrics, finite = backward_custom_loss(loss_fn, data, logprobs_D)
+        self._nonfinite_loss |= not finite
+        return ForwardBackwardOutput([{"logprobs": TensorData.from_torch(lp)} for lp in logprobs_D], metrics)
 
     # -- optimizer ---------------------------------------------------------------------------
 

@@ -7,14 +7,17 @@ new backend under the contract, add ONE line to the dict, e.g. for a fake-SDK ti
     "tinker": lambda tmp_path: TinkerBackend(service_client=FakeServiceClient()),
 
 Import heavy or optional adapters inside the factory (as `_local` does), so one backend's import
-error fails only its own tests. Run a single backend with `pytest tests/contract -k noop`.
+error fails only its own tests; marks for a backend's tests (slow, a skip) go in `BACKEND_MARKS`.
+Run a single backend with `pytest tests/contract -k noop`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -31,14 +34,52 @@ def _local(tmp_path: Path) -> ServiceBackend:
     return LocalBackend(checkpoint_dir=tmp_path)
 
 
+_WORKER_POOLS: list[Any] = []
+"""The distributed entry's one WorkerPool, made on first use: every contract test reuses its
+worker processes (starting two takes seconds), and `_stop_worker_pool` stops them at the end."""
+
+
+def _distributed(tmp_path: Path) -> ServiceBackend:
+    """The local backend on two FSDP2 workers (Ray actors, gloo on the cpu)."""
+    from adapters.local import LocalBackend
+    from adapters.local.distributed import DistributedOptions, WorkerPool
+
+    if not _WORKER_POOLS:
+        _WORKER_POOLS.append(WorkerPool())
+    options = DistributedOptions(num_workers=2, timeout_s=120.0, cpu_threads=1)
+    return LocalBackend(checkpoint_dir=tmp_path, distributed=options, worker_pool=_WORKER_POOLS[0])
+
+
 BACKEND_FACTORIES: dict[str, BackendFactory] = {
     "noop": lambda tmp_path: NoopBackend(checkpoint_dir=tmp_path),
     "local": _local,
+    "distributed": _distributed,
     "tinker": lambda tmp_path: __import__("tests.adapters.tinker.fake_sdk", fromlist=["*"]).contract_backend(tmp_path),
 }
 
+_NO_RAY = importlib.util.find_spec("ray") is None
+BACKEND_MARKS: dict[str, tuple[pytest.MarkDecorator, ...]] = {
+    "distributed": (
+        pytest.mark.slow,
+        pytest.mark.skipif(
+            _NO_RAY, reason="the distributed local backend needs Ray (pip install 'kitchen[distributed]')"
+        ),
+    ),
+}
 
-@pytest.fixture(params=sorted(BACKEND_FACTORIES))
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_worker_pool() -> Iterator[None]:
+    """At the end of the session: stop the distributed entry's workers, and Ray, if they started."""
+    yield
+    if _WORKER_POOLS:
+        import ray
+
+        _WORKER_POOLS.pop().close()
+        ray.shutdown()
+
+
+@pytest.fixture(params=[pytest.param(name, marks=BACKEND_MARKS.get(name, ())) for name in sorted(BACKEND_FACTORIES)])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ServiceBackend]:
     """A fresh backend writing checkpoints under the test's tmp_path; closed after the test.
 
