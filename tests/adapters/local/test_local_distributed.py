@@ -1,14 +1,13 @@
 """The distributed local backend (`local.num_workers=2`: FSDP2 over two Ray actors, gloo, cpu)
 against the single-process one: same losses, weights and checkpoints; worker faults fail the step.
 
-One Ray instance serves the module; every distributed client starts two worker processes (a few
-seconds each on a busy machine), so the module is marked slow.
+One Ray instance and one pool of worker groups serve the module (starting two worker processes
+takes seconds on a busy machine; the CLI runs start their own), and it is marked slow.
 """
 
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,9 +19,16 @@ pytest.importorskip("ray", reason="the distributed local backend needs Ray (pip 
 
 from adapters.local.backend import LocalBackend
 from adapters.local.checkpoint_io import read_weights
-from adapters.local.distributed import DistributedOptions, ensure_ray, split_by_tokens
+from adapters.local.distributed import (
+    DistributedOptions,
+    DistributedTrainingClient,
+    WorkerPool,
+    ensure_ray,
+    split_by_tokens,
+)
 from adapters.local.distributed_worker import FAULT_ENV
 from kitchen.cli import main
+from kitchen.errors import KitchenError
 from kitchen.metrics import read_metrics
 from tests.contract.data import encode_texts, sft_datum
 from train_core.types import AdamParams, Datum, ModelInput, TensorData
@@ -36,20 +42,22 @@ after three steps was 2.2e-5; 1e-4 keeps it under 1e-5. Losses agree to ~1e-7 re
 TOL = 1e-5
 
 
+POOL = WorkerPool()
+
+
 @pytest.fixture(scope="module", autouse=True)
 def ray_session() -> Iterator[None]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     ray = ensure_ray(None)
-    # pytest imports this module under a name the workers cannot import: ship its functions by value
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     yield
+    POOL.close()
     ray.shutdown()
     torch.set_num_threads(threads)
 
 
-def distributed(tmp_path: Path, timeout_s: float = 120.0) -> LocalBackend:
-    return LocalBackend(tmp_path, distributed=DistributedOptions(2, None, timeout_s, 1))
+def distributed(tmp_path: Path) -> LocalBackend:
+    return LocalBackend(tmp_path, distributed=DistributedOptions(2, None, 120.0, 1), worker_pool=POOL)
 
 
 def batch(backend: LocalBackend) -> list[Datum]:
@@ -78,8 +86,9 @@ def rl_batch(data: Sequence[Datum]) -> list[Datum]:
 
 
 def pair_loss(data: Sequence[Datum], logprobs_D: list[torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
-    """A DPO-like custom loss coupling datums 2k and 2k+1."""
-    margins = torch.stack([logprobs_D[i].sum() - logprobs_D[i + 1].sum() for i in range(0, len(logprobs_D), 2)])
+    """A DPO-like custom loss coupling datum k with datum D-1-k: pairs that straddle the workers."""
+    last = len(logprobs_D) - 1
+    margins = torch.stack([logprobs_D[i].sum() - logprobs_D[last - i].sum() for i in range(len(logprobs_D) // 2)])
     loss = -torch.nn.functional.logsigmoid(0.1 * margins).sum()
     return loss, {"margin": float(margins.detach().mean())}
 
@@ -146,6 +155,31 @@ def test_two_workers_match_one_process_and_checkpoints_cross_worker_counts(
         one_from_two = await single.create_training_client_from_state(state_two)
         assert close(await train(two_from_one, data, steps=1), next_one)
         assert close(await train(one_from_two, data, steps=1), next_two)
+        await single.close()
+        await dist.close()
+
+    asyncio.run(run())
+
+
+def test_a_closed_clients_workers_serve_the_next_client_from_the_base_weights(tmp_path: Path) -> None:
+    """The pool hands the same worker group to the next client, rebuilt (LoRA, then full weights):
+    its first step is a fresh client's (weights and AdamW moments reset). A custom loss that fails
+    in the driver leaves the client usable."""
+
+    async def run() -> None:
+        single, dist = LocalBackend(tmp_path / "one"), distributed(tmp_path / "two")
+        data = batch(single)
+        first = await dist.create_training_client("tiny", lora_rank=4)
+        await train(first, data, steps=1)
+        with pytest.raises(KitchenError, match="custom loss must return a scalar tensor"):
+            await (await first.forward_backward_custom(data, lambda batch, lps: (torch.tensor(0.0), {})))
+        await train(first, data, steps=1)
+        await first.close()
+        second = await dist.create_training_client("tiny")
+        assert isinstance(first, DistributedTrainingClient) and isinstance(second, DistributedTrainingClient)
+        assert second._group is first._group
+        expected = await train(await single.create_training_client("tiny"), data, steps=2)
+        assert close(await train(second, data, steps=2), expected)
         await single.close()
         await dist.close()
 
