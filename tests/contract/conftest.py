@@ -17,13 +17,16 @@ import asyncio
 import importlib.util
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
 
 from adapters.noop import NoopBackend
 from kitchen.ports import ServiceBackend
+
+if TYPE_CHECKING:
+    from adapters.local.distributed import WorkerPool
 
 BackendFactory = Callable[[Path], ServiceBackend]
 
@@ -34,9 +37,9 @@ def _local(tmp_path: Path) -> ServiceBackend:
     return LocalBackend(checkpoint_dir=tmp_path)
 
 
-_WORKER_POOLS: list[Any] = []
+_WORKER_POOLS: list[WorkerPool] = []
 """The distributed entry's one WorkerPool, made on first use: every contract test reuses its
-worker processes (starting two takes seconds), and `_stop_worker_pool` stops them at the end."""
+worker processes (starting two takes seconds); `pytest_runtest_teardown` stops them at the end."""
 
 
 def _distributed(tmp_path: Path) -> ServiceBackend:
@@ -68,15 +71,18 @@ BACKEND_MARKS: dict[str, tuple[pytest.MarkDecorator, ...]] = {
 }
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _stop_worker_pool() -> Iterator[None]:
-    """At the end of the session: stop the distributed entry's workers, and Ray, if they started."""
-    yield
-    if _WORKER_POOLS:
-        import ray
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After the last contract test (and its backend's teardown): stop the distributed entry's
+    workers, and Ray, if they were started, so they do not idle through the rest of the suite."""
+    try:
+        yield
+    finally:
+        if _WORKER_POOLS and (nextitem is None or Path(__file__).parent not in nextitem.path.parents):
+            import ray
 
-        _WORKER_POOLS.pop().close()
-        ray.shutdown()
+            _WORKER_POOLS.pop().close()
+            ray.shutdown()
 
 
 @pytest.fixture(params=[pytest.param(name, marks=BACKEND_MARKS.get(name, ())) for name in sorted(BACKEND_FACTORIES)])
