@@ -11,14 +11,9 @@ from train_core.errors import InvalidInputError
 from train_core.renderers.base import Renderer
 from train_core.renderers.messages import STANDARD_ROLES, check_messages
 from train_core.renderers.train_on_what import TrainOnWhat
-from train_core.supervised import prompt_completion_tokens
+from train_core.supervised import char_limit, cut_messages, prompt_completion_tokens
 
 Example = tuple[list[int], list[float]]
-
-CHARS_PER_TOKEN_BOUND = 8
-"""Text fields are cut to `CHARS_PER_TOKEN_BOUND * max_length` characters before tokenization
-(no tokenizer makes tokens longer than that on ordinary text), so one huge record costs memory in
-proportion to `max_length`, not to its size."""
 
 
 class RecordFieldError(InvalidInputError):
@@ -33,10 +28,6 @@ def text_field(record: Mapping[str, Any], key: str, max_chars: int | None = None
     if not isinstance(value, str):
         raise RecordFieldError(f"{key!r} must be a string, got {type(value).__name__}")
     return value if max_chars is None else value[:max_chars]
-
-
-def char_limit(max_length: int | None) -> int | None:
-    return None if max_length is None else CHARS_PER_TOKEN_BOUND * max_length
 
 
 @dataclass(frozen=True)
@@ -92,10 +83,7 @@ class Conversation:
         if renderer is None:
             raise ValueError("conversation examples need a renderer")
         roles = getattr(renderer, "roles", STANDARD_ROLES)
-        messages = check_messages(record[self.messages_key], roles, self.messages_key)
-        limit = char_limit(max_length)
-        if limit is not None:
-            messages = [{**m, "content": m["content"][:limit]} for m in messages]
+        messages = cut_messages(check_messages(record[self.messages_key], roles, self.messages_key), max_length)
         model_input, weights = renderer.build_supervised_example(messages, self.train_on_what)
         return model_input.to_ints(), [float(w) for w in weights]
 

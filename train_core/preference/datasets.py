@@ -45,6 +45,7 @@ from train_core.jsonl import read_jsonl
 from train_core.preference.types import Comparison, LabeledComparison
 from train_core.renderers.base import Message
 from train_core.renderers.messages import STANDARD_ROLES
+from train_core.supervised import cut_messages
 
 Layout = Literal["comparisons", "hh_rlhf", "ultrafeedback"]
 SkipReason = Literal["empty_completion", "identical_completions", "prompt_too_long", "mismatched_prompts"]
@@ -113,7 +114,10 @@ def load_comparisons(
     prompt_length: PromptLengthFn | None = None,
     max_length: int | None = None,
 ) -> tuple[list[LabeledComparison], SkipReport]:
-    """Read a comparison file in `layout`; return its usable comparisons and what was skipped."""
+    """Read a comparison file in `layout`; return its usable comparisons and what was skipped.
+
+    With `max_length`, every message is cut to `char_limit(max_length)` characters before any
+    tokenization, so a huge record costs memory in proportion to `max_length`."""
     if (prompt_length is None) != (max_length is None):
         raise ValueError("prompt_length and max_length go together: give both or neither")
     if layout not in _PARSERS:
@@ -127,7 +131,7 @@ def load_comparisons(
         if isinstance(parsed, str):
             report.add(parsed, record.line)
             continue
-        prompt, chosen, rejected = parsed
+        prompt, chosen, rejected = (cut_messages(messages, max_length) for messages in parsed)
         reason = _skip_reason(prompt, chosen, rejected, prompt_length, max_length)
         if reason is not None:
             report.add(reason, record.line)
