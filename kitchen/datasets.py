@@ -17,6 +17,13 @@ from train_core.jsonl import read_jsonl
 LOCAL_SUFFIXES = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 
 
+def is_hub_name(source: str) -> bool:
+    """Whether `source` names a hub dataset rather than a local file (no data-file suffix, and no
+    such path)."""
+    path = Path(source)
+    return path.suffix not in LOCAL_SUFFIXES and not path.exists()
+
+
 def _require_keys(path: Path, records: list[tuple[int, dict[str, Any]]], required_any: Sequence[Sequence[str]]) -> None:
     for line, record in records:
         for keys in required_any:

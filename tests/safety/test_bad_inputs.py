@@ -131,11 +131,6 @@ CASES: dict[str, tuple[Case, tuple[str, ...]]] = {
 }
 
 
-RUN_ONLY = {"prompt_is_number", "completion_is_object", "text_is_mixed_list"}
-"""Record fields are checked when the data is loaded into examples, which `validate` does not do
-(it opens no tokenizer): `validate` passes these, `run` stops before training."""
-
-
 @pytest.fixture(scope="module")
 def template_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run dir stopped at step 4 (max_steps=4): a rerun with max_steps=8 would continue it."""
@@ -151,8 +146,6 @@ def template_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_bad_input(
     case: str, command: str, template_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    if command == "validate" and case in RUN_ONLY:
-        pytest.skip("record fields are checked when data is loaded (run only)")
     capsys.readouterr()
     run_dir = tmp_path / "run"
     shutil.copytree(template_run, run_dir)
