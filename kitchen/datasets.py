@@ -6,13 +6,14 @@ its file and line number instead of an opaque parser error deep inside `datasets
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from kitchen.errors import DataError
 from train_core.errors import DataFormatError
 from train_core.jsonl import read_jsonl
+from train_core.renderers.messages import STANDARD_ROLES, Message, MessageFormatError, check_messages
 
 LOCAL_SUFFIXES = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 
@@ -45,6 +46,31 @@ def load_located_records(
         (f"{source} record {index + 1}", record)
         for index, record in enumerate(load_records(source, split, required_any))
     ]
+
+
+def prompt_key(record: Mapping[str, Any]) -> str:
+    """Where a prompt record keeps its prompt: `prompt` when set, else `messages`."""
+    return "prompt" if record.get("prompt") is not None else "messages"
+
+
+def prompt_messages(record: Mapping[str, Any], where: str, roles: frozenset[str] = STANDARD_ROLES) -> list[Message]:
+    """A prompt record's conversation: a string `prompt` (one user message), or a non-empty list of
+    {role, content} messages (roles among `roles`) under `prompt` or `messages`; anything else is a
+    DataError naming `where`."""
+    key = prompt_key(record)
+    value = record.get(key)
+    if isinstance(value, str):
+        return [Message(role="user", content=value)]
+    if not isinstance(value, list) or not value:
+        raise DataError(
+            f"{where}: a prompt record needs a string 'prompt', or a non-empty list of {{role, content}} "
+            "messages under 'prompt' or 'messages'"
+        )
+    try:
+        check_messages(value, roles, key)
+    except MessageFormatError as exc:
+        raise DataError(f"{where}: {exc}") from None
+    return [Message(role=m["role"], content=m["content"]) for m in value]
 
 
 def load_records(source: str, split: str = "train", required_any: Sequence[Sequence[str]] = ()) -> Any:

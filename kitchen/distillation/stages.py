@@ -7,46 +7,29 @@ import asyncio
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from kitchen.context import Context
-from kitchen.datasets import load_located_records, load_records
+from kitchen.datasets import is_hub_name, load_located_records, load_records, prompt_messages
 from kitchen.errors import ConfigError, DataError
 from kitchen.ports import SamplingClient
 from kitchen.requests import score_targets
 from kitchen.rl.sampling import ROLLOUT_KEYS, rollout_options, rollout_params
 from kitchen.stage import Stage
+from kitchen.stages.setup import message_roles
 from train_core.distillation import TeacherKL, incorporate_teacher_kl
 from train_core.renderers.base import Message, Renderer
 from train_core.renderers.messages import STANDARD_ROLES
 from train_core.rl.advantages import compute_advantages
 from train_core.rl.data_processing import assemble_training_data
 from train_core.rl.rollouts import kept_groups, sample_group
-from train_core.supervised import datum_from_tokens_weights, mean_nll
+from train_core.supervised import cut_messages, datum_from_tokens_weights, mean_nll
 from train_core.types import SamplingParams
 
 
-def prompt_messages(record: Mapping[str, object], where: str) -> list[Message]:
-    """A prompt record: `{"prompt": text}` (one user message) or `{"messages": [...]}`."""
-    if isinstance(record.get("prompt"), str):
-        return [{"role": "user", "content": str(record["prompt"])}]
-    messages = record.get("messages")
-    if (
-        isinstance(messages, list)
-        and messages
-        and all(
-            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-            for m in messages
-        )
-    ):
-        unknown = sorted({m["role"] for m in messages} - STANDARD_ROLES)
-        if unknown:
-            raise DataError(f"{where}: unknown message role {unknown[0]!r}; supported: {sorted(STANDARD_ROLES)}")
-        return [{"role": m["role"], "content": m["content"]} for m in messages]
-    raise DataError(f"{where}: a prompt record needs a string 'prompt' or a list of {{role, content}} 'messages'")
-
-
-def load_prompts(path: str) -> list[list[Message]]:
-    return [prompt_messages(record, where) for where, record in load_located_records(path)]
+def load_prompts(path: str, roles: frozenset[str] = STANDARD_ROLES) -> list[list[Message]]:
+    """The conversations of a prompt set (see `kitchen.datasets.prompt_messages`)."""
+    return [prompt_messages(record, where, roles) for where, record in load_located_records(path)]
 
 
 def teacher_of_each(tags_D: Sequence[Sequence[str]], teachers: Mapping[str, SamplingClient]) -> list[SamplingClient]:
@@ -161,7 +144,16 @@ class GenerateTeacherAnswers(Stage):
         "teacher_temperature",
         "generated_dataset",
         "seed",
+        "max_length",
     )
+
+    def check_inputs(self, config: Any) -> None:
+        """The local prompt sets' records and roles (a `generated_dataset` is read as it is)."""
+        if config.generated_dataset:
+            return
+        for source in (config.dataset, config.eval_dataset):
+            if source and not is_hub_name(source):
+                load_prompts(source, message_roles(config))
 
     async def run(self, ctx: Context) -> None:
         config = ctx.config
@@ -184,7 +176,7 @@ class GenerateTeacherAnswers(Stage):
 
     async def _generate(self, ctx: Context, source: str, out: Path, split: str) -> None:
         config, renderer = ctx.config, ctx["renderer"]
-        prompts = load_prompts(source)
+        prompts = [cut_messages(prompt, config.max_length) for prompt in load_prompts(source, renderer.roles)]
         system: Message = {"role": "system", "content": config.system_prompt}
         params = [
             SamplingParams(

@@ -26,7 +26,7 @@ counted in the `SkipReport` (per reason: the count and the first line numbers):
 
 * ``empty_completion``: a completion with no message, or only blank ones;
 * ``identical_completions``: chosen and rejected are the same messages;
-* ``prompt_too_long``: (when a prompt-length function and ``max_length`` are given) the rendered
+* ``prompt_too_long``: (when a prompt-length function is given, with ``max_length``) the rendered
   prompt takes ``max_length`` tokens or more, so right truncation would leave no completion token;
 * ``mismatched_prompts``: (hh_rlhf, ultrafeedback) chosen and rejected do not continue the same
   prompt.
@@ -118,8 +118,8 @@ def load_comparisons(
 
     With `max_length`, every message is cut to `char_limit(max_length)` characters before any
     tokenization, so a huge record costs memory in proportion to `max_length`."""
-    if (prompt_length is None) != (max_length is None):
-        raise ValueError("prompt_length and max_length go together: give both or neither")
+    if prompt_length is not None and max_length is None:
+        raise ValueError("prompt_length needs max_length (a prompt is too long for it)")
     if layout not in _PARSERS:
         raise ValueError(f"unknown comparison layout {layout!r}; expected one of {sorted(_PARSERS)}")
     parse = _PARSERS[layout]
