@@ -59,6 +59,16 @@ def _prompt_set(make: Callable[[Path], Path]) -> Args:
     return lambda tmp: [f"datasets=[{{name: p, prompts: {make(tmp)}, teacher: {{checkpoint: {teacher}}}}}]"]
 
 
+def _generated(lines: list[object]) -> Args:
+    """distill_prompt's `generated_dataset`: a folder whose train.jsonl holds `lines`."""
+
+    def args(tmp: Path) -> list[str]:
+        (tmp / "generated").mkdir()
+        return [f"generated_dataset={_jsonl(tmp / 'generated', lines, 'train.jsonl').parent}"]
+
+    return args
+
+
 def _directory(tmp: Path) -> Path:
     path = tmp / "bad.jsonl"
     path.mkdir()
@@ -206,6 +216,16 @@ CASES: dict[str, tuple[str, Args, tuple[str, ...]]] = {
         "distill_prompt",
         _at("dataset", [GOOD_PROMPT, {"messages": [{"role": "robot", "content": "x"}]}]),
         ("bad.jsonl line 2", "unknown role 'robot'"),
+    ),
+    "distill_generated_missing_system": (
+        "distill_prompt",
+        _generated([{**GOOD_CHAT, "system": "s"}, GOOD_CHAT]),
+        ("train.jsonl line 2", "missing key 'system'"),
+    ),
+    "distill_generated_content_number": (
+        "distill_prompt",
+        _generated([{"system": "s", "messages": [{"role": "user", "content": 1}]}]),
+        ("train.jsonl line 1", "'content' must be a string", "int"),
     ),
     "distill_on_policy_prompt_number": (
         "distill_on_policy",
