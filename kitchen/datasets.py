@@ -85,19 +85,21 @@ def load_records(source: str, split: str = "train", required_any: Sequence[Seque
     import datasets
 
     datasets.disable_progress_bars()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # its errors reach the user in our error line
     if path.suffix in LOCAL_SUFFIXES:
         if not path.is_file():
             raise DataError(f"dataset file not found: {path}")
         try:
-            return datasets.load_dataset(LOCAL_SUFFIXES[path.suffix], data_files=str(path), split="train")
+            dataset = datasets.load_dataset(LOCAL_SUFFIXES[path.suffix], data_files=str(path), split="train")
         except Exception as exc:  # datasets raises many types for unreadable files
             raise DataError(f"{path}: could not be read as {path.suffix[1:]}: {exc}") from None
-    if path.exists():
+    elif path.exists():
         raise DataError(f"{path}: unsupported dataset file type (use .jsonl, .json or .parquet)")
-    try:
-        dataset = datasets.load_dataset(source, split=split)
-    except Exception as exc:
-        raise DataError(f"dataset {source!r} (split {split!r}) could not be loaded: {exc}") from None
+    else:
+        try:
+            dataset = datasets.load_dataset(source, split=split)
+        except Exception as exc:
+            raise DataError(f"dataset {source!r} (split {split!r}) could not be loaded: {exc}") from None
     for keys in required_any:
         if not any(key in dataset.column_names for key in keys):
             raise DataError(f"dataset {source!r} has no column {' or '.join(repr(k) for k in keys)}")

@@ -49,6 +49,8 @@ class PromptCompletion:
         if record.get(self.completion_key) is not None:
             prompt = text_field(record, self.prompt_key, max_chars) if record.get(self.prompt_key) is not None else ""
             return prompt, text_field(record, self.completion_key, max_chars)
+        if record.get(self.text_key) is None:  # a table's row holds every column, maybe null
+            raise RecordFieldError(f"needs a {self.completion_key!r} or a {self.text_key!r}")
         return text_field(record, self.text_key, max_chars), None
 
     def check(self, record: Mapping[str, Any], roles: frozenset[str]) -> None:

@@ -42,6 +42,11 @@ def _dataset(tmp: Path, second_line: str) -> list[str]:
     return [f"dataset={_data(tmp, second_line)}", "resume_allow_changes=[dataset,dataset#file]"]
 
 
+def _table(tmp: Path, name: str, data: bytes) -> list[str]:
+    """A train file other than JSONL (read through HF `datasets`), accepted as a change."""
+    return [f"dataset={_file(tmp, name, data)}", "resume_allow_changes=[dataset,dataset#file]"]
+
+
 def _file(tmp: Path, name: str, data: bytes) -> Path:
     path = tmp / name
     path.write_bytes(data)
@@ -114,6 +119,22 @@ CASES: dict[str, tuple[Case, tuple[str, ...]]] = {
     "text_is_mixed_list": (
         lambda t, r: _dataset(t, '{"text": ["a", 1]}'),
         ("bad.jsonl line 2", "'text' must be a string", "list"),
+    ),
+    "json_prompt_is_number": (
+        lambda t, r: _table(t, "bad.json", b'[{"prompt": "a", "completion": "b"}, {"prompt": 5, "completion": "c"}]'),
+        ("bad.json record 2", "'prompt' must be a string", "int"),
+    ),
+    "json_row_without_completion": (
+        lambda t, r: _table(t, "bad.json", b'[{"prompt": "a", "completion": "b"}, {"prompt": "x"}]'),
+        ("bad.json record 2", "needs a 'completion' or a 'text'"),
+    ),
+    "json_without_text_column": (
+        lambda t, r: _table(t, "bad.json", b'[{"prompt": "a"}]'),
+        ("bad.json", "has no column 'completion' or 'text'"),
+    ),
+    "parquet_corrupt": (
+        lambda t, r: _table(t, "bad.parquet", b"garbage"),
+        ("bad.parquet", "could not be read as parquet"),
     ),
     "duplicate_json_key": (
         lambda t, r: _dataset(t, '{"prompt": "a", "completion": "b", "prompt": "c"}'),
