@@ -6,15 +6,23 @@ its file and line number instead of an opaque parser error deep inside `datasets
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from kitchen.errors import DataError
 from train_core.errors import DataFormatError
 from train_core.jsonl import read_jsonl
+from train_core.renderers.messages import STANDARD_ROLES, Message, MessageFormatError, check_messages
 
 LOCAL_SUFFIXES = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+
+
+def is_hub_name(source: str) -> bool:
+    """Whether `source` names a hub dataset rather than a local file (no data-file suffix, and no
+    such path)."""
+    path = Path(source)
+    return path.suffix not in LOCAL_SUFFIXES and not path.exists()
 
 
 def _require_keys(path: Path, records: list[tuple[int, dict[str, Any]]], required_any: Sequence[Sequence[str]]) -> None:
@@ -40,6 +48,31 @@ def load_located_records(
     ]
 
 
+def prompt_key(record: Mapping[str, Any]) -> str:
+    """Where a prompt record keeps its prompt: `prompt` when set, else `messages`."""
+    return "prompt" if record.get("prompt") is not None else "messages"
+
+
+def prompt_messages(record: Mapping[str, Any], where: str, roles: frozenset[str] = STANDARD_ROLES) -> list[Message]:
+    """A prompt record's conversation: a string `prompt` (one user message), or a non-empty list of
+    {role, content} messages (roles among `roles`) under `prompt` or `messages`; anything else is a
+    DataError naming `where`."""
+    key = prompt_key(record)
+    value = record.get(key)
+    if isinstance(value, str):
+        return [Message(role="user", content=value)]
+    if not isinstance(value, list) or not value:
+        raise DataError(
+            f"{where}: a prompt record needs a string 'prompt', or a non-empty list of {{role, content}} "
+            "messages under 'prompt' or 'messages'"
+        )
+    try:
+        check_messages(value, roles, key)
+    except MessageFormatError as exc:
+        raise DataError(f"{where}: {exc}") from None
+    return [Message(role=m["role"], content=m["content"]) for m in value]
+
+
 def load_records(source: str, split: str = "train", required_any: Sequence[Sequence[str]] = ()) -> Any:
     """The records of a local file (by suffix) or a hub dataset, each holding, for each group in
     `required_any`, at least one of its keys. JSONL gives a list of dicts (each value exactly as
@@ -52,19 +85,21 @@ def load_records(source: str, split: str = "train", required_any: Sequence[Seque
     import datasets
 
     datasets.disable_progress_bars()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # its errors reach the user in our error line
     if path.suffix in LOCAL_SUFFIXES:
         if not path.is_file():
             raise DataError(f"dataset file not found: {path}")
         try:
-            return datasets.load_dataset(LOCAL_SUFFIXES[path.suffix], data_files=str(path), split="train")
+            dataset = datasets.load_dataset(LOCAL_SUFFIXES[path.suffix], data_files=str(path), split="train")
         except Exception as exc:  # datasets raises many types for unreadable files
             raise DataError(f"{path}: could not be read as {path.suffix[1:]}: {exc}") from None
-    if path.exists():
+    elif path.exists():
         raise DataError(f"{path}: unsupported dataset file type (use .jsonl, .json or .parquet)")
-    try:
-        dataset = datasets.load_dataset(source, split=split)
-    except Exception as exc:
-        raise DataError(f"dataset {source!r} (split {split!r}) could not be loaded: {exc}") from None
+    else:
+        try:
+            dataset = datasets.load_dataset(source, split=split)
+        except Exception as exc:
+            raise DataError(f"dataset {source!r} (split {split!r}) could not be loaded: {exc}") from None
     for keys in required_any:
         if not any(key in dataset.column_names for key in keys):
             raise DataError(f"dataset {source!r} has no column {' or '.join(repr(k) for k in keys)}")

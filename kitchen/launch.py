@@ -23,7 +23,7 @@ from kitchen.backends import make_backend
 from kitchen.checkpoints import CheckpointRecord
 from kitchen.config import RunConfig
 from kitchen.context import Context
-from kitchen.datasets import LOCAL_SUFFIXES
+from kitchen.datasets import is_hub_name
 from kitchen.errors import ConfigError, DataError
 from kitchen.hooks import Hooks, ProgressHook
 from kitchen.logging import handle_sigterm, make_run_logger
@@ -108,11 +108,11 @@ def build_context(
 
 def check_data_file(source: str, key: str) -> None:
     """A local data file named by `key` must be a readable UTF-8 (or binary parquet) file; a JSONL
-    file must hold one JSON object per line. (The record fields each recipe needs are checked when
-    its data is loaded, which `validate` does not do: it has no tokenizer.)"""
+    file must hold one JSON object per line. (The record fields each recipe needs are checked by
+    the stages that read them: `Stage.check_inputs`.)"""
+    if is_hub_name(source):
+        return
     path = Path(source)
-    if path.suffix not in LOCAL_SUFFIXES and not path.exists():
-        return  # a hub dataset name
     if not path.exists():
         raise DataError(f"{key}: {path}: no such file")
     if not path.is_file():
@@ -190,12 +190,15 @@ def completion_summary(run_dir: Path, final: CheckpointRecord, config: Any) -> s
 
 def preflight(recipe: Recipe, config: RunConfig) -> tuple[Workflow, Path]:
     """Every check `run` makes before it touches the run directory or a backend: the config and
-    wiring, the log_path, the data files, and (for an existing run) that the checkpoint it would
+    wiring, the log_path, the data files and their records (each stage's `check_inputs`), and
+    (for an existing run) that the checkpoint it would
     resume from is intact and was trained with the same settings. Changes nothing on disk."""
     workflow = validate_recipe(recipe, config)
     path = resolve_log_path(recipe.name, config)
     check_log_path(path, bool(getattr(config, "overwrite", False)), config.resume)
     check_data_files(config)
+    for stage in workflow.stages():
+        stage.check_inputs(config)
     if config.resume == "auto" and path.is_dir():
         resume, _ = choose_resume_point(path)
         if resume is not None and not (resume.final and completion_summary(path, resume, config)):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from kitchen.context import Context
@@ -38,6 +38,12 @@ class Stage:
 
     async def run(self, ctx: Context) -> None:
         raise NotImplementedError(f"stage {self.name!r} does not implement run()")
+
+    def check_inputs(self, config: Any) -> None:
+        """Check the input files this stage will read (record fields, message roles) from the
+        config alone, with no backend and no tokenizer, raising an InvalidInputError naming file
+        and line: `kitchen validate` and `kitchen run` call it before anything starts, so bad data
+        fails the same way in both. Most stages read no files."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"

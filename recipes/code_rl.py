@@ -22,7 +22,7 @@ from kitchen.rl.settings import RLSettings
 from kitchen.rl.workflow import rl_workflow_for
 from kitchen.sandbox import SandboxKind, make_sandbox
 from recipes.data import shipped_data
-from recipes.envs.code import CodeDataset, CodeDemonstrations, CodeGroupBuilder, load_code_problems
+from recipes.envs.code import CodeDataset, CodeDemonstrations, CodeGroupBuilder, CodeProblem, load_code_problems
 from train_core.renderers.base import Renderer
 from train_core.rl.task import RLTask
 
@@ -56,6 +56,15 @@ class Config(RLSettings):
         return self
 
 
+def load_problem_sets(config: Config) -> tuple[list[CodeProblem], list[CodeProblem]]:
+    """The train and held-out problems; a bad record is an error naming its file and line."""
+    return load_code_problems(config.dataset), load_code_problems(config.eval_dataset) if config.eval_dataset else []
+
+
+def check_problems(config: Config, roles: frozenset[str]) -> None:
+    load_problem_sets(config)
+
+
 def build_task(config: Config, renderer: Renderer) -> RLTask:
     sandbox = make_sandbox(config.sandbox, config.sandbox_url, config.sandbox_concurrency)
     group = partial(
@@ -66,8 +75,7 @@ def build_task(config: Config, renderer: Renderer) -> RLTask:
         format_coef=config.format_coef,
         timeout_s=config.sandbox_timeout_s,
     )
-    problems = load_code_problems(config.dataset)
-    held_out = load_code_problems(config.eval_dataset) if config.eval_dataset else []
+    problems, held_out = load_problem_sets(config)
     return RLTask(
         train=CodeDataset(problems, config.groups_per_batch, config.seed, group),
         eval_builders=[group(problem) for problem in held_out],
@@ -79,5 +87,5 @@ RECIPE = Recipe(
     name="code_rl",
     description="RL on code problems graded by running the code against tests in a sandbox",
     config_cls=Config,
-    workflow=rl_workflow_for(build_task),
+    workflow=rl_workflow_for(build_task, check_problems),
 )

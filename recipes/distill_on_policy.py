@@ -18,6 +18,7 @@ import random
 from pydantic import Field
 
 from kitchen.config import defaults
+from kitchen.datasets import is_hub_name
 from kitchen.distillation.settings import OnPolicyDistillationSettings
 from kitchen.distillation.stages import load_prompts
 from kitchen.distillation.workflow import on_policy_distillation_workflow_for
@@ -61,10 +62,17 @@ def split_problems(config: Config) -> tuple[list[Problem], list[Problem]]:
     return [p for p in every if p not in held_out], held_out
 
 
-def prompts_for(source: str, trained: list[Problem]) -> list[list[Message]]:
+def prompts_for(source: str, trained: list[Problem], roles: frozenset[str]) -> list[list[Message]]:
     if source == ARITHMETIC:
         return [[{"role": "user", "content": question(problem)}] for problem in trained]
-    return load_prompts(source)
+    return load_prompts(source, roles)
+
+
+def check_prompts(config: Config, roles: frozenset[str]) -> None:
+    """The local prompt sets' records, before anything starts."""
+    for dataset in config.datasets:
+        if dataset.prompts != ARITHMETIC and not is_hub_name(dataset.prompts):
+            load_prompts(dataset.prompts, roles)
 
 
 def build_task(config: Config, renderer: Renderer) -> RLTask:
@@ -72,7 +80,7 @@ def build_task(config: Config, renderer: Renderer) -> RLTask:
     parts = [
         PromptDataset(
             dataset.name,
-            prompts_for(dataset.prompts, trained),
+            prompts_for(dataset.prompts, trained, renderer.roles),
             renderer,
             config.share(index),
             config.group_size,
@@ -99,5 +107,5 @@ RECIPE = Recipe(
     name="distill_on_policy",
     description="on-policy distillation: the student trains on its own samples against teachers' logprobs",
     config_cls=Config,
-    workflow=on_policy_distillation_workflow_for(build_task),
+    workflow=on_policy_distillation_workflow_for(build_task, check_prompts),
 )

@@ -18,7 +18,7 @@ from kitchen.rl.settings import RLSettings
 from kitchen.rl.workflow import rl_workflow_for
 from recipes.data import shipped_data
 from recipes.envs.arithmetic import arithmetic_task
-from recipes.envs.gsm8k import word_problem_task
+from recipes.envs.gsm8k import load_word_problems, word_problem_task
 from train_core.renderers.base import Renderer
 from train_core.rl.task import RLTask
 
@@ -71,9 +71,17 @@ def build_task(config: Config, renderer: Renderer) -> RLTask:
     )
 
 
+def check_problems(config: Config, roles: frozenset[str]) -> None:
+    """GSM8K problem files, before anything starts (arithmetic problems are generated)."""
+    if config.env == "gsm8k":
+        for path in (config.dataset, config.eval_dataset):
+            if path:
+                load_word_problems(path)
+
+
 RECIPE = Recipe(
     name="math_rl",
     description="RL on math problems (generated arithmetic, or GSM8K-format JSONL)",
     config_cls=Config,
-    workflow=rl_workflow_for(build_task),
+    workflow=rl_workflow_for(build_task, check_problems),
 )

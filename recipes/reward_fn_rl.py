@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from kitchen.config import defaults
-from kitchen.datasets import load_records
+from kitchen.datasets import is_hub_name, load_located_records, prompt_key, prompt_messages
 from kitchen.errors import DataError
 from kitchen.recipe import Recipe
 from kitchen.rl.settings import RLSettings
@@ -79,22 +79,6 @@ def _returns_dict(fn: RewardFn) -> bool:
     return annotation is None or "dict" in str(annotation).lower() or "mapping" in str(annotation).lower()
 
 
-def prompt_of(record: Mapping[str, Any], where: str) -> tuple[Any, list[Message]]:
-    """The prompt as the reward function sees it (text, or messages) and as the policy sees it."""
-    prompt = record.get("prompt", record.get("messages"))
-    if isinstance(prompt, str):
-        return prompt, [Message(role="user", content=prompt)]
-    if (
-        isinstance(prompt, list)
-        and prompt
-        and all(
-            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt
-        )
-    ):
-        return prompt, [Message(role=m["role"], content=m["content"]) for m in prompt]
-    raise DataError(f"{where}: a record needs a string 'prompt', or a list of {{role, content}} 'prompt' / 'messages'")
-
-
 @dataclass(frozen=True)
 class PromptRecord:
     record: dict[str, Any]
@@ -102,15 +86,23 @@ class PromptRecord:
     messages: list[Message]
 
 
-def load_prompt_records(source: str, split: str) -> list[PromptRecord]:
-    records = [dict(r) for r in load_records(source, split=split)]
-    if not records:
-        raise DataError(f"{source}: no records")
+def load_prompt_records(source: str, split: str, roles: frozenset[str]) -> list[PromptRecord]:
+    """Each record with its prompt as the reward function sees it (text, or messages) and as the
+    policy sees it; a bad record is a DataError naming its file and line."""
     out = []
-    for index, record in enumerate(records):
-        prompt, messages = prompt_of(record, f"{source} record {index + 1}")
-        out.append(PromptRecord(record, prompt, messages))
+    for where, record in load_located_records(source, split=split):
+        messages = prompt_messages(record, where, roles)
+        out.append(PromptRecord(dict(record), record[prompt_key(record)], messages))
+    if not out:
+        raise DataError(f"{source}: no records")
     return out
+
+
+def check_prompts(config: Config, roles: frozenset[str]) -> None:
+    """The local prompt files' records, before anything starts."""
+    for source in (config.dataset, config.eval_dataset):
+        if source and not is_hub_name(source):
+            load_prompt_records(source, config.split, roles)
 
 
 class RewardFnEnv(Env):
@@ -193,12 +185,12 @@ class CompletionDemonstrations:
 def build_task(config: Config, renderer: Renderer) -> RLTask:
     fns = resolve_reward_fns(config.reward_fn)
     weights = dict(config.reward_weights)
-    train = load_prompt_records(config.dataset, config.split)
+    train = load_prompt_records(config.dataset, config.split, renderer.roles)
 
     def group(tag: str) -> Any:
         return lambda item: RewardFnGroup(item, renderer, fns, weights, config.group_size, tag)
 
-    held_out = load_prompt_records(config.eval_dataset, config.split) if config.eval_dataset else []
+    held_out = load_prompt_records(config.eval_dataset, config.split, renderer.roles) if config.eval_dataset else []
     demos = [item for item in train if isinstance(item.record.get("completion"), str)]
     return RLTask(
         train=PromptDataset(train, group("prompts"), config.groups_per_batch, config.seed),
@@ -211,5 +203,5 @@ RECIPE = Recipe(
     name="reward_fn_rl",
     description="RL on a prompt data set scored by reward functions named module:function (no env to write)",
     config_cls=Config,
-    workflow=rl_workflow_for(build_task),
+    workflow=rl_workflow_for(build_task, check_prompts),
 )

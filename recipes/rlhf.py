@@ -44,6 +44,7 @@ from kitchen.preference.reward_model import (
     OpenModelJudge,
     ProvideJudge,
     WriteComparisonConversations,
+    check_comparison_files,
     read_comparisons,
 )
 from kitchen.preference.stages import EvaluateWinRate
@@ -249,7 +250,15 @@ def rl_phase_workflow(config: RLPhase) -> Workflow:
         evaluators = [EvaluateWinRate(judge)]
         after = [EvaluateWinRate(judge, name="final_win_rate")]
     adjust: list[Node] = [ApplyKLPenalty()] if config.kl_penalty_coef > 0 else []
-    return rl_workflow(rl_task, config.mode, setup=setup, adjust=adjust, evaluators=evaluators, after_training=after)
+    return rl_workflow(
+        rl_task,
+        config.mode,
+        setup=setup,
+        adjust=adjust,
+        evaluators=evaluators,
+        after_training=after,
+        check_data=lambda phase, roles: check_comparison_files(phase),
+    )
 
 
 PHASE_RECIPES: dict[Phase, Recipe] = {
@@ -334,6 +343,12 @@ class RunPhase(Stage):
     def __init__(self, phase: Phase) -> None:
         super().__init__(f"phase_{phase}")
         self.phase = phase
+
+    def check_inputs(self, config: Any) -> None:
+        """The phase's own stages' checks, so the whole run's data is checked before phase 1."""
+        phase = phase_config(config, self.phase, Path(config.log_path or "RUN_DIR"))
+        for stage in PHASE_RECIPES[self.phase].workflow(phase).stages():
+            stage.check_inputs(phase)
 
     async def run(self, ctx: Context) -> None:
         run_dir = ctx.run_dir or Path(".")

@@ -3,15 +3,39 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 from train_core.errors import InvalidInputError
+from train_core.renderers.messages import Message
 from train_core.types import Datum, ModelInput, TensorData
 
 if TYPE_CHECKING:
     import torch
 
 Reduction = Literal["none", "mean"]
+
+CHARS_PER_TOKEN_BOUND = 8
+"""Text is cut to `CHARS_PER_TOKEN_BOUND * max_length` characters before tokenization (no
+tokenizer makes tokens longer than that on ordinary text), so one huge record costs memory in
+proportion to `max_length`, not to its size."""
+
+
+def char_limit(max_length: int | None) -> int | None:
+    """The characters of one text field that can still reach the first `max_length` tokens."""
+    return None if max_length is None else CHARS_PER_TOKEN_BOUND * max_length
+
+
+def cut_messages(messages: Sequence[Message], max_length: int | None) -> list[Message]:
+    """Each message's `content` cut to `char_limit(max_length)` characters (other fields kept)."""
+    limit = char_limit(max_length)
+    if limit is None:
+        return list(messages)
+    return [
+        message
+        if len(message["content"]) <= limit
+        else cast(Message, {**message, "content": message["content"][:limit]})
+        for message in messages
+    ]
 
 
 class SequenceTooShortError(InvalidInputError):

@@ -7,46 +7,45 @@ import asyncio
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from kitchen.context import Context
-from kitchen.datasets import load_located_records, load_records
+from kitchen.datasets import is_hub_name, load_located_records, prompt_messages
 from kitchen.errors import ConfigError, DataError
 from kitchen.ports import SamplingClient
 from kitchen.requests import score_targets
 from kitchen.rl.sampling import ROLLOUT_KEYS, rollout_options, rollout_params
 from kitchen.stage import Stage
+from kitchen.stages.setup import message_roles
+from kitchen.supervised.examples import text_field
 from train_core.distillation import TeacherKL, incorporate_teacher_kl
+from train_core.errors import InvalidInputError
 from train_core.renderers.base import Message, Renderer
-from train_core.renderers.messages import STANDARD_ROLES
+from train_core.renderers.messages import STANDARD_ROLES, check_messages
 from train_core.rl.advantages import compute_advantages
 from train_core.rl.data_processing import assemble_training_data
 from train_core.rl.rollouts import kept_groups, sample_group
-from train_core.supervised import datum_from_tokens_weights, mean_nll
+from train_core.supervised import cut_messages, datum_from_tokens_weights, mean_nll
 from train_core.types import SamplingParams
 
 
-def prompt_messages(record: Mapping[str, object], where: str) -> list[Message]:
-    """A prompt record: `{"prompt": text}` (one user message) or `{"messages": [...]}`."""
-    if isinstance(record.get("prompt"), str):
-        return [{"role": "user", "content": str(record["prompt"])}]
-    messages = record.get("messages")
-    if (
-        isinstance(messages, list)
-        and messages
-        and all(
-            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-            for m in messages
-        )
-    ):
-        unknown = sorted({m["role"] for m in messages} - STANDARD_ROLES)
-        if unknown:
-            raise DataError(f"{where}: unknown message role {unknown[0]!r}; supported: {sorted(STANDARD_ROLES)}")
-        return [{"role": m["role"], "content": m["content"]} for m in messages]
-    raise DataError(f"{where}: a prompt record needs a string 'prompt' or a list of {{role, content}} 'messages'")
+def load_prompts(path: str, roles: frozenset[str] = STANDARD_ROLES) -> list[list[Message]]:
+    """The conversations of a prompt set (see `kitchen.datasets.prompt_messages`)."""
+    return [prompt_messages(record, where, roles) for where, record in load_located_records(path)]
 
 
-def load_prompts(path: str) -> list[list[Message]]:
-    return [prompt_messages(record, where) for where, record in load_located_records(path)]
+def teacher_conversations(path: str, roles: frozenset[str] = STANDARD_ROLES) -> list[list[Message]]:
+    """The generated answers with the system prompt they were asked under: each record
+    `{"messages": [...], "system": text}` as `[system message, *messages]`; a bad record is a
+    DataError naming its file and line."""
+    conversations = []
+    for where, record in load_located_records(path, required_any=(("messages",), ("system",))):
+        try:
+            system: Message = {"role": "system", "content": text_field(record, "system")}
+            conversations.append([system, *check_messages(record["messages"], roles)])
+        except InvalidInputError as exc:
+            raise DataError(f"{where}: {exc}") from None
+    return conversations
 
 
 def teacher_of_each(tags_D: Sequence[Sequence[str]], teachers: Mapping[str, SamplingClient]) -> list[SamplingClient]:
@@ -161,7 +160,21 @@ class GenerateTeacherAnswers(Stage):
         "teacher_temperature",
         "generated_dataset",
         "seed",
+        "max_length",
     )
+
+    def check_inputs(self, config: Any) -> None:
+        """The local prompt sets' records and roles, or those of the `generated_dataset`."""
+        roles = message_roles(config)
+        if config.generated_dataset:
+            for split in ("train", "eval"):
+                path = Path(config.generated_dataset) / f"{split}.jsonl"
+                if split == "train" or path.exists():
+                    teacher_conversations(str(path), roles)
+            return
+        for source in (config.dataset, config.eval_dataset):
+            if source and not is_hub_name(source):
+                load_prompts(source, roles)
 
     async def run(self, ctx: Context) -> None:
         config = ctx.config
@@ -184,7 +197,7 @@ class GenerateTeacherAnswers(Stage):
 
     async def _generate(self, ctx: Context, source: str, out: Path, split: str) -> None:
         config, renderer = ctx.config, ctx["renderer"]
-        prompts = load_prompts(source)
+        prompts = [cut_messages(prompt, config.max_length) for prompt in load_prompts(source, renderer.roles)]
         system: Message = {"role": "system", "content": config.system_prompt}
         params = [
             SamplingParams(
@@ -225,9 +238,8 @@ class EvaluateTeacherFloor(Stage):
             return
         renderer: Renderer = ctx["renderer"]
         data_D = []
-        for record in load_records(path):
-            messages = [{"role": "system", "content": record["system"]}, *record["messages"]]
-            tokens, weights = renderer.build_supervised_example(messages)
+        for conversation in teacher_conversations(path, renderer.roles):
+            tokens, weights = renderer.build_supervised_example(conversation)
             data_D.append(datum_from_tokens_weights(tokens.to_ints(), [float(w) for w in weights]))
         logprobs_D = await score_targets(ctx["teacher_client"], data_D)
         weights_D = [d.loss_fn_inputs["weights"].to_torch() for d in data_D]

@@ -20,14 +20,14 @@ from kitchen.supervised.examples import Conversation
 from kitchen.supervised.stages import EvaluateNLL
 from kitchen.supervised.workflow import supervised_workflow
 from kitchen.workflow import Node, When, Workflow, WorkflowBuilder
-from train_core.rl.task import RLTaskFactory
+from train_core.rl.task import DataCheck, RLTaskFactory
 
 
 def teacher_client_key(dataset: str) -> str:
     return f"teacher_client/{dataset}"
 
 
-def on_policy_distillation_workflow_for(factory: RLTaskFactory) -> WorkflowBuilder:
+def on_policy_distillation_workflow_for(factory: RLTaskFactory, check_data: DataCheck | None = None) -> WorkflowBuilder:
     """A recipe's `workflow(config)` for on-policy distillation in the configured RL mode."""
 
     def build(config: Any) -> Workflow:
@@ -49,6 +49,7 @@ def on_policy_distillation_workflow_for(factory: RLTaskFactory) -> WorkflowBuild
             setup=setup,
             adjust=[ApplyTeacherKL({name: teacher_client_key(name) for name in names})],
             evaluators=[EvaluateTeacherKL(first)],
+            check_data=check_data,
         )
 
     return WorkflowBuilder("on-policy distillation", ("mode", "warm_start_steps", "datasets"), build)

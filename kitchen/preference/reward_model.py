@@ -30,12 +30,21 @@ from train_core.renderers.base import Message
 ExampleKind = Literal["preference_model", "chosen", "both"]
 
 
-def read_comparisons(path: str, layout: str) -> list[LabeledComparison]:
+def read_comparisons(path: str, layout: str, max_length: int | None = None) -> list[LabeledComparison]:
+    """A comparison file's usable comparisons, each message cut for `max_length` tokens."""
     try:
-        comparisons, _ = load_comparisons(path, layout)  # type: ignore[arg-type]
+        comparisons, _ = load_comparisons(path, layout, max_length=max_length)  # type: ignore[arg-type]
     except DataFormatError as exc:
         raise DataError(str(exc)) from None
     return comparisons
+
+
+def check_comparison_files(config: Any) -> None:
+    """The config's comparison files (`dataset`, `eval_dataset` in `dataset_layout`), read before
+    anything starts (a `Stage.check_inputs` and an RL `DataCheck`)."""
+    for source in (config.dataset, config.eval_dataset):
+        if source:
+            read_comparisons(source, config.dataset_layout)
 
 
 def conversations(comparisons: Sequence[LabeledComparison], kind: ExampleKind, allow_tie: bool) -> list[list[Message]]:
@@ -59,15 +68,19 @@ class WriteComparisonConversations(Stage):
 
     `kind`: `preference_model` (each comparison in both orderings, answered `A` / `B`), `chosen`
     (the preferred completions) or `both` (chosen and rejected: a deliberately mixed warm start).
+    Each message is cut for `max_length` tokens (`train_core.supervised.cut_messages`).
     """
 
-    config_keys = ("dataset", "eval_dataset", "dataset_layout", "allow_tie")
+    config_keys = ("dataset", "eval_dataset", "dataset_layout", "allow_tie", "max_length")
 
     def __init__(self, kind: ExampleKind, files_key: str = "example_files", name: str | None = None) -> None:
         super().__init__(name)
         self.kind = kind
         self.writes = (files_key, "eval_comparisons")
         self.files_key = files_key
+
+    def check_inputs(self, config: Any) -> None:
+        check_comparison_files(config)
 
     async def run(self, ctx: Context) -> None:
         config = ctx.config
@@ -78,7 +91,7 @@ class WriteComparisonConversations(Stage):
         for split, source in (("train", config.dataset), ("eval", config.eval_dataset)):
             if source is None:
                 continue
-            comparisons = read_comparisons(source, config.dataset_layout)
+            comparisons = read_comparisons(source, config.dataset_layout, config.max_length)
             if split == "eval":
                 held_out = comparisons
             lines = [json.dumps({"messages": c}) for c in conversations(comparisons, self.kind, config.allow_tie)]

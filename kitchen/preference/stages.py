@@ -8,12 +8,13 @@ import asyncio
 import json
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from kitchen.completers import as_async_judge
 from kitchen.context import Context
 from kitchen.errors import DataError
 from kitchen.ports import SamplingClient
+from kitchen.preference.reward_model import check_comparison_files
 from kitchen.requests import score_targets
 from kitchen.settings import ADAM_KEYS
 from kitchen.stage import Stage
@@ -55,6 +56,9 @@ class LoadPreferenceData(Stage):
     reads = ("renderer",)
     writes = ("train_data", "eval_data", "eval_prompts", "eval_pair_texts", "num_steps")
     config_keys = ("dataset", "dataset_layout", "eval_dataset", "batch_size", "num_epochs", "max_steps", "max_length")
+
+    def check_inputs(self, config: Any) -> None:
+        check_comparison_files(config)
 
     def _load(self, ctx: Context, path: str, split: str) -> PreferenceSplit:
         renderer: Renderer = ctx["renderer"]

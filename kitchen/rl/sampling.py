@@ -12,6 +12,7 @@ from kitchen.errors import DataError
 from kitchen.ports import Tokenizer
 from kitchen.requests import score_targets
 from kitchen.stage import Stage
+from kitchen.stages.setup import message_roles
 from kitchen.workflow import ConfigPredicate
 from train_core.rl.metrics import compute_kl_pre_post, rollout_failure_metrics, rollout_metrics
 from train_core.rl.rollouts import (
@@ -23,7 +24,7 @@ from train_core.rl.rollouts import (
     kept_groups,
     sample_group,
 )
-from train_core.rl.task import RLTaskFactory
+from train_core.rl.task import DataCheck, RLTaskFactory
 from train_core.types import SamplingParams
 
 ROLLOUT_KEYS = (
@@ -84,9 +85,14 @@ class BuildRLTask(Stage):
     writes = ("rl_task", "num_steps")
     config_keys = ("num_batches",)
 
-    def __init__(self, factory: RLTaskFactory, name: str | None = None) -> None:
+    def __init__(self, factory: RLTaskFactory, check_data: DataCheck | None = None, name: str | None = None) -> None:
         super().__init__(name)
         self.factory = factory
+        self.check_data = check_data
+
+    def check_inputs(self, config: Any) -> None:
+        if self.check_data is not None:
+            self.check_data(config, message_roles(config))
 
     async def run(self, ctx: Context) -> None:
         task = self.factory(ctx.full_config, ctx["renderer"])

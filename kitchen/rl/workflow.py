@@ -41,7 +41,7 @@ from kitchen.rl.warm_start import WarmStart
 from kitchen.stages.checkpoint import SaveCheckpoint
 from kitchen.stages.setup import CloseBackend, CreateReferenceClient, CreateTrainingClient, GetTokenizer, MakeRenderer
 from kitchen.workflow import Loop, Node, Parallel, When, Workflow, WorkflowBuilder, every
-from train_core.rl.task import RLTaskFactory
+from train_core.rl.task import DataCheck, RLTaskFactory
 
 
 def fresh_run(ctx: Context) -> bool:
@@ -59,8 +59,10 @@ def rl_workflow(
     after_update: Sequence[Node] = (),
     evaluators: Sequence[Node] = (),
     after_training: Sequence[Node] = (),
+    check_data: DataCheck | None = None,
 ) -> Workflow:
-    """The RL workflow for a recipe's task in `mode`, with the slots filled (see the module doc)."""
+    """The RL workflow for a recipe's task in `mode`, with the slots filled (see the module doc);
+    `check_data` reads the recipe's data before anything starts (see `DataCheck`)."""
     prepare: list[Node] = [ComputeAdvantages(), AssembleData(), *adjust]
     evaluate = When("eval", eval_due, [EvaluateRewards(), *evaluators])
     finish: list[Node] = [
@@ -91,7 +93,7 @@ def rl_workflow(
         steps=[
             GetTokenizer(),
             MakeRenderer(),
-            BuildRLTask(factory),
+            BuildRLTask(factory, check_data),
             CreateTrainingClient(),
             *setup,
             RefreshSampler(after_update=False),
@@ -103,7 +105,7 @@ def rl_workflow(
     )
 
 
-def rl_workflow_for(factory: RLTaskFactory) -> WorkflowBuilder:
+def rl_workflow_for(factory: RLTaskFactory, check_data: DataCheck | None = None) -> WorkflowBuilder:
     """A recipe's `workflow(config)`: its mode, plus the warm start and KL penalty it asks for.
 
     The reference the KL penalty pulls towards is the policy as RL begins (after a warm start)."""
@@ -116,6 +118,6 @@ def rl_workflow_for(factory: RLTaskFactory) -> WorkflowBuilder:
         if config.kl_penalty_coef > 0:
             setup.append(CreateReferenceClient())
             adjust.append(ApplyKLPenalty())
-        return rl_workflow(factory, config.mode, setup=setup, adjust=adjust)
+        return rl_workflow(factory, config.mode, setup=setup, adjust=adjust, check_data=check_data)
 
     return WorkflowBuilder("rl", ("mode", "warm_start_steps", "kl_penalty_coef"), build)

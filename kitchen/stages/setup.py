@@ -10,7 +10,7 @@ from kitchen.checkpoints import resolve_sampler_path
 from kitchen.context import Context
 from kitchen.errors import ConfigError, StageError
 from kitchen.stage import Stage
-from train_core.renderers.registry import get_renderer, recommended_renderer
+from train_core.renderers.registry import get_renderer, recommended_renderer, renderer_roles
 
 
 class GetTokenizer(Stage):
@@ -25,6 +25,16 @@ class GetTokenizer(Stage):
         ctx["tokenizer"] = ctx.port("service").get_tokenizer(ctx.config.model_name)
 
 
+def renderer_name(config: Any) -> str:
+    """The renderer a run uses: the config's `renderer`, or the one recommended for the model."""
+    return str(getattr(config, "renderer", None) or recommended_renderer(config.model_name))
+
+
+def message_roles(config: Any) -> frozenset[str]:
+    """The message roles the run's renderer supports, known without loading a tokenizer."""
+    return renderer_roles(renderer_name(config))
+
+
 class MakeRenderer(Stage):
     """The chat renderer named by `renderer` (checked when the config is loaded), or the one
     recommended for the model."""
@@ -34,9 +44,8 @@ class MakeRenderer(Stage):
     config_keys = ("renderer", "model_name")
 
     async def run(self, ctx: Context) -> None:
-        name = ctx.config.renderer or recommended_renderer(ctx.config.model_name)
         try:
-            ctx["renderer"] = get_renderer(name, ctx["tokenizer"])
+            ctx["renderer"] = get_renderer(renderer_name(ctx.config), ctx["tokenizer"])
         except ValueError as exc:
             raise ConfigError(f"renderer: {exc}") from None
 

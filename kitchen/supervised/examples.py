@@ -9,16 +9,11 @@ from typing import Any
 from kitchen.ports import Tokenizer
 from train_core.errors import InvalidInputError
 from train_core.renderers.base import Renderer
-from train_core.renderers.messages import STANDARD_ROLES, check_messages
+from train_core.renderers.messages import STANDARD_ROLES, Message, check_messages
 from train_core.renderers.train_on_what import TrainOnWhat
-from train_core.supervised import prompt_completion_tokens
+from train_core.supervised import char_limit, cut_messages, prompt_completion_tokens
 
 Example = tuple[list[int], list[float]]
-
-CHARS_PER_TOKEN_BOUND = 8
-"""Text fields are cut to `CHARS_PER_TOKEN_BOUND * max_length` characters before tokenization
-(no tokenizer makes tokens longer than that on ordinary text), so one huge record costs memory in
-proportion to `max_length`, not to its size."""
 
 
 class RecordFieldError(InvalidInputError):
@@ -35,10 +30,6 @@ def text_field(record: Mapping[str, Any], key: str, max_chars: int | None = None
     return value if max_chars is None else value[:max_chars]
 
 
-def char_limit(max_length: int | None) -> int | None:
-    return None if max_length is None else CHARS_PER_TOKEN_BOUND * max_length
-
-
 @dataclass(frozen=True)
 class PromptCompletion:
     """`{prompt, completion}` records train on the completion (plus EOS); `{text}` records on all
@@ -52,6 +43,20 @@ class PromptCompletion:
     def required_any(self) -> tuple[tuple[str, ...], ...]:
         return ((self.completion_key, self.text_key),)
 
+    def texts(self, record: Mapping[str, Any], max_chars: int | None = None) -> tuple[str, str | None]:
+        """(prompt, completion) of a prompt/completion record (prompt "" when absent), or
+        (text, None) of a text record; a field of the wrong type is a RecordFieldError."""
+        if record.get(self.completion_key) is not None:
+            prompt = text_field(record, self.prompt_key, max_chars) if record.get(self.prompt_key) is not None else ""
+            return prompt, text_field(record, self.completion_key, max_chars)
+        if record.get(self.text_key) is None:  # a table's row holds every column, maybe null
+            raise RecordFieldError(f"needs a {self.completion_key!r} or a {self.text_key!r}")
+        return text_field(record, self.text_key, max_chars), None
+
+    def check(self, record: Mapping[str, Any], roles: frozenset[str]) -> None:
+        """The record's field types, with no tokenizer (see `Stage.check_inputs`)."""
+        self.texts(record)
+
     def __call__(
         self,
         record: Mapping[str, Any],
@@ -60,14 +65,11 @@ class PromptCompletion:
         max_length: int | None = None,
     ) -> Example:
         eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-        limit = char_limit(max_length)
-        if record.get(self.completion_key) is not None:
-            prompt_text = text_field(record, self.prompt_key, limit) if record.get(self.prompt_key) is not None else ""
-            completion_text = text_field(record, self.completion_key, limit)
-            prompt = tokenizer.encode(prompt_text, add_special_tokens=False)
-            completion = tokenizer.encode(completion_text, add_special_tokens=False)
-            return prompt_completion_tokens(prompt, completion + eos)
-        tokens = tokenizer.encode(text_field(record, self.text_key, limit), add_special_tokens=False) + eos
+        first, completion = self.texts(record, char_limit(max_length))
+        if completion is not None:
+            prompt = tokenizer.encode(first, add_special_tokens=False)
+            return prompt_completion_tokens(prompt, tokenizer.encode(completion, add_special_tokens=False) + eos)
+        tokens = tokenizer.encode(first, add_special_tokens=False) + eos
         return tokens, [1.0] * len(tokens)
 
 
@@ -82,6 +84,11 @@ class Conversation:
     def required_any(self) -> tuple[tuple[str, ...], ...]:
         return ((self.messages_key,),)
 
+    def check(self, record: Mapping[str, Any], roles: frozenset[str]) -> list[Message]:
+        """The record's messages, each a {role, content} object with a role in `roles` and string
+        content (a MessageFormatError otherwise); needs no tokenizer (see `Stage.check_inputs`)."""
+        return check_messages(record[self.messages_key], roles, self.messages_key)
+
     def __call__(
         self,
         record: Mapping[str, Any],
@@ -91,15 +98,12 @@ class Conversation:
     ) -> Example:
         if renderer is None:
             raise ValueError("conversation examples need a renderer")
-        roles = getattr(renderer, "roles", STANDARD_ROLES)
-        messages = check_messages(record[self.messages_key], roles, self.messages_key)
-        limit = char_limit(max_length)
-        if limit is not None:
-            messages = [{**m, "content": m["content"][:limit]} for m in messages]
+        messages = cut_messages(self.check(record, getattr(renderer, "roles", STANDARD_ROLES)), max_length)
         model_input, weights = renderer.build_supervised_example(messages, self.train_on_what)
         return model_input.to_ints(), [float(w) for w in weights]
 
 
 ExampleBuilder = Callable[..., Example]
 """`(record, tokenizer, renderer, max_length=None) -> (tokens, weights)`; a builder that takes
-`max_length` may cut text before tokenizing (the loader passes it by keyword when accepted)."""
+`max_length` may cut text before tokenizing (the loader passes it by keyword when accepted), and
+one with a `check(record, roles)` method has its records checked before the run starts."""

@@ -4,18 +4,26 @@ measure held-out NLL. The train step itself is the shared `kitchen.stages.traini
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 from kitchen.context import Context
-from kitchen.datasets import load_located_records
+from kitchen.datasets import is_hub_name, load_located_records
 from kitchen.errors import DataError
 from kitchen.stage import Stage
+from kitchen.stages.setup import message_roles
 from kitchen.supervised.examples import ExampleBuilder
 from train_core.batching import batch_for_step, batches_per_epoch
 from train_core.errors import InvalidInputError
+from train_core.renderers.messages import STANDARD_ROLES
 from train_core.supervised import datum_from_tokens_weights, mean_nll
 from train_core.types import Datum
 
 MAX_REPORTED = 5
+
+
+def _config_sources(config: Any) -> tuple[tuple[str, str], tuple[str, str] | None]:
+    held_out = (config.eval_dataset, config.eval_split) if config.eval_dataset else None
+    return (config.dataset, config.dataset_split), held_out
 
 
 class LoadSupervisedData(Stage):
@@ -53,9 +61,24 @@ class LoadSupervisedData(Stage):
         if self.files_key is not None:
             files = ctx[self.files_key]
             return (files["train"], "train"), ((files["eval"], "train") if "eval" in files else None)
-        config = ctx.config
-        held_out = (config.eval_dataset, config.eval_split) if config.eval_dataset else None
-        return (config.dataset, config.dataset_split), held_out
+        return _config_sources(ctx.config)
+
+    def check_inputs(self, config: Any) -> None:
+        """Each local record's fields and message roles, by the builder's `check` (files an
+        earlier stage writes are checked when they are loaded)."""
+        check = getattr(self.builder, "check", None)
+        if check is None or self.files_key is not None:
+            return
+        roles = message_roles(config) if "renderer" in self.reads else STANDARD_ROLES
+        required = getattr(self.builder, "required_any", ())
+        for source, split in filter(None, _config_sources(config)):
+            if is_hub_name(source):
+                continue
+            for where, record in load_located_records(source, split=split, required_any=required):
+                try:
+                    check(record, roles)
+                except InvalidInputError as exc:
+                    raise DataError(f"{where}: {exc}") from None
 
     def _load(self, ctx: Context, source: str, split: str, name: str) -> list[Datum]:
         required = getattr(self.builder, "required_any", ())

@@ -1,10 +1,10 @@
 """A planted key sent through every path (URL credentials in config, a non-SDK exception, an SDK
 retry log line, a mistaken override, a failing tinker request) is found 0 times in the run dir,
-stdout and stderr; a failing pipelined request leaves no asyncio 'never retrieved' traceback."""
+stdout and stderr. (That a failing pipelined request leaves no asyncio 'never retrieved' message is
+checked in a subprocess, where the leftover futures are really collected: test_pipelined_failure.)"""
 
 from __future__ import annotations
 
-import gc
 import logging
 from pathlib import Path
 
@@ -72,7 +72,7 @@ def test_secret_override_is_not_echoed(tmp_path: Path, capfd: pytest.CaptureFixt
         assert code == 2 and (out + err).count(KEY) == 0, err
 
 
-def test_failing_tinker_request_no_leak_no_asyncio_traceback(
+def test_failing_tinker_request_does_not_leak(
     tmp_path: Path, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
     from kitchen.config import load_config
@@ -94,10 +94,9 @@ def test_failing_tinker_request_no_leak_no_asyncio_traceback(
     )
     with pytest.raises(StageFailure) as info:
         run_recipe(recipe, config, progress=False, backend=backend)
-    gc.collect()
     out, err = capfd.readouterr()
     assert KEY not in str(info.value)
     logged = "\n".join(record.getMessage() for record in caplog.records)
-    assert "never retrieved" not in err + logged and "Traceback" not in err, err + logged
+    assert "Traceback" not in err, err + logged
     assert KEY not in logged
     assert (out + err).count(KEY) == 0 and _count_in_run_dir(log) == 0

@@ -71,3 +71,34 @@ def test_huge_record_is_cut_before_tokenizing(tmp_path: Path) -> None:
     Conversation()(record, tokenizer, Renderer(), max_length=16)  # type: ignore[arg-type]
     assert seen == [128, 128]
     assert len(record["messages"][0]["content"]) == 5_000_000  # the record read is left as it was
+
+
+def test_huge_comparison_is_cut_before_tokenizing(tmp_path: Path) -> None:
+    """A multi-megabyte comparison reaches the real tokenizer cut to `8 * max_length` characters
+    per message: the prompt it measures and the sequences it renders stay that short."""
+    import json
+
+    from adapters.common.tokenizer import load_tokenizer
+    from train_core.preference.datasets import load_comparisons
+    from train_core.preference.datums import preference_datums
+    from train_core.renderers.registry import get_renderer
+
+    renderer = get_renderer("role_colon", load_tokenizer("tiny"))
+    huge = "lorem ipsum dolor sit amet " * 100_000  # 2.7 MB: hundreds of thousands of tokens whole
+    path = tmp_path / "pairs.jsonl"
+    path.write_text(json.dumps({"prompt": huge, "chosen": huge, "rejected": "no"}) + "\n", encoding="utf-8")
+    max_length = 32
+    measured: list[int] = []
+
+    def prompt_length(messages: list[Any]) -> int:
+        measured.append(renderer.build_generation_prompt(messages).length)
+        return measured[-1] if measured[-1] < max_length else 0  # measured, but not skipped
+
+    comparisons, report = load_comparisons(path, "comparisons", prompt_length=prompt_length, max_length=max_length)
+    assert report.num_skipped == 0 and len(comparisons) == 1
+    bound = 8 * max_length + 8  # the cut text, plus the role headers
+    assert 0 < measured[0] <= bound
+    chosen, _ = comparisons[0].chosen_and_rejected()
+    full, _ = renderer.build_supervised_example([*comparisons[0].comparison.prompt_conversation, *chosen])
+    assert full.length <= 2 * bound
+    assert [d.model_input.length for d in preference_datums(comparisons, renderer, max_length)] == [31, 31]

@@ -26,7 +26,7 @@ counted in the `SkipReport` (per reason: the count and the first line numbers):
 
 * ``empty_completion``: a completion with no message, or only blank ones;
 * ``identical_completions``: chosen and rejected are the same messages;
-* ``prompt_too_long``: (when a prompt-length function and ``max_length`` are given) the rendered
+* ``prompt_too_long``: (when a prompt-length function is given, with ``max_length``) the rendered
   prompt takes ``max_length`` tokens or more, so right truncation would leave no completion token;
 * ``mismatched_prompts``: (hh_rlhf, ultrafeedback) chosen and rejected do not continue the same
   prompt.
@@ -45,6 +45,7 @@ from train_core.jsonl import read_jsonl
 from train_core.preference.types import Comparison, LabeledComparison
 from train_core.renderers.base import Message
 from train_core.renderers.messages import STANDARD_ROLES
+from train_core.supervised import cut_messages
 
 Layout = Literal["comparisons", "hh_rlhf", "ultrafeedback"]
 SkipReason = Literal["empty_completion", "identical_completions", "prompt_too_long", "mismatched_prompts"]
@@ -113,9 +114,12 @@ def load_comparisons(
     prompt_length: PromptLengthFn | None = None,
     max_length: int | None = None,
 ) -> tuple[list[LabeledComparison], SkipReport]:
-    """Read a comparison file in `layout`; return its usable comparisons and what was skipped."""
-    if (prompt_length is None) != (max_length is None):
-        raise ValueError("prompt_length and max_length go together: give both or neither")
+    """Read a comparison file in `layout`; return its usable comparisons and what was skipped.
+
+    With `max_length`, every message is cut to `char_limit(max_length)` characters before any
+    tokenization, so a huge record costs memory in proportion to `max_length`."""
+    if prompt_length is not None and max_length is None:
+        raise ValueError("prompt_length needs max_length (a prompt is too long for it)")
     if layout not in _PARSERS:
         raise ValueError(f"unknown comparison layout {layout!r}; expected one of {sorted(_PARSERS)}")
     parse = _PARSERS[layout]
@@ -127,7 +131,7 @@ def load_comparisons(
         if isinstance(parsed, str):
             report.add(parsed, record.line)
             continue
-        prompt, chosen, rejected = parsed
+        prompt, chosen, rejected = (cut_messages(messages, max_length) for messages in parsed)
         reason = _skip_reason(prompt, chosen, rejected, prompt_length, max_length)
         if reason is not None:
             report.add(reason, record.line)

@@ -13,6 +13,7 @@ from train_core.renderers.gpt_oss import GptOssRenderer
 from train_core.renderers.hf_chat_template import HfChatTemplateRenderer
 from train_core.renderers.kimi_k2 import KimiK2Renderer
 from train_core.renderers.llama3 import Llama3Renderer
+from train_core.renderers.messages import STANDARD_ROLES
 from train_core.renderers.qwen3 import Qwen3Renderer
 from train_core.renderers.role_colon import RoleColonRenderer
 from train_core.renderers.tokenizer import Tokenizer
@@ -61,10 +62,22 @@ def renderer_names() -> list[str]:
     return sorted(_FACTORIES)
 
 
-def get_renderer(name: str, tokenizer: Tokenizer) -> Renderer:
+def _factory(name: str) -> RendererFactory:
     if name not in _FACTORIES:
         raise UnknownRendererError(f"unknown renderer {name!r}; valid renderers: {', '.join(renderer_names())}")
-    return _FACTORIES[name](tokenizer)
+    return _FACTORIES[name]
+
+
+def get_renderer(name: str, tokenizer: Tokenizer) -> Renderer:
+    return _factory(name)(tokenizer)
+
+
+def renderer_roles(name: str) -> frozenset[str]:
+    """The message roles renderer `name` has a format for, known without a tokenizer (a renderer
+    class declares them in `roles`), so data can be checked before any model is loaded."""
+    factory = _factory(name)
+    roles = getattr(getattr(factory, "func", factory), "roles", STANDARD_ROLES)
+    return roles if isinstance(roles, frozenset) else STANDARD_ROLES
 
 
 def recommended_renderer(model_name: str) -> str:

@@ -33,3 +33,8 @@ class RLTask:
 
 RLTaskFactory = Callable[[Any, Renderer], RLTask]
 """Builds a recipe's task from its config and the run's renderer."""
+
+DataCheck = Callable[[Any, frozenset[str]], object]
+"""Reads a recipe's data files from its config and the message roles its renderer supports, with
+no renderer or tokenizer, raising on a bad record: the loaders its task factory uses, run before
+anything starts (so by `kitchen validate` too)."""

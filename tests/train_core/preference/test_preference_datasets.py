@@ -233,5 +233,5 @@ def test_unknown_layout_and_half_given_length_rule_are_errors(tmp_path: Path) ->
     path = _write(tmp_path, [GOOD])
     with pytest.raises(ValueError, match="unknown comparison layout 'anthropic'"):
         load_comparisons(path, "anthropic")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="give both or neither"):
-        load_comparisons(path, "comparisons", max_length=16)
+    with pytest.raises(ValueError, match="prompt_length needs max_length"):
+        load_comparisons(path, "comparisons", prompt_length=len)
