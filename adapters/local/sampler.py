@@ -16,14 +16,17 @@ the output, as the Tinker sampler does.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import torch
+from transformers import PretrainedConfig
 from transformers.cache_utils import Cache
 
 from adapters.common.stop_matcher import StopMatcher
 from adapters.local.forward_pass import left_pad, log_softmax_f32
+from adapters.local.kv_cache import packed_inputs, unpacked_cache
 from train_core.types import SamplingParams, StopReason, TokensWithLogprobs
 
 
@@ -39,6 +42,15 @@ def truncate_logprobs(logprobs_NV: torch.Tensor, top_k: int, top_p: float) -> to
         drop_NV = torch.zeros_like(drop_sorted_NV).scatter(-1, order_NV, drop_sorted_NV)
         logprobs_NV = logprobs_NV.masked_fill(drop_NV, float("-inf"))
     return logprobs_NV
+
+
+CACHE_ROOM = 512
+"""Decode positions the KV cache holds before it first grows (it doubles when full): a budget up to
+the context length is not allocated up front."""
+
+PACK_TOKENS = 512
+"""Prompts prefill packed into rows of up to this many tokens (a longer prompt alone): the block
+mask is S x S and attention over a packed row also computes the masked-out blocks."""
 
 
 @dataclass(frozen=True)
@@ -107,22 +119,65 @@ def _prefill(
 ) -> tuple[torch.Tensor, Cache, torch.Tensor, torch.Tensor]:
     """Run each prompt once, then give every sample row a copy of its prompt's KV cache.
 
-    Returns the next-token logits [B, V], the cache, the attention mask [B, L] and the last
-    position of each row [B, 1].
+    Returns the next-token logits [B, V], the cache, the attention mask [B, L + max_tokens] (the
+    decode's columns already ones; step t uses the first L + t + 1) and the last position of each
+    row [B, 1]. Prompts run packed, without pads, where every layer is full attention (see
+    `adapters.local.kv_cache`); otherwise left-padded, keeping the model's own cache.
     """
-    input_ids_RL, mask_RL, positions_RL = left_pad([r.prompt for r in requests], pad_id, device)
-    output = model(
-        input_ids=input_ids_RL, attention_mask=mask_RL, position_ids=positions_RL, use_cache=True, logits_to_keep=1
-    )
+    prompts = [r.prompt for r in requests]
+    _, mask_RL, positions_RL = left_pad(prompts, pad_id, device)
     prompt_of_B = torch.repeat_interleave(
         torch.arange(len(requests), device=device), torch.tensor([r.num_samples for r in requests], device=device)
     )
-    cache = output.past_key_values
-    cache.batch_select_indices(prompt_of_B)
-    return output.logits[prompt_of_B, -1, :], cache, mask_RL[prompt_of_B], positions_RL[prompt_of_B, -1:]
+    max_tokens = requests[0].max_tokens
+    mask_BL = torch.cat([mask_RL[prompt_of_B], mask_RL.new_ones(len(prompt_of_B), max_tokens)], dim=-1)
+    if _full_attention_only(model):
+        logits_RV, caches = _packed_prefill(model, prompts, device)
+        starts_R = torch.tensor([0, *itertools.accumulate(len(p) for p in prompts)][:-1], device=device)
+        source_BL = (starts_R[:, None] + positions_RL)[prompt_of_B]
+        cache = unpacked_cache(caches, source_BL, mask_RL[prompt_of_B], min(max_tokens, CACHE_ROOM))
+        return logits_RV[prompt_of_B], cache, mask_BL, positions_RL[prompt_of_B, -1:]
+    input_ids_RL = left_pad(prompts, pad_id, device)[0]
+    output = model(
+        input_ids=input_ids_RL, attention_mask=mask_RL, position_ids=positions_RL, use_cache=True, logits_to_keep=1
+    )
+    output.past_key_values.batch_select_indices(prompt_of_B)
+    return output.logits[prompt_of_B, -1, :], output.past_key_values, mask_BL, positions_RL[prompt_of_B, -1:]
 
 
-@torch.no_grad()
+def _full_attention_only(model: torch.nn.Module) -> bool:
+    """Whether every layer attends to all earlier tokens (no sliding window, no linear attention):
+    only then does one block-diagonal mask serve every layer of a packed prefill."""
+    config = model.config
+    assert isinstance(config, PretrainedConfig)
+    layer_types = getattr(config.get_text_config(decoder=True), "layer_types", None)
+    return layer_types is None or all(kind == "full_attention" for kind in layer_types)
+
+
+def _packed_prefill(
+    model: torch.nn.Module, prompts: Sequence[Sequence[int]], device: torch.device
+) -> tuple[torch.Tensor, list[Cache]]:
+    """The prompts' next-token logits [P, V] and the caches of the packed rows they ran in, in order
+    (consecutive prompts share a row up to PACK_TOKENS tokens)."""
+    dtype = next(model.parameters()).dtype
+    logits, caches = [], []
+    first = 0
+    while first < len(prompts):
+        last, tokens = first + 1, len(prompts[first])
+        while last < len(prompts) and tokens + len(prompts[last]) <= PACK_TOKENS:
+            tokens += len(prompts[last])
+            last += 1
+        input_ids, positions, mask, ends = packed_inputs(prompts[first:last], dtype, device)
+        output = model(
+            input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=ends
+        )
+        logits.append(output.logits[0])
+        caches.append(output.past_key_values)
+        first = last
+    return torch.cat(logits), caches
+
+
+@torch.inference_mode()
 def sample_batch(
     model: torch.nn.Module, requests: Sequence[SampleRequest], pad_id: int
 ) -> list[list[TokensWithLogprobs]]:
@@ -142,6 +197,7 @@ def sample_batch(
     batch_size = row_ranges[-1].stop
     uniforms_BT = None if params.temperature == 0.0 else draw_uniforms(requests, device)
     logits_BV, cache, mask_BL, positions_B1 = _prefill(model, requests, pad_id, device)
+    prompt_width = mask_BL.shape[-1] - max_tokens
     tokens_B: list[list[int]] = [[] for _ in range(batch_size)]
     logprobs_B: list[list[float]] = [[] for _ in range(batch_size)]
     reasons_B: list[StopReason | None] = [None] * batch_size
@@ -157,11 +213,10 @@ def sample_batch(
                 reasons_B[row] = "stop"
         if step == max_tokens - 1 or all(reason is not None for reason in reasons_B):
             break  # no forward for tokens that will not be drawn
-        mask_BL = torch.cat([mask_BL, mask_BL.new_ones(batch_size, 1)], dim=-1)
         positions_B1 = positions_B1 + 1
         output = model(
             input_ids=new_tokens_B.unsqueeze(-1),
-            attention_mask=mask_BL,
+            attention_mask=mask_BL[:, : prompt_width + step + 1],
             position_ids=positions_B1,
             past_key_values=cache,
             use_cache=True,
