@@ -97,19 +97,27 @@ def unpacked_cache(packed: Sequence[Cache], source_BW: torch.Tensor, mask_BW: to
     end to end): slot [b, w] holds packed position `source_BW[b, w]`, pads (mask 0) hold zeros
     (never attended to, but finite: a NaN would survive the zero attention weight). Each row then
     has `room` free positions before the buffers first grow."""
-    layers: list[CacheLayerMixin] = []
-    for chunks in zip(*(cache.layers for cache in packed), strict=True):
-        if not all(type(chunk) is DynamicLayer for chunk in chunks):
-            raise TypeError(f"packed prefill needs plain full-attention cache layers, got {chunks[0]!r}")
-        keys_HSD = torch.cat([chunk.keys[0] for chunk in chunks if chunk.keys is not None], dim=-2)
-        values_HSD = torch.cat([chunk.values[0] for chunk in chunks if chunk.values is not None], dim=-2)
-        buffers = []
-        for states_HSD in (keys_HSD, values_HSD):
-            heads, _, dim = states_HSD.shape
-            width = source_BW.shape[1]
-            buffer = states_HSD.new_empty((len(source_BW), heads, width + room, dim))
-            buffer[:, :, :width] = states_HSD[:, source_BW].permute(1, 0, 2, 3)
-            buffer[:, :, :width].masked_fill_(mask_BW[:, None, :, None] == 0, 0.0)
-            buffers.append(buffer)
-        layers.append(PreallocatedLayer(buffers[0], buffers[1], source_BW.shape[1]))
-    return Cache(layers=layers)
+    return Cache(
+        layers=[
+            _unpacked_layer(chunks, source_BW, mask_BW, room)
+            for chunks in zip(*(cache.layers for cache in packed), strict=True)
+        ]
+    )
+
+
+def _unpacked_layer(
+    chunks: Sequence[CacheLayerMixin], source_BW: torch.Tensor, mask_BW: torch.Tensor, room: int
+) -> PreallocatedLayer:
+    """One layer of `unpacked_cache` from that layer's packed chunks."""
+    if not all(type(chunk) is DynamicLayer and chunk.keys is not None for chunk in chunks):
+        raise TypeError(f"packed prefill needs plain full-attention cache layers, got {chunks[0]!r}")
+    buffers = []
+    for states in ("keys", "values"):
+        states_HSD = torch.cat([getattr(chunk, states)[0] for chunk in chunks], dim=-2)
+        heads, _, dim = states_HSD.shape
+        width = source_BW.shape[1]
+        buffer = states_HSD.new_empty((len(source_BW), heads, width + room, dim))
+        buffer[:, :, :width] = states_HSD[:, source_BW].permute(1, 0, 2, 3)
+        buffer[:, :, :width].masked_fill_(mask_BW[:, None, :, None] == 0, 0.0)
+        buffers.append(buffer)
+    return PreallocatedLayer(buffers[0], buffers[1], source_BW.shape[1])

@@ -21,7 +21,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import torch
-from transformers import PretrainedConfig
+from transformers import PreTrainedConfig
 from transformers.cache_utils import Cache
 
 from adapters.common.stop_matcher import StopMatcher
@@ -149,7 +149,7 @@ def _full_attention_only(model: torch.nn.Module) -> bool:
     """Whether every layer attends to all earlier tokens (no sliding window, no linear attention):
     only then does one block-diagonal mask serve every layer of a packed prefill."""
     config = model.config
-    assert isinstance(config, PretrainedConfig)
+    assert isinstance(config, PreTrainedConfig)
     layer_types = getattr(config.get_text_config(decoder=True), "layer_types", None)
     return layer_types is None or all(kind == "full_attention" for kind in layer_types)
 
