@@ -16,7 +16,6 @@ the output, as the Tinker sampler does.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
@@ -125,7 +124,7 @@ def _prefill(
     `adapters.local.kv_cache`); otherwise left-padded, keeping the model's own cache.
     """
     prompts = [r.prompt for r in requests]
-    _, mask_RL, positions_RL = left_pad(prompts, pad_id, device)
+    input_ids_RL, mask_RL, positions_RL = left_pad(prompts, pad_id, device)
     prompt_of_B = torch.repeat_interleave(
         torch.arange(len(requests), device=device), torch.tensor([r.num_samples for r in requests], device=device)
     )
@@ -133,11 +132,10 @@ def _prefill(
     mask_BL = torch.cat([mask_RL[prompt_of_B], mask_RL.new_ones(len(prompt_of_B), max_tokens)], dim=-1)
     if _full_attention_only(model):
         logits_RV, caches = _packed_prefill(model, prompts, device)
-        starts_R = torch.tensor([0, *itertools.accumulate(len(p) for p in prompts)][:-1], device=device)
-        source_BL = (starts_R[:, None] + positions_RL)[prompt_of_B]
-        cache = unpacked_cache(caches, source_BL, mask_RL[prompt_of_B], min(max_tokens, CACHE_ROOM))
+        lengths_R = mask_RL.sum(-1)
+        source_RL = (lengths_R.cumsum(0) - lengths_R)[:, None] + positions_RL  # each slot's packed position
+        cache = unpacked_cache(caches, source_RL[prompt_of_B], mask_RL[prompt_of_B], min(max_tokens, CACHE_ROOM))
         return logits_RV[prompt_of_B], cache, mask_BL, positions_RL[prompt_of_B, -1:]
-    input_ids_RL = left_pad(prompts, pad_id, device)[0]
     output = model(
         input_ids=input_ids_RL, attention_mask=mask_RL, position_ids=positions_RL, use_cache=True, logits_to_keep=1
     )
