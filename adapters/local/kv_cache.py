@@ -52,6 +52,11 @@ class PreallocatedLayer(CacheLayerMixin):
         self.keys, self.values = self._key_buffer[:, :, :end], self._value_buffer[:, :, :end]
         return self.keys, self.values
 
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep only the rows `indices` (finished samples leave the batch)."""
+        self._key_buffer, self._value_buffer = self._key_buffer[indices], self._value_buffer[indices]
+        self.keys, self.values = self._key_buffer[:, :, : self._length], self._value_buffer[:, :, : self._length]
+
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         """Attention spans the filled part and the new tokens, from position 0 (as a dynamic layer)."""
         return self._length + query_length, 0

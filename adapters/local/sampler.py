@@ -184,7 +184,8 @@ def sample_batch(
     The requests share sampling params and token budget (their `key`). Each request's random
     numbers come from its own generator seeded with its seed (`draw_uniforms`), the same numbers
     for the same rows as it would use alone, so a seed gives the same samples whatever else shares
-    the batch. Prompts are left-padded to end together.
+    the batch. Prompts are left-padded to end together. Once a quarter of the rows have stopped,
+    the finished ones leave the batch (their cache rows too): the others decode on in fewer rows.
     """
     params, stop, max_tokens = requests[0].params, requests[0].stop, requests[0].max_tokens
     device = next(model.parameters()).device
@@ -193,33 +194,41 @@ def sample_batch(
         start = row_ranges[-1].stop if row_ranges else 0
         row_ranges.append(slice(start, start + request.num_samples))
     batch_size = row_ranges[-1].stop
-    uniforms_BT = None if params.temperature == 0.0 else draw_uniforms(requests, device)
-    logits_BV, cache, mask_BL, positions_B1 = _prefill(model, requests, pad_id, device)
-    prompt_width = mask_BL.shape[-1] - max_tokens
+    uniforms_NT = None if params.temperature == 0.0 else draw_uniforms(requests, device)
+    logits_NV, cache, mask_NL, positions_N1 = _prefill(model, requests, pad_id, device)
+    prompt_width = mask_NL.shape[-1] - max_tokens
     tokens_B: list[list[int]] = [[] for _ in range(batch_size)]
     logprobs_B: list[list[float]] = [[] for _ in range(batch_size)]
     reasons_B: list[StopReason | None] = [None] * batch_size
+    rows_N = list(range(batch_size))  # the row each of the N rows still decoding is
     for step in range(max_tokens):
-        uniforms_B = None if uniforms_BT is None else uniforms_BT[:, step]
-        new_tokens_B, new_logprobs_B = next_tokens(logits_BV, params, uniforms_B)
-        for row, (token, logprob) in enumerate(zip(new_tokens_B.tolist(), new_logprobs_B.tolist(), strict=True)):
+        uniforms_N = None if uniforms_NT is None else uniforms_NT[:, step]
+        new_tokens_N, new_logprobs_N = next_tokens(logits_NV, params, uniforms_N)
+        for row, token, logprob in zip(rows_N, new_tokens_N.tolist(), new_logprobs_N.tolist(), strict=True):
             if reasons_B[row] is not None:
-                continue  # finished rows keep decoding with the batch; their extra tokens are dropped
+                continue  # finished since the batch last shrank: its extra tokens are dropped
             tokens_B[row].append(token)
             logprobs_B[row].append(logprob)
             if stop.is_done(tokens_B[row]):
                 reasons_B[row] = "stop"
-        if step == max_tokens - 1 or all(reason is not None for reason in reasons_B):
+        live = [index for index, row in enumerate(rows_N) if reasons_B[row] is None]
+        if step == max_tokens - 1 or not live:
             break  # no forward for tokens that will not be drawn
-        positions_B1 = positions_B1 + 1
+        if len(live) <= len(rows_N) * 3 // 4:  # a quarter of the rows finished: they leave the batch
+            keep_N = torch.tensor(live, device=device)
+            cache.batch_select_indices(keep_N)
+            mask_NL, positions_N1, new_tokens_N = mask_NL[keep_N], positions_N1[keep_N], new_tokens_N[keep_N]
+            uniforms_NT = None if uniforms_NT is None else uniforms_NT[keep_N]
+            rows_N = [rows_N[index] for index in live]
+        positions_N1 = positions_N1 + 1
         output = model(
-            input_ids=new_tokens_B.unsqueeze(-1),
-            attention_mask=mask_BL[:, : prompt_width + step + 1],
-            position_ids=positions_B1,
+            input_ids=new_tokens_N.unsqueeze(-1),
+            attention_mask=mask_NL[:, : prompt_width + step + 1],
+            position_ids=positions_N1,
             past_key_values=cache,
             use_cache=True,
         )
-        logits_BV, cache = output.logits[:, -1, :], output.past_key_values
+        logits_NV, cache = output.logits[:, -1, :], output.past_key_values
     sequences_B = [
         TokensWithLogprobs(tokens, logprobs, reason or "length")
         for tokens, logprobs, reason in zip(tokens_B, logprobs_B, reasons_B, strict=True)

@@ -1,5 +1,6 @@
-"""The sampler's KV cache: a packed prefill and in-place decode compute what the padded prefill and
-Hugging Face's dynamic cache compute; models with sliding-window layers keep the dynamic path."""
+"""The sampler's KV cache: a packed prefill and in-place decode (rows leaving the batch) compute
+what the padded prefill and Hugging Face's dynamic cache compute; models with sliding-window layers
+keep the dynamic path."""
 
 from __future__ import annotations
 
@@ -36,10 +37,20 @@ def test_packed_prefill_and_in_place_decode_give_the_padded_dynamic_cache_logits
     cache = unpacked_cache([packed.past_key_values], starts[:, None] + positions, mask, room=1)
     dynamic = reference.past_key_values
     step_tokens = torch.tensor([[3, 17, 250], [99, 4, 1400], [7, 7, 7], [1000, 2, 60], [45, 45, 45]])
+    rows = torch.arange(len(PROMPTS))
     for step, tokens in enumerate(step_tokens):
+        if step == 3:  # the middle row finishes: both caches drop it
+            rows = torch.tensor([0, 2])
+            cache.batch_select_indices(rows)
+            dynamic.batch_select_indices(rows)
         mask = torch.cat([mask, mask.new_ones(len(PROMPTS), 1)], dim=-1)
         position = positions[:, -1:] + step + 1
-        inputs = {"input_ids": tokens[:, None], "attention_mask": mask, "position_ids": position, "use_cache": True}
+        inputs = {
+            "input_ids": tokens[rows, None],
+            "attention_mask": mask[rows],
+            "position_ids": position[rows],
+            "use_cache": True,
+        }
         expected = model(**inputs, past_key_values=dynamic)
         got = model(**inputs, past_key_values=cache)
         assert torch.allclose(got.logits, expected.logits, atol=1e-5), f"step {step}"
