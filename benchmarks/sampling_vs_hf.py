@@ -120,6 +120,8 @@ def print_profiles(name: str, prompts: list[list[int]], max_tokens: int, top: in
         "HF generate": lambda: model.generate(input_ids, **kwargs),
         "kitchen sample_batch": lambda: sample_batch(model, requests, PAD_ID),
     }
+    for run in sides.values():
+        run()  # warm-up: the first forward also pages the weights in
     for side, run in sides.items():
         with torch.no_grad(), profile(activities=[ProfilerActivity.CPU]) as prof:
             run()

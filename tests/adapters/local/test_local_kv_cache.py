@@ -12,7 +12,7 @@ from adapters.common.tiny import TINY_DIR
 from adapters.local.forward_pass import left_pad
 from adapters.local.kv_cache import packed_inputs, unpacked_cache
 from adapters.local.model_loading import load_base_model
-from adapters.local.sampler import SampleRequest, sample_batch
+from adapters.local.sampler import PACK_TOKENS, SampleRequest, sample_batch
 from kitchen.ports import Tokenizer
 from train_core.types import SamplingParams
 
@@ -75,3 +75,19 @@ def test_a_model_with_sliding_window_layers_samples_as_its_full_attention_twin(t
         for want, have in zip(want_rows, got_rows, strict=True):
             assert have.tokens == want.tokens
             assert torch.allclose(torch.tensor(have.logprobs), torch.tensor(want.logprobs), atol=1e-5)
+
+
+def test_prompts_longer_together_than_one_packed_row_sample_as_each_alone(tokenizer: Tokenizer) -> None:
+    """Prompts of PACK_TOKENS tokens in all and more prefill in several packed rows, whose caches are
+    laid out together: each request still samples what it samples alone (its prompt in one row)."""
+    model = load_base_model("tiny", torch.float32)
+    lengths = [PACK_TOKENS // 2 + 9, PACK_TOKENS // 3, PACK_TOKENS // 2 + 3, 5]
+    prompts = [[(7 * i + 31 * j) % 1400 + 50 for j in range(n)] for i, n in enumerate(lengths)]
+    params = SamplingParams(max_tokens=6, temperature=1.0)
+    stop = StopMatcher(None, tokenizer)
+    requests = [SampleRequest(p, 2, 6, seed, params, stop) for seed, p in enumerate(prompts)]
+    together = sample_batch(model, requests, PAD_ID)
+    for request, rows in zip(requests, together, strict=True):
+        for alone, batched in zip(sample_batch(model, [request], PAD_ID)[0], rows, strict=True):
+            assert batched.tokens == alone.tokens
+            assert torch.allclose(torch.tensor(batched.logprobs), torch.tensor(alone.logprobs), atol=1e-5)
