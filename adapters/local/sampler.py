@@ -149,8 +149,11 @@ def _full_attention_only(model: torch.nn.Module) -> bool:
     only then does one block-diagonal mask serve every layer of a packed prefill."""
     config = model.config
     assert isinstance(config, PreTrainedConfig)
-    layer_types = getattr(config.get_text_config(decoder=True), "layer_types", None)
-    return layer_types is None or all(kind == "full_attention" for kind in layer_types)
+    text_config = config.get_text_config(decoder=True)
+    layer_types = getattr(text_config, "layer_types", None)
+    if layer_types is None:  # configs without per-layer types slide when they name a window
+        return getattr(text_config, "sliding_window", None) is None
+    return all(kind == "full_attention" for kind in layer_types)
 
 
 def _packed_prefill(
