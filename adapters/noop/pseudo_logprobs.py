@@ -15,6 +15,7 @@ own CPU time (on the event loop, never overlapped) small next to the latency it 
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -81,8 +82,13 @@ class PseudoWeights:
         return PseudoWeights(self.seed, self.base_model, self.version + 1)
 
     def initial_state(self) -> int:
-        """The hash state before any context token."""
-        return hash_ints([self.seed & _MASK64, hash_text(self.base_model), self.version])
+        """The hash state before any context token (cached: every completion and batch starts here)."""
+        return _initial_state(self)
+
+
+@functools.lru_cache(maxsize=64)
+def _initial_state(weights: PseudoWeights) -> int:
+    return hash_ints([weights.seed & _MASK64, hash_text(weights.base_model), weights.version])
 
 
 def advance(state: int, token: int) -> int:
