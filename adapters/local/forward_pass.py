@@ -3,16 +3,28 @@
 Training, `compute_logprobs` and sampling all go through `log_softmax_f32`, in float32, on a model
 that is always in eval mode; that shared path is what makes their logprobs agree on the same
 weights (so `kl_sample_train` is ~0 on-policy).
+
+Training and `compute_logprobs` score whole batches of sequences (`sequence_logprobs`). Sequences
+that share a long prefix (a DPO pair's chosen and rejected replies after one prompt, a group of
+RL samples of one prompt) run that prefix once: they are packed into one row, prefix then each
+one's own suffix, with an attention mask that lets each suffix see only the prefix and itself and
+position ids that restart every suffix where the prefix ends, so each computes exactly what it
+would alone, on fewer tokens.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import cast
 
 import torch
 
+from adapters.common.training_batch import right_pad
 from kitchen.ports import Tokenizer
+
+MIN_SHARED_PREFIX = 8
+"""Sequences share a packed row only when they start with at least this many equal tokens."""
 
 
 def log_softmax_f32(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
@@ -54,6 +66,118 @@ def target_logprobs(model: torch.nn.Module, input_ids_BL: torch.Tensor, targets_
     """Logprob of each target token given the inputs up to and including its position: [B, L]."""
     logits_BLV = model(input_ids=input_ids_BL, use_cache=False).logits
     return log_softmax_f32(logits_BLV).gather(-1, targets_BL.unsqueeze(-1)).squeeze(-1)
+
+
+def _shared_length(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def prefix_groups(inputs_D: Sequence[Sequence[int]]) -> list[tuple[int, list[int]]]:
+    """Sequences to pack together, as (shared prefix length, indices): sorting brings sequences
+    with a common prefix next to each other; one joins the group before it when they share at
+    least MIN_SHARED_PREFIX tokens and the packed row stays within twice the longest sequence (a
+    row's attention grows with the square of its length, so one shared system prompt must not
+    fold a whole batch into one row)."""
+    row_limit = 2 * max(len(tokens) for tokens in inputs_D)
+    groups: list[tuple[int, list[int]]] = []
+    row_length = 0
+    for index in sorted(range(len(inputs_D)), key=lambda i: tuple(inputs_D[i])):
+        tokens = inputs_D[index]
+        if groups:
+            prefix, members = groups[-1]
+            shared = _shared_length(inputs_D[members[0]][:prefix], tokens)
+            # a shorter prefix moves its lost tokens into every member's suffix
+            packed = row_length + (prefix - shared) * (len(members) - 1) + len(tokens) - shared
+            if shared >= MIN_SHARED_PREFIX and packed <= row_limit:
+                groups[-1] = (shared, [*members, index])
+                row_length = packed
+                continue
+        groups.append((len(tokens), [index]))
+        row_length = len(tokens)
+    return groups
+
+
+@dataclass(frozen=True)
+class PackedRows:
+    """Sequences packed by shared prefix: the model's inputs, and where each sequence's positions
+    landed in the flattened [B * W] rows (the sequences' positions, concatenated in order)."""
+
+    input_ids_BW: torch.Tensor
+    position_ids_BW: torch.Tensor
+    attention_mask_B1WW: torch.Tensor
+    slots_N: torch.Tensor
+
+
+def pack_shared_prefixes(
+    inputs_D: Sequence[Sequence[int]], pad_id: int, dtype: torch.dtype, device: torch.device
+) -> PackedRows | None:
+    """Pack the sequences by `prefix_groups`, or None when no two share a row.
+
+    The additive float mask (0 where a query may attend, the dtype's minimum elsewhere) works for
+    every attention implementation that takes a 4D mask; a pad slot attends to itself and the
+    prefix, so no softmax row is empty (an empty one would be NaN, and NaN reaches the gradients)."""
+    groups = prefix_groups(inputs_D)
+    if len(groups) == len(inputs_D):
+        return None
+    rows: list[list[int]] = []
+    positions: list[list[int]] = []
+    segments: list[list[int]] = []  # 0: the shared prefix, k: the k-th member's suffix
+    slots_D: list[list[int]] = [[] for _ in inputs_D]
+    for prefix, members in groups:
+        tokens, position, segment = list(inputs_D[members[0]][:prefix]), list(range(prefix)), [0] * prefix
+        for k, index in enumerate(members, start=1):
+            suffix = inputs_D[index][prefix:]
+            slots_D[index] = [*range(prefix), *range(len(tokens), len(tokens) + len(suffix))]
+            tokens += suffix
+            position += range(prefix, prefix + len(suffix))
+            segment += [k] * len(suffix)
+        rows.append(tokens)
+        positions.append(position)
+        segments.append(segment)
+    width = max(len(row) for row in rows)
+    segment_BW = right_pad(segments, -1, torch.device("cpu"))
+    slot_W = torch.arange(width)
+    allowed = (slot_W[None, :, None] >= slot_W[None, None, :]) & (
+        (segment_BW[:, None, :] == 0) | (segment_BW[:, None, :] == segment_BW[:, :, None])
+    )
+    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
+    offsets = {index: row * width for row, (_, members) in enumerate(groups) for index in members}
+    slots_N = torch.tensor([offsets[d] + slot for d, slots in enumerate(slots_D) for slot in slots], dtype=torch.long)
+    return PackedRows(
+        right_pad(rows, pad_id, device),
+        right_pad(positions, 0, device),
+        mask[:, None].to(device),
+        slots_N.to(device),
+    )
+
+
+def sequence_logprobs(
+    model: torch.nn.Module, inputs_D: Sequence[Sequence[int]], targets_D: Sequence[Sequence[int]], pad_id: int
+) -> list[torch.Tensor]:
+    """Logprob of each sequence's target tokens (target t given inputs[: t + 1]): [L_d] each.
+    Sequences sharing a prefix are packed (see the module docstring); others are right-padded."""
+    parameter = next(model.parameters())
+    lengths_D = [len(tokens) for tokens in inputs_D]
+    packed = pack_shared_prefixes(inputs_D, pad_id, parameter.dtype, parameter.device)
+    if packed is None:
+        targets_BL = right_pad(targets_D, pad_id, parameter.device)
+        logprobs_BL = target_logprobs(model, right_pad(inputs_D, pad_id, parameter.device), targets_BL)
+        return [logprobs_BL[row, :length] for row, length in enumerate(lengths_D)]
+    logits_BWV = model(
+        input_ids=packed.input_ids_BW,
+        position_ids=packed.position_ids_BW,
+        attention_mask=packed.attention_mask_B1WW,
+        use_cache=False,
+    ).logits
+    logits_NV = logits_BWV.flatten(0, 1).index_select(0, packed.slots_N)
+    targets_N = torch.tensor([t for targets in targets_D for t in targets], dtype=torch.long, device=parameter.device)
+    logprobs_N = log_softmax_f32(logits_NV).gather(-1, targets_N.unsqueeze(-1)).squeeze(-1)
+    return list(logprobs_N.split(lengths_D))
 
 
 def vocab_size(model: torch.nn.Module) -> int:
