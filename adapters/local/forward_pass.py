@@ -4,12 +4,13 @@ Training, `compute_logprobs` and sampling all go through `log_softmax_f32`, in f
 that is always in eval mode; that shared path is what makes their logprobs agree on the same
 weights (so `kl_sample_train` is ~0 on-policy).
 
-Training and `compute_logprobs` score whole batches of sequences (`sequence_logprobs`). Sequences
-that share a long prefix (a DPO pair's chosen and rejected replies after one prompt, a group of
-RL samples of one prompt) run that prefix once: they are packed into one row, prefix then each
-one's own suffix, with an attention mask that lets each suffix see only the prefix and itself and
-position ids that restart every suffix where the prefix ends, so each computes exactly what it
-would alone, on fewer tokens.
+Training and `compute_logprobs` score whole batches of sequences (`sequence_logprobs`) packed
+into rows: sequences that share a long prefix (a DPO pair's chosen and rejected replies after one
+prompt, a group of RL samples of one prompt) run that prefix once, prefix then each one's own
+suffix, and short sequences share a row instead of padding to the longest. An attention mask
+lets each suffix see only its prefix and itself, and position ids restart every suffix where its
+prefix ends, so each sequence computes what it would alone (within float rounding), on fewer
+tokens.
 """
 
 from __future__ import annotations
@@ -102,10 +103,33 @@ def prefix_groups(inputs_D: Sequence[Sequence[int]]) -> list[tuple[int, list[int
     return groups
 
 
+Group = tuple[int, list[int]]
+"""Sequences sharing a prefix: (its length, their indices); a lone sequence is its own prefix."""
+
+
+def pack_rows(inputs_D: Sequence[Sequence[int]]) -> list[list[Group]]:
+    """`prefix_groups` laid into rows as wide as the longest group, first-fit by decreasing length:
+    short sequences fill the room that padding would otherwise take."""
+    groups = prefix_groups(inputs_D)
+    lengths = [prefix + sum(len(inputs_D[i]) - prefix for i in members) for prefix, members in groups]
+    width = max(lengths)
+    rows: list[list[Group]] = []
+    room: list[int] = []
+    for g in sorted(range(len(groups)), key=lambda g: -lengths[g]):
+        row = next((r for r, free in enumerate(room) if lengths[g] <= free), None)
+        if row is None:
+            rows.append([])
+            room.append(width)
+            row = len(rows) - 1
+        rows[row].append(groups[g])
+        room[row] -= lengths[g]
+    return rows
+
+
 @dataclass(frozen=True)
 class PackedRows:
-    """Sequences packed by shared prefix: the model's inputs, and where each sequence's positions
-    landed in the flattened [B * W] rows (the sequences' positions, concatenated in order)."""
+    """Packed sequences: the model's inputs, and where each sequence's positions landed in the
+    flattened [B * W] rows (the sequences' positions, concatenated in order)."""
 
     input_ids_BW: torch.Tensor
     position_ids_BW: torch.Tensor
@@ -113,44 +137,52 @@ class PackedRows:
     slots_N: torch.Tensor
 
 
-def pack_shared_prefixes(
+def pack_sequences(
     inputs_D: Sequence[Sequence[int]], pad_id: int, dtype: torch.dtype, device: torch.device
 ) -> PackedRows | None:
-    """Pack the sequences by `prefix_groups`, or None when no two share a row.
+    """Pack the sequences by `pack_rows`, or None when each would still have a row to itself.
 
-    The additive float mask (0 where a query may attend, the dtype's minimum elsewhere) works for
-    every attention implementation that takes a 4D mask; a pad slot attends to itself and the
-    prefix, so no softmax row is empty (an empty one would be NaN, and NaN reaches the gradients)."""
-    groups = prefix_groups(inputs_D)
-    if len(groups) == len(inputs_D):
+    Every slot has a segment (a prefix, or one sequence's suffix) and the segment it reads from
+    besides its own (a suffix's prefix; a prefix's is itself): a query attends to earlier slots of
+    those two. The additive float mask (0 where a query may attend, the dtype's minimum elsewhere)
+    works for every attention implementation that takes a 4D mask; pad slots form one segment,
+    so no softmax row is empty (an empty one would be NaN, and NaN reaches the gradients)."""
+    rows = pack_rows(inputs_D)
+    if len(rows) == len(inputs_D):
         return None
-    rows: list[list[int]] = []
-    positions: list[list[int]] = []
-    segments: list[list[int]] = []  # 0: the shared prefix, k: the k-th member's suffix
+    tokens_B: list[list[int]] = [[] for _ in rows]
+    positions_B: list[list[int]] = [[] for _ in rows]
+    segments_B: list[list[int]] = [[] for _ in rows]
+    reads_B: list[list[int]] = [[] for _ in rows]
     slots_D: list[list[int]] = [[] for _ in inputs_D]
-    for prefix, members in groups:
-        tokens, position, segment = list(inputs_D[members[0]][:prefix]), list(range(prefix)), [0] * prefix
-        for k, index in enumerate(members, start=1):
-            suffix = inputs_D[index][prefix:]
-            slots_D[index] = [*range(prefix), *range(len(tokens), len(tokens) + len(suffix))]
-            tokens += suffix
-            position += range(prefix, prefix + len(suffix))
-            segment += [k] * len(suffix)
-        rows.append(tokens)
-        positions.append(position)
-        segments.append(segment)
-    width = max(len(row) for row in rows)
-    segment_BW = right_pad(segments, -1, torch.device("cpu"))
-    slot_W = torch.arange(width)
-    allowed = (slot_W[None, :, None] >= slot_W[None, None, :]) & (
-        (segment_BW[:, None, :] == 0) | (segment_BW[:, None, :] == segment_BW[:, :, None])
+    for b, row in enumerate(rows):
+        tokens, positions, segments, reads = tokens_B[b], positions_B[b], segments_B[b], reads_B[b]
+        for prefix, members in row:
+            start, prefix_segment = len(tokens), segments[-1] + 1 if segments else 0
+            tokens += inputs_D[members[0]][:prefix]
+            positions += range(prefix)
+            segments += [prefix_segment] * prefix
+            reads += [prefix_segment] * prefix
+            for k, index in enumerate(members, start=1):
+                suffix = inputs_D[index][prefix:]
+                slots_D[index] = [*range(start, start + prefix), *range(len(tokens), len(tokens) + len(suffix))]
+                tokens += suffix
+                positions += range(prefix, prefix + len(suffix))
+                segments += [prefix_segment + k] * len(suffix)
+                reads += [prefix_segment] * len(suffix)
+    width = max(len(tokens) for tokens in tokens_B)
+    cpu = torch.device("cpu")
+    segment_BW, reads_BW = right_pad(segments_B, -1, cpu), right_pad(reads_B, -1, cpu)
+    key_B1W, slot_W = segment_BW[:, None, :], torch.arange(width)
+    allowed = (slot_W[None, None, :] <= slot_W[None, :, None]) & (
+        (key_B1W == segment_BW[:, :, None]) | (key_B1W == reads_BW[:, :, None])
     )
     mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
-    offsets = {index: row * width for row, (_, members) in enumerate(groups) for index in members}
+    offsets = {index: b * width for b, row in enumerate(rows) for _, members in row for index in members}
     slots_N = torch.tensor([offsets[d] + slot for d, slots in enumerate(slots_D) for slot in slots], dtype=torch.long)
     return PackedRows(
-        right_pad(rows, pad_id, device),
-        right_pad(positions, 0, device),
+        right_pad(tokens_B, pad_id, device),
+        right_pad(positions_B, 0, device),
         mask[:, None].to(device),
         slots_N.to(device),
     )
@@ -160,10 +192,11 @@ def sequence_logprobs(
     model: torch.nn.Module, inputs_D: Sequence[Sequence[int]], targets_D: Sequence[Sequence[int]], pad_id: int
 ) -> list[torch.Tensor]:
     """Logprob of each sequence's target tokens (target t given inputs[: t + 1]): [L_d] each.
-    Sequences sharing a prefix are packed (see the module docstring); others are right-padded."""
+    Sequences are packed (see the module docstring) unless each would keep a row to itself; then
+    they are right-padded, which needs no mask."""
     parameter = next(model.parameters())
     lengths_D = [len(tokens) for tokens in inputs_D]
-    packed = pack_shared_prefixes(inputs_D, pad_id, parameter.dtype, parameter.device)
+    packed = pack_sequences(inputs_D, pad_id, parameter.dtype, parameter.device)
     if packed is None:
         targets_BL = right_pad(targets_D, pad_id, parameter.device)
         logprobs_BL = target_logprobs(model, right_pad(inputs_D, pad_id, parameter.device), targets_BL)

@@ -1,5 +1,6 @@
-"""Sequences that share a prefix run it once (packed rows, a per-suffix attention mask): each still
-gets, within float tolerance, the logprobs and gradients it gets right-padded alone."""
+"""Sequences that share a prefix run it once and short ones share rows (packed rows, a per-segment
+attention mask): each still gets, within float tolerance, the logprobs and gradients it gets
+right-padded alone."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 from adapters.common.training_batch import right_pad
-from adapters.local.forward_pass import MIN_SHARED_PREFIX, prefix_groups, sequence_logprobs, target_logprobs
+from adapters.local.forward_pass import MIN_SHARED_PREFIX, pack_rows, prefix_groups, sequence_logprobs, target_logprobs
 from adapters.local.model_loading import load_base_model
 
 CPU = torch.device("cpu")
@@ -21,11 +22,13 @@ def model() -> torch.nn.Module:
 
 
 def _sequences(seed: int) -> list[list[int]]:
-    """Three prompts with three replies each (one reply empty: the prompt alone), plus an unrelated sequence."""
+    """Three prompts with three replies each (one reply empty: the prompt alone), then unrelated
+    sequences of varied length (short ones share rows with others)."""
     rng = random.Random(seed)
     prompts = [[rng.randrange(1, 1500) for _ in range(rng.randint(MIN_SHARED_PREFIX + 1, 20))] for _ in range(3)]
     replies = [[rng.randrange(1, 1500) for _ in range(n)] for n in (0, 3, 9)]
-    return [p + r for p in prompts for r in replies] + [[rng.randrange(1, 1500) for _ in range(6)]]
+    unrelated = [[rng.randrange(1, 1500) for _ in range(n)] for n in (2, 6, 12, 30, 3)]
+    return [p + r for p in prompts for r in replies] + unrelated
 
 
 def _plain(model: torch.nn.Module, inputs_D: list[list[int]], targets_D: list[list[int]]) -> list[torch.Tensor]:
@@ -43,7 +46,8 @@ def test_packed_sequences_get_what_they_get_alone(model: torch.nn.Module) -> Non
     sequences = _sequences(0)
     inputs_D, targets_D = [s[:-1] for s in sequences], [s[1:] for s in sequences]
     groups = prefix_groups(inputs_D)
-    assert sorted(len(members) for _, members in groups) == [1, 3, 3, 3]  # each prompt's replies share a row
+    assert sorted(len(members) for _, members in groups) == [1, 1, 1, 1, 1, 3, 3, 3]  # a prompt's replies share it
+    assert len(pack_rows(inputs_D)) < len(groups)  # and short sequences share rows
     packed_D = sequence_logprobs(model, inputs_D, targets_D, 0)
     plain_D = _plain(model, inputs_D, targets_D)
     assert [lp.shape for lp in packed_D] == [lp.shape for lp in plain_D]
