@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,7 @@ class Settings:
     seed: int
     threads: int
     model: str
+    profile: bool
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,23 @@ class KitchenStepClock(Hooks):
             self.ends.append(time.perf_counter())
         if stage.name == self.data_stage:
             self.lengths = [datum.model_input.length + 1 for datum in ctx.state["train_data"]]
+
+
+@contextmanager
+def op_profile(enabled: bool, title: str) -> Iterator[None]:
+    """When `enabled`, print the top torch ops by self CPU time of what runs inside (every thread:
+    kitchen trains on a worker thread and scores on a sampling thread)."""
+    if not enabled:
+        yield
+        return
+    from torch._C._profiler import _ExperimentalConfig
+    from torch.profiler import ProfilerActivity, profile
+
+    every_thread = _ExperimentalConfig(profile_all_threads=True)
+    with profile(activities=[ProfilerActivity.CPU], experimental_config=every_thread) as prof:
+        yield
+    print(f"-- {title}: top torch ops by self CPU time")
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12, max_name_column_width=40))
 
 
 def pin_cores(threads: int) -> None:

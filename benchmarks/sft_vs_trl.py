@@ -36,6 +36,7 @@ from benchmarks._trl import (
     Result,
     Settings,
     items_per_second,
+    op_profile,
     pin_cores,
     run_alternating,
     trl_arguments,
@@ -70,7 +71,8 @@ def run_trl(settings: Settings, workdir: Path) -> Result:
         callbacks=[clock],
     )
     lengths = [len(row["input_ids"]) for row in cast(Dataset, trainer.train_dataset)]
-    trainer.train()
+    with op_profile(settings.profile, "trl"):
+        trainer.train()
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     return Result("trl", items_per_second(settings, clock.ends), losses[0], losses[-1], statistics.mean(lengths))
 
@@ -97,7 +99,8 @@ def run_kitchen(settings: Settings, workdir: Path) -> Result:
     }
     config = load_config(recipe.config_cls, None, [f"{key}={value}" for key, value in overrides.items()])
     clock = KitchenStepClock("load_supervised_data")
-    run_dir = run_recipe(recipe, config, hooks=[clock], progress=False)
+    with op_profile(settings.profile, "kitchen"):
+        run_dir = run_recipe(recipe, config, hooks=[clock], progress=False)
     losses = [row[LOSS_KEY] for row in read_metrics(run_dir.metrics) if LOSS_KEY in row]
     return Result(
         "kitchen", items_per_second(settings, clock.ends), losses[0], losses[-1], statistics.mean(clock.lengths)
@@ -116,6 +119,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="alternate TRL and kitchen runs; keep each's best")
     parser.add_argument("--model", choices=("tiny", "32m", "50m"), default="32m")
     parser.add_argument("--no-pin", action="store_true", help="do not pin the process to --threads cores")
+    parser.add_argument("--profile", action="store_true", help="print each run's top torch ops by self CPU time")
     args = parser.parse_args()
     if not 1 <= args.warmup_steps < args.steps:
         parser.error("need 1 <= --warmup-steps < --steps")
@@ -131,6 +135,7 @@ def main() -> None:
             args.seed,
             args.threads,
             model_name(args.model, Path(scratch)),
+            args.profile,
         )
         print(settings)
         best = run_alternating(
