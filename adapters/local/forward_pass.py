@@ -25,7 +25,10 @@ from adapters.common.training_batch import right_pad
 from kitchen.ports import Tokenizer
 
 MIN_SHARED_PREFIX = 8
-"""Sequences share a packed row only when they start with at least this many equal tokens."""
+"""Sequences share a prefix only when they start with at least this many equal tokens."""
+MIN_PACKING_SAVING = 0.1
+"""Pack only when it saves at least this fraction of the right-padded batch's token slots: the
+mask costs memory and keeps GPU attention off its fastest (mask-free causal) kernel."""
 
 
 def log_softmax_f32(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
@@ -107,11 +110,16 @@ Group = tuple[int, list[int]]
 """Sequences sharing a prefix: (its length, their indices); a lone sequence is its own prefix."""
 
 
+def _group_length(inputs_D: Sequence[Sequence[int]], group: Group) -> int:
+    prefix, members = group
+    return prefix + sum(len(inputs_D[i]) - prefix for i in members)
+
+
 def pack_rows(inputs_D: Sequence[Sequence[int]]) -> list[list[Group]]:
     """`prefix_groups` laid into rows as wide as the longest group, first-fit by decreasing length:
     short sequences fill the room that padding would otherwise take."""
     groups = prefix_groups(inputs_D)
-    lengths = [prefix + sum(len(inputs_D[i]) - prefix for i in members) for prefix, members in groups]
+    lengths = [_group_length(inputs_D, group) for group in groups]
     width = max(lengths)
     rows: list[list[Group]] = []
     room: list[int] = []
@@ -140,7 +148,8 @@ class PackedRows:
 def pack_sequences(
     inputs_D: Sequence[Sequence[int]], pad_id: int, dtype: torch.dtype, device: torch.device
 ) -> PackedRows | None:
-    """Pack the sequences by `pack_rows`, or None when each would still have a row to itself.
+    """Pack the sequences by `pack_rows`, or None when that saves less than MIN_PACKING_SAVING of
+    the token slots of plain right padding.
 
     Every slot has a segment (a prefix, or one sequence's suffix) and the segment it reads from
     besides its own (a suffix's prefix; a prefix's is itself): a query attends to earlier slots of
@@ -148,7 +157,8 @@ def pack_sequences(
     works for every attention implementation that takes a 4D mask; pad slots form one segment,
     so no softmax row is empty (an empty one would be NaN, and NaN reaches the gradients)."""
     rows = pack_rows(inputs_D)
-    if len(rows) == len(inputs_D):
+    row_lengths = [sum(_group_length(inputs_D, group) for group in row) for row in rows]
+    if len(rows) * max(row_lengths) > (1 - MIN_PACKING_SAVING) * len(inputs_D) * max(map(len, inputs_D)):
         return None
     tokens_B: list[list[int]] = [[] for _ in rows]
     positions_B: list[list[int]] = [[] for _ in rows]

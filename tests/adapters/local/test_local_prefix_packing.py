@@ -10,7 +10,14 @@ import pytest
 import torch
 
 from adapters.common.training_batch import right_pad
-from adapters.local.forward_pass import MIN_SHARED_PREFIX, pack_rows, prefix_groups, sequence_logprobs, target_logprobs
+from adapters.local.forward_pass import (
+    MIN_SHARED_PREFIX,
+    pack_rows,
+    pack_sequences,
+    prefix_groups,
+    sequence_logprobs,
+    target_logprobs,
+)
 from adapters.local.model_loading import load_base_model
 
 CPU = torch.device("cpu")
@@ -60,6 +67,7 @@ def test_packed_sequences_get_what_they_get_alone(model: torch.nn.Module) -> Non
 def test_short_shared_prefixes_and_oversized_rows_are_not_packed() -> None:
     short = [[1, *range(100, 110)], [1, *range(200, 210)]]  # one shared token
     assert prefix_groups(short) == [(11, [0]), (11, [1])]
+    assert pack_sequences(short, 0, torch.float32, CPU) is None  # nothing to save: plain right padding
     prompt = list(range(10, 10 + MIN_SHARED_PREFIX))
     many = [[*prompt, *range(1000 + 20 * i, 1020 + 20 * i)] for i in range(4)]  # each 28 tokens
     rows = prefix_groups(many)
