@@ -72,7 +72,12 @@ def target_logprobs(model: torch.nn.Module, input_ids_BL: torch.Tensor, targets_
     return log_softmax_f32(logits_BLV).gather(-1, targets_BL.unsqueeze(-1)).squeeze(-1)
 
 
+Group = tuple[int, list[int]]
+"""Sequences sharing a prefix: (its length, their indices); a lone sequence is its own prefix."""
+
+
 def _shared_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens `a` and `b` have in common."""
     n = 0
     for x, y in zip(a, b, strict=False):
         if x != y:
@@ -81,14 +86,14 @@ def _shared_length(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
-def prefix_groups(inputs_D: Sequence[Sequence[int]]) -> list[tuple[int, list[int]]]:
+def prefix_groups(inputs_D: Sequence[Sequence[int]]) -> list[Group]:
     """Sequences to pack together, as (shared prefix length, indices): sorting brings sequences
     with a common prefix next to each other; one joins the group before it when they share at
     least MIN_SHARED_PREFIX tokens and the packed row stays within twice the longest sequence (a
     row's attention grows with the square of its length, so one shared system prompt must not
     fold a whole batch into one row)."""
     row_limit = 2 * max(len(tokens) for tokens in inputs_D)
-    groups: list[tuple[int, list[int]]] = []
+    groups: list[Group] = []
     row_length = 0
     for index in sorted(range(len(inputs_D)), key=lambda i: tuple(inputs_D[i])):
         tokens = inputs_D[index]
@@ -104,10 +109,6 @@ def prefix_groups(inputs_D: Sequence[Sequence[int]]) -> list[tuple[int, list[int
         groups.append((len(tokens), [index]))
         row_length = len(tokens)
     return groups
-
-
-Group = tuple[int, list[int]]
-"""Sequences sharing a prefix: (its length, their indices); a lone sequence is its own prefix."""
 
 
 def _group_length(inputs_D: Sequence[Sequence[int]], group: Group) -> int:
@@ -198,15 +199,25 @@ def pack_sequences(
     )
 
 
+def _attends_fully(model: torch.nn.Module) -> bool:
+    """Whether every layer attends to the whole context: a 4D mask replaces the model's own masks,
+    sliding windows included, so a model with windowed layers is never packed."""
+    config = getattr(model, "config", None)
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types is not None:
+        return all(kind == "full_attention" for kind in layer_types)
+    return getattr(config, "sliding_window", None) is None
+
+
 def sequence_logprobs(
     model: torch.nn.Module, inputs_D: Sequence[Sequence[int]], targets_D: Sequence[Sequence[int]], pad_id: int
 ) -> list[torch.Tensor]:
     """Logprob of each sequence's target tokens (target t given inputs[: t + 1]): [L_d] each.
-    Sequences are packed (see the module docstring) unless each would keep a row to itself; then
-    they are right-padded, which needs no mask."""
+    Sequences are packed (see the module docstring) where that pays and the model attends fully;
+    otherwise they are right-padded, which needs no mask."""
     parameter = next(model.parameters())
     lengths_D = [len(tokens) for tokens in inputs_D]
-    packed = pack_sequences(inputs_D, pad_id, parameter.dtype, parameter.device)
+    packed = pack_sequences(inputs_D, pad_id, parameter.dtype, parameter.device) if _attends_fully(model) else None
     if packed is None:
         targets_BL = right_pad(targets_D, pad_id, parameter.device)
         logprobs_BL = target_logprobs(model, right_pad(inputs_D, pad_id, parameter.device), targets_BL)

@@ -8,7 +8,9 @@ import random
 
 import pytest
 import torch
+from transformers import AutoConfig, AutoModelForCausalLM
 
+from adapters.common.tiny import TINY_DIR
 from adapters.common.training_batch import right_pad
 from adapters.local.forward_pass import (
     MIN_SHARED_PREFIX,
@@ -73,3 +75,21 @@ def test_short_shared_prefixes_and_oversized_rows_are_not_packed() -> None:
     rows = prefix_groups(many)
     assert all(prefix + sum(len(many[i]) - prefix for i in members) <= 2 * 28 for prefix, members in rows)
     assert [len(members) for _, members in rows] == [2, 2]
+
+
+def test_a_model_with_sliding_window_layers_is_never_packed() -> None:
+    """A 4D mask would override the window, so such a model gets the right-padded pass, and with it
+    its windowed logprobs."""
+    config = AutoConfig.from_pretrained(TINY_DIR)
+    config.sliding_window, config.use_sliding_window = 4, True
+    config.layer_types = ["sliding_attention"] * config.num_hidden_layers
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        windowed = AutoModelForCausalLM.from_config(config).eval()
+    sequences = _sequences(1)
+    inputs_D, targets_D = [s[:-1] for s in sequences], [s[1:] for s in sequences]
+    with torch.no_grad():
+        for got, plain in zip(
+            sequence_logprobs(windowed, inputs_D, targets_D, 0), _plain(windowed, inputs_D, targets_D), strict=True
+        ):
+            torch.testing.assert_close(got, plain, rtol=0, atol=1e-6)
