@@ -1,7 +1,7 @@
 """DPO throughput: kitchen's local backend against TRL's `DPOTrainer`, on the same problem.
 
     PYTHONPATH=. python benchmarks/dpo_vs_trl.py [--steps 30] [--batch-size 16] [--threads 2]
-        [--model tiny|32m|50m] [--lean-trl]
+        [--model tiny|32m|50m] [--lean-trl] [--profile]
 
 Both train the same model — the embedded tiny model (`load_base_model("tiny")` builds it from the
 shipped config and a fixed seed) or, with `--model 32m` / `50m`, a random-weight Qwen3 model of
@@ -34,10 +34,8 @@ from __future__ import annotations
 
 import argparse
 import copy
-import os
 import statistics
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -47,13 +45,21 @@ import torch
 from adapters.common.tokenizer import load_tokenizer
 from adapters.local.model_loading import load_base_model
 from benchmarks._models import model_name
+from benchmarks._trl import (
+    KitchenStepClock,
+    Result,
+    Settings,
+    items_per_second,
+    op_profile,
+    pin_cores,
+    run_alternating,
+    trl_arguments,
+    trl_step_clock,
+)
 from kitchen.config import load_config
-from kitchen.context import Context
-from kitchen.hooks import Hooks
 from kitchen.launch import run_recipe
 from kitchen.metrics import read_metrics
 from kitchen.recipe import get_recipe
-from kitchen.stage import Stage
 from recipes.data import shipped_data
 from train_core.preference.datasets import load_comparisons
 
@@ -62,37 +68,13 @@ RENDERER = "hf_chat_template"
 
 
 @dataclass(frozen=True)
-class Settings:
-    steps: int
-    warmup_steps: int
-    batch_size: int
-    max_length: int
+class DPOSettings(Settings):
     beta: float
-    learning_rate: float
-    seed: int
-    threads: int
-    model: str
 
 
-@dataclass(frozen=True)
-class Result:
-    name: str
-    pairs_per_second: float
-    first_loss: float
-    last_loss: float
-    tokens_per_sequence: float
-    breakdown: str = ""
-
-
-def _pairs_per_second(settings: Settings, step_ends: list[float]) -> float:
-    """Pairs of the steps after warm-up, over the time from the end of warm-up to the last step's end."""
-    timed = step_ends[settings.warmup_steps - 1 :]
-    return (len(timed) - 1) * settings.batch_size / (timed[-1] - timed[0])
-
-
-def run_trl(settings: Settings, workdir: Path, lean: bool = False) -> Result:
+def run_trl(settings: DPOSettings, workdir: Path, lean: bool = False) -> Result:
     from datasets import Dataset
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
     from trl import DPOConfig, DPOTrainer
     from trl.trainer.utils import add_fused_lm_head
 
@@ -117,13 +99,6 @@ def run_trl(settings: Settings, workdir: Path, lean: bool = False) -> Result:
             chosen, rejected = (logps - ref.sum(dim=1)).chunk(2, dim=0)
             return -torch.nn.functional.logsigmoid(self.beta * (chosen - rejected)).mean()
 
-    class StepClock(TrainerCallback):
-        def __init__(self) -> None:
-            self.ends: list[float] = []
-
-        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self.ends.append(time.perf_counter())
-
     comparisons, _ = load_comparisons(DATASET, "comparisons")
     dataset = Dataset.from_list(
         [
@@ -136,31 +111,8 @@ def run_trl(settings: Settings, workdir: Path, lean: bool = False) -> Result:
         ]
     )
     model = cast(PreTrainedModel, load_base_model(settings.model, torch.float32))
-    config = DPOConfig(
-        output_dir=str(workdir),
-        per_device_train_batch_size=settings.batch_size,
-        max_steps=settings.steps,
-        learning_rate=settings.learning_rate,
-        lr_scheduler_type="linear",
-        warmup_steps=0,
-        adam_beta1=0.9,
-        adam_beta2=0.95,
-        adam_epsilon=1e-8,
-        weight_decay=0.0,
-        max_grad_norm=0.0,
-        beta=settings.beta,
-        max_length=settings.max_length,
-        bf16=False,
-        gradient_checkpointing=False,
-        use_cpu=True,
-        seed=settings.seed,
-        logging_steps=1,
-        save_strategy="no",
-        report_to=[],
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-    )
-    clock = StepClock()
+    config = DPOConfig(**trl_arguments(settings, str(workdir)), beta=settings.beta)
+    clock = trl_step_clock()
     torch.set_num_threads(settings.threads)
     trainer = (LeanDPOTrainer if lean else DPOTrainer)(
         model=model,
@@ -172,32 +124,14 @@ def run_trl(settings: Settings, workdir: Path, lean: bool = False) -> Result:
     )
     prepared = cast(Dataset, trainer.train_dataset)
     lengths = [len(row["prompt_ids"]) + len(row[side]) for row in prepared for side in ("chosen_ids", "rejected_ids")]
-    trainer.train()
-    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     name = "trl-lean" if lean else "trl"
-    return Result(name, _pairs_per_second(settings, clock.ends), losses[0], losses[-1], statistics.mean(lengths))
+    with op_profile(settings.profile, name):
+        trainer.train()
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    return Result(name, items_per_second(settings, clock.ends), losses[0], losses[-1], statistics.mean(lengths))
 
 
-class StepClock(Hooks):
-    """The time each kitchen step ends. Steps are pipelined (step i is collected while step i+1
-    is submitted), so the run's last step ends when `await_last_step` has collected it."""
-
-    def __init__(self) -> None:
-        self.ends: list[float] = []
-        self.lengths: list[int] = []
-
-    def on_step_end(self, ctx: Context, step: int) -> None:
-        if step > 0:
-            self.ends.append(time.perf_counter())  # step-1 is done; step is in flight
-
-    def after_stage(self, ctx: Context, stage: Stage, seconds: float) -> None:
-        if stage.name == "await_last_step":
-            self.ends.append(time.perf_counter())
-        if stage.name == "load_preference_data":
-            self.lengths = [datum.model_input.length + 1 for datum in ctx.state["train_data"]]
-
-
-def run_kitchen(settings: Settings, workdir: Path) -> Result:
+def run_kitchen(settings: DPOSettings, workdir: Path) -> Result:
     recipe = get_recipe("dpo")
     overrides = {
         "backend": "local",
@@ -220,8 +154,9 @@ def run_kitchen(settings: Settings, workdir: Path) -> Result:
         "log_path": str(workdir),
     }
     config = load_config(recipe.config_cls, None, [f"{key}={value}" for key, value in overrides.items()])
-    clock = StepClock()
-    run_dir = run_recipe(recipe, config, hooks=[clock], progress=False)
+    clock = KitchenStepClock("load_preference_data")
+    with op_profile(settings.profile, "kitchen"):
+        run_dir = run_recipe(recipe, config, hooks=[clock], progress=False)
     rows = read_metrics(run_dir.metrics)
     steady = rows[settings.warmup_steps :]
     breakdown = ", ".join(
@@ -235,7 +170,7 @@ def run_kitchen(settings: Settings, workdir: Path) -> Result:
     losses = [row["dpo_loss"] for row in rows]
     return Result(
         "kitchen",
-        _pairs_per_second(settings, clock.ends),
+        items_per_second(settings, clock.ends),
         losses[0],
         losses[-1],
         statistics.mean(clock.lengths),
@@ -257,48 +192,36 @@ def main() -> None:
     parser.add_argument("--model", choices=("tiny", "32m", "50m"), default="tiny")
     parser.add_argument("--lean-trl", action="store_true", help="also run TRL without its per-token metrics")
     parser.add_argument("--no-pin", action="store_true", help="do not pin the process to --threads cores")
+    parser.add_argument("--profile", action="store_true", help="print each run's top torch ops by self CPU time")
     args = parser.parse_args()
     if not 1 <= args.warmup_steps < args.steps:
         parser.error("need 1 <= --warmup-steps < --steps")
     if not args.no_pin:
-        cores = sorted(os.sched_getaffinity(0))[: args.threads]
-        os.sched_setaffinity(0, cores)
-        print(f"pinned to cores {cores}")
-    scratch = tempfile.TemporaryDirectory()
-    settings = Settings(
-        args.steps,
-        args.warmup_steps,
-        args.batch_size,
-        args.max_length,
-        args.beta,
-        args.learning_rate,
-        args.seed,
-        args.threads,
-        model_name(args.model, Path(scratch.name)),
-    )
-    print(settings)
-    runs: dict[str, list[Result]] = {"trl": [], **({"trl-lean": []} if args.lean_trl else {}), "kitchen": []}
-    with tempfile.TemporaryDirectory() as tmp:
-        for repeat in range(args.repeats):
-            runs["trl"].append(run_trl(settings, Path(tmp) / f"trl-{repeat}"))
-            if args.lean_trl:
-                runs["trl-lean"].append(run_trl(settings, Path(tmp) / f"trl-lean-{repeat}", lean=True))
-            runs["kitchen"].append(run_kitchen(settings, Path(tmp) / f"kitchen-{repeat}"))
-    scratch.cleanup()
-    best = {name: max(results, key=lambda r: r.pairs_per_second) for name, results in runs.items()}
-    print(f"model {args.model}, {args.threads} thread(s), load average {os.getloadavg()[0]:.1f}")
-    for result in best.values():
-        every = ", ".join(f"{r.pairs_per_second:.2f}" for r in runs[result.name])
-        print(
-            f"{result.name:>9}: {result.pairs_per_second:8.2f} pairs/s (runs: {every})   dpo_loss "
-            f"{result.first_loss:.4f} -> {result.last_loss:.4f}   {result.tokens_per_sequence:.1f} tokens/sequence"
+        pin_cores(args.threads)
+    with tempfile.TemporaryDirectory() as scratch, tempfile.TemporaryDirectory() as tmp:
+        settings = DPOSettings(
+            args.steps,
+            args.warmup_steps,
+            args.batch_size,
+            args.max_length,
+            args.learning_rate,
+            args.seed,
+            args.threads,
+            model_name(args.model, Path(scratch)),
+            args.profile,
+            args.beta,
         )
-        if result.breakdown:
-            print(f"{'':>11}{result.breakdown}")
-    kitchen = best["kitchen"].pairs_per_second
+        print(settings)
+        contenders = {"trl": lambda repeat: run_trl(settings, Path(tmp) / f"trl-{repeat}")}
+        if args.lean_trl:
+            contenders["trl-lean"] = lambda repeat: run_trl(settings, Path(tmp) / f"trl-lean-{repeat}", lean=True)
+        contenders["kitchen"] = lambda repeat: run_kitchen(settings, Path(tmp) / f"kitchen-{repeat}")
+        best = run_alternating(contenders, args.repeats)
+    print(f"model {args.model}, {args.threads} thread(s), pairs/s")
+    kitchen = best["kitchen"].items_per_second
     if args.lean_trl:
-        print(f"ratio kitchen/TRL-lean: {kitchen / best['trl-lean'].pairs_per_second:.2f}")
-    print(f"ratio kitchen/TRL: {kitchen / best['trl'].pairs_per_second:.2f}")
+        print(f"ratio kitchen/TRL-lean: {kitchen / best['trl-lean'].items_per_second:.2f}")
+    print(f"ratio kitchen/TRL: {kitchen / best['trl'].items_per_second:.2f}")
 
 
 if __name__ == "__main__":

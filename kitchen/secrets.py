@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 REDACTED = "[redacted]"
@@ -43,11 +43,12 @@ def looks_like_secret_key(key: str) -> bool:
     return bool(_SECRET_KEY.search(key.split(".")[-1]))
 
 
-def redact(text: str) -> str:
-    """`text` with every secret value and URL credential replaced by `[redacted]`."""
+def redact(text: str, secrets: Sequence[str] | None = None) -> str:
+    """`text` with every secret value and URL credential replaced by `[redacted]`. `secrets`, when
+    given, is a fresh `secret_values()` shared by many calls (it scans the whole environment)."""
     if not text:
         return text
-    for value in secret_values():
+    for value in secret_values() if secrets is None else secrets:
         if value in text:
             text = text.replace(value, REDACTED)
     return _URL_CREDENTIALS.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)
@@ -57,27 +58,30 @@ def leaks(text: str) -> bool:
     return redact(text) != text
 
 
-def redact_value(value: Any) -> Any:
-    """Redact every string inside nested dicts / lists / tuples."""
+def redact_value(value: Any, secrets: Sequence[str] | None = None) -> Any:
+    """Redact every string inside nested dicts / lists / tuples (reading the secrets once)."""
+    if secrets is None:
+        secrets = secret_values()
     if isinstance(value, str):
-        return redact(value)
+        return redact(value, secrets)
     if isinstance(value, Mapping):
-        return {k: redact_value(v) for k, v in value.items()}
+        return {k: redact_value(v, secrets) for k, v in value.items()}
     if isinstance(value, list):
-        return [redact_value(v) for v in value]
+        return [redact_value(v, secrets) for v in value]
     if isinstance(value, tuple):
-        return tuple(redact_value(v) for v in value)
+        return tuple(redact_value(v, secrets) for v in value)
     return value
 
 
 def structlog_processor(logger: Any, method: str, event_dict: Any) -> Any:
     """structlog processor: redact every value of the event (exceptions become redacted text)."""
+    secrets = secret_values()
     for key, value in list(event_dict.items()):
         if isinstance(value, BaseException):
             value = f"{type(value).__name__}: {value}"
         elif not isinstance(value, (str, int, float, bool, type(None), Mapping, list, tuple)):
             value = str(value)
-        event_dict[key] = redact_value(value)
+        event_dict[key] = redact_value(value, secrets)
     return event_dict
 
 

@@ -106,7 +106,7 @@ class TensorData:
     @classmethod
     def from_list(cls, values: Sequence[float] | Sequence[int], dtype: TensorDtype) -> TensorData:
         cast = int if dtype == "int64" else float
-        return cls(tuple(cast(v) for v in values), dtype, (len(values),))
+        return cls(tuple(map(cast, values)), dtype, (len(values),))
 
     @property
     def data(self) -> tuple[float, ...] | tuple[int, ...]:

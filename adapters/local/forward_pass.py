@@ -3,16 +3,32 @@
 Training, `compute_logprobs` and sampling all go through `log_softmax_f32`, in float32, on a model
 that is always in eval mode; that shared path is what makes their logprobs agree on the same
 weights (so `kl_sample_train` is ~0 on-policy).
+
+Training and `compute_logprobs` score whole batches of sequences (`sequence_logprobs`) packed
+into rows: sequences that share a long prefix (a DPO pair's chosen and rejected replies after one
+prompt, a group of RL samples of one prompt) run that prefix once, prefix then each one's own
+suffix, and short sequences share a row instead of padding to the longest. An attention mask
+lets each suffix see only its prefix and itself, and position ids restart every suffix where its
+prefix ends, so each sequence computes what it would alone (within float rounding), on fewer
+tokens.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import cast
 
 import torch
 
+from adapters.common.training_batch import right_pad
 from kitchen.ports import Tokenizer
+
+MIN_SHARED_PREFIX = 8
+"""Sequences share a prefix only when they start with at least this many equal tokens."""
+MIN_PACKING_SAVING = 0.1
+"""Pack only when it saves at least this fraction of the right-padded batch's token slots: the
+mask costs memory and keeps GPU attention off its fastest (mask-free causal) kernel."""
 
 
 def log_softmax_f32(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
@@ -54,6 +70,168 @@ def target_logprobs(model: torch.nn.Module, input_ids_BL: torch.Tensor, targets_
     """Logprob of each target token given the inputs up to and including its position: [B, L]."""
     logits_BLV = model(input_ids=input_ids_BL, use_cache=False).logits
     return log_softmax_f32(logits_BLV).gather(-1, targets_BL.unsqueeze(-1)).squeeze(-1)
+
+
+Group = tuple[int, list[int]]
+"""Sequences sharing a prefix: (its length, their indices); a lone sequence is its own prefix."""
+
+
+def _shared_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens `a` and `b` have in common."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def prefix_groups(inputs_D: Sequence[Sequence[int]]) -> list[Group]:
+    """Sequences to pack together, as (shared prefix length, indices): sorting brings sequences
+    with a common prefix next to each other; one joins the group before it when they share at
+    least MIN_SHARED_PREFIX tokens and the packed row stays within twice the longest sequence (a
+    row's attention grows with the square of its length, so one shared system prompt must not
+    fold a whole batch into one row)."""
+    row_limit = 2 * max(len(tokens) for tokens in inputs_D)
+    groups: list[Group] = []
+    row_length = 0
+    for index in sorted(range(len(inputs_D)), key=lambda i: tuple(inputs_D[i])):
+        tokens = inputs_D[index]
+        if groups:
+            prefix, members = groups[-1]
+            shared = _shared_length(inputs_D[members[0]][:prefix], tokens)
+            # a shorter prefix moves its lost tokens into every member's suffix
+            packed = row_length + (prefix - shared) * (len(members) - 1) + len(tokens) - shared
+            if shared >= MIN_SHARED_PREFIX and packed <= row_limit:
+                groups[-1] = (shared, [*members, index])
+                row_length = packed
+                continue
+        groups.append((len(tokens), [index]))
+        row_length = len(tokens)
+    return groups
+
+
+def _group_length(inputs_D: Sequence[Sequence[int]], group: Group) -> int:
+    prefix, members = group
+    return prefix + sum(len(inputs_D[i]) - prefix for i in members)
+
+
+def pack_rows(inputs_D: Sequence[Sequence[int]]) -> list[list[Group]]:
+    """`prefix_groups` laid into rows as wide as the longest group, first-fit by decreasing length:
+    short sequences fill the room that padding would otherwise take."""
+    groups = prefix_groups(inputs_D)
+    lengths = [_group_length(inputs_D, group) for group in groups]
+    width = max(lengths)
+    rows: list[list[Group]] = []
+    room: list[int] = []
+    for g in sorted(range(len(groups)), key=lambda g: -lengths[g]):
+        row = next((r for r, free in enumerate(room) if lengths[g] <= free), None)
+        if row is None:
+            rows.append([])
+            room.append(width)
+            row = len(rows) - 1
+        rows[row].append(groups[g])
+        room[row] -= lengths[g]
+    return rows
+
+
+@dataclass(frozen=True)
+class PackedRows:
+    """Packed sequences: the model's inputs, and where each sequence's positions landed in the
+    flattened [B * W] rows (the sequences' positions, concatenated in order)."""
+
+    input_ids_BW: torch.Tensor
+    position_ids_BW: torch.Tensor
+    attention_mask_B1WW: torch.Tensor
+    slots_N: torch.Tensor
+
+
+def pack_sequences(
+    inputs_D: Sequence[Sequence[int]], pad_id: int, dtype: torch.dtype, device: torch.device
+) -> PackedRows | None:
+    """Pack the sequences by `pack_rows`, or None when that saves less than MIN_PACKING_SAVING of
+    the token slots of plain right padding.
+
+    Every slot has a segment (a prefix, or one sequence's suffix) and the segment it reads from
+    besides its own (a suffix's prefix; a prefix's is itself): a query attends to earlier slots of
+    those two. The additive float mask (0 where a query may attend, the dtype's minimum elsewhere)
+    works for every attention implementation that takes a 4D mask; pad slots form one segment,
+    so no softmax row is empty (an empty one would be NaN, and NaN reaches the gradients)."""
+    rows = pack_rows(inputs_D)
+    row_lengths = [sum(_group_length(inputs_D, group) for group in row) for row in rows]
+    if len(rows) * max(row_lengths) > (1 - MIN_PACKING_SAVING) * len(inputs_D) * max(map(len, inputs_D)):
+        return None
+    tokens_B: list[list[int]] = [[] for _ in rows]
+    positions_B: list[list[int]] = [[] for _ in rows]
+    segments_B: list[list[int]] = [[] for _ in rows]
+    reads_B: list[list[int]] = [[] for _ in rows]
+    slots_D: list[list[int]] = [[] for _ in inputs_D]
+    for b, row in enumerate(rows):
+        tokens, positions, segments, reads = tokens_B[b], positions_B[b], segments_B[b], reads_B[b]
+        for prefix, members in row:
+            start, prefix_segment = len(tokens), segments[-1] + 1 if segments else 0
+            tokens += inputs_D[members[0]][:prefix]
+            positions += range(prefix)
+            segments += [prefix_segment] * prefix
+            reads += [prefix_segment] * prefix
+            for k, index in enumerate(members, start=1):
+                suffix = inputs_D[index][prefix:]
+                slots_D[index] = [*range(start, start + prefix), *range(len(tokens), len(tokens) + len(suffix))]
+                tokens += suffix
+                positions += range(prefix, prefix + len(suffix))
+                segments += [prefix_segment + k] * len(suffix)
+                reads += [prefix_segment] * len(suffix)
+    width = max(len(tokens) for tokens in tokens_B)
+    cpu = torch.device("cpu")
+    segment_BW, reads_BW = right_pad(segments_B, -1, cpu), right_pad(reads_B, -1, cpu)
+    key_B1W, slot_W = segment_BW[:, None, :], torch.arange(width)
+    allowed = (slot_W[None, None, :] <= slot_W[None, :, None]) & (
+        (key_B1W == segment_BW[:, :, None]) | (key_B1W == reads_BW[:, :, None])
+    )
+    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
+    offsets = {index: b * width for b, row in enumerate(rows) for _, members in row for index in members}
+    slots_N = torch.tensor([offsets[d] + slot for d, slots in enumerate(slots_D) for slot in slots], dtype=torch.long)
+    return PackedRows(
+        right_pad(tokens_B, pad_id, device),
+        right_pad(positions_B, 0, device),
+        mask[:, None].to(device),
+        slots_N.to(device),
+    )
+
+
+def _attends_fully(model: torch.nn.Module) -> bool:
+    """Whether every layer attends to the whole context: a 4D mask replaces the model's own masks,
+    sliding windows included, so a model with windowed layers is never packed."""
+    config = getattr(model, "config", None)
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types is not None:
+        return all(kind == "full_attention" for kind in layer_types)
+    return getattr(config, "sliding_window", None) is None
+
+
+def sequence_logprobs(
+    model: torch.nn.Module, inputs_D: Sequence[Sequence[int]], targets_D: Sequence[Sequence[int]], pad_id: int
+) -> list[torch.Tensor]:
+    """Logprob of each sequence's target tokens (target t given inputs[: t + 1]): [L_d] each.
+    Sequences are packed (see the module docstring) where that pays and the model attends fully;
+    otherwise they are right-padded, which needs no mask."""
+    parameter = next(model.parameters())
+    lengths_D = [len(tokens) for tokens in inputs_D]
+    packed = pack_sequences(inputs_D, pad_id, parameter.dtype, parameter.device) if _attends_fully(model) else None
+    if packed is None:
+        targets_BL = right_pad(targets_D, pad_id, parameter.device)
+        logprobs_BL = target_logprobs(model, right_pad(inputs_D, pad_id, parameter.device), targets_BL)
+        return [logprobs_BL[row, :length] for row, length in enumerate(lengths_D)]
+    logits_BWV = model(
+        input_ids=packed.input_ids_BW,
+        position_ids=packed.position_ids_BW,
+        attention_mask=packed.attention_mask_B1WW,
+        use_cache=False,
+    ).logits
+    logits_NV = logits_BWV.flatten(0, 1).index_select(0, packed.slots_N)
+    targets_N = torch.tensor([t for targets in targets_D for t in targets], dtype=torch.long, device=parameter.device)
+    logprobs_N = log_softmax_f32(logits_NV).gather(-1, targets_N.unsqueeze(-1)).squeeze(-1)
+    return list(logprobs_N.split(lengths_D))
 
 
 def vocab_size(model: torch.nn.Module) -> int:

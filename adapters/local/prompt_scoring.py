@@ -1,4 +1,4 @@
-"""`compute_logprobs` requests, scored many at a time in one right-padded forward pass."""
+"""`compute_logprobs` requests, scored many at a time in one forward pass."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from adapters.common.training_batch import right_pad
-from adapters.local.forward_pass import target_logprobs
+from adapters.local.forward_pass import sequence_logprobs
 
 
 @dataclass(frozen=True)
@@ -33,12 +32,8 @@ class ScoreRequest:
 
 @torch.no_grad()
 def score_prompts(model: torch.nn.Module, requests_B: Sequence[ScoreRequest], pad_id: int) -> list[list[float | None]]:
-    """Each request's token logprobs given the tokens before them (None for the first).
-
-    Right padding needs no mask (see `right_pad`), so every row gets what it would get alone.
-    """
-    device = next(model.parameters()).device
-    inputs_BL = right_pad([r.tokens[:-1] for r in requests_B], pad_id, device)
-    targets_BL = right_pad([r.tokens[1:] for r in requests_B], pad_id, device)
-    logprobs_BL = target_logprobs(model, inputs_BL, targets_BL).tolist()
-    return [[None, *row[: r.length - 1]] for r, row in zip(requests_B, logprobs_BL, strict=True)]
+    """Each request's token logprobs given the tokens before them (None for the first); every
+    request gets what it would get alone (see `sequence_logprobs`)."""
+    inputs_D, targets_D = [r.tokens[:-1] for r in requests_B], [r.tokens[1:] for r in requests_B]
+    logprobs_D = sequence_logprobs(model, inputs_D, targets_D, pad_id)
+    return [[None, *logprobs.tolist()] for logprobs in logprobs_D]

@@ -33,7 +33,7 @@ from adapters.local.checkpoint_io import (
     save_checkpoint,
     trainable_parameters,
 )
-from adapters.local.forward_pass import pad_token_id, target_logprobs, vocab_size
+from adapters.local.forward_pass import pad_token_id, sequence_logprobs, vocab_size
 from adapters.local.request_batcher import DEFAULT_BATCH_LIMITS, BatchLimits
 from adapters.local.sampler_pool import SamplerPool
 from adapters.local.sampling_client import LocalSamplingClient
@@ -197,7 +197,9 @@ class LocalTrainingClient:
         return build_training_batch(data, required, user, float_keys, self._pad_id, self._vocab_size, self._device)
 
     def _logprobs_D(self, batch: TrainingBatch) -> list[torch.Tensor]:
-        return batch.split(target_logprobs(self._model, batch.input_ids_BL, batch.targets_BL))
+        inputs_D = [row.tolist() for row in batch.split(batch.input_ids_BL)]
+        targets_D = [row.tolist() for row in batch.split(batch.targets_BL)]
+        return sequence_logprobs(self._model, inputs_D, targets_D, self._pad_id)
 
     @contextmanager
     def _training_mode(self, backward: bool) -> Iterator[None]:

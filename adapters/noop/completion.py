@@ -10,6 +10,7 @@ states as `compute_logprobs` and `forward`.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Sequence
 
@@ -38,6 +39,16 @@ def ordinary_token_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
     return [i for i in range(len(tokenizer)) if i not in special]
 
 
+@functools.lru_cache(maxsize=64)
+def _prompt_start(weights: PseudoWeights, prompt_T: tuple[int, ...]) -> tuple[int, int]:
+    """The prompt's hash (it seeds each completion) and the context state after it: the same for
+    every completion of a prompt (a sample call makes `num_samples`), so computed once."""
+    state = weights.initial_state()
+    for token in prompt_T:
+        state = advance(state, token)
+    return hash_ints(prompt_T), state
+
+
 def generate_completion(
     weights: PseudoWeights,
     prompt_T: Sequence[int],
@@ -51,11 +62,9 @@ def generate_completion(
 
     The token that meets a stop condition is kept, as the local and Tinker samplers keep it.
     """
-    rng = random.Random(hash_ints([weights.initial_state(), hash_ints(prompt_T), sample_seed & (2**64 - 1)]))
+    prompt_hash, state = _prompt_start(weights, tuple(prompt_T))
+    rng = random.Random(hash_ints([weights.initial_state(), prompt_hash, sample_seed & (2**64 - 1)]))
     natural_length = rng.randint(1, 2 * MEAN_NATURAL_LENGTH - 1)
-    state = weights.initial_state()
-    for token in prompt_T:
-        state = advance(state, token)
     tokens_T: list[int] = []
     logprobs_T: list[float] = []
     reason: StopReason = "length"

@@ -19,7 +19,7 @@ from adapters.common.tiny import TINY_MODEL_NAME
 from adapters.common.tokenizer import load_tokenizer
 from adapters.common.training_batch import TrainingBatch, build_training_batch
 from adapters.noop.checkpoint_store import SavedWeights, SaveKind
-from adapters.noop.pseudo_logprobs import PseudoWeights, target_logprobs
+from adapters.noop.pseudo_logprobs import PseudoWeights, target_logprobs_BL
 from adapters.noop.runtime import NoopRuntime, tiny_tokenizer
 from adapters.noop.sampling_client import NoopSamplingClient
 from adapters.noop.serial_queue import SerialQueue
@@ -59,24 +59,23 @@ class NoopTrainingClient:
 
         return self.queue.submit(run)
 
-    def _logprobs_D(self, batch: TrainingBatch) -> list[list[float]]:
-        """Each datum's pseudo-logprobs of its target tokens under the current weights."""
-        inputs_D, targets_D = batch.split(batch.input_ids_BL), batch.split(batch.targets_BL)
-        return [
-            target_logprobs(self.weights, input_T.tolist(), target_T.tolist())
-            for input_T, target_T in zip(inputs_D, targets_D, strict=True)
-        ]
+    def _logprobs_D(self, batch: TrainingBatch) -> list[torch.Tensor]:
+        """Each datum's pseudo-logprobs of its target tokens under the current weights, [L_d] each,
+        scored for the whole padded batch at once."""
+        logprobs_BL = target_logprobs_BL(self.weights, batch.input_ids_BL.numpy(), batch.targets_BL.numpy())
+        return batch.split(torch.from_numpy(logprobs_BL))
 
     def _run_loss(
         self, batch: TrainingBatch, spec: LossSpec, config: dict[str, float], backward: bool
     ) -> ForwardBackwardOutput:
         logprobs_D = self._logprobs_D(batch)
-        logprobs_T = torch.tensor([lp for logprobs in logprobs_D for lp in logprobs], dtype=torch.float32)
         targets_T = torch.cat(batch.split(batch.targets_BL))
-        loss, metrics = spec(logprobs_T, {TARGET_TOKENS: targets_T, **batch.loss_inputs}, config, batch.lengths_D)
+        loss, metrics = spec(
+            torch.cat(logprobs_D), {TARGET_TOKENS: targets_T, **batch.loss_inputs}, config, batch.lengths_D
+        )
         if backward and not torch.isfinite(loss).all():
             self._nonfinite = True
-        outputs = [{"logprobs": TensorData.from_list(logprobs, "float32")} for logprobs in logprobs_D]
+        outputs = [{"logprobs": TensorData.from_torch(logprobs_T)} for logprobs_T in logprobs_D]
         return ForwardBackwardOutput(outputs, metrics)
 
     def _submit_loss(
@@ -118,7 +117,7 @@ class NoopTrainingClient:
 
         def run_custom() -> ForwardBackwardOutput:
             logprobs_D = self._logprobs_D(batch)
-            tensors_D = [torch.tensor(lp, dtype=torch.float32, requires_grad=True) for lp in logprobs_D]
+            tensors_D = [lp.clone().requires_grad_() for lp in logprobs_D]
             loss, metrics = loss_fn(data, tensors_D)
             loss.backward()
             grads = [t.grad for t in tensors_D if t.grad is not None]
@@ -126,7 +125,7 @@ class NoopTrainingClient:
                 self._nonfinite = (
                     True  # a custom loss that is not differentiable in the logprobs fails here, as for real
                 )
-            outputs = [{"logprobs": TensorData.from_list(lp, "float32")} for lp in logprobs_D]
+            outputs = [{"logprobs": TensorData.from_torch(lp)} for lp in logprobs_D]
             return ForwardBackwardOutput(outputs, {key: float(value) for key, value in metrics.items()})
 
         return self._submit("forward_backward_custom", run_custom)

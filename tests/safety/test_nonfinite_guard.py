@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import adapters.noop.training_client as noop_client
@@ -16,15 +17,15 @@ from tests.safety.helpers import FAST, assert_one_error_line, cli
 
 def _nan_at_versions(monkeypatch: pytest.MonkeyPatch, bad: set[int]) -> list[int]:
     """Pseudo-logprobs are NaN while the weights are at one of the `bad` versions."""
-    real = noop_client.target_logprobs
+    real = noop_client.target_logprobs_BL
     seen: list[int] = []
 
     def patched(weights, inputs, targets):
         seen.append(weights.version)
         values = real(weights, inputs, targets)
-        return [math.nan] * len(values) if weights.version in bad else values
+        return np.full_like(values, math.nan) if weights.version in bad else values
 
-    monkeypatch.setattr(noop_client, "target_logprobs", patched)
+    monkeypatch.setattr(noop_client, "target_logprobs_BL", patched)
     return seen
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import adapters.noop.training_client as noop_client
@@ -17,13 +18,13 @@ RL = ("backend=noop", "warm_start_steps=0", "groups_per_batch=4", "eval_every=0"
 
 
 def _nan_from_version(monkeypatch: pytest.MonkeyPatch, first_bad: int) -> None:
-    real = noop_client.target_logprobs
+    real = noop_client.target_logprobs_BL
 
     def patched(weights, inputs, targets):
         values = real(weights, inputs, targets)
-        return [math.nan] * len(values) if weights.version >= first_bad else values
+        return np.full_like(values, math.nan) if weights.version >= first_bad else values
 
-    monkeypatch.setattr(noop_client, "target_logprobs", patched)
+    monkeypatch.setattr(noop_client, "target_logprobs_BL", patched)
 
 
 @pytest.mark.parametrize("mode", [(), ("stream_minibatch.num_minibatches=2",)], ids=["sync", "stream"])

@@ -14,7 +14,16 @@ from adapters.common.stop_matcher import StopMatcher
 from adapters.common.tiny import TINY_MODEL_NAME
 from adapters.common.tokenizer import load_tokenizer
 from adapters.noop.completion import end_sequence, generate_completion
-from adapters.noop.pseudo_logprobs import LOGPROB_MAX, LOGPROB_MIN, PseudoWeights, prompt_logprobs, target_logprobs
+from adapters.noop.pseudo_logprobs import (
+    LOGPROB_MAX,
+    LOGPROB_MIN,
+    PseudoWeights,
+    advance,
+    prompt_logprobs,
+    target_logprobs,
+    target_logprobs_BL,
+    token_logprob,
+)
 from adapters.noop.runtime import tiny_vocab_ids
 from adapters.noop.serial_queue import SerialQueue
 
@@ -30,6 +39,26 @@ def test_prompt_logprobs_are_shifted_target_logprobs_in_range(weights: PseudoWei
     for value in scored[1:]:
         assert value is not None and LOGPROB_MIN <= value <= LOGPROB_MAX
         assert struct.unpack("f", struct.pack("f", value))[0] == value  # exact in float32
+
+
+@settings(max_examples=30)
+@given(weights=weights_st, rows=st.lists(st.tuples(tokens_st, tokens_st), min_size=1, max_size=6))
+def test_batch_scoring_walks_the_samplers_states(
+    weights: PseudoWeights, rows: list[tuple[list[int], list[int]]]
+) -> None:
+    """The vectorised scorer of a right-padded batch gives, on each row's real positions, exactly
+    what the sampler's one-token-at-a-time `advance` / `token_logprob` walk gives."""
+    rows = [(inputs[: len(targets)], targets[: len(inputs)]) for inputs, targets in rows]
+    width = max(len(inputs) for inputs, _ in rows)
+    padded = [[*inputs, *[7] * (width - len(inputs))] for inputs, _ in rows]
+    padded_targets = [[*targets, *[0] * (width - len(targets))] for _, targets in rows]
+    scored_BL = target_logprobs_BL(weights, padded, padded_targets)
+    for (inputs, targets), scored in zip(rows, scored_BL.tolist(), strict=True):
+        state, walked = weights.initial_state(), []
+        for token, target in zip(inputs, targets, strict=True):
+            state = advance(state, token)
+            walked.append(token_logprob(state, target))
+        assert scored[: len(inputs)] == walked
 
 
 @given(weights=weights_st, tokens=st.lists(st.integers(0, 1499), min_size=2, max_size=40))

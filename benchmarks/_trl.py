@@ -1,0 +1,153 @@
+"""What the kitchen-vs-TRL benchmarks share: the matched TRL training arguments, step clocks on
+both sides, steady-state throughput, and the alternating best-of-repeats report."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from kitchen.context import Context
+from kitchen.hooks import Hooks
+from kitchen.stage import Stage
+
+
+@dataclass(frozen=True)
+class Settings:
+    steps: int
+    warmup_steps: int
+    batch_size: int
+    max_length: int
+    learning_rate: float
+    seed: int
+    threads: int
+    model: str
+    profile: bool
+
+
+@dataclass(frozen=True)
+class Result:
+    name: str
+    items_per_second: float
+    first_loss: float
+    last_loss: float
+    tokens_per_sequence: float
+    breakdown: str = ""
+
+
+def items_per_second(settings: Settings, step_ends: list[float]) -> float:
+    """Batch items (pairs, sequences) of the steps after warm-up, over the time from the end of
+    warm-up to the last step's end."""
+    timed = step_ends[settings.warmup_steps - 1 :]
+    return (len(timed) - 1) * settings.batch_size / (timed[-1] - timed[0])
+
+
+def trl_arguments(settings: Settings, output_dir: str) -> dict[str, Any]:
+    """TRL config fields matching kitchen's defaults: AdamW betas 0.9/0.95, no weight decay, no
+    clipping, linear schedule without warm-up, float32 on the CPU, no checkpointing or saving."""
+    return {
+        "output_dir": output_dir,
+        "per_device_train_batch_size": settings.batch_size,
+        "max_steps": settings.steps,
+        "learning_rate": settings.learning_rate,
+        "lr_scheduler_type": "linear",
+        "warmup_steps": 0,
+        "adam_beta1": 0.9,
+        "adam_beta2": 0.95,
+        "adam_epsilon": 1e-8,
+        "weight_decay": 0.0,
+        "max_grad_norm": 0.0,
+        "max_length": settings.max_length,
+        "bf16": False,
+        "gradient_checkpointing": False,
+        "use_cpu": True,
+        "seed": settings.seed,
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "report_to": [],
+        "disable_tqdm": True,
+        "dataloader_num_workers": 0,
+    }
+
+
+def trl_step_clock() -> Any:
+    """A `TrainerCallback` whose `ends` are the times each TRL step ended."""
+    from transformers import TrainerCallback
+
+    class StepClock(TrainerCallback):
+        def __init__(self) -> None:
+            self.ends: list[float] = []
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.ends.append(time.perf_counter())
+
+    return StepClock()
+
+
+class KitchenStepClock(Hooks):
+    """The time each kitchen step ends, and the tokens of each training sequence. Steps are
+    pipelined (step i is collected while step i+1 is submitted), so the run's last step ends when
+    `await_last_step` has collected it."""
+
+    def __init__(self, data_stage: str) -> None:
+        self.data_stage = data_stage
+        self.ends: list[float] = []
+        self.lengths: list[int] = []
+
+    def on_step_end(self, ctx: Context, step: int) -> None:
+        if step > 0:
+            self.ends.append(time.perf_counter())  # step-1 is done; step is in flight
+
+    def after_stage(self, ctx: Context, stage: Stage, seconds: float) -> None:
+        if stage.name == "await_last_step":
+            self.ends.append(time.perf_counter())
+        if stage.name == self.data_stage:
+            self.lengths = [datum.model_input.length + 1 for datum in ctx.state["train_data"]]
+
+
+@contextmanager
+def op_profile(enabled: bool, title: str) -> Iterator[None]:
+    """When `enabled`, print the top torch ops by self CPU time of what runs inside (every thread:
+    kitchen trains on a worker thread and scores on a sampling thread)."""
+    if not enabled:
+        yield
+        return
+    from torch._C._profiler import _ExperimentalConfig
+    from torch.profiler import ProfilerActivity, profile
+
+    every_thread = _ExperimentalConfig(profile_all_threads=True)
+    with profile(activities=[ProfilerActivity.CPU], experimental_config=every_thread) as prof:
+        yield
+    print(f"-- {title}: top torch ops by self CPU time")
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12, max_name_column_width=40))
+
+
+def pin_cores(threads: int) -> None:
+    """Pin this process to `threads` cores, so neither side gets more cores than its intra-op
+    threads (kitchen overlaps some work on a second thread, which TRL cannot)."""
+    cores = sorted(os.sched_getaffinity(0))[:threads]
+    os.sched_setaffinity(0, cores)
+    print(f"pinned to cores {cores}")
+
+
+def run_alternating(contenders: dict[str, Callable[[int], Result]], repeats: int) -> dict[str, Result]:
+    """Run each contender once per repeat, in turn, and keep each one's best run (shared machines
+    are noisy); print every run's figure."""
+    runs: dict[str, list[Result]] = {name: [] for name in contenders}
+    for repeat in range(repeats):
+        for name, run in contenders.items():
+            runs[name].append(run(repeat))
+    best = {name: max(results, key=lambda r: r.items_per_second) for name, results in runs.items()}
+    print(f"load average {os.getloadavg()[0]:.1f}")
+    for result in best.values():
+        every = ", ".join(f"{r.items_per_second:.2f}" for r in runs[result.name])
+        print(
+            f"{result.name:>9}: {result.items_per_second:8.2f}/s (runs: {every})   loss "
+            f"{result.first_loss:.4f} -> {result.last_loss:.4f}   {result.tokens_per_sequence:.1f} tokens/sequence"
+        )
+        if result.breakdown:
+            print(f"{'':>11}{result.breakdown}")
+    return best

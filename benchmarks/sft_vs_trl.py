@@ -1,0 +1,157 @@
+"""Supervised fine-tuning throughput: kitchen's local backend against TRL's `SFTTrainer`.
+
+    PYTHONPATH=. python benchmarks/sft_vs_trl.py [--steps 30] [--batch-size 16] [--threads 1]
+        [--model tiny|32m|50m] [--repeats 2]
+
+Both train the same model (the embedded tiny model, or a random-weight Qwen3 model of ~32M /
+~50M parameters built by `benchmarks/_models.py`) on the shipped sl_basic prompt/completion
+records, each tokenized as prompt + completion + EOS with loss on the completion and EOS only
+(kitchen's sl_basic; TRL's prompt-completion format with `completion_only_loss`), with the same
+batch size, max length, learning rate and schedule (linear), AdamW settings (betas 0.9/0.95, no
+weight decay, no clipping), float32 on the CPU with the same number of torch threads, the process
+pinned to that many cores, alternating `--repeats` times (each framework's best run counts).
+
+Throughput is steady-state tokens/s: sequences of the steps after warm-up over the time from
+the end of warm-up to the last step's end, times each side's mean tokens per sequence. TRL is a
+benchmark-only dependency (`pip install .[bench]`). The last line is the ratio kitchen/TRL
+(goal: >= 1.1 on the 32M model).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+from pathlib import Path
+from typing import cast
+
+import torch
+
+from adapters.common.tokenizer import load_tokenizer
+from adapters.local.model_loading import load_base_model
+from benchmarks._models import model_name
+from benchmarks._trl import (
+    KitchenStepClock,
+    Result,
+    Settings,
+    items_per_second,
+    op_profile,
+    pin_cores,
+    run_alternating,
+    trl_arguments,
+    trl_step_clock,
+)
+from kitchen.config import load_config
+from kitchen.launch import run_recipe
+from kitchen.metrics import read_metrics
+from kitchen.recipe import get_recipe
+from recipes.data import shipped_data
+
+DATASET = shipped_data("sl_basic/train.jsonl")
+LOSS_KEY = "train_mean_nll"
+
+
+def run_trl(settings: Settings, workdir: Path) -> Result:
+    from datasets import Dataset
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    from trl import SFTConfig, SFTTrainer
+
+    records = [json.loads(line) for line in Path(DATASET).read_text().splitlines() if line.strip()]
+    dataset = Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in records])
+    model = cast(PreTrainedModel, load_base_model(settings.model, torch.float32))
+    config = SFTConfig(**trl_arguments(settings, str(workdir)), completion_only_loss=True, packing=False)
+    clock = trl_step_clock()
+    torch.set_num_threads(settings.threads)
+    trainer = SFTTrainer(
+        model=model,
+        args=config,
+        train_dataset=dataset,
+        processing_class=cast(PreTrainedTokenizerBase, load_tokenizer(settings.model)),
+        callbacks=[clock],
+    )
+    lengths = [len(row["input_ids"]) for row in cast(Dataset, trainer.train_dataset)]
+    with op_profile(settings.profile, "trl"):
+        trainer.train()
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    return Result("trl", items_per_second(settings, clock.ends), losses[0], losses[-1], statistics.mean(lengths))
+
+
+def run_kitchen(settings: Settings, workdir: Path) -> Result:
+    recipe = get_recipe("sl_basic")
+    overrides = {
+        "backend": "local",
+        "model_name": settings.model,
+        "local.device": "cpu",
+        "dataset": DATASET,
+        "eval_dataset": "null",
+        "batch_size": settings.batch_size,
+        "max_steps": settings.steps,
+        "num_epochs": settings.steps,  # enough epochs for max_steps
+        "max_length": settings.max_length,
+        "learning_rate": settings.learning_rate,
+        "lr_schedule": "linear",
+        "save_every": 0,
+        "eval_every": 0,
+        "seed": settings.seed,
+        "local.cpu_threads": settings.threads,
+        "log_path": str(workdir),
+    }
+    config = load_config(recipe.config_cls, None, [f"{key}={value}" for key, value in overrides.items()])
+    clock = KitchenStepClock("load_supervised_data")
+    with op_profile(settings.profile, "kitchen"):
+        run_dir = run_recipe(recipe, config, hooks=[clock], progress=False)
+    losses = [row[LOSS_KEY] for row in read_metrics(run_dir.metrics) if LOSS_KEY in row]
+    return Result(
+        "kitchen", items_per_second(settings, clock.ends), losses[0], losses[-1], statistics.mean(clock.lengths)
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--warmup-steps", type=int, default=3, help="steps left out of the timing")
+    parser.add_argument("--batch-size", type=int, default=16, help="sequences per step")
+    parser.add_argument("--max-length", type=int, default=64)
+    parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads, for both")
+    parser.add_argument("--repeats", type=int, default=2, help="alternate TRL and kitchen runs; keep each's best")
+    parser.add_argument("--model", choices=("tiny", "32m", "50m"), default="32m")
+    parser.add_argument("--no-pin", action="store_true", help="do not pin the process to --threads cores")
+    parser.add_argument("--profile", action="store_true", help="print each run's top torch ops by self CPU time")
+    args = parser.parse_args()
+    if not 1 <= args.warmup_steps < args.steps:
+        parser.error("need 1 <= --warmup-steps < --steps")
+    if not args.no_pin:
+        pin_cores(args.threads)
+    with tempfile.TemporaryDirectory() as scratch, tempfile.TemporaryDirectory() as tmp:
+        settings = Settings(
+            args.steps,
+            args.warmup_steps,
+            args.batch_size,
+            args.max_length,
+            args.learning_rate,
+            args.seed,
+            args.threads,
+            model_name(args.model, Path(scratch)),
+            args.profile,
+        )
+        print(settings)
+        best = run_alternating(
+            {
+                "trl": lambda repeat: run_trl(settings, Path(tmp) / f"trl-{repeat}"),
+                "kitchen": lambda repeat: run_kitchen(settings, Path(tmp) / f"kitchen-{repeat}"),
+            },
+            args.repeats,
+        )
+    tokens_per_second = {name: r.items_per_second * r.tokens_per_sequence for name, r in best.items()}
+    print(
+        f"model {args.model}, {args.threads} thread(s); steady-state tokens/s: "
+        + ", ".join(f"{name} {value:.0f}" for name, value in tokens_per_second.items())
+    )
+    print(f"ratio kitchen/TRL (tokens/s): {tokens_per_second['kitchen'] / tokens_per_second['trl']:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""Sequences that share a prefix run it once and short ones share rows (packed rows, a per-segment
+attention mask): each still gets, within float tolerance, the logprobs and gradients it gets
+right-padded alone."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from adapters.common.tiny import TINY_DIR
+from adapters.common.training_batch import right_pad
+from adapters.local.forward_pass import (
+    MIN_SHARED_PREFIX,
+    pack_rows,
+    pack_sequences,
+    prefix_groups,
+    sequence_logprobs,
+    target_logprobs,
+)
+from adapters.local.model_loading import load_base_model
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def model() -> torch.nn.Module:
+    return load_base_model("tiny", torch.float32).eval()
+
+
+def _sequences(seed: int) -> list[list[int]]:
+    """Three prompts with three replies each (one reply empty: the prompt alone), then unrelated
+    sequences of varied length (short ones share rows with others)."""
+    rng = random.Random(seed)
+    prompts = [[rng.randrange(1, 1500) for _ in range(rng.randint(MIN_SHARED_PREFIX + 1, 20))] for _ in range(3)]
+    replies = [[rng.randrange(1, 1500) for _ in range(n)] for n in (0, 3, 9)]
+    unrelated = [[rng.randrange(1, 1500) for _ in range(n)] for n in (2, 6, 12, 30, 3)]
+    return [p + r for p in prompts for r in replies] + unrelated
+
+
+def _plain(model: torch.nn.Module, inputs_D: list[list[int]], targets_D: list[list[int]]) -> list[torch.Tensor]:
+    logprobs_BL = target_logprobs(model, right_pad(inputs_D, 0, CPU), right_pad(targets_D, 0, CPU))
+    return [logprobs_BL[row, : len(tokens)] for row, tokens in enumerate(inputs_D)]
+
+
+def _gradients(model: torch.nn.Module, logprobs_D: list[torch.Tensor]) -> list[torch.Tensor]:
+    model.zero_grad(set_to_none=True)
+    torch.stack([(lp * (i + 1)).sum() for i, lp in enumerate(logprobs_D)]).sum().backward()
+    return [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+
+def test_packed_sequences_get_what_they_get_alone(model: torch.nn.Module) -> None:
+    sequences = _sequences(0)
+    inputs_D, targets_D = [s[:-1] for s in sequences], [s[1:] for s in sequences]
+    groups = prefix_groups(inputs_D)
+    assert sorted(len(members) for _, members in groups) == [1, 1, 1, 1, 1, 3, 3, 3]  # a prompt's replies share it
+    assert len(pack_rows(inputs_D)) < len(groups)  # and short sequences share rows
+    packed_D = sequence_logprobs(model, inputs_D, targets_D, 0)
+    plain_D = _plain(model, inputs_D, targets_D)
+    assert [lp.shape for lp in packed_D] == [lp.shape for lp in plain_D]
+    for packed, plain in zip(packed_D, plain_D, strict=True):
+        torch.testing.assert_close(packed, plain, rtol=0, atol=1e-5)
+    for packed, plain in zip(_gradients(model, packed_D), _gradients(model, plain_D), strict=True):
+        assert (packed - plain).abs().max() <= 1e-5 * plain.abs().max()  # float32 sums in another order
+
+
+def test_short_shared_prefixes_and_oversized_rows_are_not_packed() -> None:
+    short = [[1, *range(100, 110)], [1, *range(200, 210)]]  # one shared token
+    assert prefix_groups(short) == [(11, [0]), (11, [1])]
+    assert pack_sequences(short, 0, torch.float32, CPU) is None  # nothing to save: plain right padding
+    prompt = list(range(10, 10 + MIN_SHARED_PREFIX))
+    many = [[*prompt, *range(1000 + 20 * i, 1020 + 20 * i)] for i in range(4)]  # each 28 tokens
+    rows = prefix_groups(many)
+    assert all(prefix + sum(len(many[i]) - prefix for i in members) <= 2 * 28 for prefix, members in rows)
+    assert [len(members) for _, members in rows] == [2, 2]
+
+
+def test_a_model_with_sliding_window_layers_is_never_packed() -> None:
+    """A 4D mask would override the window, so such a model gets the right-padded pass, and with it
+    its windowed logprobs."""
+    config = AutoConfig.from_pretrained(TINY_DIR)
+    config.sliding_window, config.use_sliding_window = 4, True
+    config.layer_types = ["sliding_attention"] * config.num_hidden_layers
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        windowed = AutoModelForCausalLM.from_config(config).eval()
+    sequences = _sequences(1)
+    inputs_D, targets_D = [s[:-1] for s in sequences], [s[1:] for s in sequences]
+    with torch.no_grad():
+        for got, plain in zip(
+            sequence_logprobs(windowed, inputs_D, targets_D, 0), _plain(windowed, inputs_D, targets_D), strict=True
+        ):
+            torch.testing.assert_close(got, plain, rtol=0, atol=1e-6)
