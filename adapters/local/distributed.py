@@ -377,9 +377,8 @@ class DistributedTrainingClient:
                 ),
             )
             outputs = [{"logprobs": TensorData.from_torch(lp)} for logprobs, *_ in results for lp in logprobs]
-            padded = sum(r[2] for r in results)
-            real = sum(r[3] for r in results)
-            metrics = {"loss:sum": sum(r[1] for r in results), "padding_fraction": 1.0 - real / max(padded, 1)}
+            slots, filled = sum(r[2] for r in results), sum(r[3] for r in results)
+            metrics = {"loss:sum": sum(r[1] for r in results), "padding_fraction": 1.0 - filled / max(slots, 1)}
             return ForwardBackwardOutput(outputs, metrics)
 
         return job

@@ -174,7 +174,8 @@ class TrainingWorker:
         backward: bool,
     ) -> tuple[list[torch.Tensor], float, int, int]:
         """This worker's datums through a built-in loss, in `passes` micro-batches (zero-weighted
-        passes on `stand_in` where it has fewer): (logprobs per datum, loss sum, padded, real tokens)."""
+        passes on `stand_in` where it has fewer): (logprobs per datum, loss sum, token slots run,
+        slots holding a token)."""
         self._count(call)
         core = self.core
         spec = get_loss_fn(loss_fn)
@@ -184,7 +185,7 @@ class TrainingWorker:
             microbatches([d.model_input.length for d in data], core._options.max_tokens_per_microbatch) if data else []
         )
         loss_sum = 0.0
-        padded = real = 0
+        slots = filled = 0
         with core._training_mode(backward):
             for index in range(passes):
                 if index >= len(groups):
@@ -192,13 +193,12 @@ class TrainingWorker:
                     continue
                 group = groups[index]
                 batch = core._batch([data[i] for i in group], spec.required_inputs, user, spec.input_keys)
-                logprobs_D, part_loss = core._loss_pass(spec, batch, config, backward)
+                scored, part_loss = core._loss_pass(spec, batch, config, backward)
                 loss_sum += part_loss
-                padded += batch.input_ids_BL.numel()
-                real += sum(batch.lengths_D)
-                for i, logprobs in zip(group, logprobs_D, strict=True):
+                slots, filled = slots + scored.slots, filled + scored.filled
+                for i, logprobs in zip(group, scored.logprobs_D, strict=True):
                     outputs[i] = logprobs.detach().float().cpu()
-        return outputs, loss_sum, padded, real
+        return outputs, loss_sum, slots, filled
 
     def _stand_in_pass(self, stand_in: Datum, backward: bool) -> None:
         """A pass that moves nothing: it only takes part in the other workers' collectives."""
@@ -209,7 +209,7 @@ class TrainingWorker:
 
     def _stand_in_logprobs(self, stand_in: Datum) -> torch.Tensor:
         core = self.core
-        return torch.cat(core._logprobs_D(core._batch([stand_in], (TARGET_TOKENS,), "stand-in", ())))
+        return torch.cat(core._score(core._batch([stand_in], (TARGET_TOKENS,), "stand-in", ())).logprobs_D)
 
     def custom_forward(self, data: list[Datum], stand_in: Datum) -> list[torch.Tensor]:
         """This worker's share of a custom loss's datums, forward with gradients (a stand-in pass
@@ -219,7 +219,7 @@ class TrainingWorker:
         core = self.core
         with core._training_mode(backward=True):
             if data:
-                self._pending = core._logprobs_D(core._batch(data, (TARGET_TOKENS,), "custom", ()))
+                self._pending = core._score(core._batch(data, (TARGET_TOKENS,), "custom", ())).logprobs_D
             else:
                 self._pending = [self._stand_in_logprobs(stand_in)]
         return [lp.detach().float().cpu() for lp in self._pending] if data else []

@@ -144,6 +144,8 @@ class PackedRows:
     position_ids_BW: torch.Tensor
     attention_mask_B1WW: torch.Tensor
     slots_N: torch.Tensor
+    filled: int
+    """How many of the rows' slots hold a token (the rest are padding)."""
 
 
 def pack_sequences(
@@ -196,32 +198,55 @@ def pack_sequences(
         right_pad(positions_B, 0, device),
         mask[:, None].to(device),
         slots_N.to(device),
+        sum(map(len, tokens_B)),
     )
 
 
-def _attends_fully(model: torch.nn.Module) -> bool:
-    """Whether every layer attends to the whole context: a 4D mask replaces the model's own masks,
-    sliding windows included, so a model with windowed layers is never packed."""
+MASKED_ATTENTION = ("eager", "sdpa")
+"""Attention implementations that apply an arbitrary 4D float mask (flash attention and flex
+attention take none, or their own form)."""
+
+
+def takes_packed_mask(model: torch.nn.Module) -> bool:
+    """Whether one 4D mask can stand for the model's own masks, so sequences may be packed: every
+    layer attends to all earlier tokens (a 4D mask would override a sliding window, and linear
+    attention ignores it) and the attention implementation applies such a mask."""
     config = getattr(model, "config", None)
-    layer_types = getattr(config, "layer_types", None)
-    if layer_types is not None:
-        return all(kind == "full_attention" for kind in layer_types)
-    return getattr(config, "sliding_window", None) is None
+    if config is None:
+        return False
+    text_config = config.get_text_config(decoder=True)
+    if getattr(text_config, "_attn_implementation", None) not in MASKED_ATTENTION:
+        return False
+    layer_types = getattr(text_config, "layer_types", None)
+    if layer_types is None:  # configs without per-layer types slide when they name a window
+        return getattr(text_config, "sliding_window", None) is None
+    return all(kind == "full_attention" for kind in layer_types)
+
+
+@dataclass(frozen=True)
+class ScoredSequences:
+    """Each sequence's target logprobs [L_d], and what the pass cost: the token slots that went
+    through the model and how many of them held a token (a shared prefix counts once)."""
+
+    logprobs_D: list[torch.Tensor]
+    slots: int
+    filled: int
 
 
 def sequence_logprobs(
     model: torch.nn.Module, inputs_D: Sequence[Sequence[int]], targets_D: Sequence[Sequence[int]], pad_id: int
-) -> list[torch.Tensor]:
+) -> ScoredSequences:
     """Logprob of each sequence's target tokens (target t given inputs[: t + 1]): [L_d] each.
     Sequences are packed (see the module docstring) where that pays and the model attends fully;
     otherwise they are right-padded, which needs no mask."""
     parameter = next(model.parameters())
     lengths_D = [len(tokens) for tokens in inputs_D]
-    packed = pack_sequences(inputs_D, pad_id, parameter.dtype, parameter.device) if _attends_fully(model) else None
+    packed = pack_sequences(inputs_D, pad_id, parameter.dtype, parameter.device) if takes_packed_mask(model) else None
     if packed is None:
         targets_BL = right_pad(targets_D, pad_id, parameter.device)
         logprobs_BL = target_logprobs(model, right_pad(inputs_D, pad_id, parameter.device), targets_BL)
-        return [logprobs_BL[row, :length] for row, length in enumerate(lengths_D)]
+        logprobs_D = [logprobs_BL[row, :length] for row, length in enumerate(lengths_D)]
+        return ScoredSequences(logprobs_D, logprobs_BL.numel(), sum(lengths_D))
     logits_BWV = model(
         input_ids=packed.input_ids_BW,
         position_ids=packed.position_ids_BW,
@@ -231,7 +256,7 @@ def sequence_logprobs(
     logits_NV = logits_BWV.flatten(0, 1).index_select(0, packed.slots_N)
     targets_N = torch.tensor([t for targets in targets_D for t in targets], dtype=torch.long, device=parameter.device)
     logprobs_N = log_softmax_f32(logits_NV).gather(-1, targets_N.unsqueeze(-1)).squeeze(-1)
-    return list(logprobs_N.split(lengths_D))
+    return ScoredSequences(list(logprobs_N.split(lengths_D)), packed.input_ids_BW.numel(), packed.filled)
 
 
 def vocab_size(model: torch.nn.Module) -> int:

@@ -35,5 +35,5 @@ def score_prompts(model: torch.nn.Module, requests_B: Sequence[ScoreRequest], pa
     """Each request's token logprobs given the tokens before them (None for the first); every
     request gets what it would get alone (see `sequence_logprobs`)."""
     inputs_D, targets_D = [r.tokens[:-1] for r in requests_B], [r.tokens[1:] for r in requests_B]
-    logprobs_D = sequence_logprobs(model, inputs_D, targets_D, pad_id)
-    return [[None, *logprobs.tolist()] for logprobs in logprobs_D]
+    scored = sequence_logprobs(model, inputs_D, targets_D, pad_id)
+    return [[None, *logprobs.tolist()] for logprobs in scored.logprobs_D]

@@ -20,11 +20,10 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import torch
-from transformers import PreTrainedConfig
 from transformers.cache_utils import Cache
 
 from adapters.common.stop_matcher import StopMatcher
-from adapters.local.forward_pass import left_pad, log_softmax_f32
+from adapters.local.forward_pass import left_pad, log_softmax_f32, takes_packed_mask
 from adapters.local.kv_cache import packed_inputs, unpacked_cache
 from train_core.types import SamplingParams, StopReason, TokensWithLogprobs
 
@@ -131,7 +130,7 @@ def _prefill(
     )
     max_tokens = requests[0].max_tokens
     mask_BL = torch.cat([mask_RL[prompt_of_B], mask_RL.new_ones(len(prompt_of_B), max_tokens)], dim=-1)
-    if _full_attention_only(model):
+    if takes_packed_mask(model):
         logits_RV, caches = _packed_prefill(model, prompts, device)
         lengths_R = mask_RL.sum(-1)
         source_RL = (lengths_R.cumsum(0) - lengths_R)[:, None] + positions_RL  # each slot's packed position
@@ -142,18 +141,6 @@ def _prefill(
     )
     output.past_key_values.batch_select_indices(prompt_of_B)
     return output.logits[prompt_of_B, -1, :], output.past_key_values, mask_BL, positions_RL[prompt_of_B, -1:]
-
-
-def _full_attention_only(model: torch.nn.Module) -> bool:
-    """Whether every layer attends to all earlier tokens (no sliding window, no linear attention):
-    only then does one block-diagonal mask serve every layer of a packed prefill."""
-    config = model.config
-    assert isinstance(config, PreTrainedConfig)
-    text_config = config.get_text_config(decoder=True)
-    layer_types = getattr(text_config, "layer_types", None)
-    if layer_types is None:  # configs without per-layer types slide when they name a window
-        return getattr(text_config, "sliding_window", None) is None
-    return all(kind == "full_attention" for kind in layer_types)
 
 
 def _packed_prefill(

@@ -33,7 +33,7 @@ from adapters.local.checkpoint_io import (
     save_checkpoint,
     trainable_parameters,
 )
-from adapters.local.forward_pass import pad_token_id, sequence_logprobs, vocab_size
+from adapters.local.forward_pass import ScoredSequences, pad_token_id, sequence_logprobs, vocab_size
 from adapters.local.request_batcher import DEFAULT_BATCH_LIMITS, BatchLimits
 from adapters.local.sampler_pool import SamplerPool
 from adapters.local.sampling_client import LocalSamplingClient
@@ -196,7 +196,7 @@ class LocalTrainingClient:
     ) -> TrainingBatch:
         return build_training_batch(data, required, user, float_keys, self._pad_id, self._vocab_size, self._device)
 
-    def _logprobs_D(self, batch: TrainingBatch) -> list[torch.Tensor]:
+    def _score(self, batch: TrainingBatch) -> ScoredSequences:
         inputs_D = [row.tolist() for row in batch.split(batch.input_ids_BL)]
         targets_D = [row.tolist() for row in batch.split(batch.targets_BL)]
         return sequence_logprobs(self._model, inputs_D, targets_D, self._pad_id)
@@ -216,16 +216,16 @@ class LocalTrainingClient:
 
     def _loss_pass(
         self, spec: LossSpec, batch: TrainingBatch, config: dict[str, float], backward: bool
-    ) -> tuple[list[torch.Tensor], float]:
+    ) -> tuple[ScoredSequences, float]:
         """One micro-batch through a built-in loss (gradients accumulate when `backward`): its
         per-datum logprobs and its `loss:sum`. A NaN/inf loss is remembered for the optim step."""
         with torch.set_grad_enabled(backward):
-            logprobs_D = self._logprobs_D(batch)
-            loss, metrics = spec(torch.cat(logprobs_D), batch.loss_inputs, config, batch.lengths_D)
+            scored = self._score(batch)
+            loss, metrics = spec(torch.cat(scored.logprobs_D), batch.loss_inputs, config, batch.lengths_D)
         if backward:
             loss.backward()
             self._nonfinite_loss |= not bool(torch.isfinite(loss.detach()).all())
-        return logprobs_D, metrics["loss:sum"]
+        return scored, metrics["loss:sum"]
 
     def _run_loss(
         self,
@@ -236,23 +236,22 @@ class LocalTrainingClient:
     ) -> ForwardBackwardOutput:
         outputs: list[dict[str, TensorData]] = [{} for _ in range(sum(len(group) for group, _ in parts))]
         loss_sum = 0.0
-        padded = real = 0
+        slots = filled = 0
         with self._training_mode(backward):
             for group, batch in parts:
-                logprobs_D, part_loss = self._loss_pass(spec, batch, config, backward)
+                scored, part_loss = self._loss_pass(spec, batch, config, backward)
                 loss_sum += part_loss
-                padded += batch.input_ids_BL.numel()
-                real += sum(batch.lengths_D)
-                for index, logprobs in zip(group, logprobs_D, strict=True):
+                slots, filled = slots + scored.slots, filled + scored.filled
+                for index, logprobs in zip(group, scored.logprobs_D, strict=True):
                     outputs[index] = {"logprobs": TensorData.from_torch(logprobs)}
-        metrics = {"loss:sum": loss_sum, "padding_fraction": 1.0 - real / padded}
+        metrics = {"loss:sum": loss_sum, "padding_fraction": 1.0 - filled / slots}
         return ForwardBackwardOutput(outputs, metrics)
 
     def _run_custom(self, data: Sequence[Datum], batch: TrainingBatch, loss_fn: CustomLossFn) -> ForwardBackwardOutput:
         """A custom loss sees every datum's logprobs at once (it may couple them, as DPO's pairs
         do), so it is never split into micro-batches."""
         with self._training_mode(backward=True):
-            logprobs_D = self._logprobs_D(batch)
+            logprobs_D = self._score(batch).logprobs_D
         metrics, finite = backward_custom_loss(loss_fn, data, logprobs_D)
         self._nonfinite_loss |= not finite
         return ForwardBackwardOutput([{"logprobs": TensorData.from_torch(lp)} for lp in logprobs_D], metrics)

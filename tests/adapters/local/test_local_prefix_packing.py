@@ -18,6 +18,7 @@ from adapters.local.forward_pass import (
     pack_sequences,
     prefix_groups,
     sequence_logprobs,
+    takes_packed_mask,
     target_logprobs,
 )
 from adapters.local.model_loading import load_base_model
@@ -57,8 +58,11 @@ def test_packed_sequences_get_what_they_get_alone(model: torch.nn.Module) -> Non
     groups = prefix_groups(inputs_D)
     assert sorted(len(members) for _, members in groups) == [1, 1, 1, 1, 1, 3, 3, 3]  # a prompt's replies share it
     assert len(pack_rows(inputs_D)) < len(groups)  # and short sequences share rows
-    packed_D = sequence_logprobs(model, inputs_D, targets_D, 0)
-    plain_D = _plain(model, inputs_D, targets_D)
+    scored = sequence_logprobs(model, inputs_D, targets_D, 0)
+    packed_D, plain_D = scored.logprobs_D, _plain(model, inputs_D, targets_D)
+    # what the pass cost: each shared prefix once, and fewer slots than right padding
+    assert scored.filled == sum(map(len, inputs_D)) - sum(prefix * (len(m) - 1) for prefix, m in groups)
+    assert scored.filled < scored.slots < len(inputs_D) * max(map(len, inputs_D))
     assert [lp.shape for lp in packed_D] == [lp.shape for lp in plain_D]
     for packed, plain in zip(packed_D, plain_D, strict=True):
         torch.testing.assert_close(packed, plain, rtol=0, atol=1e-5)
@@ -90,6 +94,21 @@ def test_a_model_with_sliding_window_layers_is_never_packed() -> None:
     inputs_D, targets_D = [s[:-1] for s in sequences], [s[1:] for s in sequences]
     with torch.no_grad():
         for got, plain in zip(
-            sequence_logprobs(windowed, inputs_D, targets_D, 0), _plain(windowed, inputs_D, targets_D), strict=True
+            sequence_logprobs(windowed, inputs_D, targets_D, 0).logprobs_D,
+            _plain(windowed, inputs_D, targets_D),
+            strict=True,
         ):
             torch.testing.assert_close(got, plain, rtol=0, atol=1e-6)
+
+
+def test_only_attention_that_applies_a_4d_mask_is_packed() -> None:
+    """Flash and flex attention take no arbitrary 4D float mask: with them the model would see
+    its neighbours in the row, so only eager and sdpa models are packed."""
+    config = AutoConfig.from_pretrained(TINY_DIR)
+    verdicts = {}
+    for implementation in ("eager", "sdpa", "flash_attention_2", "flex_attention"):
+        config._attn_implementation = implementation
+        model = torch.nn.Module()
+        model.config = config
+        verdicts[implementation] = takes_packed_mask(model)
+    assert verdicts == {"eager": True, "sdpa": True, "flash_attention_2": False, "flex_attention": False}
