@@ -3,11 +3,13 @@ both sides, steady-state throughput, and the alternating best-of-repeats report.
 
 from __future__ import annotations
 
+import argparse
 import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kitchen.context import Context
@@ -26,6 +28,45 @@ class Settings:
     threads: int
     model: str
     profile: bool
+
+
+def benchmark_parser(description: str, items: str, default_model: str) -> argparse.ArgumentParser:
+    """The options every kitchen-vs-TRL benchmark takes (`items`: what a batch counts)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--warmup-steps", type=int, default=3, help="steps left out of the timing")
+    parser.add_argument("--batch-size", type=int, default=16, help=f"{items} per step")
+    parser.add_argument("--max-length", type=int, default=64)
+    parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads, for both")
+    parser.add_argument("--repeats", type=int, default=2, help="alternate TRL and kitchen runs; keep each's best")
+    parser.add_argument("--model", choices=("tiny", "32m", "50m"), default=default_model)
+    parser.add_argument("--no-pin", action="store_true", help="do not pin the process to --threads cores")
+    parser.add_argument("--profile", action="store_true", help="print each run's top torch ops by self CPU time")
+    return parser
+
+
+def settings_fields(parser: argparse.ArgumentParser, args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
+    """`Settings`' fields from `benchmark_parser`'s options (the model built under `scratch`), after
+    checking them and pinning the process to `--threads` cores."""
+    from benchmarks._models import model_name
+
+    if not 1 <= args.warmup_steps < args.steps:
+        parser.error("need 1 <= --warmup-steps < --steps")
+    if not args.no_pin:
+        pin_cores(args.threads)
+    return {
+        "steps": args.steps,
+        "warmup_steps": args.warmup_steps,
+        "batch_size": args.batch_size,
+        "max_length": args.max_length,
+        "learning_rate": args.learning_rate,
+        "seed": args.seed,
+        "threads": args.threads,
+        "model": model_name(args.model, scratch),
+        "profile": args.profile,
+    }
 
 
 @dataclass(frozen=True)

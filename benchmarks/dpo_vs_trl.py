@@ -32,7 +32,6 @@ dataset preparation. TRL is a benchmark-only dependency (`pip install .[bench]`)
 
 from __future__ import annotations
 
-import argparse
 import copy
 import statistics
 import tempfile
@@ -44,15 +43,15 @@ import torch
 
 from adapters.common.tokenizer import load_tokenizer
 from adapters.local.model_loading import load_base_model
-from benchmarks._models import model_name
 from benchmarks._trl import (
     KitchenStepClock,
     Result,
     Settings,
+    benchmark_parser,
     items_per_second,
     op_profile,
-    pin_cores,
     run_alternating,
+    settings_fields,
     trl_arguments,
     trl_step_clock,
 )
@@ -179,38 +178,12 @@ def run_kitchen(settings: DPOSettings, workdir: Path) -> Result:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--warmup-steps", type=int, default=3, help="steps left out of the timing")
-    parser.add_argument("--batch-size", type=int, default=16, help="pairs per step")
-    parser.add_argument("--max-length", type=int, default=64)
+    parser = benchmark_parser(__doc__.splitlines()[0], "pairs", "tiny")
     parser.add_argument("--beta", type=float, default=0.1)
-    parser.add_argument("--learning-rate", type=float, default=1e-3)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads, for both")
-    parser.add_argument("--repeats", type=int, default=2, help="alternate TRL and kitchen runs; keep each's best")
-    parser.add_argument("--model", choices=("tiny", "32m", "50m"), default="tiny")
     parser.add_argument("--lean-trl", action="store_true", help="also run TRL without its per-token metrics")
-    parser.add_argument("--no-pin", action="store_true", help="do not pin the process to --threads cores")
-    parser.add_argument("--profile", action="store_true", help="print each run's top torch ops by self CPU time")
     args = parser.parse_args()
-    if not 1 <= args.warmup_steps < args.steps:
-        parser.error("need 1 <= --warmup-steps < --steps")
-    if not args.no_pin:
-        pin_cores(args.threads)
     with tempfile.TemporaryDirectory() as scratch, tempfile.TemporaryDirectory() as tmp:
-        settings = DPOSettings(
-            args.steps,
-            args.warmup_steps,
-            args.batch_size,
-            args.max_length,
-            args.learning_rate,
-            args.seed,
-            args.threads,
-            model_name(args.model, Path(scratch)),
-            args.profile,
-            args.beta,
-        )
+        settings = DPOSettings(**settings_fields(parser, args, Path(scratch)), beta=args.beta)
         print(settings)
         contenders = {"trl": lambda repeat: run_trl(settings, Path(tmp) / f"trl-{repeat}")}
         if args.lean_trl:
