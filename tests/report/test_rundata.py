@@ -113,8 +113,8 @@ def test_only_a_config_is_a_run_that_has_not_started(tmp_path: Path) -> None:
 
 
 def test_failed_run_names_the_stage(tmp_path: Path) -> None:
-    data = tmp_path / "train.jsonl"  # parses (preflight passes), but line 2 cannot become an example
-    data.write_text('{"prompt": "a", "completion": "b"}\n{"prompt": 7, "completion": "b"}\n')
+    data = tmp_path / "train.jsonl"  # valid records (preflight passes), but fewer than one batch
+    data.write_text('{"prompt": "a", "completion": "b"}\n{"prompt": "c", "completion": "d"}\n')
     recipe = get_recipe("sl_basic")
     config = load_config(
         recipe.config_cls, None, ["backend=noop", f"dataset={data}", "eval_dataset=null", f"log_path={tmp_path / 'r'}"]
@@ -123,4 +123,4 @@ def test_failed_run_names_the_stage(tmp_path: Path) -> None:
         run_recipe(recipe, config, progress=False)
     status = load_run(tmp_path / "r", time.time()).status
     assert status.state == "failed" and status.failed_stage == "load_supervised_data"
-    assert "line 2" in (status.error or "")
+    assert "fewer than one batch" in (status.error or "")
