@@ -34,6 +34,7 @@ from torch.profiler import ProfilerActivity, profile
 from adapters.common.stop_matcher import StopMatcher
 from adapters.common.tokenizer import load_tokenizer
 from adapters.local.backend import LocalBackend
+from adapters.local.forward_pass import left_pad
 from adapters.local.model_loading import load_base_model
 from adapters.local.sampler import SampleRequest, sample_batch
 from benchmarks._models import model_name
@@ -60,12 +61,7 @@ class Timer:
 
 def hf_inputs(prompts: list[list[int]], max_tokens: int) -> tuple[torch.Tensor, dict[str, Any]]:
     """The left-padded batch and the `generate` arguments that decode exactly `max_tokens` tokens."""
-    width = max(len(p) for p in prompts)
-    input_ids = torch.full((len(prompts), width), PAD_ID, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for row, prompt in enumerate(prompts):
-        input_ids[row, width - len(prompt) :] = torch.tensor(prompt)
-        mask[row, width - len(prompt) :] = 1
+    input_ids, mask, _ = left_pad(prompts, PAD_ID, torch.device("cpu"))
     kwargs = {
         "attention_mask": mask,
         "do_sample": True,

@@ -177,6 +177,7 @@ class WorkerGroup:
         self.shape = shape
         self._ray = ray = ensure_ray(shape.options.ray_address)
         self.broken: str | None = None
+        self._stopped = False
         resources = {"num_gpus": 1, "num_cpus": 1} if shape.use_cuda else {"num_cpus": 0}
         actor = ray.remote(**resources)(TrainingWorker)
         size = shape.options.num_workers
@@ -240,9 +241,11 @@ class WorkerGroup:
         raise WorkerFailure(f"distributed training: {reason}")
 
     def stop(self) -> None:
-        """Leave the process group and end the worker processes (gone already if Ray was shut down)."""
-        if not self._ray.is_initialized():
+        """Leave the process group and end the worker processes (gone already if Ray was shut down);
+        a second stop does nothing."""
+        if self._stopped or not self._ray.is_initialized():
             return
+        self._stopped = True
         if self.broken is None:
             with contextlib.suppress(Exception):  # they are killed next either way
                 self._ray.get([w.close.remote() for w in self._workers], timeout=30)
@@ -259,10 +262,13 @@ class WorkerPool:
         self._lock = threading.Lock()  # clients are made on worker threads, possibly at once
         self._idle: dict[WorkerShape, list[WorkerGroup]] = {}
         self._groups: list[WorkerGroup] = []  # idle or in use: stopped when the pool is closed
+        self._closed = False
 
     def acquire(self, shape: WorkerShape, identity: ModelIdentity) -> WorkerGroup:
         """A group of `shape` holding `identity`'s base weights and a fresh optimizer."""
         with self._lock:
+            if self._closed:
+                raise KitchenError("the distributed workers were already shut down (their backend is closed)")
             idle = self._idle.get(shape)
             group = idle.pop() if idle else None
         if group is None:
@@ -277,20 +283,25 @@ class WorkerPool:
         return group
 
     def release(self, group: WorkerGroup) -> None:
-        """Back to the idle groups, its model dropped; a broken group is stopped instead."""
-        with contextlib.suppress(WorkerFailure):  # it breaks the group, which is handled below
-            group.call("release", lambda w, rank: w.release.remote())
+        """Back to the idle groups, its model dropped; a broken group, or any group once the pool
+        is closed (its client outlived the backend, or start-up raced `close`), is stopped instead."""
         with self._lock:
-            if group.broken is None:
+            closed = self._closed
+        if not closed:
+            with contextlib.suppress(WorkerFailure):  # it breaks the group, which is handled below
+                group.call("release", lambda w, rank: w.release.remote())
+        with self._lock:
+            if group.broken is None and not self._closed:
                 self._idle.setdefault(group.shape, []).append(group)
                 return
-            self._groups.remove(group)
+            if group in self._groups:
+                self._groups.remove(group)
         group.stop()
 
     def close(self) -> None:
-        """Stop every group, idle or not."""
+        """Stop every group, idle or not; later releases stop their group."""
         with self._lock:
-            groups, self._groups, self._idle = self._groups, [], {}
+            groups, self._groups, self._idle, self._closed = self._groups, [], {}, True
         for group in groups:
             group.stop()
 

@@ -152,7 +152,7 @@ class TrainingWorker:
 
     @property
     def core(self) -> _ShardedCore:
-        assert self._core is not None, "setup() first"
+        assert self._core is not None, "build() first"
         return self._core
 
     def _count(self, call: str) -> None:
@@ -234,7 +234,8 @@ class TrainingWorker:
             surrogate = torch.stack([(g.to(lp.device, lp.dtype) * lp).sum() for g, lp in pairs]).sum()
         else:
             surrogate = torch.cat(logprobs_D).sum() * 0.0
-        surrogate.backward()
+        with self.core._training_mode(backward=True):  # checkpointed layers recompute in the forward's mode
+            surrogate.backward()
         self.core._nonfinite_loss |= nonfinite
 
     def optim_step(self, adam: AdamParams) -> dict[str, float]:

@@ -2,7 +2,8 @@
 
 Prefill: prompts of different lengths, left-padded into one batch, would send every pad through
 the model (on the benchmark's prompts of 8 to 40 tokens, 608 positions for 350 tokens). Instead
-they run packed end to end in one row under a block-diagonal causal mask (`packed_inputs`), and
+they run packed end to end, in rows of up to the sampler's PACK_TOKENS, under a block-diagonal
+causal mask (`packed_inputs`), and
 their keys and values are then laid out left-padded, one row per sample (`unpacked_cache`).
 
 Decode: Hugging Face's `DynamicCache` grows by `torch.cat`, copying every layer's whole cache on

@@ -249,10 +249,11 @@ class LocalTrainingClient:
 
     def _run_custom(self, data: Sequence[Datum], batch: TrainingBatch, loss_fn: CustomLossFn) -> ForwardBackwardOutput:
         """A custom loss sees every datum's logprobs at once (it may couple them, as DPO's pairs
-        do), so it is never split into micro-batches."""
+        do), so it is never split into micro-batches. The backward runs in the forward's mode: a
+        gradient-checkpointed layer recomputes its forward then, dropout included."""
         with self._training_mode(backward=True):
             logprobs_D = self._score(batch).logprobs_D
-        metrics, finite = backward_custom_loss(loss_fn, data, logprobs_D)
+            metrics, finite = backward_custom_loss(loss_fn, data, logprobs_D)
         self._nonfinite_loss |= not finite
         return ForwardBackwardOutput([{"logprobs": TensorData.from_torch(lp)} for lp in logprobs_D], metrics)
 

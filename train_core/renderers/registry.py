@@ -38,6 +38,9 @@ _FACTORIES: dict[str, RendererFactory] = {
     "hf_chat_template": HfChatTemplateRenderer,
 }
 
+_DECLARED_ROLES: dict[str, frozenset[str]] = {}
+"""Roles given to `register_renderer` for factories whose class does not say."""
+
 # First match wins; patterns run against the lowercased model name or path.
 _RECOMMENDATIONS: tuple[tuple[str, str], ...] = (
     (r"^tiny$", "role_colon"),
@@ -51,11 +54,19 @@ _RECOMMENDATIONS: tuple[tuple[str, str], ...] = (
 FALLBACK_RENDERER = "hf_chat_template"
 
 
-def register_renderer(name: str, factory: RendererFactory, *, replace: bool = False) -> None:
-    """Adds a user renderer; re-registering a name needs `replace=True` so typos do not shadow."""
+def register_renderer(
+    name: str, factory: RendererFactory, *, roles: frozenset[str] | None = None, replace: bool = False
+) -> None:
+    """Adds a user renderer; re-registering a name needs `replace=True` so typos do not shadow.
+    `roles`: the message roles its renderers accept, checked in the data before the run starts;
+    by default a Renderer class's own `roles` (a plain function factory: the standard roles)."""
     if name in _FACTORIES and not replace:
         raise RendererError(f"a renderer named {name!r} is already registered (pass replace=True)")
     _FACTORIES[name] = factory
+    if roles is None:
+        _DECLARED_ROLES.pop(name, None)
+    else:
+        _DECLARED_ROLES[name] = frozenset(roles)
 
 
 def renderer_names() -> list[str]:
@@ -76,6 +87,8 @@ def renderer_roles(name: str) -> frozenset[str]:
     """The message roles renderer `name` has a format for, known without a tokenizer (a renderer
     class declares them in `roles`), so data can be checked before any model is loaded."""
     factory = _factory(name)
+    if name in _DECLARED_ROLES:
+        return _DECLARED_ROLES[name]
     roles = getattr(getattr(factory, "func", factory), "roles", STANDARD_ROLES)
     return roles if isinstance(roles, frozenset) else STANDARD_ROLES
 

@@ -9,7 +9,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from adapters.common.stop_matcher import StopMatcher
 from adapters.common.tiny import TINY_DIR
-from adapters.local.forward_pass import left_pad
+from adapters.local.forward_pass import left_pad, takes_packed_mask
 from adapters.local.kv_cache import packed_inputs, unpacked_cache
 from adapters.local.model_loading import load_base_model
 from adapters.local.sampler import PACK_TOKENS, SampleRequest, sample_batch
@@ -33,7 +33,7 @@ def test_packed_prefill_and_in_place_decode_give_the_padded_dynamic_cache_logits
     assert torch.allclose(packed.logits[0], reference.logits[:, -1], atol=1e-5)
 
     starts = torch.tensor([0, len(PROMPTS[0]), len(PROMPTS[0]) + len(PROMPTS[1])])
-    # room for one decode position: the buffers must grow (twice) during the five steps below
+    # room for one decode position: the buffers must grow during the five steps below
     cache = unpacked_cache([packed.past_key_values], starts[:, None] + positions, mask, room=1)
     dynamic = reference.past_key_values
     step_tokens = torch.tensor([[3, 17, 250], [99, 4, 1400], [7, 7, 7], [1000, 2, 60], [45, 45, 45]])
@@ -67,6 +67,7 @@ def test_a_model_with_sliding_window_layers_samples_as_its_full_attention_twin(t
     config.layer_types = ["sliding_attention", "full_attention", "sliding_attention"]
     sliding = AutoModelForCausalLM.from_config(config).eval()
     sliding.load_state_dict(full.state_dict())
+    assert not takes_packed_mask(sliding)  # a packed prefill's mask would override the window
     params = SamplingParams(max_tokens=12, temperature=1.0)
     requests = [SampleRequest(p, 2, 12, seed, params, StopMatcher(None, tokenizer)) for seed, p in enumerate(PROMPTS)]
     expected = sample_batch(full, requests, PAD_ID)

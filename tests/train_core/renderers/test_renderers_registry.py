@@ -21,6 +21,8 @@ from train_core.renderers import (
     renderer_names,
 )
 from train_core.renderers.deepseek_v3 import DeepSeekV3Renderer
+from train_core.renderers.messages import STANDARD_ROLES
+from train_core.renderers.registry import renderer_roles
 from train_core.renderers.role_colon import RoleColonRenderer
 from train_core.renderers.tokenizer import TokenCodec
 
@@ -69,6 +71,20 @@ def test_user_renderers_register_and_replace_only_on_request(
         register_renderer("mine", DeepSeekV3Renderer)
     register_renderer("mine", DeepSeekV3Renderer, replace=True)
     assert isinstance(get_renderer("mine", tokenizer), DeepSeekV3Renderer)
+
+
+def test_a_function_factory_declares_the_roles_its_renderers_accept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Data is checked against the roles before any tokenizer exists: a class says them itself, a
+    plain function factory declares them (or gets the standard roles)."""
+    monkeypatch.setattr(registry, "_FACTORIES", dict(registry._FACTORIES))
+    monkeypatch.setattr(registry, "_DECLARED_ROLES", {})
+    register_renderer("plain", lambda tokenizer: RoleColonRenderer(tokenizer))
+    assert renderer_roles("plain") == STANDARD_ROLES
+    with_critic = STANDARD_ROLES | {"critic"}
+    register_renderer("plain", lambda tokenizer: RoleColonRenderer(tokenizer), roles=with_critic, replace=True)
+    assert renderer_roles("plain") == with_critic
+    register_renderer("plain", RoleColonRenderer, replace=True)  # re-registered without: the class's own again
+    assert renderer_roles("plain") == RoleColonRenderer.roles
 
 
 @pytest.mark.parametrize(
