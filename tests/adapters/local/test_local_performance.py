@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from adapters.local import LocalBackend
+from adapters.local.model_loading import LoraOptions
 from adapters.local.training_client import LocalTrainingClient, TrainingOptions, make_adamw, microbatches
 from train_core.rl.metrics import compute_kl_sample_train
 from train_core.types import AdamParams, Datum, ModelInput, SamplingParams, TensorData
@@ -104,6 +105,38 @@ def test_gradient_checkpointing_recomputes_layers_in_the_backward_pass(
     asyncio.run(backend.close())
     assert forward_only == 1
     assert with_backward == (2 if checkpointing else 1)
+
+
+def _custom_loss_gradients(tmp_path: Path, data: list[Datum], checkpointing: bool) -> list[torch.Tensor]:
+    """LoRA with dropout, a custom loss, the dropout masks drawn from one seed."""
+    training = TrainingOptions(train_mode=True, gradient_checkpointing=checkpointing)
+    backend = LocalBackend(tmp_path, device="cpu", dtype="float64", training=training, lora=LoraOptions(dropout=0.5))
+
+    def loss_fn(batch: list[Datum], logprobs_D: list[torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+        return -sum((lp * (i + 1)).sum() for i, lp in enumerate(logprobs_D)), {}  # type: ignore[return-value]
+
+    async def run() -> list[torch.Tensor]:
+        client = await backend.create_training_client("tiny", lora_rank=4)
+        torch.manual_seed(0)
+        await (await client.forward_backward_custom(data, loss_fn))
+        return _gradients(client)
+
+    try:
+        return asyncio.run(run())
+    finally:
+        asyncio.run(backend.close())
+
+
+def test_a_custom_loss_backward_recomputes_checkpointed_layers_with_their_dropout(
+    tmp_path: Path, sl_batch: list[Datum]
+) -> None:
+    """The recompute of a checkpointed layer must run in train mode, like its forward: in eval mode
+    it would drop no activations and the gradients would belong to another network."""
+    plain = _custom_loss_gradients(tmp_path, sl_batch, checkpointing=False)
+    checkpointed = _custom_loss_gradients(tmp_path, sl_batch, checkpointing=True)
+    assert len(plain) == len(checkpointed) > 0
+    for a, b in zip(plain, checkpointed, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
 
 
 def test_fused_adamw_computes_the_default_update() -> None:
