@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -112,8 +112,8 @@ def _custom_loss_gradients(tmp_path: Path, data: list[Datum], checkpointing: boo
     training = TrainingOptions(train_mode=True, gradient_checkpointing=checkpointing)
     backend = LocalBackend(tmp_path, device="cpu", dtype="float64", training=training, lora=LoraOptions(dropout=0.5))
 
-    def loss_fn(batch: list[Datum], logprobs_D: list[torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
-        return -sum((lp * (i + 1)).sum() for i, lp in enumerate(logprobs_D)), {}  # type: ignore[return-value]
+    def loss_fn(batch: Sequence[Datum], logprobs_D: list[torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+        return -torch.stack([(lp * (i + 1)).sum() for i, lp in enumerate(logprobs_D)]).sum(), {}
 
     async def run() -> list[torch.Tensor]:
         client = await backend.create_training_client("tiny", lora_rank=4)
