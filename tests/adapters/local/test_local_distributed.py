@@ -164,16 +164,29 @@ def test_two_workers_match_one_process_and_checkpoints_cross_worker_counts(
 def test_a_closed_clients_workers_serve_the_next_client_from_the_base_weights(tmp_path: Path) -> None:
     """The pool hands the same worker group to the next client, rebuilt (LoRA, then full weights):
     its first step is a fresh client's (weights and AdamW moments reset). A custom loss that fails
-    in the driver leaves the client usable."""
+    in the driver leaves the client as it was, and a custom loss on fewer datums than workers (one
+    worker runs a stand-in pass) trains as on one process."""
+
+    def one_datum_loss(batch: Sequence[Datum], logprobs_D: list[torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+        return -logprobs_D[0].sum(), {}
 
     async def run() -> None:
         single, dist = LocalBackend(tmp_path / "one"), distributed(tmp_path / "two")
         data = batch(single)
         first = await dist.create_training_client("tiny", lora_rank=4)
-        await train(first, data, steps=1)
-        with pytest.raises(KitchenError, match="custom loss must return a scalar tensor"):
-            await (await first.forward_backward_custom(data, lambda batch, lps: (torch.tensor(0.0), {})))
-        await train(first, data, steps=1)
+        reference = await single.create_training_client("tiny", lora_rank=4)
+        for client in (first, reference):
+            await train(client, data, steps=1)
+            with pytest.raises(KitchenError, match="custom loss must return a scalar tensor"):
+                await (await client.forward_backward_custom(data, lambda batch, lps: (torch.tensor(0.0), {})))
+        assert close(await train(first, data, steps=1), await train(reference, data, steps=1))
+        losses = []
+        for client in (first, reference):
+            output = await (await client.forward_backward_custom(data[:1], one_datum_loss))
+            await (await client.optim_step(AdamParams(learning_rate=LR)))
+            after = await (await client.forward(data, "cross_entropy"))
+            losses.append([output.metrics["loss:sum"], after.metrics["loss:sum"]])
+        assert close(losses[0], losses[1]), losses
         await first.close()
         second = await dist.create_training_client("tiny")
         assert isinstance(first, DistributedTrainingClient) and isinstance(second, DistributedTrainingClient)
