@@ -192,3 +192,38 @@ def run_alternating(contenders: dict[str, Callable[[int], Result]], repeats: int
         if result.breakdown:
             print(f"{'':>11}{result.breakdown}")
     return best
+
+
+def run_kitchen_recipe(
+    recipe_name: str, settings: Settings, workdir: Path, data_stage: str, **overrides: object
+) -> tuple[Path, KitchenStepClock]:
+    """A kitchen run of `recipe_name` on the local cpu backend with the benchmark's shared settings
+    (plus the recipe's own `overrides`): its metrics file and its step clock, started at the end
+    of `data_stage`."""
+    from kitchen.config import load_config
+    from kitchen.launch import run_recipe
+    from kitchen.recipe import get_recipe
+
+    recipe = get_recipe(recipe_name)
+    shared = {
+        "backend": "local",
+        "model_name": settings.model,
+        "local.device": "cpu",
+        "eval_dataset": "null",
+        "batch_size": settings.batch_size,
+        "max_steps": settings.steps,
+        "num_epochs": settings.steps,  # enough epochs for max_steps
+        "max_length": settings.max_length,
+        "learning_rate": settings.learning_rate,
+        "lr_schedule": "linear",
+        "save_every": 0,
+        "eval_every": 0,
+        "seed": settings.seed,
+        "local.cpu_threads": settings.threads,
+        "log_path": str(workdir),
+    }
+    config = load_config(recipe.config_cls, None, [f"{k}={v}" for k, v in {**shared, **overrides}.items()])
+    clock = KitchenStepClock(data_stage)
+    with op_profile(settings.profile, "kitchen"):
+        run_dir = run_recipe(recipe, config, hooks=[clock], progress=False)
+    return run_dir.metrics, clock

@@ -44,21 +44,18 @@ import torch
 from adapters.common.tokenizer import load_tokenizer
 from adapters.local.model_loading import load_base_model
 from benchmarks._trl import (
-    KitchenStepClock,
     Result,
     Settings,
     benchmark_parser,
     items_per_second,
     op_profile,
     run_alternating,
+    run_kitchen_recipe,
     settings_fields,
     trl_arguments,
     trl_step_clock,
 )
-from kitchen.config import load_config
-from kitchen.launch import run_recipe
 from kitchen.metrics import read_metrics
-from kitchen.recipe import get_recipe
 from recipes.data import shipped_data
 from train_core.preference.datasets import load_comparisons
 
@@ -131,32 +128,10 @@ def run_trl(settings: DPOSettings, workdir: Path, lean: bool = False) -> Result:
 
 
 def run_kitchen(settings: DPOSettings, workdir: Path) -> Result:
-    recipe = get_recipe("dpo")
-    overrides = {
-        "backend": "local",
-        "model_name": settings.model,
-        "local.device": "cpu",
-        "dataset": DATASET,
-        "eval_dataset": "null",
-        "renderer": RENDERER,
-        "batch_size": settings.batch_size,
-        "max_steps": settings.steps,
-        "num_epochs": settings.steps,  # enough epochs for max_steps
-        "max_length": settings.max_length,
-        "dpo_beta": settings.beta,
-        "learning_rate": settings.learning_rate,
-        "lr_schedule": "linear",
-        "save_every": 0,
-        "eval_every": 0,
-        "seed": settings.seed,
-        "local.cpu_threads": settings.threads,
-        "log_path": str(workdir),
-    }
-    config = load_config(recipe.config_cls, None, [f"{key}={value}" for key, value in overrides.items()])
-    clock = KitchenStepClock("load_preference_data")
-    with op_profile(settings.profile, "kitchen"):
-        run_dir = run_recipe(recipe, config, hooks=[clock], progress=False)
-    rows = read_metrics(run_dir.metrics)
+    metrics, clock = run_kitchen_recipe(
+        "dpo", settings, workdir, "load_preference_data", dataset=DATASET, renderer=RENDERER, dpo_beta=settings.beta
+    )
+    rows = read_metrics(metrics)
     steady = rows[settings.warmup_steps :]
     breakdown = ", ".join(
         f"{label} {1000 * statistics.mean(row[key] for row in steady):.0f} ms"

@@ -30,21 +30,18 @@ import torch
 from adapters.common.tokenizer import load_tokenizer
 from adapters.local.model_loading import load_base_model
 from benchmarks._trl import (
-    KitchenStepClock,
     Result,
     Settings,
     benchmark_parser,
     items_per_second,
     op_profile,
     run_alternating,
+    run_kitchen_recipe,
     settings_fields,
     trl_arguments,
     trl_step_clock,
 )
-from kitchen.config import load_config
-from kitchen.launch import run_recipe
 from kitchen.metrics import read_metrics
-from kitchen.recipe import get_recipe
 from recipes.data import shipped_data
 
 DATASET = shipped_data("sl_basic/train.jsonl")
@@ -77,30 +74,8 @@ def run_trl(settings: Settings, workdir: Path) -> Result:
 
 
 def run_kitchen(settings: Settings, workdir: Path) -> Result:
-    recipe = get_recipe("sl_basic")
-    overrides = {
-        "backend": "local",
-        "model_name": settings.model,
-        "local.device": "cpu",
-        "dataset": DATASET,
-        "eval_dataset": "null",
-        "batch_size": settings.batch_size,
-        "max_steps": settings.steps,
-        "num_epochs": settings.steps,  # enough epochs for max_steps
-        "max_length": settings.max_length,
-        "learning_rate": settings.learning_rate,
-        "lr_schedule": "linear",
-        "save_every": 0,
-        "eval_every": 0,
-        "seed": settings.seed,
-        "local.cpu_threads": settings.threads,
-        "log_path": str(workdir),
-    }
-    config = load_config(recipe.config_cls, None, [f"{key}={value}" for key, value in overrides.items()])
-    clock = KitchenStepClock("load_supervised_data")
-    with op_profile(settings.profile, "kitchen"):
-        run_dir = run_recipe(recipe, config, hooks=[clock], progress=False)
-    losses = [row[LOSS_KEY] for row in read_metrics(run_dir.metrics) if LOSS_KEY in row]
+    metrics, clock = run_kitchen_recipe("sl_basic", settings, workdir, "load_supervised_data", dataset=DATASET)
+    losses = [row[LOSS_KEY] for row in read_metrics(metrics) if LOSS_KEY in row]
     return Result(
         "kitchen", items_per_second(settings, clock.ends), losses[0], losses[-1], statistics.mean(clock.lengths)
     )
