@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from train_core.preference.losses import PairBatch, PreferenceLossParams, preference_loss
+from train_core.preference.losses import PairBatch, PreferenceLossParams, pair_metrics, preference_loss
 from train_core.types import Datum
 
 if TYPE_CHECKING:
@@ -34,7 +34,6 @@ def dpo_loss(
     Metrics: `dpo_loss`, `accuracy = mean(c > r)`, `margin = mean(beta*c - beta*r)`,
     `chosen_reward = mean(beta*c)`, `rejected_reward = mean(beta*r)`, `num_pairs`.
     """
-    import torch
     import torch.nn.functional as F
 
     shapes = {t.shape for t in (chosen_logprobs_P, rejected_logprobs_P, chosen_ref_logprobs_P, rejected_ref_logprobs_P)}
@@ -44,19 +43,8 @@ def dpo_loss(
         raise ValueError("dpo_loss needs at least one pair")
     chosen_logratio_P = chosen_logprobs_P - chosen_ref_logprobs_P
     rejected_logratio_P = rejected_logprobs_P - rejected_ref_logprobs_P
-    chosen_reward_P = beta * chosen_logratio_P
-    rejected_reward_P = beta * rejected_logratio_P
-    loss = -F.logsigmoid(chosen_reward_P - rejected_reward_P).mean()
-    with torch.no_grad():
-        metrics = {
-            "dpo_loss": loss.item(),
-            "accuracy": (chosen_logratio_P > rejected_logratio_P).float().mean().item(),
-            "margin": (chosen_reward_P - rejected_reward_P).mean().item(),
-            "chosen_reward": chosen_reward_P.mean().item(),
-            "rejected_reward": rejected_reward_P.mean().item(),
-            "num_pairs": float(chosen_logprobs_P.numel()),
-        }
-    return loss, metrics
+    loss = -F.logsigmoid(beta * chosen_logratio_P - beta * rejected_logratio_P).mean()
+    return loss, pair_metrics(loss, chosen_logratio_P, rejected_logratio_P, beta)
 
 
 def pair_sequence_logprobs(

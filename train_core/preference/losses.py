@@ -124,22 +124,30 @@ def preference_loss(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The mean loss of `loss_type` over the pairs, and DPO-style metrics (`dpo_loss` holds the
     loss value whatever the type; rewards are `beta * (logp - logp_ref)`)."""
-    import torch
 
     if loss_type not in PREFERENCE_LOSSES:
         raise ValueError(f"unknown preference loss {loss_type!r} (known: {', '.join(PREFERENCE_LOSSES)})")
     if batch.chosen.numel() == 0:
         raise ValueError("a preference loss needs at least one pair")
     loss = PREFERENCE_LOSSES[loss_type].formula(batch, params).mean()
+    return loss, pair_metrics(loss, batch.chosen - batch.chosen_ref, batch.rejected - batch.rejected_ref, params.beta)
+
+
+def pair_metrics(
+    loss: torch.Tensor, chosen_logratio_P: torch.Tensor, rejected_logratio_P: torch.Tensor, beta: float
+) -> dict[str, float]:
+    """DPO-style metrics of P pairs from their log-ratios `c = lp - ref` (chosen) and `r`
+    (rejected): `dpo_loss` (the loss value), `accuracy = mean(c > r)`, `margin = mean(beta c -
+    beta r)`, `chosen_reward = mean(beta c)`, `rejected_reward = mean(beta r)`, `num_pairs`."""
+    import torch
+
     with torch.no_grad():
-        chosen_reward = params.beta * (batch.chosen - batch.chosen_ref)
-        rejected_reward = params.beta * (batch.rejected - batch.rejected_ref)
-        metrics = {
+        chosen_reward_P, rejected_reward_P = beta * chosen_logratio_P, beta * rejected_logratio_P
+        return {
             "dpo_loss": loss.item(),
-            "accuracy": (chosen_reward > rejected_reward).float().mean().item(),
-            "margin": (chosen_reward - rejected_reward).mean().item(),
-            "chosen_reward": chosen_reward.mean().item(),
-            "rejected_reward": rejected_reward.mean().item(),
-            "num_pairs": float(batch.chosen.numel()),
+            "accuracy": (chosen_logratio_P > rejected_logratio_P).float().mean().item(),
+            "margin": (chosen_reward_P - rejected_reward_P).mean().item(),
+            "chosen_reward": chosen_reward_P.mean().item(),
+            "rejected_reward": rejected_reward_P.mean().item(),
+            "num_pairs": float(chosen_logratio_P.numel()),
         }
-    return loss, metrics
