@@ -48,9 +48,9 @@ def test_properties(pair: tuple[list[float], list[float]]) -> None:
     lp, ref = pair
     k3, k3_grad = _value_and_grad("k3", lp, ref)
     assert all(v >= 0 for v in k3)  # always non-negative
-    for x, r, value, grad in zip(lp, ref, k3, k3_grad, strict=True):
+    for x, r, k3_value, grad in zip(lp, ref, k3, k3_grad, strict=True):
         # d(exp(d) - d - 1)/d(lp) = 1 - exp(d) below the clamp; flat where the value is clamped at 10
-        assert grad == pytest.approx(1 - math.exp(r - x) if value < 10 else 0.0, abs=1e-9)
+        assert grad == pytest.approx(1 - math.exp(r - x) if k3_value < 10 else 0.0, abs=1e-9)
     k2, k2_grad = _value_and_grad("k2", lp, ref)
     assert all(v >= 0 for v in k2)
     for estimator in ("k1", "k3"):

@@ -43,7 +43,8 @@ def test_hand_worked_corrections() -> None:
 
     def corrected(**kwargs: object) -> tuple[list[float], list[float]]:
         (out,), _ = correct_off_policy([datum], trainer, RolloutCorrection(**kwargs), "ppo")  # type: ignore[arg-type]
-        return out.loss_fn_inputs["advantages"].tolist(), out.loss_fn_inputs["mask"].tolist()
+        advantages, mask = out.loss_fn_inputs["advantages"].tolist(), out.loss_fn_inputs["mask"].tolist()
+        return [float(a) for a in advantages], [float(m) for m in mask]
 
     assert corrected() == ([0.0, 1.0, 1.0], [0.0, 1.0, 1.0])
     assert corrected(tis="token", tis_cap=2.0) == ([0.0, 2.0, 1.0], [0.0, 1.0, 1.0])
@@ -157,7 +158,7 @@ def test_tis_weights_and_mis_masks_match_verl(
     lr = torch.tensor(log_ratios, dtype=torch.float64)
     mask = torch.tensor([[1.0] * n + [0.0] * (4 - n) for n in lengths[: len(log_ratios)]], dtype=torch.float64)
     for level in ("token", "sequence"):
-        ours = torch.stack([tis_weights(r, m, level, threshold) for r, m in zip(lr, mask, strict=True)])  # type: ignore[arg-type]
+        ours = torch.stack([tis_weights(r, m, level, threshold) for r, m in zip(lr, mask, strict=True)])
         assert torch.allclose(ours, _verl_is_weights(lr, mask, level, threshold), rtol=1e-9, atol=0)
     for level in ("token", "sequence", "geometric"):
         kept = torch.stack([mis_keep(r, m, level, 1.0 / threshold, threshold) for r, m in zip(lr, mask, strict=True)])  # type: ignore[arg-type]
