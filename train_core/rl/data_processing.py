@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from train_core.batching import split_evenly
 from train_core.losses import SEQUENCE_RATIO_MASK, get_loss_fn
+from train_core.rl.dynamic_sampling import has_reward_spread
 from train_core.rl.types import Trajectory, TrajectoryGroup, Transition
 from train_core.supervised import datum_from_tokens_weights
 from train_core.types import Datum, TensorData
@@ -129,7 +130,7 @@ def remove_constant_reward_groups(groups_P: Sequence[TrajectoryGroup]) -> list[T
 
     If every group is constant, the first is kept so a batch is never empty.
     """
-    kept = [g for g in groups_P if len(set(g.get_total_rewards())) > 1]
+    kept = [g for g in groups_P if has_reward_spread(g.get_total_rewards())]
     return kept if kept else list(groups_P[:1])
 
 

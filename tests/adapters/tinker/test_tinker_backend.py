@@ -14,7 +14,7 @@ from adapters.tinker.backend import TinkerBackend
 from adapters.tinker.training_client import TinkerTrainingClient
 from kitchen.backends import make_backend
 from kitchen.config import RunConfig
-from kitchen.errors import DataError
+from kitchen.errors import ConfigError, DataError
 from kitchen.ports import SamplingClient, ServiceBackend, TrainingClient
 from tests.adapters.tinker.fake_sdk import FakeServiceClient, install_fake_sdk, make_fake_backend
 from train_core.errors import InvalidInputError
@@ -148,6 +148,11 @@ def test_rl_losses_take_their_inputs_and_config() -> None:
         config = {"clip_low_threshold": 0.9, "clip_high_threshold": 1.1}
         ppo_out = await (await tc.forward([datum], "ppo", config))
         assert ppo_out.loss_fn_outputs[0]["logprobs"].data == is_out.loss_fn_outputs[0]["logprobs"].data
+        # kitchen's extension of the built-in (dual clip) is refused, not silently dropped
+        with pytest.raises(ConfigError, match=r"loss_fn_config\['clip_ratio_c'\] is kitchen's extension of 'ppo'"):
+            await tc.forward_backward([datum], "ppo", {"clip_ratio_c": 3.0})
+        with pytest.raises(ConfigError, match="'decoupled_ppo' is not one the Tinker service runs"):
+            await tc.forward_backward([datum], "decoupled_ppo")
 
     asyncio.run(main())
 
