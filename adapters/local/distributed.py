@@ -389,7 +389,7 @@ class DistributedTrainingClient:
             )
             outputs = [{"logprobs": TensorData.from_torch(lp)} for logprobs, *_ in results for lp in logprobs]
             slots, filled = sum(r[2] for r in results), sum(r[3] for r in results)
-            metrics = {"loss:sum": sum(r[1] for r in results), "padding_fraction": 1.0 - filled / max(slots, 1)}
+            metrics = {"loss:sum": sum(r[1] for r in results), "padding_fraction:mean": 1.0 - filled / max(slots, 1)}
             return ForwardBackwardOutput(outputs, metrics)
 
         return job

@@ -36,15 +36,19 @@ class WarmStart(Stage):
     fresh start (a resumed run already holds trained weights), as pipelined optimizer steps with
     a constant `warm_start_learning_rate`. The warm-started state is saved as `warm_start` and
     reloaded without its optimizer: Adam's moment estimates from cross-entropy gradients would
-    mis-scale the first RL updates, so RL starts with a fresh optimizer.
+    mis-scale the first RL updates, so RL starts with a fresh optimizer: RL trains a new client
+    made from that state (`create_training_client_from_state(with_optimizer=False)`, which the
+    Tinker service supports, where `load_state` on a live client it refuses).
     """
 
     reads = ("rl_task", "renderer", "training_client")
+    writes = ("training_client",)
+    ports = ("service",)
     calls = (
         "TrainingClient.forward_backward",
         "TrainingClient.optim_step",
         "TrainingClient.save_state",
-        "TrainingClient.load_state",
+        "ServiceBackend.create_training_client_from_state",
     )
     config_keys = (*ADAM_KEYS, "seed", "warm_start_steps", "warm_start_batch_size", "warm_start_learning_rate")
 
@@ -59,7 +63,7 @@ class WarmStart(Stage):
         client = ctx["training_client"]
         results = await train_in_chunks(client, batches, "cross_entropy", None, adam)
         path = await (await client.save_state("warm_start"))
-        await (await client.load_state(path, with_optimizer=False))
+        ctx["training_client"] = await ctx.port("service").create_training_client_from_state(path, with_optimizer=False)
         nll_by_step = [
             mean_nll(
                 [out["logprobs"].to_torch() for out in fb.loss_fn_outputs],
