@@ -78,3 +78,19 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(30)
+
+
+_SHARED: dict[str, ServerProcess] = {}
+
+
+def shared_server(backend: str = "noop") -> ServerProcess:
+    """One `kitchen serve --backend BACKEND` for the whole test session, started on first use and
+    stopped at exit: tests that only need a live server share it instead of paying a start each."""
+    if backend not in _SHARED:
+        import atexit
+        import tempfile
+
+        folder = Path(tempfile.mkdtemp(prefix=f"kitchen-serve-{backend}-"))
+        _SHARED[backend] = ServerProcess(folder / "store", backend=backend).start()
+        atexit.register(_SHARED[backend].stop)
+    return _SHARED[backend]
