@@ -157,7 +157,9 @@ class TinkerBackend:
     async def _open_training_client(
         self, call: str, start: Callable[[], SdkFuture[SdkTrainingClient]]
     ) -> TinkerTrainingClient:
-        sdk_client = await with_retries(call, lambda: open_remote(call, start, self._retry), self._retry, self._redactor)
+        sdk_client = await with_retries(
+            call, lambda: open_remote(call, start, self._retry), self._retry, self._redactor
+        )
         return TinkerTrainingClient(sdk_client, policy=self._retry, redactor=self._redactor)
 
     def __repr__(self) -> str:

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -42,7 +42,7 @@ class _ResponseWatch(logging.Filter):
         self._lock = threading.Lock()
 
     def filter(self, record: logging.LogRecord) -> bool:
-        args = record.args if isinstance(record.args, tuple) else ()
+        args: tuple[Any, ...] = record.args if isinstance(record.args, tuple) else ()
         message = str(record.msg)
         with self._lock:
             if message.startswith("HTTP Request:") and len(args) >= 5 and int(args[3]) >= 400:

@@ -74,7 +74,11 @@ class TinkerTrainingClient:
     async def optim_step(self, adam_params: AdamParams) -> Awaitable[OptimStepOutput]:
         sdk_params = adam_params_to_sdk(adam_params)
         return submit(
-            "optim_step", lambda: self._sdk.optim_step(sdk_params), optim_step_output_from_sdk, self._redactor, self._policy
+            "optim_step",
+            lambda: self._sdk.optim_step(sdk_params),
+            optim_step_output_from_sdk,
+            self._redactor,
+            self._policy,
         )
 
     async def save_state(self, name: str) -> Awaitable[str]:

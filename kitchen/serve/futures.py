@@ -65,7 +65,9 @@ class FutureBook:
             entry.future.set_result(outcome)
             entry.finished = time.monotonic()
 
-    def run(self, request_id: str, work: Callable[[], Awaitable[Outcome]], describe: Callable[[BaseException], Outcome]) -> None:
+    def run(
+        self, request_id: str, work: Callable[[], Awaitable[Outcome]], describe: Callable[[BaseException], Outcome]
+    ) -> None:
         """Finish `request_id` with what `work` returns, or with `describe(exception)`."""
 
         async def go() -> None:

@@ -8,6 +8,7 @@ key not in it. The backend is the registry's (`kitchen.backends`), configured li
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
 from pathlib import Path
@@ -86,10 +87,8 @@ def serve(settings: ServeSettings) -> None:
         f"store {settings.store}, listening on http://{settings.host}:{settings.port}",
         flush=True,
     )
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_run(server, service))
-    except KeyboardInterrupt:
-        pass
 
 
 async def _run(server: object, service: TinkerService) -> None:

@@ -168,9 +168,13 @@ class TinkerService:
         if live is None or live.run.owner != owner:
             run = self.store.data.runs.get(model_id)
             if run is not None and run.owner == owner:
-                last = [c.tinker_path for c in self.store.checkpoints_of(owner, model_id) if c.checkpoint_type == "training"]
+                last = [
+                    c.tinker_path for c in self.store.checkpoints_of(owner, model_id) if c.checkpoint_type == "training"
+                ]
                 hint = f"; its last saved state is {last[-1]}" if last else ""
-                raise Gone(f"training run {model_id!r} is no longer live (its session ended or the server restarted){hint}")
+                raise Gone(
+                    f"training run {model_id!r} is no longer live (its session ended or the server restarted){hint}"
+                )
             raise NotFound(f"unknown model {model_id!r}")
         live.run.last_request_time = time.time()
         return live
@@ -239,7 +243,11 @@ class TinkerService:
         return info.model_dump(mode="json", exclude_none=True)
 
     def _sequenced(
-        self, owner: str, model_id: str, seq_id: int | None, submit: Callable[[LiveModel], Awaitable[Awaitable[Outcome]]]
+        self,
+        owner: str,
+        model_id: str,
+        seq_id: int | None,
+        submit: Callable[[LiveModel], Awaitable[Awaitable[Outcome]]],
     ) -> dict[str, Any]:
         """Queue a training request behind every lower seq_id of its model; its result comes later."""
         live = self.model(owner, model_id)
@@ -250,7 +258,9 @@ class TinkerService:
         if not new:
             return body
         if live.sequencer.seen(seq_id):
-            self.book.finish(request_id, Outcome(error=f"seq_id {seq_id} of {model_id!r} was already used", category="user"))
+            self.book.finish(
+                request_id, Outcome(error=f"seq_id {seq_id} of {model_id!r} was already used", category="user")
+            )
             return body
 
         async def step() -> None:
@@ -337,7 +347,9 @@ class TinkerService:
             async def result() -> Outcome:
                 backend_path = await pending
                 self.store.add_checkpoint(
-                    CheckpointRecord(path, request.model_id, kind, name, backend_path, owner, time.time(), request.user_metadata)
+                    CheckpointRecord(
+                        path, request.model_id, kind, name, backend_path, owner, time.time(), request.user_metadata
+                    )
                 )
                 response = sdk.SaveWeightsResponse if kind == "training" else sdk.SaveWeightsForSamplerResponse
                 return Outcome(json=response(path=path).model_dump(mode="json"))
@@ -361,7 +373,9 @@ class TinkerService:
         async def submit(live: LiveModel) -> Awaitable[Outcome]:
             sampler_id = f"{live.run.session_id}:sample:{seq}"
             client = await live.client.save_weights_and_get_sampling_client()
-            self.samplers[sampler_id] = LiveSampler(sampler_id, owner, live.run.session_id, live.run.base_model, None, client)
+            self.samplers[sampler_id] = LiveSampler(
+                sampler_id, owner, live.run.session_id, live.run.base_model, None, client
+            )
 
             async def result() -> Outcome:
                 body = sdk.SaveWeightsForSamplerResponseInternal(sampling_session_id=sampler_id)
@@ -399,7 +413,9 @@ class TinkerService:
 
         return self._sequenced(owner, request.model_id, request.seq_id, submit)
 
-    def _create_from_state(self, owner: str, request: sdk.LoadWeightsRequest, record: CheckpointRecord) -> dict[str, Any]:
+    def _create_from_state(
+        self, owner: str, request: sdk.LoadWeightsRequest, record: CheckpointRecord
+    ) -> dict[str, Any]:
         """`create_training_client_from_state[_with_optimizer]`: one LoadWeights makes a new model."""
         session_id = request.session_id
         assert session_id is not None
@@ -478,7 +494,8 @@ class TinkerService:
             result: SampleResult = await live.client.sample(prompt, request.num_samples, params)
             prompt_lps = await scoring if scoring is not None else None
             if prompt_lps is not None and last_n is not None:
-                prompt_lps = [None] * (len(prompt_lps) - last_n) + list(prompt_lps[-last_n:])
+                blanked: list[float | None] = [None] * (len(prompt_lps) - last_n)
+                prompt_lps = blanked + list(prompt_lps[-last_n:])
             return Outcome(proto=encode_sample_response(result, prompt_lps))
 
         body, _new = self._future(request_id, owner, work)
@@ -497,7 +514,7 @@ class TinkerService:
         return sdk.Checkpoint(
             checkpoint_id=record.checkpoint_id,
             checkpoint_type=record.checkpoint_type,
-            time=record.time,  # type: ignore[arg-type]  # pydantic parses epoch seconds
+            time=record.time,  # pydantic parses epoch seconds
             tinker_path=record.tinker_path,
             user_metadata=record.user_metadata,
         ).model_dump(mode="json", exclude_none=True)
@@ -534,7 +551,9 @@ class TinkerService:
             "cursor": {"offset": offset, "limit": limit, "total_count": len(runs)},
         }
 
-    def list_checkpoints(self, owner: str, training_run_id: str | None, limit: int = 1000, offset: int = 0) -> dict[str, Any]:
+    def list_checkpoints(
+        self, owner: str, training_run_id: str | None, limit: int = 1000, offset: int = 0
+    ) -> dict[str, Any]:
         if training_run_id is not None:
             self.run(owner, training_run_id)
         found = self.store.checkpoints_of(owner, training_run_id)

@@ -172,11 +172,13 @@ def _stop_from_sdk(stop: str | Sequence[str] | Sequence[int] | None) -> StopCond
         return None
     if isinstance(stop, str):
         return [stop]
-    items = list(stop)
-    if all(isinstance(item, str) for item in items):
-        return [str(item) for item in items]
-    if all(isinstance(item, int) for item in items):
-        return [int(item) for item in items]
+    items: list[str | int] = list(stop)
+    strings = [item for item in items if isinstance(item, str)]
+    if len(strings) == len(items):
+        return strings
+    ids = [item for item in items if isinstance(item, int)]
+    if len(ids) == len(items):
+        return ids
     raise WireError("sampling_params.stop mixes strings and token ids")
 
 

@@ -23,7 +23,13 @@ def test_recipe_runs_on_kitchen_serve(name: str, tmp_path: Path, monkeypatch: py
     monkeypatch.setenv("TINKER_API_KEY", PLANTED_KEY)
     recipe = get_recipe(name)
     url = shared_server().url
-    overrides = ["backend=tinker", "lora_rank=4", f"tinker.base_url={url}", f"log_path={tmp_path}", *SMOKE_OVERRIDES[name]]
+    overrides = [
+        "backend=tinker",
+        "lora_rank=4",
+        f"tinker.base_url={url}",
+        f"log_path={tmp_path}",
+        *SMOKE_OVERRIDES[name],
+    ]
     run_dir = run_recipe(recipe, load_config(recipe.config_cls, None, overrides), progress=False)
     assert read_metrics(run_dir.metrics)
     records = read_records(run_dir.checkpoints)

@@ -52,7 +52,9 @@ class FaultInjector:
 
             await self.app(scope, receive, swallow)
         body = b'{"detail": "injected failure"}'
-        await send({"type": "http.response.start", "status": fault.status, "headers": [(b"content-type", b"application/json")]})
+        await send(
+            {"type": "http.response.start", "status": fault.status, "headers": [(b"content-type", b"application/json")]}
+        )
         await send({"type": "http.response.body", "body": body})
 
 

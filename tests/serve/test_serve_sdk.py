@@ -187,7 +187,7 @@ def test_rest_lists_and_deletes_checkpoints(service: tinker.ServiceClient, serve
     assert training.model_id in [r.training_run_id for r in rest.list_training_runs(limit=100).result().training_runs]
     rest.delete_checkpoint(training.model_id, "sampler_weights/b").result()
     assert [c.checkpoint_id for c in rest.list_checkpoints(training.model_id).result().checkpoints] == ["weights/a"]
-    with pytest.raises(Exception, match="404|no checkpoint"):
+    with pytest.raises(Exception, match=r"404|no checkpoint"):
         service.create_sampling_client(model_path=sampler).result()
 
 
@@ -206,7 +206,7 @@ def test_capabilities_and_a_tokenizer_that_loads_offline(
 
 
 def test_unknown_model_is_a_400_listing_the_served_ones(service: tinker.ServiceClient) -> None:
-    with pytest.raises(tinker.BadRequestError, match="unknown base model 'no/such-model'.*tiny"):
+    with pytest.raises(tinker.BadRequestError, match=r"unknown base model 'no/such-model'.*tiny"):
         service.create_lora_training_client("no/such-model", rank=4).result()
 
 

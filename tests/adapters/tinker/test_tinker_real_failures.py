@@ -26,7 +26,10 @@ def datum() -> Datum:
     n = len(TOKENS) - 1
     return Datum(
         ModelInput.from_ints(TOKENS[:-1]),
-        {"target_tokens": TensorData.from_list(TOKENS[1:], "int64"), "weights": TensorData.from_list([1.0] * n, "float32")},
+        {
+            "target_tokens": TensorData.from_list(TOKENS[1:], "int64"),
+            "weights": TensorData.from_list([1.0] * n, "float32"),
+        },
     )
 
 
@@ -61,7 +64,8 @@ def test_a_lost_answer_is_resubmitted_and_runs_once(tmp_path: Path) -> None:
                 await (await client.optim_step(AdamParams(learning_rate=0.05)))
             outs = [await (await c.forward([datum()], "cross_entropy")) for c in (lossy, clean)]
             await backend.close()
-            return [list(map(float, o.loss_fn_outputs[0]["logprobs"].data)) for o in outs]
+            lossy_lps, clean_lps = (list(map(float, o.loss_fn_outputs[0]["logprobs"].data)) for o in outs)
+            return lossy_lps, clean_lps
 
         lossy_lps, clean_lps = asyncio.run(main())
         assert injector.seen["/api/v1/optim_step"] == 3  # lossy: sent twice; clean: once
