@@ -58,6 +58,7 @@ def add_commands(commands: Any) -> None:
     serve.add_argument("--store", type=Path, default=Path("serve-store"), metavar="DIR", help="checkpoints and records")
     serve.add_argument("--full-finetune", action="store_true", help="train all weights, not the requested LoRA")
     serve.add_argument("--seed", type=int, default=0)
+    serve.add_argument("--max-body-mb", type=int, default=256, help="largest request body accepted (MiB)")
     serve.add_argument("overrides", nargs="*", metavar="key=value", help="backend settings, e.g. local.device=cuda")
 
     cp = commands.add_parser("cp", help="copy a shipped config to edit (kitchen cp dpo my_dpo.yaml)")
@@ -149,6 +150,7 @@ def _serve(args: argparse.Namespace) -> None:
             store=args.store,
             full_finetune=args.full_finetune,
             seed=args.seed,
+            max_body_mb=args.max_body_mb,
             overrides=list(args.overrides),
         )
     )

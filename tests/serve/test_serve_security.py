@@ -27,7 +27,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     folder = tmp_path_factory.mktemp("secure")
     keys_file = folder / "keys.txt"
     keys_file.write_text(f"# test keys\n{API_KEY}\n{OTHER_KEY}\n")
-    process = ServerProcess(folder / "store", backend="noop", extra=["--api-keys", str(keys_file)]).start()
+    process = ServerProcess(folder / "store", backend="noop", extra=["--api-keys", str(keys_file), "--max-body-mb", "2"]).start()
     yield process
     process.stop()
 
@@ -125,7 +125,7 @@ def test_garbage_bodies_get_a_400_with_a_message(server: ServerProcess, path: st
 
 
 def test_huge_bodies_are_refused_with_413(server: ServerProcess) -> None:
-    answer = post(server, "forward_backward", None, content=b"\0" * (257 * 1024 * 1024))
+    answer = post(server, "forward_backward", None, content=b"\0" * (3 * 1024 * 1024))
     assert answer.status_code == 413 and "limit" in answer.json()["detail"]
 
 
