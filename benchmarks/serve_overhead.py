@@ -67,6 +67,7 @@ def served(model: str, steps: int, warmup: int, store: Path) -> float:
     import tinker
     from tinker import types
 
+    store.parent.mkdir(parents=True, exist_ok=True)
     models_file = store.parent / "models.yaml"
     models_file.write_text(f"bench: {model}\n")
     server = ServerProcess(store, backend="local", extra=["--models", str(models_file), "local.cpu_threads=1"]).start()
