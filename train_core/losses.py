@@ -231,13 +231,15 @@ def clip_counts(
 
 def merge_loss_metrics(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:
     """One call's metrics from its parts (micro-batches, workers, chunks): every `:sum` key added
-    up, and the ratios derived from the summed counts (`loss_ratios`)."""
+    up. Backends return only such counts (the Tinker SDK merges a request's chunks by each
+    metric's `:reduction` suffix); what the counts mean, `loss_ratios`, is derived where a step's
+    metrics are reported."""
     merged: dict[str, float] = {}
     for part in parts:
         for key, value in part.items():
             if key.endswith(":sum"):
                 merged[key] = merged.get(key, 0.0) + float(value)
-    return {**merged, **loss_ratios(merged)}
+    return merged
 
 
 ACTION_TOKENS_KEY = "loss/action_tokens:sum"

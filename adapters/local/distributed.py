@@ -392,7 +392,7 @@ class DistributedTrainingClient:
             slots, filled = sum(r[2] for r in results), sum(r[3] for r in results)
             metrics = {
                 **merge_loss_metrics([r[1] for r in results]),
-                "padding_fraction": 1.0 - filled / max(slots, 1),
+                "padding_fraction:mean": 1.0 - filled / max(slots, 1),
             }
             return ForwardBackwardOutput(outputs, metrics)
 

@@ -245,7 +245,7 @@ class LocalTrainingClient:
                 slots, filled = slots + scored.slots, filled + scored.filled
                 for index, logprobs in zip(group, scored.logprobs_D, strict=True):
                     outputs[index] = {"logprobs": TensorData.from_torch(logprobs)}
-        metrics = {**merge_loss_metrics(part_metrics), "padding_fraction": 1.0 - filled / slots}
+        metrics = {**merge_loss_metrics(part_metrics), "padding_fraction:mean": 1.0 - filled / slots}
         return ForwardBackwardOutput(outputs, metrics)
 
     def _run_custom(self, data: Sequence[Datum], batch: TrainingBatch, loss_fn: CustomLossFn) -> ForwardBackwardOutput:

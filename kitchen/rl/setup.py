@@ -10,10 +10,10 @@ from typing import Any
 
 from kitchen.context import Context
 from kitchen.errors import ConfigError, DataError
-from kitchen.ports import TrainingClient
+from kitchen.ports import ServiceBackend, TrainingClient
 from kitchen.rl.settings import RLSettings
 from kitchen.stage import Stage
-from kitchen.stages.setup import message_roles
+from kitchen.stages.setup import TrainingClientOut, message_roles
 from kitchen.stages.training import adam_params, train_in_chunks
 from train_core.renderers.base import Renderer
 from train_core.rl.task import DataCheck, RLTask, RLTaskFactory
@@ -65,21 +65,28 @@ class WarmStart(Stage):
     A random-init model rarely samples a correct answer, so RL would have no signal; a few
     cross-entropy steps teach the answer format and a first guess at the skill. Runs only on a
     fresh start (a resumed run already holds trained weights), as pipelined optimizer steps with
-    a constant `warm_start_learning_rate`. The warm-started state is saved as `warm_start` and
-    reloaded without its optimizer: Adam's moment estimates from cross-entropy gradients would
-    mis-scale the first RL updates, so RL starts with a fresh optimizer.
+    a constant `warm_start_learning_rate`. The warm-started state is saved as `warm_start`, and RL
+    trains a new client made from it without its optimizer (Adam's moment estimates from
+    cross-entropy gradients would mis-scale the first RL updates). A new client, not `load_state`
+    on the live one: the Tinker service refuses that.
     """
 
     calls = (
         TrainingClient.forward_backward,
         TrainingClient.optim_step,
         TrainingClient.save_state,
-        TrainingClient.load_state,
+        ServiceBackend.create_training_client_from_state,
     )
 
     async def run(
-        self, ctx: Context, rl_task: RLTask, renderer: Renderer, training_client: TrainingClient, config: RLSettings
-    ) -> None:
+        self,
+        ctx: Context,
+        rl_task: RLTask,
+        renderer: Renderer,
+        training_client: TrainingClient,
+        service: ServiceBackend,
+        config: RLSettings,
+    ) -> TrainingClientOut:
         rng = random.Random(f"warm_start/{config.seed}")
         batches = [
             demonstration_data(rl_task, renderer, rng, config.warm_start_batch_size)
@@ -88,7 +95,7 @@ class WarmStart(Stage):
         adam = dataclasses.replace(adam_params(ctx, config), learning_rate=config.warm_start_learning_rate)
         results = await train_in_chunks(training_client, batches, "cross_entropy", None, adam)
         path = await (await training_client.save_state("warm_start"))
-        await (await training_client.load_state(path, with_optimizer=False))
+        rl_client = await service.create_training_client_from_state(path, with_optimizer=False)
         nll_by_step = [
             mean_nll(
                 [out["logprobs"].to_torch() for out in fb.loss_fn_outputs],
@@ -98,3 +105,4 @@ class WarmStart(Stage):
         ]
         ctx.record({"warm_start/nll_first": nll_by_step[0], "warm_start/nll_last": nll_by_step[-1]})
         ctx.log.info("warm_start.done", steps=len(batches), nll_last=nll_by_step[-1], state_path=path)
+        return TrainingClientOut(rl_client)
