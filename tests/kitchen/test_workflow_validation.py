@@ -100,7 +100,7 @@ def test_missing_setting_names_stage_key_and_settings_model() -> None:
 class SubmitsCustom(Stage):
     calls = (TrainingClient.forward_backward_custom,)
 
-    async def run(self, training_client: TrainingClient) -> None: ...
+    async def run(self, training_client: TrainingClient | None = None) -> None: ...
 
 
 def test_a_call_the_backend_lacks_names_stage_and_call() -> None:

@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 from adapters.local import LocalBackend
 from adapters.local.training_client import TrainingOptions
 from kitchen.ports import TrainingClient
+from train_core.losses import loss_ratios
 from train_core.rl.aggregation import AGGREGATION_MODES
 from train_core.rl.policy_objective import PolicyObjective
 from train_core.types import AdamParams, Datum, ForwardBackwardOutput, TensorData
@@ -77,7 +78,10 @@ def test_both_routes_give_the_same_gradient_in_every_aggregation_mode(
 
 
 def _clip_metrics(out: ForwardBackwardOutput) -> dict[str, float]:
-    return {k: v for k, v in out.metrics.items() if k.startswith("loss/")}
+    """The backend's loss counts and the fractions they mean (`loss_ratios`, as a step reports them)."""
+    counts = {k: v for k, v in out.metrics.items() if k.startswith("loss/")}
+    assert all(key.endswith(":sum") for key in counts)
+    return {**counts, **loss_ratios(counts)}
 
 
 def test_clip_fractions_are_reported_and_merge_exactly_over_micro_batches(

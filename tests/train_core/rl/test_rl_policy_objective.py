@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 
 from train_core.errors import InvalidInputError
-from train_core.losses import get_loss_fn
+from train_core.losses import get_loss_fn, loss_ratios
 from train_core.rl.aggregation import AGGREGATION_MODES, aggregate_loss
 from train_core.rl.policy_objective import REFERENCE_LOGPROBS, PolicyObjective
 from train_core.types import Datum, ModelInput, TensorData
@@ -52,7 +52,8 @@ def test_hand_worked_objective() -> None:
     assert lp.grad is not None
     # d/dlp: policy -r*A = [-1, 1], KL 0.5 * 1 each; over 2 tokens; the observation token 0.
     assert lp.grad.tolist() == pytest.approx([0.0, (-1 + 0.5) / 2, (1 + 0.5) / 2])
-    assert metrics["loss/kl"] == pytest.approx(1.5) and metrics["loss/entropy"] == pytest.approx(3.0)
+    means = loss_ratios(metrics)
+    assert means["loss/kl"] == pytest.approx(1.5) and means["loss/entropy"] == pytest.approx(3.0)
 
 
 _TOKEN = st.tuples(
