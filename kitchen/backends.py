@@ -13,14 +13,13 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from functools import cache
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
 from kitchen.errors import ConfigError
+from kitchen.plugins import ExtensionPoint
 
 if TYPE_CHECKING:
     from kitchen.ports import ServiceBackend
@@ -74,22 +73,19 @@ def register_backend(spec: BackendSpec) -> None:
     _REGISTERED[spec.name] = spec
 
 
-@cache
-def _discovered() -> dict[str, BackendSpec]:
-    specs = {}
-    for entry in entry_points(group=ENTRY_POINT_GROUP):
-        spec = entry.load()
-        if not isinstance(spec, BackendSpec) or spec.name != entry.name:
-            raise TypeError(
-                f"entry point {entry.value!r} ({ENTRY_POINT_GROUP}) is not a BackendSpec named {entry.name!r}"
-            )
-        specs[entry.name] = spec
-    return specs
+def _check_spec(name: str, obj: Any) -> BackendSpec:
+    if not isinstance(obj, BackendSpec) or obj.name != name:
+        raise TypeError(f"is not a BackendSpec named {name!r}")
+    return obj
+
+
+BACKENDS: ExtensionPoint[BackendSpec] = ExtensionPoint(ENTRY_POINT_GROUP, "backend", _check_spec)
+"""The installed backends, by entry point (`kitchen.plugins`)."""
 
 
 def backend_specs() -> dict[str, BackendSpec]:
     """Every registered backend by name (entry points first, then `register_backend` calls)."""
-    return {**_discovered(), **_REGISTERED}
+    return {**BACKENDS.load(), **_REGISTERED}
 
 
 def get_backend_spec(name: str) -> BackendSpec:

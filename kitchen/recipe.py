@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import pkgutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,6 +12,7 @@ from typing import Any
 
 from kitchen.config import RunConfig
 from kitchen.errors import ConfigError
+from kitchen.plugins import ExtensionPoint
 from kitchen.workflow import Workflow
 
 
@@ -64,16 +64,21 @@ def _recipes_package() -> Any:
     return module
 
 
+def _check_recipe(name: str, obj: Any) -> Recipe:
+    if not isinstance(obj, Recipe):
+        raise TypeError(f"is not a kitchen.recipe.Recipe (got {type(obj).__name__})")
+    if obj.name != name:
+        raise TypeError(f"its Recipe is named {obj.name!r}; the entry point's name must match")
+    return obj
+
+
+RECIPES: ExtensionPoint[Recipe] = ExtensionPoint("kitchen.recipes", "recipe", _check_recipe)
+"""Every recipe `kitchen run NAME` knows: kitchen's own and installed packages', by entry point."""
+
+
 def recipe_names() -> list[str]:
-    package = _recipes_package()
-    names = []
-    for info in pkgutil.iter_modules(package.__path__):
-        if info.ispkg or info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"recipes.{info.name}")
-        if isinstance(getattr(module, "RECIPE", None), Recipe):
-            names.append(info.name)
-    return sorted(names)
+    _recipes_package()  # kitchen's own `recipes`, never a folder of that name in the cwd
+    return RECIPES.names()
 
 
 def load_recipe_file(path: Path) -> Recipe:
@@ -100,12 +105,8 @@ def load_recipe_file(path: Path) -> Recipe:
 def get_recipe(name: str) -> Recipe:
     if name.endswith(".py") or "/" in name or "\\" in name:
         return load_recipe_file(Path(name))
-    names = recipe_names()
-    if name not in names:
-        raise ConfigError(f"unknown recipe {name!r}; available: {', '.join(names)}")
-    recipe = importlib.import_module(f"recipes.{name}").RECIPE
-    assert isinstance(recipe, Recipe)
-    return recipe
+    _recipes_package()
+    return RECIPES.get(name)
 
 
 def configs_dir() -> Path:

@@ -430,55 +430,68 @@ SEQUENCE_RATIO_MASK = "sequence_ratio_mask"
 PROXIMAL_LOGPROBS = "proximal_logprobs"
 """Decoupled PPO's proximal policy: per target token, the logprob the update is kept near."""
 
+CROSS_ENTROPY = LossSpec("cross_entropy", cross_entropy, ("weights",), scaled_by="weights")
+IMPORTANCE_SAMPLING = LossSpec("importance_sampling", importance_sampling, _RL_INPUTS, scaled_by="advantages")
+PPO = LossSpec(
+    "ppo", ppo, _RL_INPUTS, scaled_by="advantages", extension_keys=("clip_ratio_c",), clip_view=_ppo_clip_view
+)
+CISPO = LossSpec("cispo", cispo, _RL_INPUTS, scaled_by="advantages")
+DRO = LossSpec("dro", dro, _RL_INPUTS)
+GSPO = LossSpec(
+    "gspo",
+    gspo,
+    (*_RL_INPUTS, SEQUENCE_RATIO_MASK),
+    per_datum=True,
+    scaled_by="advantages",
+    clip_view=_gspo_clip_view,
+)
+DECOUPLED_PPO = LossSpec(
+    "decoupled_ppo",
+    decoupled_ppo,
+    ("logprobs", PROXIMAL_LOGPROBS, "advantages"),
+    scaled_by="advantages",
+    builtin=False,
+    clip_view=_decoupled_clip_view,
+)
+
 LOSS_SPECS: dict[str, LossSpec] = {
-    spec.name: spec
-    for spec in (
-        LossSpec("cross_entropy", cross_entropy, ("weights",), scaled_by="weights"),
-        LossSpec("importance_sampling", importance_sampling, _RL_INPUTS, scaled_by="advantages"),
-        LossSpec(
-            "ppo",
-            ppo,
-            _RL_INPUTS,
-            scaled_by="advantages",
-            extension_keys=("clip_ratio_c",),
-            clip_view=_ppo_clip_view,
-        ),
-        LossSpec("cispo", cispo, _RL_INPUTS, scaled_by="advantages"),
-        LossSpec("dro", dro, _RL_INPUTS),
-        LossSpec(
-            "gspo",
-            gspo,
-            (*_RL_INPUTS, SEQUENCE_RATIO_MASK),
-            per_datum=True,
-            scaled_by="advantages",
-            clip_view=_gspo_clip_view,
-        ),
-        LossSpec(
-            "decoupled_ppo",
-            decoupled_ppo,
-            ("logprobs", PROXIMAL_LOGPROBS, "advantages"),
-            scaled_by="advantages",
-            builtin=False,
-            clip_view=_decoupled_clip_view,
-        ),
-    )
+    spec.name: spec for spec in (CROSS_ENTROPY, IMPORTANCE_SAMPLING, PPO, CISPO, DRO, GSPO, DECOUPLED_PPO)
 }
+"""The losses by name: the built-ins, then those registered (`register_loss`). kitchen registers
+each `kitchen.losses` entry point here; the built-ins' entry points name these same objects."""
 
 
 ROLLOUT_INPUTS = frozenset({"logprobs", "advantages", SEQUENCE_RATIO_MASK})
 """What the RL workflow's datums carry (`train_core.rl.data_processing`)."""
 
-RL_LOSS_NAMES: tuple[str, ...] = tuple(
-    name
-    for name, spec in LOSS_SPECS.items()
-    if "advantages" in spec.input_keys and set(spec.input_keys) <= ROLLOUT_INPUTS
-)
-"""The policy-gradient losses the RL workflow can feed: those that read advantages and nothing
-beyond what its datums carry (`decoupled_ppo` also needs `proximal_logprobs`, which the workflow
-does not compute yet)."""
+
+def is_policy_gradient(spec: LossSpec) -> bool:
+    """Whether the RL workflow can feed `spec`: it reads advantages and nothing beyond what the
+    workflow's datums carry (`decoupled_ppo` also needs `proximal_logprobs`)."""
+    return "advantages" in spec.input_keys and set(spec.input_keys) <= ROLLOUT_INPUTS
+
+
+def rl_loss_names() -> tuple[str, ...]:
+    """The policy-gradient losses registered now (`is_policy_gradient`)."""
+    return tuple(name for name, spec in LOSS_SPECS.items() if is_policy_gradient(spec))
+
 
 BUILTIN_LOSS_NAMES: frozenset[str] = frozenset(name for name, spec in LOSS_SPECS.items() if spec.builtin)
 """The losses the Tinker service runs itself."""
+
+
+def register_loss(spec: LossSpec) -> None:
+    """Add a loss (a plugin's, see `kitchen.plugins`). Registering the same spec again changes
+    nothing; another spec under a taken name is refused, so a plugin never shadows a built-in.
+    A registered loss is never `builtin`: the Tinker service runs only its own."""
+    present = LOSS_SPECS.get(spec.name)
+    if present is spec:
+        return
+    if present is not None:
+        raise ValueError(f"a loss named {spec.name!r} is already registered")
+    if spec.builtin:
+        raise ValueError(f"loss {spec.name!r}: only the Tinker service's own losses are builtin=True")
+    LOSS_SPECS[spec.name] = spec
 
 
 def get_loss_fn(name: str) -> LossSpec:

@@ -66,8 +66,9 @@ from adapters.local.sampling_client import LocalSamplingClient
 from adapters.local.serial_executor import SerialExecutor
 from adapters.local.training_client import TrainingOptions, _check_adam, backward_custom_loss, microbatches
 from kitchen.errors import ConfigError, KitchenError
+from kitchen.losses import get_loss_fn
 from kitchen.ports import CustomLossFn, Tokenizer
-from train_core.losses import TARGET_TOKENS, get_loss_fn, merge_loss_metrics
+from train_core.losses import TARGET_TOKENS, merge_loss_metrics
 from train_core.types import AdamParams, Datum, ForwardBackwardOutput, OptimStepOutput, TensorData
 
 

@@ -39,8 +39,9 @@ from adapters.local.sampler_pool import SamplerPool
 from adapters.local.sampling_client import LocalSamplingClient
 from adapters.local.serial_executor import SerialExecutor
 from kitchen.errors import ConfigError, KitchenError
+from kitchen.losses import get_loss_fn
 from kitchen.ports import CustomLossFn, Tokenizer
-from train_core.losses import TARGET_TOKENS, LossSpec, get_loss_fn, merge_loss_metrics
+from train_core.losses import TARGET_TOKENS, LossSpec, merge_loss_metrics
 from train_core.types import AdamParams, Datum, ForwardBackwardOutput, OptimStepOutput, TensorData
 
 

@@ -24,8 +24,9 @@ from adapters.noop.runtime import NoopRuntime, tiny_tokenizer
 from adapters.noop.sampling_client import NoopSamplingClient
 from adapters.noop.serial_queue import SerialQueue
 from kitchen.errors import KitchenError
+from kitchen.losses import get_loss_fn
 from kitchen.ports import CustomLossFn, Tokenizer
-from train_core.losses import TARGET_TOKENS, LossSpec, get_loss_fn
+from train_core.losses import TARGET_TOKENS, LossSpec
 from train_core.types import AdamParams, Datum, ForwardBackwardOutput, OptimStepOutput, TensorData
 
 T = TypeVar("T")

@@ -13,7 +13,8 @@ from typing import TypeGuard, get_args
 from tinker import types as sdk
 
 from kitchen.errors import ConfigError, DataError
-from train_core.losses import TARGET_TOKENS, get_loss_fn, require_inputs
+from kitchen.losses import get_loss_fn
+from train_core.losses import TARGET_TOKENS, require_inputs
 from train_core.types import Datum
 
 SDK_LOSS_FNS: frozenset[str] = frozenset(get_args(sdk.LossFnType))

@@ -11,8 +11,8 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from kitchen.config import Count, NonNegative, Rate, defaults
+from kitchen.losses import get_loss_fn, rl_loss_names
 from kitchen.settings import OptimizerSettings, RendererSettings
-from train_core.losses import RL_LOSS_NAMES, get_loss_fn
 from train_core.rl.rollouts import FailurePolicy
 
 RLMode = Literal["sync", "stream_minibatch", "async"]
@@ -61,7 +61,10 @@ class RLSettings(RendererSettings, OptimizerSettings):
     num_batches: Count = Field(40, description="RL steps; datasets shorter than this cycle")
     max_tokens: Count = Field(16, description="sampled tokens per turn")
     temperature: float = Field(1.0, ge=0)
-    loss_fn: str = Field("importance_sampling", description="policy-gradient loss: " + ", ".join(RL_LOSS_NAMES))
+    loss_fn: str = Field(
+        "importance_sampling",
+        description="policy-gradient loss: importance_sampling, ppo, cispo, dro, gspo, or a plugin's (kitchen.losses)",
+    )
     loss_fn_config: dict[str, float] | None = Field(None, description="e.g. ppo/gspo clip thresholds, dro beta")
     kl_penalty_coef: float = Field(0.0, ge=0, description="KL penalty against the reference model; 0 = off")
     kl_discount_factor: float = Field(0.0, ge=0, lt=1)
@@ -98,8 +101,8 @@ class RLSettings(RendererSettings, OptimizerSettings):
     @classmethod
     def _policy_gradient_loss(cls, name: str) -> str:
         get_loss_fn(name)  # an unknown name is an InvalidInputError (a ValueError): a field error
-        if name not in RL_LOSS_NAMES:
-            raise ValueError(f"{name} is not a policy-gradient loss; RL needs one of {', '.join(RL_LOSS_NAMES)}")
+        if name not in rl_loss_names():
+            raise ValueError(f"{name} is not a policy-gradient loss; RL needs one of {', '.join(rl_loss_names())}")
         return name
 
     @field_validator("loss_fn_config")

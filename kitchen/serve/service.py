@@ -23,6 +23,7 @@ from typing import Any
 from tinker import types as sdk
 
 from kitchen.backends import BackendSpec
+from kitchen.losses import get_loss_fn
 from kitchen.ports import SamplingClient, ServiceBackend, TrainingClient
 from kitchen.serve.catalog import ModelCatalog
 from kitchen.serve.futures import FutureBook, Outcome, Sequencer
@@ -46,7 +47,6 @@ from kitchen.serve.wire import (
     sampling_params_from_sdk,
 )
 from train_core.errors import InvalidInputError
-from train_core.losses import get_loss_fn
 from train_core.types import ForwardBackwardOutput, SampleResult
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
