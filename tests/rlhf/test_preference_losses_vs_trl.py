@@ -47,9 +47,7 @@ def _token_logprobs(seed: int) -> torch.Tensor:
 def _ours(loss_type: str, policy_T: torch.Tensor, ref_T: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     shift = mask[:, 1:].double()
     seq, ref_seq, lengths = (policy_T * shift).sum(1), (ref_T * shift).sum(1), mask.sum(1).double()
-    pairs = PairBatch(
-        seq[:PAIRS], seq[PAIRS:], ref_seq[:PAIRS], ref_seq[PAIRS:], lengths[:PAIRS], lengths[PAIRS:]
-    )
+    pairs = PairBatch(seq[:PAIRS], seq[PAIRS:], ref_seq[:PAIRS], ref_seq[PAIRS:], lengths[:PAIRS], lengths[PAIRS:])
     params = PreferenceLossParams(beta=BETA, label_smoothing=EPS, simpo_gamma=0.4)
     return preference_loss(loss_type, pairs, params)[0]
 

@@ -62,7 +62,8 @@ class PairBatch:
     @property
     def mean_margin(self) -> torch.Tensor:
         """The margin of per-token (length-averaged) log-ratios."""
-        return (self.chosen - self.chosen_ref) / self.chosen_len - (self.rejected - self.rejected_ref) / self.rejected_len
+        chosen = (self.chosen - self.chosen_ref) / self.chosen_len
+        return chosen - (self.rejected - self.rejected_ref) / self.rejected_len
 
 
 @dataclass(frozen=True)

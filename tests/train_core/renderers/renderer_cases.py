@@ -24,7 +24,9 @@ def decode_text(tokenizer: PreTrainedTokenizerBase, tokens: list[int]) -> str:
 
 @dataclass(frozen=True)
 class Capabilities:
-    """thinking: rendered in the reply ("kept"), silently not rendered ("dropped"), or an error.
+    """thinking: on the reply, rendered ("kept"), silently not rendered ("dropped"), or an error.
+    history_thinking: whether earlier assistant messages may carry thinking (rendered or dropped as
+    the model's template does) where the reply's is an error.
     tool_calls: how many calls an assistant message may hold ("one_alone": one call and no text).
     thinking_after_tool: whether a reply right after a tool result keeps its thinking.
     history_ends_with_stop: whether every assistant message, not just the reply, ends with a stop.
@@ -36,16 +38,17 @@ class Capabilities:
     thinking_after_tool: bool = True
     history_ends_with_stop: bool = True
     has_extension_property: bool = True
+    history_thinking: bool = False
 
 
 CAPABILITIES: dict[str, Capabilities] = {
     "llama3": Capabilities("rejected", "one_alone"),
     "qwen3": Capabilities("kept", "many"),
-    "qwen3_disable_thinking": Capabilities("rejected", "many"),
-    "qwen3_instruct": Capabilities("rejected", "many"),
+    "qwen3_disable_thinking": Capabilities("rejected", "many", history_thinking=True),
+    "qwen3_instruct": Capabilities("dropped", "many"),
     "role_colon": Capabilities("rejected", "none", history_ends_with_stop=False),
-    "deepseekv3": Capabilities("rejected", "many"),
-    "deepseekv3_disable_thinking": Capabilities("rejected", "many"),
+    "deepseekv3": Capabilities("dropped", "many"),
+    "deepseekv3_disable_thinking": Capabilities("dropped", "many"),
     "deepseekv3_thinking": Capabilities("kept", "many", thinking_after_tool=False),
     "kimi_k2": Capabilities("kept", "many", renders_call_ids=True),
     "gpt_oss_no_sysprompt": Capabilities("kept", "one", history_ends_with_stop=False),
@@ -120,7 +123,7 @@ def conversations(draw: st.DrawFn, name: str) -> Conversation:
         messages.append(Message(role="user", content=draw(_words)))
         if caps.tool_calls != "none" and draw(st.booleans()):
             messages += draw(_tool_round(caps))
-        messages.append(draw(_assistant(caps, with_calls=False)))
+        messages.append(draw(_assistant(caps, with_calls=False, in_history=True)))
     messages.append(Message(role="user", content=draw(_words)))
     if caps.tool_calls != "none" and draw(st.booleans()):
         messages += draw(_tool_round(caps))
@@ -133,7 +136,7 @@ def conversations(draw: st.DrawFn, name: str) -> Conversation:
 
 @st.composite
 def _tool_round(draw: st.DrawFn, caps: Capabilities) -> list[Message]:
-    call_message = draw(_assistant(caps, with_calls=True))
+    call_message = draw(_assistant(caps, with_calls=True, in_history=True))
     results = [
         Message(role="tool", content=draw(_words), name=call["name"], tool_call_id=f"functions.{call['name']}:{j}")
         for j, call in enumerate(call_message.get("tool_calls", []))
@@ -142,9 +145,9 @@ def _tool_round(draw: st.DrawFn, caps: Capabilities) -> list[Message]:
 
 
 @st.composite
-def _assistant(draw: st.DrawFn, caps: Capabilities, with_calls: bool) -> Message:
+def _assistant(draw: st.DrawFn, caps: Capabilities, with_calls: bool, in_history: bool = False) -> Message:
     message = Message(role="assistant", content=draw(_words))
-    if caps.thinking != "rejected" and draw(st.booleans()):
+    if (caps.thinking != "rejected" or (in_history and caps.history_thinking)) and draw(st.booleans()):
         message["thinking"] = draw(_words)
     if with_calls:
         count = draw(st.integers(1, 2)) if caps.tool_calls == "many" else 1

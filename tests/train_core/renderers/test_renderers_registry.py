@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from renderer_cases import decode_text
-from renderer_goldens import CHAT
+from renderer_goldens import CHAT, GOLDENS, TOOLS
 from transformers import PreTrainedTokenizerBase
 
 from train_core.renderers import (
@@ -169,26 +169,46 @@ def test_deepseekv3_means_thinking_off_as_in_the_reference(tokenizer: PreTrained
     assert prompt("deepseekv3_thinking").endswith("<｜Assistant｜><think>")
 
 
-@pytest.mark.parametrize(
-    ("name", "reported", "thinking_name"),
-    [
-        ("qwen3_disable_thinking", "qwen3_disable_thinking", "qwen3"),
-        ("qwen3_instruct", "qwen3_instruct", "qwen3"),
-        ("deepseekv3", "deepseekv3", "deepseekv3_thinking"),
-        ("deepseekv3_disable_thinking", "deepseekv3", "deepseekv3_thinking"),  # an alias
-    ],
-)
-def test_thinking_given_to_a_thinking_disabled_renderer_is_an_error(
-    name: str, reported: str, thinking_name: str, tokenizer: PreTrainedTokenizerBase
+THINKING_DISABLED = ["qwen3_disable_thinking", "qwen3_instruct", "deepseekv3", "deepseekv3_disable_thinking"]
+
+
+@pytest.mark.parametrize("name", THINKING_DISABLED)
+def test_thinking_disabled_renderers_drop_thinking_from_history_as_the_templates_do(
+    name: str, tokenizer: PreTrainedTokenizerBase
 ) -> None:
-    """Silently dropping it would train on another conversation than the one given."""
-    messages = [*CHAT[:4], Message(role="assistant", content="6.")]  # CHAT[2] has thinking
+    """CHAT[2] reasoned; the prompt for the next reply is the one of the conversation without it."""
     renderer = get_renderer(name, tokenizer)
-    pattern = rf"{reported} cannot render 'thinking' \(message 2, .*use '{thinking_name}'"
-    with pytest.raises(RendererError, match=pattern):
-        renderer.build_supervised_example(messages)
-    with pytest.raises(RendererError, match=pattern):
-        renderer.build_generation_prompt(messages[:4])
+    without = [Message(role=m["role"], content=m["content"]) for m in CHAT]
+    assert renderer.build_generation_prompt(CHAT[:4]) == renderer.build_generation_prompt(without[:4])
+    history_only = [*CHAT[:4], without[4]]
+    assert renderer.build_supervised_example(history_only) == renderer.build_supervised_example(without)
+
+
+@pytest.mark.parametrize(
+    ("name", "error"), [("qwen3_disable_thinking", True), ("qwen3_instruct", False), ("deepseekv3", False)]
+)
+def test_thinking_on_the_trained_reply_is_an_error_only_where_the_template_writes_it(
+    name: str, error: bool, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    """Qwen3's template writes the last reply's reasoning even with `enable_thinking=False`, after a
+    prompt that closed the think block: training on that is refused. Qwen3-2507 Instruct's and
+    DeepSeek V3.1's non-thinking templates never write reasoning, so it is dropped, as they do."""
+    renderer = get_renderer(name, tokenizer)
+    if error:
+        with pytest.raises(RendererError, match=rf"{name} cannot render 'thinking' \(message 4, .*use 'qwen3'"):
+            renderer.build_supervised_example(CHAT)
+    else:
+        without = [Message(role=m["role"], content=m["content"]) for m in CHAT]
+        assert renderer.build_supervised_example(CHAT) == renderer.build_supervised_example(without)
+
+
+def test_qwen3_disable_thinking_writes_a_tool_steps_thinking_as_the_template_does(
+    tokenizer: PreTrainedTokenizerBase,
+) -> None:
+    """An assistant message after the last user message that is not the reply keeps its
+    reasoning in Qwen3's template whatever `enable_thinking` says."""
+    prompt = get_renderer("qwen3_disable_thinking", tokenizer).build_generation_prompt(TOOLS[:3])
+    assert decode_text(tokenizer, prompt.to_ints()) == GOLDENS["qwen3"]["tools_prompt"] + "<think>\n\n</think>\n\n"
 
 
 def test_qwen3_disable_thinking_strips_the_replys_leading_newlines(tokenizer: PreTrainedTokenizerBase) -> None:
