@@ -15,6 +15,7 @@ from train_core.renderers.kimi_k2 import KimiK2Renderer
 from train_core.renderers.llama3 import Llama3Renderer
 from train_core.renderers.messages import STANDARD_ROLES
 from train_core.renderers.qwen3 import Qwen3Renderer
+from train_core.renderers.qwen3_5 import Qwen3_5Renderer
 from train_core.renderers.role_colon import RoleColonRenderer
 from train_core.renderers.tokenizer import Tokenizer
 
@@ -25,6 +26,18 @@ _FACTORIES: dict[str, RendererFactory] = {
     "qwen3": Qwen3Renderer,
     "qwen3_disable_thinking": partial(Qwen3Renderer, mode="disabled"),
     "qwen3_instruct": partial(Qwen3Renderer, mode="instruct"),
+    "qwen3_5": Qwen3_5Renderer,
+    "qwen3_5_disable_thinking": partial(Qwen3_5Renderer, name="qwen3_5_disable_thinking", thinking=False),
+    "qwen3_5_preserve_thinking": partial(Qwen3_5Renderer, name="qwen3_5_preserve_thinking", preserve_thinking=True),
+    **{
+        f"qwen3_8_{effort}_reasoning": partial(
+            Qwen3_5Renderer, name=f"qwen3_8_{effort}_reasoning", version="3.8", reasoning_effort=effort
+        )
+        for effort in ("xhigh", "medium", "low")
+    },
+    "qwen3_8_disable_thinking": partial(
+        Qwen3_5Renderer, name="qwen3_8_disable_thinking", version="3.8", thinking=False
+    ),
     "role_colon": RoleColonRenderer,
     # As in tinker-cookbook: `deepseekv3` is thinking off, `deepseekv3_disable_thinking` its alias.
     "deepseekv3": DeepSeekV3Renderer,
@@ -45,6 +58,8 @@ _DECLARED_ROLES: dict[str, frozenset[str]] = {}
 _RECOMMENDATIONS: tuple[tuple[str, str], ...] = (
     (r"^tiny$", "role_colon"),
     (r"llama-?3", "llama3"),
+    (r"qwen3\.[56]", "qwen3_5"),
+    (r"qwen3\.8", "qwen3_8_xhigh_reasoning"),
     (r"qwen3.*instruct", "qwen3_instruct"),
     (r"qwen3", "qwen3"),
     (r"deepseek-?v3", "deepseekv3"),

@@ -3,8 +3,9 @@ render: a history, then a last user turn (optionally with a tool round) and the 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from hypothesis import strategies as st
 from transformers import PreTrainedTokenizerBase
@@ -12,6 +13,7 @@ from transformers import PreTrainedTokenizerBase
 from train_core.renderers import Message, ToolCall
 from train_core.renderers.gpt_oss import system_prompt
 from train_core.renderers.kimi_k2 import DEFAULT_SYSTEM_PROMPT
+from train_core.renderers.qwen3_5 import REASONING_INSTRUCTIONS
 
 GPT_OSS_DATE = "2025-06-28"
 
@@ -27,6 +29,8 @@ class Capabilities:
     """thinking: on the reply, rendered ("kept"), silently not rendered ("dropped"), or an error.
     history_thinking: whether earlier assistant messages may carry thinking (rendered or dropped as
     the model's template does) where the reply's is an error.
+    typed_string_arguments: string arguments are written raw, so one that reads as JSON ("3")
+    comes back typed.
     tool_calls: how many calls an assistant message may hold ("one_alone": one call and no text).
     thinking_after_tool: whether a reply right after a tool result keeps its thinking.
     history_ends_with_stop: whether every assistant message, not just the reply, ends with a stop.
@@ -39,6 +43,7 @@ class Capabilities:
     history_ends_with_stop: bool = True
     has_extension_property: bool = True
     history_thinking: bool = False
+    typed_string_arguments: bool = False
 
 
 CAPABILITIES: dict[str, Capabilities] = {
@@ -51,6 +56,13 @@ CAPABILITIES: dict[str, Capabilities] = {
     "deepseekv3_disable_thinking": Capabilities("dropped", "many"),
     "deepseekv3_thinking": Capabilities("kept", "many", thinking_after_tool=False),
     "kimi_k2": Capabilities("kept", "many", renders_call_ids=True),
+    "qwen3_5": Capabilities("kept", "many", typed_string_arguments=True),
+    "qwen3_5_disable_thinking": Capabilities("rejected", "many", history_thinking=True, typed_string_arguments=True),
+    "qwen3_5_preserve_thinking": Capabilities("kept", "many", typed_string_arguments=True),
+    "qwen3_8_xhigh_reasoning": Capabilities("kept", "many", typed_string_arguments=True),
+    "qwen3_8_medium_reasoning": Capabilities("kept", "many", typed_string_arguments=True),
+    "qwen3_8_low_reasoning": Capabilities("kept", "many", typed_string_arguments=True),
+    "qwen3_8_disable_thinking": Capabilities("rejected", "many", history_thinking=True, typed_string_arguments=True),
     "gpt_oss_no_sysprompt": Capabilities("kept", "one", history_ends_with_stop=False),
     "gpt_oss_low_reasoning": Capabilities("kept", "one", history_ends_with_stop=False),
     "gpt_oss_medium_reasoning": Capabilities("kept", "one", history_ends_with_stop=False),
@@ -67,6 +79,9 @@ def expected_preamble(name: str, messages: list[Message]) -> str:
         return "<｜begin▁of▁sentence｜>"
     if name == "kimi_k2" and messages[0]["role"] != "system":
         return f"<|im_system|>system<|im_middle|>{DEFAULT_SYSTEM_PROMPT}<|im_end|>"
+    for effort in ("xhigh", "low"):
+        if name == f"qwen3_8_{effort}_reasoning" and messages[0]["role"] != "system":
+            return f"<|im_start|>system\n{REASONING_INSTRUCTIONS[effort]}<|im_end|>"
     for effort in ("low", "medium", "high"):
         if name == f"gpt_oss_{effort}_reasoning":
             return f"<|start|>system<|message|>{system_prompt(effort, GPT_OSS_DATE)}<|end|>"
@@ -83,12 +98,25 @@ def expected_parse(name: str, reply: Message, after_tool: bool) -> Message:
         parsed["thinking"] = reply["thinking"]
     if calls := reply.get("tool_calls"):
         parsed["tool_calls"] = [
-            ToolCall(name=c["name"], arguments=c["arguments"], id=f"functions.{c['name']}:{j}")
+            ToolCall(name=c["name"], arguments=_read_back(c["arguments"], caps), id=f"functions.{c['name']}:{j}")
             if caps.renders_call_ids
-            else ToolCall(name=c["name"], arguments=c["arguments"])
+            else ToolCall(name=c["name"], arguments=_read_back(c["arguments"], caps))
             for j, c in enumerate(calls)
         ]
     return parsed
+
+
+def _read_back(arguments: dict[str, Any], caps: Capabilities) -> dict[str, Any]:
+    if not caps.typed_string_arguments:
+        return arguments
+    return {key: _json_or_text(value) if isinstance(value, str) else value for key, value in arguments.items()}
+
+
+def _json_or_text(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
 
 
 _words = st.text(alphabet="abcdefgh XYZ.,?!'é漢0123", min_size=1, max_size=10).map(str.strip).filter(bool)
