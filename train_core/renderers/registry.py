@@ -44,6 +44,15 @@ _FACTORIES: dict[str, RendererFactory] = {
     "deepseekv3_disable_thinking": DeepSeekV3Renderer,
     "deepseekv3_thinking": partial(DeepSeekV3Renderer, thinking=True),
     "kimi_k2": KimiK2Renderer,
+    # Kimi K2.5 and K2.6 share one format (the K2.6 template adds only `preserve_thinking`).
+    **{
+        f"{name}{suffix}": partial(KimiK2Renderer, name=f"{name}{suffix}", opening=opening)
+        for name in ("kimi_k25", "kimi_k26")
+        for suffix, opening in (("", "think"), ("_disable_thinking", "no_think"))
+    },
+    "kimi_k26_preserve_thinking": partial(
+        KimiK2Renderer, name="kimi_k26_preserve_thinking", opening="think", preserve_thinking=True
+    ),
     "gpt_oss_no_sysprompt": GptOssRenderer,
     "gpt_oss_low_reasoning": partial(GptOssRenderer, reasoning_effort="low"),
     "gpt_oss_medium_reasoning": partial(GptOssRenderer, reasoning_effort="medium"),
@@ -63,6 +72,8 @@ _RECOMMENDATIONS: tuple[tuple[str, str], ...] = (
     (r"qwen3.*instruct", "qwen3_instruct"),
     (r"qwen3", "qwen3"),
     (r"deepseek-?v3", "deepseekv3"),
+    (r"kimi-?k2\.5", "kimi_k25"),
+    (r"kimi-?k2\.6", "kimi_k26"),
     (r"kimi-?k2", "kimi_k2"),
     (r"gpt-?oss", "gpt_oss_medium_reasoning"),
 )

@@ -56,6 +56,11 @@ CAPABILITIES: dict[str, Capabilities] = {
     "deepseekv3_disable_thinking": Capabilities("dropped", "many"),
     "deepseekv3_thinking": Capabilities("kept", "many", thinking_after_tool=False),
     "kimi_k2": Capabilities("kept", "many", renders_call_ids=True),
+    "kimi_k25": Capabilities("kept", "many", renders_call_ids=True),
+    "kimi_k25_disable_thinking": Capabilities("rejected", "many", renders_call_ids=True, history_thinking=True),
+    "kimi_k26": Capabilities("kept", "many", renders_call_ids=True),
+    "kimi_k26_disable_thinking": Capabilities("rejected", "many", renders_call_ids=True, history_thinking=True),
+    "kimi_k26_preserve_thinking": Capabilities("kept", "many", renders_call_ids=True),
     "qwen3_5": Capabilities("kept", "many", typed_string_arguments=True),
     "qwen3_5_disable_thinking": Capabilities("rejected", "many", history_thinking=True, typed_string_arguments=True),
     "qwen3_5_preserve_thinking": Capabilities("kept", "many", typed_string_arguments=True),
@@ -77,7 +82,7 @@ def expected_preamble(name: str, messages: list[Message]) -> str:
         return "<|begin_of_text|>"
     if name.startswith("deepseekv3"):
         return "<｜begin▁of▁sentence｜>"
-    if name == "kimi_k2" and messages[0]["role"] != "system":
+    if name.startswith("kimi_k2") and messages[0]["role"] != "system":
         return f"<|im_system|>system<|im_middle|>{DEFAULT_SYSTEM_PROMPT}<|im_end|>"
     for effort in ("xhigh", "low"):
         if name == f"qwen3_8_{effort}_reasoning" and messages[0]["role"] != "system":
