@@ -35,17 +35,16 @@ an error."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Literal
 
 from train_core.renderers.errors import RendererError
 from train_core.renderers.messages import Message, ToolCall, reject_trained_thinking
 from train_core.renderers.responses import assistant_message, split_at_stop, unparsed
 from train_core.renderers.span_renderer import Span, SpanRenderer
 from train_core.renderers.tokenizer import Part, Special, Tokenizer
-from train_core.renderers.tool_calls import match_calls
+from train_core.renderers.tool_calls import decode_argument_value, encode_argument_value, match_calls
 from train_core.types import StopCondition
 
 IM_START = Special("<|im_start|>")
@@ -195,23 +194,9 @@ def _tool_spans(i: int, messages: Sequence[Message], opener: list[Part], content
 
 def _function_block(call: ToolCall) -> str:
     parameters = "".join(
-        f"<parameter={key}>\n{_argument_text(value)}\n</parameter>\n" for key, value in call["arguments"].items()
+        f"<parameter={key}>\n{encode_argument_value(value)}\n</parameter>\n" for key, value in call["arguments"].items()
     )
     return f"<function={call['name']}>\n{parameters}</function>"
-
-
-def _argument_text(value: Any) -> str:
-    """As the templates write a parameter: a string as is, anything else as JSON (`tojson`)."""
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
-
-def _argument_value(text: str) -> Any:
-    """A parameter read back: JSON where it parses, else the raw string (so a string argument that
-    reads as JSON, e.g. "3", comes back typed; the format cannot tell them apart)."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
 
 
 def _parse_calls(text: str) -> list[ToolCall] | None:
@@ -224,6 +209,6 @@ def _parse_calls(text: str) -> list[ToolCall] | None:
         name, parameters = function.groups()
         if _PARAMETER_RE.sub("", parameters).strip():
             return None
-        arguments = {key: _argument_value(value) for key, value in _PARAMETER_RE.findall(parameters)}
+        arguments = {key: decode_argument_value(value) for key, value in _PARAMETER_RE.findall(parameters)}
         calls.append(ToolCall(name=name, arguments=arguments))
     return calls or None

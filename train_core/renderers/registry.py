@@ -8,7 +8,9 @@ from functools import partial
 
 from train_core.renderers.base import Renderer
 from train_core.renderers.deepseek_v3 import DeepSeekV3Renderer
+from train_core.renderers.deepseek_v4 import REASONING_BUDGETS, DeepSeekV4Renderer
 from train_core.renderers.errors import RendererError, UnknownRendererError
+from train_core.renderers.glm5_3 import Glm5_3Renderer
 from train_core.renderers.gpt_oss import GptOssRenderer
 from train_core.renderers.hf_chat_template import HfChatTemplateRenderer
 from train_core.renderers.kimi_k2 import KimiK2Renderer
@@ -43,6 +45,11 @@ _FACTORIES: dict[str, RendererFactory] = {
     "deepseekv3": DeepSeekV3Renderer,
     "deepseekv3_disable_thinking": DeepSeekV3Renderer,
     "deepseekv3_thinking": partial(DeepSeekV3Renderer, thinking=True),
+    "deepseekv4_1": DeepSeekV4Renderer,
+    "deepseekv4_1_low_reasoning": partial(DeepSeekV4Renderer, reasoning_budget=REASONING_BUDGETS["low"]),
+    "deepseekv4_1_max_reasoning": partial(DeepSeekV4Renderer, reasoning_budget=REASONING_BUDGETS["max"]),
+    "deepseekv4_1_disable_thinking": partial(DeepSeekV4Renderer, reasoning_budget=None),
+    "deepseekv4_1_preserve_thinking": partial(DeepSeekV4Renderer, preserve_thinking=True),
     "kimi_k2": KimiK2Renderer,
     # Kimi K2.5 and K2.6 share one format (the K2.6 template adds only `preserve_thinking`).
     **{
@@ -53,6 +60,9 @@ _FACTORIES: dict[str, RendererFactory] = {
     "kimi_k26_preserve_thinking": partial(
         KimiK2Renderer, name="kimi_k26_preserve_thinking", opening="think", preserve_thinking=True
     ),
+    "glm5_3_max_reasoning": Glm5_3Renderer,
+    "glm5_3_high_reasoning": partial(Glm5_3Renderer, reasoning_effort="High"),
+    "glm5_3_low_reasoning": partial(Glm5_3Renderer, reasoning_effort="Low"),
     "gpt_oss_no_sysprompt": GptOssRenderer,
     "gpt_oss_low_reasoning": partial(GptOssRenderer, reasoning_effort="low"),
     "gpt_oss_medium_reasoning": partial(GptOssRenderer, reasoning_effort="medium"),
@@ -72,10 +82,12 @@ _RECOMMENDATIONS: tuple[tuple[str, str], ...] = (
     (r"qwen3.*instruct", "qwen3_instruct"),
     (r"qwen3", "qwen3"),
     (r"deepseek-?v3", "deepseekv3"),
+    (r"deepseek-?v4", "deepseekv4_1"),
     (r"kimi-?k2\.5", "kimi_k25"),
     (r"kimi-?k2\.6", "kimi_k26"),
     (r"kimi-?k2", "kimi_k2"),
     (r"gpt-?oss", "gpt_oss_medium_reasoning"),
+    (r"glm-?5\.3", "glm5_3_max_reasoning"),
 )
 FALLBACK_RENDERER = "hf_chat_template"
 

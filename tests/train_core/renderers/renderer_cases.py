@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from transformers import PreTrainedTokenizerBase
 
 from train_core.renderers import Message, ToolCall
+from train_core.renderers.deepseek_v4 import REASONING_BUDGETS, effort_line
 from train_core.renderers.gpt_oss import system_prompt
 from train_core.renderers.kimi_k2 import DEFAULT_SYSTEM_PROMPT
 from train_core.renderers.qwen3_5 import REASONING_INSTRUCTIONS
@@ -61,6 +62,14 @@ CAPABILITIES: dict[str, Capabilities] = {
     "kimi_k26": Capabilities("kept", "many", renders_call_ids=True),
     "kimi_k26_disable_thinking": Capabilities("rejected", "many", renders_call_ids=True, history_thinking=True),
     "kimi_k26_preserve_thinking": Capabilities("kept", "many", renders_call_ids=True),
+    "deepseekv4_1": Capabilities("kept", "many"),
+    "deepseekv4_1_low_reasoning": Capabilities("kept", "many"),
+    "deepseekv4_1_max_reasoning": Capabilities("kept", "many"),
+    "deepseekv4_1_disable_thinking": Capabilities("dropped", "many"),
+    "deepseekv4_1_preserve_thinking": Capabilities("kept", "many"),
+    "glm5_3_max_reasoning": Capabilities("kept", "many", typed_string_arguments=True),
+    "glm5_3_high_reasoning": Capabilities("kept", "many", typed_string_arguments=True),
+    "glm5_3_low_reasoning": Capabilities("kept", "many", typed_string_arguments=True),
     "qwen3_5": Capabilities("kept", "many", typed_string_arguments=True),
     "qwen3_5_disable_thinking": Capabilities("rejected", "many", history_thinking=True, typed_string_arguments=True),
     "qwen3_5_preserve_thinking": Capabilities("kept", "many", typed_string_arguments=True),
@@ -80,10 +89,16 @@ def expected_preamble(name: str, messages: list[Message]) -> str:
     """The text a renderer adds on its own, which is never trained, even under ALL_TOKENS."""
     if name == "llama3":
         return "<|begin_of_text|>"
-    if name.startswith("deepseekv3"):
+    if name.startswith("deepseekv3") or name == "deepseekv4_1_disable_thinking":
         return "<｜begin▁of▁sentence｜>"
+    if name.startswith("deepseekv4_1"):
+        effort = {"low": "low", "max": "max"}.get(name.split("_")[2] if name.count("_") > 1 else "", "high")
+        return f"<｜begin▁of▁sentence｜><｜System｜>{effort_line(REASONING_BUDGETS[effort])}"
     if name.startswith("kimi_k2") and messages[0]["role"] != "system":
         return f"<|im_system|>system<|im_middle|>{DEFAULT_SYSTEM_PROMPT}<|im_end|>"
+    if name.startswith("glm5_3_"):
+        effort = name.removeprefix("glm5_3_").removesuffix("_reasoning").capitalize()
+        return f"[gMASK]<sop><|system|>Reasoning Effort: {effort}"
     for effort in ("xhigh", "low"):
         if name == f"qwen3_8_{effort}_reasoning" and messages[0]["role"] != "system":
             return f"<|im_start|>system\n{REASONING_INSTRUCTIONS[effort]}<|im_end|>"
