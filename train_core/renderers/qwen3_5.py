@@ -36,8 +36,8 @@ an error."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
 
 from train_core.renderers.errors import RendererError
 from train_core.renderers.messages import Message, ToolCall, reject_trained_thinking
@@ -140,7 +140,7 @@ class Qwen3_5Renderer(SpanRenderer):
         body.append(content)
         for j, call in enumerate(message.get("tool_calls") or []):
             separator = "\n" if j else ("\n\n" if content else "")
-            body += [separator, TOOL_CALL, f"\n{_function_block(call)}\n", END_TOOL_CALL]
+            body += [separator, TOOL_CALL, f"\n{function_block(call)}\n", END_TOOL_CALL]
         return [Span.header(i, *header), Span.body(i, *body, IM_END)]
 
     def generation_header(self, messages: Sequence[Message], role: str) -> list[Part]:
@@ -167,7 +167,7 @@ class Qwen3_5Renderer(SpanRenderer):
         content, _, calls_text = rest.partition(TOOL_CALL.text)
         if not calls_text:
             return assistant_message(content, thinking), True
-        calls = _parse_calls(TOOL_CALL.text + calls_text)
+        calls = parse_function_calls(TOOL_CALL.text + calls_text)
         if calls is None:
             return unparsed(text)
         return assistant_message(content.removesuffix("\n\n"), thinking, calls), True
@@ -192,14 +192,15 @@ def _tool_spans(i: int, messages: Sequence[Message], opener: list[Part], content
     return [Span.header(i, *header), Span.body(i, *body, *([] if precedes_tool else [IM_END]))]
 
 
-def _function_block(call: ToolCall) -> str:
+def function_block(call: ToolCall, encode: Callable[[Any], str] = encode_argument_value) -> str:
+    """`<function={name}>` with a `<parameter={key}>` per argument, as in a `<tool_call>`."""
     parameters = "".join(
-        f"<parameter={key}>\n{encode_argument_value(value)}\n</parameter>\n" for key, value in call["arguments"].items()
+        f"<parameter={key}>\n{encode(value)}\n</parameter>\n" for key, value in call["arguments"].items()
     )
     return f"<function={call['name']}>\n{parameters}</function>"
 
 
-def _parse_calls(text: str) -> list[ToolCall] | None:
+def parse_function_calls(text: str) -> list[ToolCall] | None:
     blocks = match_calls(_CALL_RE, text)
     calls: list[ToolCall] = []
     for (block,) in blocks or []:

@@ -16,6 +16,7 @@ from train_core.renderers.hf_chat_template import HfChatTemplateRenderer
 from train_core.renderers.kimi_k2 import KimiK2Renderer
 from train_core.renderers.llama3 import Llama3Renderer
 from train_core.renderers.messages import STANDARD_ROLES
+from train_core.renderers.nemotron3 import Nemotron3Renderer
 from train_core.renderers.qwen3 import Qwen3Renderer
 from train_core.renderers.qwen3_5 import Qwen3_5Renderer
 from train_core.renderers.role_colon import RoleColonRenderer
@@ -63,6 +64,22 @@ _FACTORIES: dict[str, RendererFactory] = {
     "glm5_3_max_reasoning": Glm5_3Renderer,
     "glm5_3_high_reasoning": partial(Glm5_3Renderer, reasoning_effort="High"),
     "glm5_3_low_reasoning": partial(Glm5_3Renderer, reasoning_effort="Low"),
+    "nemotron3": Nemotron3Renderer,
+    "nemotron3_low_thinking": partial(Nemotron3Renderer, name="nemotron3_low_thinking", effort="low"),
+    "nemotron3_disable_thinking": partial(Nemotron3Renderer, name="nemotron3_disable_thinking", thinking=False),
+    "nemotron3_preserve_thinking": partial(
+        Nemotron3Renderer, name="nemotron3_preserve_thinking", preserve_thinking=True
+    ),
+    "nemotron3_ultra": partial(Nemotron3Renderer, name="nemotron3_ultra", variant="ultra"),
+    "nemotron3_ultra_disable_thinking": partial(
+        Nemotron3Renderer, name="nemotron3_ultra_disable_thinking", variant="ultra", thinking=False
+    ),
+    "nemotron3_ultra_medium_thinking": partial(
+        Nemotron3Renderer, name="nemotron3_ultra_medium_thinking", variant="ultra", effort="medium"
+    ),
+    "nemotron3_ultra_preserve_thinking": partial(
+        Nemotron3Renderer, name="nemotron3_ultra_preserve_thinking", variant="ultra", preserve_thinking=True
+    ),
     "gpt_oss_no_sysprompt": GptOssRenderer,
     "gpt_oss_low_reasoning": partial(GptOssRenderer, reasoning_effort="low"),
     "gpt_oss_medium_reasoning": partial(GptOssRenderer, reasoning_effort="medium"),
@@ -88,6 +105,8 @@ _RECOMMENDATIONS: tuple[tuple[str, str], ...] = (
     (r"kimi-?k2", "kimi_k2"),
     (r"gpt-?oss", "gpt_oss_medium_reasoning"),
     (r"glm-?5\.3", "glm5_3_max_reasoning"),
+    (r"nemotron-?3(\.5)?-(ultra|super-?3\.5|lightning)|nemotron-?3\.5", "nemotron3_ultra"),
+    (r"nemotron-?3", "nemotron3"),
 )
 FALLBACK_RENDERER = "hf_chat_template"
 

@@ -70,6 +70,25 @@ CAPABILITIES: dict[str, Capabilities] = {
     "glm5_3_max_reasoning": Capabilities("kept", "many", typed_string_arguments=True),
     "glm5_3_high_reasoning": Capabilities("kept", "many", typed_string_arguments=True),
     "glm5_3_low_reasoning": Capabilities("kept", "many", typed_string_arguments=True),
+    **{
+        name: Capabilities(
+            "rejected" if "disable" in name else "kept",
+            "many",
+            history_thinking="disable" in name,
+            typed_string_arguments=True,
+            has_extension_property=False,
+        )
+        for name in (
+            "nemotron3",
+            "nemotron3_low_thinking",
+            "nemotron3_disable_thinking",
+            "nemotron3_preserve_thinking",
+            "nemotron3_ultra",
+            "nemotron3_ultra_disable_thinking",
+            "nemotron3_ultra_medium_thinking",
+            "nemotron3_ultra_preserve_thinking",
+        )
+    },
     "qwen3_5": Capabilities("kept", "many", typed_string_arguments=True),
     "qwen3_5_disable_thinking": Capabilities("rejected", "many", history_thinking=True, typed_string_arguments=True),
     "qwen3_5_preserve_thinking": Capabilities("kept", "many", typed_string_arguments=True),
@@ -96,6 +115,8 @@ def expected_preamble(name: str, messages: list[Message]) -> str:
         return f"<｜begin▁of▁sentence｜><｜System｜>{effort_line(REASONING_BUDGETS[effort])}"
     if name.startswith("kimi_k2") and messages[0]["role"] != "system":
         return f"<|im_system|>system<|im_middle|>{DEFAULT_SYSTEM_PROMPT}<|im_end|>"
+    if name.startswith("nemotron3") and messages[0]["role"] != "system":
+        return "<|im_start|>system\n<|im_end|>"
     if name.startswith("glm5_3_"):
         effort = name.removeprefix("glm5_3_").removesuffix("_reasoning").capitalize()
         return f"[gMASK]<sop><|system|>Reasoning Effort: {effort}"
