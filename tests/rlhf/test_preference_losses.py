@@ -148,4 +148,4 @@ def test_label_smoothing_on_a_loss_that_ignores_it_is_a_config_error(loss_type: 
         load_config(get_recipe("dpo").config_cls, None, overrides)
     for reader in ("cdpo", "robust"):
         config = load_config(get_recipe("dpo").config_cls, None, [*overrides[:1], f"loss_type={reader}", overrides[2]])
-        assert config.label_smoothing == 0.1
+        assert getattr(config, "label_smoothing") == 0.1  # noqa: B009 (the recipe's config class is dynamic)

@@ -92,7 +92,8 @@ class DeepSeekV4Renderer(SpanRenderer):
             elif role == "assistant":
                 keeps = i > drop_through and self.thinking
                 header: list[Part] = [ASSISTANT, THINK if keeps else END_THINK] if _opens_reply(previous, i) else []
-                body = [*([message.get("thinking", ""), END_THINK] if keeps else []), message["content"]]
+                body: list[Part] = [message.get("thinking", ""), END_THINK] if keeps else []
+                body.append(message["content"])
                 if calls := message.get("tool_calls"):
                     body.append(_calls_block(calls))
                 spans += [Span.header(i, *header), Span.body(i, *body, EOS)]

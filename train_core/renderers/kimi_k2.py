@@ -102,7 +102,8 @@ class KimiK2Renderer(SpanRenderer):
         return spans
 
     def _opening_parts(self) -> list[Part]:
-        return {"none": [], "think": [THINK], "no_think": [THINK, "", END_THINK]}[self.opening]
+        openings: dict[ReplyOpening, list[Part]] = {"none": [], "think": [THINK], "no_think": [THINK, "", END_THINK]}
+        return openings[self.opening]
 
     def generation_header(self, messages: Sequence[Message], role: str) -> list[Part]:
         return _header(role, None) + (self._opening_parts() if role == "assistant" else [])

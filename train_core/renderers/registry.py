@@ -13,7 +13,7 @@ from train_core.renderers.errors import RendererError, UnknownRendererError
 from train_core.renderers.glm5_3 import Glm5_3Renderer
 from train_core.renderers.gpt_oss import GptOssRenderer
 from train_core.renderers.hf_chat_template import HfChatTemplateRenderer
-from train_core.renderers.kimi_k2 import KimiK2Renderer
+from train_core.renderers.kimi_k2 import KimiK2Renderer, ReplyOpening
 from train_core.renderers.llama3 import Llama3Renderer
 from train_core.renderers.messages import STANDARD_ROLES
 from train_core.renderers.nemotron3 import Nemotron3Renderer
@@ -23,6 +23,8 @@ from train_core.renderers.role_colon import RoleColonRenderer
 from train_core.renderers.tokenizer import Tokenizer
 
 RendererFactory = Callable[[Tokenizer], Renderer]
+
+_KIMI_K25_OPENINGS: tuple[tuple[str, ReplyOpening], ...] = (("", "think"), ("_disable_thinking", "no_think"))
 
 _FACTORIES: dict[str, RendererFactory] = {
     "llama3": Llama3Renderer,
@@ -56,7 +58,7 @@ _FACTORIES: dict[str, RendererFactory] = {
     **{
         f"{name}{suffix}": partial(KimiK2Renderer, name=f"{name}{suffix}", opening=opening)
         for name in ("kimi_k25", "kimi_k26")
-        for suffix, opening in (("", "think"), ("_disable_thinking", "no_think"))
+        for suffix, opening in _KIMI_K25_OPENINGS
     },
     "kimi_k26_preserve_thinking": partial(
         KimiK2Renderer, name="kimi_k26_preserve_thinking", opening="think", preserve_thinking=True

@@ -132,7 +132,7 @@ def test_a_toy_model_of_the_family_trains_its_lora_adapters_and_scores_as_it_tra
             before = await (await client.forward_backward([_datum(tokens)], "cross_entropy"))
             await (await client.optim_step(AdamParams(learning_rate=2e-3)))
             after = await (await client.forward([_datum(tokens)], "cross_entropy"))
-            trained = before.loss_fn_outputs[0]["logprobs"].tolist()
+            trained = [float(lp) for lp in before.loss_fn_outputs[0]["logprobs"].tolist()]
             return scored, trained, before.metrics["loss:sum"], after.metrics["loss:sum"]
         finally:
             await backend.close()
@@ -161,7 +161,8 @@ def test_sampled_logprobs_are_the_training_logprobs(family: str, tmp_path: Path)
             sampled = await sampler.sample(ModelInput.from_ints(prompt), 1, SamplingParams(max_tokens=5, seed=1))
             sequence = sampled.sequences[0]
             out = await (await client.forward([_datum(prompt + sequence.tokens)], "cross_entropy"))
-            return sequence.logprobs, out.loss_fn_outputs[0]["logprobs"].tolist()[len(prompt) - 1 :]
+            trained = [float(lp) for lp in out.loss_fn_outputs[0]["logprobs"].tolist()]
+            return sequence.logprobs, trained[len(prompt) - 1 :]
         finally:
             await backend.close()
 

@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import pytest
 from hypothesis import strategies as st
 from transformers import PreTrainedTokenizerBase
 
@@ -104,6 +105,23 @@ CAPABILITIES: dict[str, Capabilities] = {
 }
 
 
+FAMILY_REPRESENTATIVES = {"qwen3_5", "qwen3_8_xhigh_reasoning", "deepseekv4_1", "glm5_3_max_reasoning", "kimi_k25"}
+FAMILY_REPRESENTATIVES |= {"nemotron3", "nemotron3_ultra"}
+"""One renderer of each newer family whose hypothesis tests run in the fast tier; the family's
+variants (effort levels, thinking off, preserved thinking) share its code and run marked slow."""
+NEWER_FAMILIES = ("qwen3_5", "qwen3_8", "deepseekv4", "glm5", "kimi_k25", "kimi_k26", "nemotron3")
+
+
+def by_tier(names: list[str]) -> list[Any]:
+    """`names` as pytest params, the variants of a newer family marked slow."""
+    return [
+        pytest.param(n, marks=pytest.mark.slow)
+        if n.startswith(NEWER_FAMILIES) and n not in FAMILY_REPRESENTATIVES
+        else n
+        for n in names
+    ]
+
+
 def expected_preamble(name: str, messages: list[Message]) -> str:
     """The text a renderer adds on its own, which is never trained, even under ALL_TOKENS."""
     if name == "llama3":
@@ -111,18 +129,18 @@ def expected_preamble(name: str, messages: list[Message]) -> str:
     if name.startswith("deepseekv3") or name == "deepseekv4_1_disable_thinking":
         return "<｜begin▁of▁sentence｜>"
     if name.startswith("deepseekv4_1"):
-        effort = {"low": "low", "max": "max"}.get(name.split("_")[2] if name.count("_") > 1 else "", "high")
-        return f"<｜begin▁of▁sentence｜><｜System｜>{effort_line(REASONING_BUDGETS[effort])}"
+        level = {"low": "low", "max": "max"}.get(name.split("_")[2] if name.count("_") > 1 else "", "high")
+        return f"<｜begin▁of▁sentence｜><｜System｜>{effort_line(REASONING_BUDGETS[level])}"
     if name.startswith("kimi_k2") and messages[0]["role"] != "system":
         return f"<|im_system|>system<|im_middle|>{DEFAULT_SYSTEM_PROMPT}<|im_end|>"
     if name.startswith("nemotron3") and messages[0]["role"] != "system":
         return "<|im_start|>system\n<|im_end|>"
     if name.startswith("glm5_3_"):
-        effort = name.removeprefix("glm5_3_").removesuffix("_reasoning").capitalize()
-        return f"[gMASK]<sop><|system|>Reasoning Effort: {effort}"
-    for effort in ("xhigh", "low"):
-        if name == f"qwen3_8_{effort}_reasoning" and messages[0]["role"] != "system":
-            return f"<|im_start|>system\n{REASONING_INSTRUCTIONS[effort]}<|im_end|>"
+        glm_effort = name.removeprefix("glm5_3_").removesuffix("_reasoning").capitalize()
+        return f"[gMASK]<sop><|system|>Reasoning Effort: {glm_effort}"
+    for qwen_effort in ("xhigh", "low"):
+        if name == f"qwen3_8_{qwen_effort}_reasoning" and messages[0]["role"] != "system":
+            return f"<|im_start|>system\n{REASONING_INSTRUCTIONS[qwen_effort]}<|im_end|>"
     for effort in ("low", "medium", "high"):
         if name == f"gpt_oss_{effort}_reasoning":
             return f"<|start|>system<|message|>{system_prompt(effort, GPT_OSS_DATE)}<|end|>"

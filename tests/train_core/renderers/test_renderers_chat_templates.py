@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jinja2.sandbox import ImmutableSandboxedEnvironment
-from renderer_cases import conversations, decode_text
+from renderer_cases import by_tier, conversations, decode_text
 from renderer_goldens import CONVERSATIONS
 from transformers import PreTrainedTokenizerBase
 
@@ -86,7 +86,7 @@ def test_the_golden_conversations_render_as_the_template(
     check(name, messages[:-1], messages, tokenizer)
 
 
-@pytest.mark.parametrize("name", sorted(RENDERED_AS))
+@pytest.mark.parametrize("name", by_tier(sorted(RENDERED_AS)))
 @TEMPLATE_SETTINGS
 @given(data=st.data())
 def test_random_conversations_render_as_the_template(
