@@ -79,7 +79,14 @@ def add_lora(model: torch.nn.Module, lora_rank: int, seed: int, options: LoraOpt
 
     options = options or LoraOptions()
     targets = options.target_modules if isinstance(options.target_modules, str) else list(options.target_modules)
-    config = LoraConfig(r=lora_rank, lora_alpha=options.alpha, lora_dropout=options.dropout, target_modules=targets)
+    excluded = _all_linear_exclusions(model) if targets == "all-linear" else None
+    config = LoraConfig(
+        r=lora_rank,
+        lora_alpha=options.alpha,
+        lora_dropout=options.dropout,
+        target_modules=targets,
+        exclude_modules=excluded,
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         try:
@@ -87,6 +94,24 @@ def add_lora(model: torch.nn.Module, lora_rank: int, seed: int, options: LoraOpt
         except ValueError as exc:  # e.g. target modules that match no layer
             raise ConfigError(f"local.lora_target_modules {options.target_modules!r}: {exc}") from exc
     return peft_model.eval()
+
+
+MAMBA_LORA_EXCLUDED = ("out_proj", "conv1d")
+"""Layers of a Mamba mixer that peft refuses to wrap (hybrid models such as Nemotron-3)."""
+
+
+def _all_linear_exclusions(model: torch.nn.Module) -> list[str] | None:
+    """What "all-linear" must leave out: a Mamba mixer's `out_proj` and `conv1d` (peft refuses
+    them), and linear layers whose own forward is not `x @ W.T + b` (DeepSeek V4's grouped output
+    projection), which a LoRA wrapper would compute wrongly."""
+    excluded = [
+        name
+        for name, module in model.named_modules()
+        if isinstance(module, torch.nn.Linear) and type(module).forward is not torch.nn.Linear.forward
+    ]
+    if any("Mamba" in type(module).__name__ for module in model.modules()):
+        excluded += MAMBA_LORA_EXCLUDED
+    return excluded or None
 
 
 def load_model(

@@ -84,7 +84,9 @@ class RLSettings(RendererSettings, OptimizerSettings):
         None, description="an observation longer than this ends the episode unsampled (overflow)"
     )
     termination_reward: float | Literal["zero"] | None = Field(
-        None, description="for limit-stopped episodes: a number added to the total reward, or 'zero' it"
+        None,
+        description="for limit-stopped episodes: a number added to the total reward, or 'zero': the total "
+        "becomes min(total, 0) (a positive total is zeroed, a negative one kept)",
     )
     rollout_failure: RolloutFailureSettings = Field(default_factory=RolloutFailureSettings)
     parse_error_policy: Literal["train", "mask"] = Field(

@@ -11,7 +11,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kitchen.config import load_config
+from kitchen.errors import ConfigError
 from kitchen.metrics import read_metrics
+from kitchen.recipe import get_recipe
 from tests.preference_workflow.dpo_runs import run_dpo_recipe
 from train_core.preference.losses import PREFERENCE_LOSSES, PairBatch, PreferenceLossParams, preference_loss
 
@@ -30,7 +33,19 @@ def test_values_when_the_policy_equals_the_reference() -> None:
     assert math.isclose(preference_loss("sigmoid", b, p)[0].item(), math.log(2))
     assert math.isclose(preference_loss("ipo", b, p)[0].item(), (1 / (2 * 0.5)) ** 2)
     assert math.isclose(preference_loss("hinge", b, p)[0].item(), 1.0)
+    assert math.isclose(preference_loss("cdpo", b, p)[0].item(), math.log(2))
     assert math.isclose(preference_loss("robust", b, p)[0].item(), math.log(2))
+
+
+def test_cdpo_robust_and_ipo_by_hand() -> None:
+    """cDPO smooths the labels, rDPO subtracts the flipped term and rescales, IPO averages per token."""
+    p = PreferenceLossParams(beta=0.5, label_smoothing=0.2)
+    b = batch(-2.0, -9.0, -3.0, -6.0, nc=2, nr=4)  # h = 1 - (-3) = 4, beta h = 2
+    clean, flipped = -math.log(1 / (1 + math.exp(-2.0))), -math.log(1 / (1 + math.exp(2.0)))
+    assert math.isclose(preference_loss("cdpo", b, p)[0].item(), 0.8 * clean + 0.2 * flipped, rel_tol=1e-12)
+    assert math.isclose(preference_loss("robust", b, p)[0].item(), (0.8 * clean - 0.2 * flipped) / 0.6, rel_tol=1e-12)
+    h_avg = 1.0 / 2 - (-3.0) / 4
+    assert math.isclose(preference_loss("ipo", b, p)[0].item(), (h_avg - 1.0) ** 2, rel_tol=1e-12)
 
 
 def test_simpo_and_orpo_by_hand() -> None:
@@ -70,8 +85,8 @@ def test_gradients_raise_chosen_and_lower_rejected(
         g_c, g_r = b.chosen.grad.item(), b.rejected.grad.item()
         if name == "ipo":
             target = 1 / (2 * beta)
-            assert g_c * (b.margin.item() - target) >= 0 and g_r * (b.margin.item() - target) <= 0
-        elif name == "robust" and eps > 0:
+            assert g_c * (b.mean_margin.item() - target) >= 0 and g_r * (b.mean_margin.item() - target) <= 0
+        elif name in ("cdpo", "robust") and eps > 0:
             pass  # label smoothing pulls back towards a finite margin; checked by finite differences below
         else:
             assert g_c <= 1e-12 and g_r >= -1e-12, (name, g_c, g_r)
@@ -123,3 +138,14 @@ def test_each_loss_trains_through_forward_backward_custom_on_local(tmp_path: Pat
     rows = read_metrics(run_dir.metrics)
     assert len(rows) == 2 and all(math.isfinite(row["dpo_loss"]) for row in rows)
     assert rows[0]["optim/grad_norm"] > 0
+
+
+@pytest.mark.parametrize("loss_type", ["sigmoid", "ipo", "hinge", "simpo", "orpo"])
+def test_label_smoothing_on_a_loss_that_ignores_it_is_a_config_error(loss_type: str) -> None:
+    """A TRL<1.0 config (`sigmoid` + `label_smoothing`) is told to say `cdpo`, not silently changed."""
+    overrides = ["log_path=unused", f"loss_type={loss_type}", "label_smoothing=0.1"]
+    with pytest.raises(ConfigError, match=r"label_smoothing.*cdpo.*robust"):
+        load_config(get_recipe("dpo").config_cls, None, overrides)
+    for reader in ("cdpo", "robust"):
+        config = load_config(get_recipe("dpo").config_cls, None, [*overrides[:1], f"loss_type={reader}", overrides[2]])
+        assert getattr(config, "label_smoothing") == 0.1  # noqa: B009 (the recipe's config class is dynamic)

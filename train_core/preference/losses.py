@@ -6,16 +6,27 @@ Inputs per pair p: `lc`, `lr` the policy's summed logprobs of the chosen and rej
 token counts. `h = (lc - rc) - (lr - rr)` is the DPO log-ratio margin, `sigma` the logistic
 function. Every formula returns one loss per pair; the batch loss is their mean.
 
-- `sigmoid` (DPO, Rafailov et al. 2023): `-log sigma(beta h)`.
-- `ipo` (IPO, Azar et al. 2023, eq. 17): `(h - 1 / (2 beta))^2`; beta is the paper's tau.
+Every name TRL also uses means what TRL's DPO/CPO/ORPO trainers compute (cross-checked against
+TRL on the same tensors in `tests/rlhf/test_preference_losses_vs_trl.py`), so a config ported
+from TRL keeps its meaning:
+
+- `sigmoid` (DPO, Rafailov et al. 2023): `-log sigma(beta h)`. No label smoothing: TRL 1.x's
+  `sigmoid` ignores it too (TRL before 1.0 smoothed inside `sigmoid`; that loss is `cdpo` here).
+- `cdpo` (conservative DPO, Mitchell 2023; TRL's label-smoothed sigmoid) with label-noise rate
+  eps = `label_smoothing`: `(1 - eps) (-log sigma(beta h)) + eps (-log sigma(-beta h))`.
+- `robust` (rDPO, Chowdhury et al. 2024, as TRL defines it): the unbiased estimate under label
+  flips, `((1 - eps) (-log sigma(beta h)) - eps (-log sigma(-beta h))) / (1 - 2 eps)`.
+- `ipo` (IPO, Azar et al. 2023, eq. 17, as TRL computes it): on **length-averaged** logprobs,
+  `(h_avg - 1 / (2 beta))^2` with `h_avg = (lc - rc) / nc - (lr - rr) / nr`; beta is the
+  paper's tau. (Summed logprobs would make the square grow with completion length.)
 - `hinge` (SLiC-HF, Zhao et al. 2023): `max(0, 1 - beta h)`.
-- `robust` (conservative DPO / label smoothing, Mitchell 2023): with label-noise rate eps,
-  `(1 - eps) (-log sigma(beta h)) + eps (-log sigma(-beta h))`.
-- `simpo` (SimPO, Meng et al. 2024, eq. 6), reference-free and length-normalised:
-  `-log sigma(beta lc / nc - beta lr / nr - gamma)`.
+- `simpo` (SimPO, Meng et al. 2024, eq. 6; TRL's CPO `simpo`), reference-free and
+  length-normalised: `-log sigma(beta lc / nc - beta lr / nr - gamma)`.
 - `orpo` (ORPO, Hong et al. 2024, eqs. 6-7), reference-free: the chosen completion's per-token
   NLL plus `lambda * -log sigma(log odds(c) - log odds(r))`, where `log odds(y) = a - log(1 -
-  exp(a))` with `a` the mean per-token logprob of y.
+  exp(a))` with `a` the mean per-token logprob of y. The NLL is the paper's per-pair token mean;
+  TRL takes one token mean over the whole batch's chosen tokens, which is the same number when
+  the chosen completions are equally long.
 """
 
 from __future__ import annotations
@@ -28,7 +39,9 @@ if TYPE_CHECKING:
     import torch
 
 
-PreferenceLossType = Literal["sigmoid", "ipo", "hinge", "robust", "simpo", "orpo"]
+PreferenceLossType = Literal["sigmoid", "cdpo", "robust", "ipo", "hinge", "simpo", "orpo"]
+LABEL_SMOOTHING_LOSSES: frozenset[str] = frozenset({"cdpo", "robust"})
+"""The losses that read `label_smoothing`."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +59,12 @@ class PairBatch:
     def margin(self) -> torch.Tensor:
         return (self.chosen - self.chosen_ref) - (self.rejected - self.rejected_ref)
 
+    @property
+    def mean_margin(self) -> torch.Tensor:
+        """The margin of per-token (length-averaged) log-ratios."""
+        chosen = (self.chosen - self.chosen_ref) / self.chosen_len
+        return chosen - (self.rejected - self.rejected_ref) / self.rejected_len
+
 
 @dataclass(frozen=True)
 class PreferenceLossParams:
@@ -61,21 +80,29 @@ def sigmoid_loss(b: PairBatch, p: PreferenceLossParams) -> torch.Tensor:
     return -F.logsigmoid(p.beta * b.margin)
 
 
-def ipo_loss(b: PairBatch, p: PreferenceLossParams) -> torch.Tensor:
-    return (b.margin - 1.0 / (2.0 * p.beta)) ** 2
+def cdpo_loss(b: PairBatch, p: PreferenceLossParams) -> torch.Tensor:
+    import torch.nn.functional as F
 
-
-def hinge_loss(b: PairBatch, p: PreferenceLossParams) -> torch.Tensor:
-    import torch
-
-    return torch.relu(1.0 - p.beta * b.margin)
+    eps = p.label_smoothing
+    return (1.0 - eps) * -F.logsigmoid(p.beta * b.margin) + eps * -F.logsigmoid(-p.beta * b.margin)
 
 
 def robust_loss(b: PairBatch, p: PreferenceLossParams) -> torch.Tensor:
     import torch.nn.functional as F
 
     eps = p.label_smoothing
-    return (1.0 - eps) * -F.logsigmoid(p.beta * b.margin) + eps * -F.logsigmoid(-p.beta * b.margin)
+    clean, flipped = -F.logsigmoid(p.beta * b.margin), -F.logsigmoid(-p.beta * b.margin)
+    return ((1.0 - eps) * clean - eps * flipped) / (1.0 - 2.0 * eps)
+
+
+def ipo_loss(b: PairBatch, p: PreferenceLossParams) -> torch.Tensor:
+    return (b.mean_margin - 1.0 / (2.0 * p.beta)) ** 2
+
+
+def hinge_loss(b: PairBatch, p: PreferenceLossParams) -> torch.Tensor:
+    import torch
+
+    return torch.relu(1.0 - p.beta * b.margin)
 
 
 def simpo_loss(b: PairBatch, p: PreferenceLossParams) -> torch.Tensor:
@@ -110,9 +137,10 @@ PREFERENCE_LOSSES: dict[str, PreferenceLossSpec] = {
     spec.name: spec
     for spec in (
         PreferenceLossSpec("sigmoid", sigmoid_loss, True),
+        PreferenceLossSpec("cdpo", cdpo_loss, True),
+        PreferenceLossSpec("robust", robust_loss, True),
         PreferenceLossSpec("ipo", ipo_loss, True),
         PreferenceLossSpec("hinge", hinge_loss, True),
-        PreferenceLossSpec("robust", robust_loss, True),
         PreferenceLossSpec("simpo", simpo_loss, False),
         PreferenceLossSpec("orpo", orpo_loss, False),
     )

@@ -10,8 +10,9 @@ header), tool results are `<｜tool▁output▁begin｜>...<｜tool▁output▁e
 message after a tool result has no header at all.
 
 Thinking is off by default, as in DeepSeek's template and in tinker-cookbook (`deepseekv3` and
-its alias `deepseekv3_disable_thinking`): the reply opens with `</think>`, and a message with
-`thinking` is an error rather than silently trained without it. With thinking on
+its alias `deepseekv3_disable_thinking`): the reply opens with `</think>`. The template never
+writes a message's reasoning in this mode, so `thinking` is dropped from every message, the reply
+included, as the template and tinker-cookbook drop it. With thinking on
 (`deepseekv3_thinking`), the reply after a user message opens with `<think>` (in the header, so it
 is the generation prompt's last token) and its body is `{thinking}</think>{content}`."""
 
@@ -21,7 +22,7 @@ import re
 from collections.abc import Sequence
 
 from train_core.renderers.errors import RendererError
-from train_core.renderers.messages import Message, ToolCall, reject_thinking
+from train_core.renderers.messages import Message, ToolCall
 from train_core.renderers.responses import assistant_message, split_at_stop, unparsed
 from train_core.renderers.span_renderer import Span, SpanRenderer
 from train_core.renderers.tokenizer import Part, Special, Tokenizer
@@ -56,8 +57,6 @@ class DeepSeekV3Renderer(SpanRenderer):
     def render_spans(self, messages: Sequence[Message], *, add_generation_prompt: bool) -> list[Span]:
         spans = [Span.preamble(BOS)]
         roles = self._effective_roles(messages)
-        if not self.thinking:
-            reject_thinking("deepseekv3", "deepseekv3_thinking", messages)
         for i, message in enumerate(messages):
             if roles[i] == "system":
                 spans.append(Span.header(i, "\n\n" if i > 0 else ""))

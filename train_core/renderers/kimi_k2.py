@@ -9,17 +9,27 @@ to the last assistant message without tool calls are history and keep an empty `
 later ones (the current tool-using turn, and the reply being trained) keep their thinking. Tool
 calls follow the content in a `<|tool_calls_section_begin|>` section, each identified as
 `functions.{name}:{index}`; a tool result is a `<|im_system|>` message headed
-`## Return of {tool_call_id}`."""
+`## Return of {tool_call_id}`.
+
+Kimi K2.5 and K2.6 (`kimi_k25`, `kimi_k26`: one format) keep this and open the reply in the
+generation prompt: `<think>` with thinking on, the empty `<think></think>` with it off
+(`*_disable_thinking`). That opening is in the header of every assistant message, untrained,
+since sampling is always given it. With
+thinking off, history reasoning is dropped as with it on (the template empties history blocks),
+and reasoning on the reply being trained, which the template would write, is an error.
+`kimi_k26_preserve_thinking` (the K2.6 template's `preserve_thinking`) keeps every message's
+reasoning."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Literal
 
-from train_core.renderers.messages import Message, ToolCall
+from train_core.renderers.messages import Message, ToolCall, reject_trained_thinking
 from train_core.renderers.responses import assistant_message, split_at_stop, unparsed
 from train_core.renderers.span_renderer import Span, SpanRenderer
-from train_core.renderers.tokenizer import Part, Special
+from train_core.renderers.tokenizer import Part, Special, Tokenizer
 from train_core.renderers.tool_calls import decode_arguments, encode_arguments, match_calls
 from train_core.types import StopCondition
 
@@ -43,7 +53,24 @@ _CALL_RE = re.compile(
 _CALL_ID_RE = re.compile(r"(?:functions\.)?(.+):\d+")
 
 
+ReplyOpening = Literal["none", "think", "no_think"]
+"""What the generation prompt writes after the assistant header: nothing (K2), `<think>` (K2.5 /
+K2.6 thinking) or `<think></think>` (thinking off)."""
+
+
 class KimiK2Renderer(SpanRenderer):
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        name: str = "kimi_k2",
+        opening: ReplyOpening = "none",
+        preserve_thinking: bool = False,
+    ) -> None:
+        super().__init__(tokenizer)
+        self.name = name
+        self.opening = opening
+        self.preserve_thinking = preserve_thinking
+
     def render_spans(self, messages: Sequence[Message], *, add_generation_prompt: bool) -> list[Span]:
         spans: list[Span] = []
         if not messages or messages[0]["role"] != "system":
@@ -58,17 +85,28 @@ class KimiK2Renderer(SpanRenderer):
             header = _header(message["role"], message.get("name"))
             if message["role"] == "tool":
                 header.append(f"## Return of {message.get('tool_call_id', '')}\n")
-            spans.append(Span.header(i, *header))
             body: list[Part] = []
             if message["role"] == "assistant":
-                body += _assistant_body(message, keep_thinking=i > history_end)
+                keep_thinking = i > history_end or self.preserve_thinking
+                if self.opening == "no_think" and keep_thinking and i == len(messages) - 1:
+                    if not add_generation_prompt:
+                        reject_trained_thinking(self.name, self.name.replace("_disable_thinking", ""), i, message)
+                    keep_thinking = False
+                body += _assistant_body(message, keep_thinking)
+                opening = self._opening_parts()
+                if body[: len(opening)] == opening:
+                    header, body = header + opening, body[len(opening) :]
             else:
                 body.append(message["content"])
-            spans.append(Span.body(i, *body, IM_END))
+            spans += [Span.header(i, *header), Span.body(i, *body, IM_END)]
         return spans
 
+    def _opening_parts(self) -> list[Part]:
+        openings: dict[ReplyOpening, list[Part]] = {"none": [], "think": [THINK], "no_think": [THINK, "", END_THINK]}
+        return openings[self.opening]
+
     def generation_header(self, messages: Sequence[Message], role: str) -> list[Part]:
-        return _header(role, None)
+        return _header(role, None) + (self._opening_parts() if role == "assistant" else [])
 
     def get_stop_sequences(self) -> StopCondition:
         return [self.codec.special_id(IM_END.text)]
@@ -79,7 +117,9 @@ class KimiK2Renderer(SpanRenderer):
         if not found:
             return unparsed(text)
         thinking, rest = None, text
-        if text.startswith(THINK.text) and END_THINK.text in text:
+        if self.opening == "think" and END_THINK.text in text:
+            thinking, _, rest = text.partition(END_THINK.text)
+        elif self.opening == "none" and text.startswith(THINK.text) and END_THINK.text in text:
             thinking, _, rest = text.removeprefix(THINK.text).partition(END_THINK.text)
         content, _, section = rest.partition(SECTION_BEGIN.text)
         if not section:

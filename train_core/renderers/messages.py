@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, NotRequired, TypedDict
 
 from train_core.renderers.errors import RendererError
@@ -44,13 +43,14 @@ def reject_unsupported(
             raise RendererError(f"{renderer} cannot render {field!r} (message {index}, role {role!r}); {hint}")
 
 
-def reject_thinking(renderer: str, thinking_renderer: str, messages: Sequence[Message]) -> None:
-    """A thinking-disabled renderer has no place for `thinking`; dropping it silently would train
-    on a different conversation than the one given."""
-    for i, message in enumerate(messages):
-        reject_unsupported(
-            renderer, i, message, ("thinking",), f"thinking is off: use {thinking_renderer!r} or remove the thinking"
-        )
+def reject_trained_thinking(renderer: str, thinking_renderer: str, index: int, message: Message) -> None:
+    """For a thinking-disabled renderer, on the reply being trained where the model's template
+    would write its reasoning: the prompt told the model not to reason, so training on reasoning
+    after it (or silently without it) would teach another conversation than the one given.
+    Thinking on earlier messages is dropped where the template drops it, not rejected."""
+    reject_unsupported(
+        renderer, index, message, ("thinking",), f"thinking is off: use {thinking_renderer!r} or remove the thinking"
+    )
 
 
 STANDARD_ROLES = frozenset({"system", "user", "assistant", "tool"})

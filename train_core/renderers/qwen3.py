@@ -11,8 +11,15 @@ consecutive tool results share one `user` message of `<tool_response>` blocks.
 
 Modes: `thinking` (Qwen3 hybrid models), `disabled` (the same with `enable_thinking=False`: an
 empty think block opens the reply, in its header, and the reply's leading newlines are stripped
-as the template does) and `instruct` (Qwen3-2507 Instruct: no think blocks at all). The last two
-reject a message with `thinking` rather than silently train without it.
+as the template does) and `instruct` (Qwen3-2507 Instruct: no think blocks at all).
+
+Thinking in the non-thinking modes follows the templates: `instruct`'s template never writes
+reasoning, so `thinking` is dropped from every message. `disabled` drops it from history (up to
+the last user message) as the template does, and writes it, as the template does, on a
+current-turn assistant message that is not the reply (a tool-calling step); on the reply being
+trained, where the template would write it after a prompt that closed the think block, it is an
+error. Unlike tinker-cookbook, which strips every non-reply message's thinking in `disabled` and
+writes the reply's as `<think>...</think>` in `instruct`.
 
 Weights, on purpose unlike tinker-cookbook: a tool result's `<tool_response>\n` opener is header
 (trained only under ALL_TOKENS) and its `\n</tool_response>` closer is body, trained with the
@@ -27,7 +34,7 @@ import re
 from collections.abc import Sequence
 from typing import Literal
 
-from train_core.renderers.messages import Message, ToolCall, reject_thinking
+from train_core.renderers.messages import Message, ToolCall, reject_trained_thinking
 from train_core.renderers.responses import assistant_message, split_at_stop, unparsed
 from train_core.renderers.span_renderer import Span, SpanRenderer
 from train_core.renderers.tokenizer import Part, Special, Tokenizer
@@ -62,8 +69,6 @@ class Qwen3Renderer(SpanRenderer):
         self.strip_thinking_from_history = strip_thinking_from_history
 
     def render_spans(self, messages: Sequence[Message], *, add_generation_prompt: bool) -> list[Span]:
-        if self.mode != "thinking":
-            reject_thinking(_NAMES[self.mode], "qwen3", messages)
         last_query = _last_query_index(messages)
         spans: list[Span] = []
         for i, message in enumerate(messages):
@@ -71,27 +76,34 @@ class Qwen3Renderer(SpanRenderer):
             if message["role"] == "tool":
                 spans += _tool_spans(i, messages, opener)
             elif message["role"] == "assistant":
-                spans += self._assistant_spans(i, message, opener, last_query, len(messages))
+                spans += self._assistant_spans(i, message, opener, last_query, len(messages), add_generation_prompt)
             else:
                 spans.append(Span.header(i, *opener, IM_START, f"{message['role']}\n"))
                 spans.append(Span.body(i, message["content"], IM_END))
         return spans
 
-    def _assistant_spans(self, i: int, message: Message, opener: list[Part], last_query: int, count: int) -> list[Span]:
+    def _assistant_spans(
+        self, i: int, message: Message, opener: list[Part], last_query: int, count: int, add_generation_prompt: bool
+    ) -> list[Span]:
         header: list[Part] = [*opener, IM_START, "assistant\n"]
         body: list[Part] = []
         content = message["content"]
-        thinking = message.get("thinking", "") if self.mode == "thinking" else ""
-        in_current_turn = i > last_query
-        is_last = i == count - 1
-        if self.mode == "disabled" and in_current_turn and is_last:
-            header += EMPTY_THINK_BLOCK
-            content = content.lstrip("\n")
-        elif self.mode == "thinking" and (
-            (in_current_turn and (is_last or thinking)) or (thinking and not self.strip_thinking_from_history)
-        ):
-            content = content.lstrip("\n")
-            reasoning = thinking.strip("\n")
+        thinking = message.get("thinking", "")
+        current, is_last = i > last_query, i == count - 1
+        block: str | None = None  # the reasoning of the think block written before the content
+        if self.mode == "thinking":
+            if (current and (is_last or thinking)) or (thinking and not self.strip_thinking_from_history):
+                block = thinking
+        elif self.mode == "disabled" and current and (is_last or thinking):
+            if is_last and not add_generation_prompt:
+                reject_trained_thinking(_NAMES[self.mode], "qwen3", i, message)
+            if is_last and not thinking:
+                header += EMPTY_THINK_BLOCK
+                content = content.lstrip("\n")
+            else:
+                block = thinking
+        if block is not None:
+            content, reasoning = content.lstrip("\n"), block.strip("\n")
             body += [THINK, f"\n{reasoning}\n", END_THINK, "\n\n"]
         body.append(content)
         for j, call in enumerate(message.get("tool_calls") or []):

@@ -8,29 +8,80 @@ from functools import partial
 
 from train_core.renderers.base import Renderer
 from train_core.renderers.deepseek_v3 import DeepSeekV3Renderer
+from train_core.renderers.deepseek_v4 import REASONING_BUDGETS, DeepSeekV4Renderer
 from train_core.renderers.errors import RendererError, UnknownRendererError
+from train_core.renderers.glm5_3 import Glm5_3Renderer
 from train_core.renderers.gpt_oss import GptOssRenderer
 from train_core.renderers.hf_chat_template import HfChatTemplateRenderer
-from train_core.renderers.kimi_k2 import KimiK2Renderer
+from train_core.renderers.kimi_k2 import KimiK2Renderer, ReplyOpening
 from train_core.renderers.llama3 import Llama3Renderer
 from train_core.renderers.messages import STANDARD_ROLES
+from train_core.renderers.nemotron3 import Nemotron3Renderer
 from train_core.renderers.qwen3 import Qwen3Renderer
+from train_core.renderers.qwen3_5 import Qwen3_5Renderer
 from train_core.renderers.role_colon import RoleColonRenderer
 from train_core.renderers.tokenizer import Tokenizer
 
 RendererFactory = Callable[[Tokenizer], Renderer]
+
+_KIMI_K25_OPENINGS: tuple[tuple[str, ReplyOpening], ...] = (("", "think"), ("_disable_thinking", "no_think"))
 
 _FACTORIES: dict[str, RendererFactory] = {
     "llama3": Llama3Renderer,
     "qwen3": Qwen3Renderer,
     "qwen3_disable_thinking": partial(Qwen3Renderer, mode="disabled"),
     "qwen3_instruct": partial(Qwen3Renderer, mode="instruct"),
+    "qwen3_5": Qwen3_5Renderer,
+    "qwen3_5_disable_thinking": partial(Qwen3_5Renderer, name="qwen3_5_disable_thinking", thinking=False),
+    "qwen3_5_preserve_thinking": partial(Qwen3_5Renderer, name="qwen3_5_preserve_thinking", preserve_thinking=True),
+    **{
+        f"qwen3_8_{effort}_reasoning": partial(
+            Qwen3_5Renderer, name=f"qwen3_8_{effort}_reasoning", version="3.8", reasoning_effort=effort
+        )
+        for effort in ("xhigh", "medium", "low")
+    },
+    "qwen3_8_disable_thinking": partial(
+        Qwen3_5Renderer, name="qwen3_8_disable_thinking", version="3.8", thinking=False
+    ),
     "role_colon": RoleColonRenderer,
     # As in tinker-cookbook: `deepseekv3` is thinking off, `deepseekv3_disable_thinking` its alias.
     "deepseekv3": DeepSeekV3Renderer,
     "deepseekv3_disable_thinking": DeepSeekV3Renderer,
     "deepseekv3_thinking": partial(DeepSeekV3Renderer, thinking=True),
+    "deepseekv4_1": DeepSeekV4Renderer,
+    "deepseekv4_1_low_reasoning": partial(DeepSeekV4Renderer, reasoning_budget=REASONING_BUDGETS["low"]),
+    "deepseekv4_1_max_reasoning": partial(DeepSeekV4Renderer, reasoning_budget=REASONING_BUDGETS["max"]),
+    "deepseekv4_1_disable_thinking": partial(DeepSeekV4Renderer, reasoning_budget=None),
+    "deepseekv4_1_preserve_thinking": partial(DeepSeekV4Renderer, preserve_thinking=True),
     "kimi_k2": KimiK2Renderer,
+    # Kimi K2.5 and K2.6 share one format (the K2.6 template adds only `preserve_thinking`).
+    **{
+        f"{name}{suffix}": partial(KimiK2Renderer, name=f"{name}{suffix}", opening=opening)
+        for name in ("kimi_k25", "kimi_k26")
+        for suffix, opening in _KIMI_K25_OPENINGS
+    },
+    "kimi_k26_preserve_thinking": partial(
+        KimiK2Renderer, name="kimi_k26_preserve_thinking", opening="think", preserve_thinking=True
+    ),
+    "glm5_3_max_reasoning": Glm5_3Renderer,
+    "glm5_3_high_reasoning": partial(Glm5_3Renderer, reasoning_effort="High"),
+    "glm5_3_low_reasoning": partial(Glm5_3Renderer, reasoning_effort="Low"),
+    "nemotron3": Nemotron3Renderer,
+    "nemotron3_low_thinking": partial(Nemotron3Renderer, name="nemotron3_low_thinking", effort="low"),
+    "nemotron3_disable_thinking": partial(Nemotron3Renderer, name="nemotron3_disable_thinking", thinking=False),
+    "nemotron3_preserve_thinking": partial(
+        Nemotron3Renderer, name="nemotron3_preserve_thinking", preserve_thinking=True
+    ),
+    "nemotron3_ultra": partial(Nemotron3Renderer, name="nemotron3_ultra", variant="ultra"),
+    "nemotron3_ultra_disable_thinking": partial(
+        Nemotron3Renderer, name="nemotron3_ultra_disable_thinking", variant="ultra", thinking=False
+    ),
+    "nemotron3_ultra_medium_thinking": partial(
+        Nemotron3Renderer, name="nemotron3_ultra_medium_thinking", variant="ultra", effort="medium"
+    ),
+    "nemotron3_ultra_preserve_thinking": partial(
+        Nemotron3Renderer, name="nemotron3_ultra_preserve_thinking", variant="ultra", preserve_thinking=True
+    ),
     "gpt_oss_no_sysprompt": GptOssRenderer,
     "gpt_oss_low_reasoning": partial(GptOssRenderer, reasoning_effort="low"),
     "gpt_oss_medium_reasoning": partial(GptOssRenderer, reasoning_effort="medium"),
@@ -45,11 +96,19 @@ _DECLARED_ROLES: dict[str, frozenset[str]] = {}
 _RECOMMENDATIONS: tuple[tuple[str, str], ...] = (
     (r"^tiny$", "role_colon"),
     (r"llama-?3", "llama3"),
+    (r"qwen3\.[56]", "qwen3_5"),
+    (r"qwen3\.8", "qwen3_8_xhigh_reasoning"),
     (r"qwen3.*instruct", "qwen3_instruct"),
     (r"qwen3", "qwen3"),
     (r"deepseek-?v3", "deepseekv3"),
+    (r"deepseek-?v4", "deepseekv4_1"),
+    (r"kimi-?k2\.5", "kimi_k25"),
+    (r"kimi-?k2\.6", "kimi_k26"),
     (r"kimi-?k2", "kimi_k2"),
     (r"gpt-?oss", "gpt_oss_medium_reasoning"),
+    (r"glm-?5\.3", "glm5_3_max_reasoning"),
+    (r"nemotron-?3(\.5)?-(ultra|super-?3\.5|lightning)|nemotron-?3\.5", "nemotron3_ultra"),
+    (r"nemotron-?3", "nemotron3"),
 )
 FALLBACK_RENDERER = "hf_chat_template"
 

@@ -1,5 +1,8 @@
-"""Every special token the built-in renderers emit. The embedded tiny tokenizer carries all of
-them as single tokens, so every renderer runs on the tiny model offline."""
+"""Every special token the built-in renderers emit. The embedded tiny tokenizer carries those of
+ALL_SPECIAL_TOKENS as single tokens, so those renderers run on the tiny model offline; the
+formats added after it (GLM-5.3) need their model's tokenizer, or a tokenizer given
+NEWER_SPECIAL_TOKENS (as the renderer tests do), since growing the tiny vocabulary would change
+the tiny model every recipe's figures come from."""
 
 from __future__ import annotations
 
@@ -62,3 +65,17 @@ GPT_OSS = (
 PAD = "<|pad|>"
 
 ALL_SPECIAL_TOKENS: tuple[str, ...] = tuple(dict.fromkeys((*LLAMA3, *QWEN3, *DEEPSEEK_V3, *KIMI_K2, *GPT_OSS, PAD)))
+GLM5 = (
+    "[gMASK]",
+    "<sop>",
+    "<|system|>",
+    "<|user|>",
+    "<|assistant|>",
+    "<|observation|>",
+    "<arg_key>",
+    "</arg_key>",
+    "<arg_value>",
+    "</arg_value>",
+)
+
+NEWER_SPECIAL_TOKENS: tuple[str, ...] = tuple(t for t in dict.fromkeys(GLM5) if t not in ALL_SPECIAL_TOKENS)

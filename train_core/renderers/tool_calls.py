@@ -27,6 +27,21 @@ def decode_arguments(text: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def encode_argument_value(value: Any) -> str:
+    """One argument in the key/value call formats (Qwen3.5 XML, GLM): a string as is, anything else
+    as JSON, as the templates write it."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def decode_argument_value(text: str) -> Any:
+    """The inverse where it can be: JSON where the text parses, else the string (a string argument
+    that reads as JSON, e.g. "3", comes back typed; those formats cannot tell the two apart)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
 def encode_named_call(call: ToolCall, arguments_key: str = "arguments") -> str:
     """`{"name": ..., "<arguments_key>": {...}}`: the payload Qwen3 (`arguments`) and Llama 3.1
     (`parameters`) put in a tool call."""

@@ -55,7 +55,9 @@ class RolloutLimits:
 
 TerminationReward = float | Literal["zero"] | None
 """For episodes a limit stopped: None = keep the env's rewards; a number = add it to the episode's
-total reward; "zero" = the episode's total reward becomes 0."""
+total reward; "zero" = the total is clamped to `min(total, 0)`, as tinker-cookbook's
+`zero_reward_on_limit` does: the episode is graded as usual, it never profits from running into a
+limit, and a negative grade keeps its signal."""
 
 
 FailurePolicy = Literal["fail_fast", "retry", "min_viable_group"]
@@ -122,7 +124,9 @@ def apply_termination_reward(group: TrajectoryGroup, termination_reward: Termina
         if traj.stop_reason not in LIMIT_STOPS:
             continue
         if termination_reward == "zero":
-            finals[index] = -sum(t.reward for t in traj.transitions)
+            step_total = sum(t.reward for t in traj.transitions)
+            if step_total + finals[index] > 0.0:
+                finals[index] = -step_total  # the total becomes exactly 0, with no rounding residue
         else:
             finals[index] += float(termination_reward)
     return dataclasses.replace(group, final_rewards_G=finals)

@@ -1,4 +1,5 @@
-"""The embedded tiny tokenizer, shared by every renderer test (it carries all special tokens)."""
+"""The embedded tiny tokenizer, shared by every renderer test, with the special tokens of the
+formats added after it (`NEWER_SPECIAL_TOKENS`) added as single tokens."""
 
 from __future__ import annotations
 
@@ -6,8 +7,11 @@ import pytest
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from adapters.common.tiny import TINY_DIR
+from train_core.renderers.special_tokens import NEWER_SPECIAL_TOKENS
 
 
 @pytest.fixture(scope="session")
 def tokenizer() -> PreTrainedTokenizerBase:
-    return AutoTokenizer.from_pretrained(TINY_DIR)
+    tokenizer = AutoTokenizer.from_pretrained(TINY_DIR)
+    tokenizer.add_special_tokens({"additional_special_tokens": list(NEWER_SPECIAL_TOKENS)})
+    return tokenizer

@@ -3,15 +3,19 @@ render: a history, then a last user turn (optionally with a tool round) and the 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
+import pytest
 from hypothesis import strategies as st
 from transformers import PreTrainedTokenizerBase
 
 from train_core.renderers import Message, ToolCall
+from train_core.renderers.deepseek_v4 import REASONING_BUDGETS, effort_line
 from train_core.renderers.gpt_oss import system_prompt
 from train_core.renderers.kimi_k2 import DEFAULT_SYSTEM_PROMPT
+from train_core.renderers.qwen3_5 import REASONING_INSTRUCTIONS
 
 GPT_OSS_DATE = "2025-06-28"
 
@@ -24,7 +28,11 @@ def decode_text(tokenizer: PreTrainedTokenizerBase, tokens: list[int]) -> str:
 
 @dataclass(frozen=True)
 class Capabilities:
-    """thinking: rendered in the reply ("kept"), silently not rendered ("dropped"), or an error.
+    """thinking: on the reply, rendered ("kept"), silently not rendered ("dropped"), or an error.
+    history_thinking: whether earlier assistant messages may carry thinking (rendered or dropped as
+    the model's template does) where the reply's is an error.
+    typed_string_arguments: string arguments are written raw, so one that reads as JSON ("3")
+    comes back typed.
     tool_calls: how many calls an assistant message may hold ("one_alone": one call and no text).
     thinking_after_tool: whether a reply right after a tool result keeps its thinking.
     history_ends_with_stop: whether every assistant message, not just the reply, ends with a stop.
@@ -36,18 +44,59 @@ class Capabilities:
     thinking_after_tool: bool = True
     history_ends_with_stop: bool = True
     has_extension_property: bool = True
+    history_thinking: bool = False
+    typed_string_arguments: bool = False
 
 
 CAPABILITIES: dict[str, Capabilities] = {
     "llama3": Capabilities("rejected", "one_alone"),
     "qwen3": Capabilities("kept", "many"),
-    "qwen3_disable_thinking": Capabilities("rejected", "many"),
-    "qwen3_instruct": Capabilities("rejected", "many"),
+    "qwen3_disable_thinking": Capabilities("rejected", "many", history_thinking=True),
+    "qwen3_instruct": Capabilities("dropped", "many"),
     "role_colon": Capabilities("rejected", "none", history_ends_with_stop=False),
-    "deepseekv3": Capabilities("rejected", "many"),
-    "deepseekv3_disable_thinking": Capabilities("rejected", "many"),
+    "deepseekv3": Capabilities("dropped", "many"),
+    "deepseekv3_disable_thinking": Capabilities("dropped", "many"),
     "deepseekv3_thinking": Capabilities("kept", "many", thinking_after_tool=False),
     "kimi_k2": Capabilities("kept", "many", renders_call_ids=True),
+    "kimi_k25": Capabilities("kept", "many", renders_call_ids=True),
+    "kimi_k25_disable_thinking": Capabilities("rejected", "many", renders_call_ids=True, history_thinking=True),
+    "kimi_k26": Capabilities("kept", "many", renders_call_ids=True),
+    "kimi_k26_disable_thinking": Capabilities("rejected", "many", renders_call_ids=True, history_thinking=True),
+    "kimi_k26_preserve_thinking": Capabilities("kept", "many", renders_call_ids=True),
+    "deepseekv4_1": Capabilities("kept", "many"),
+    "deepseekv4_1_low_reasoning": Capabilities("kept", "many"),
+    "deepseekv4_1_max_reasoning": Capabilities("kept", "many"),
+    "deepseekv4_1_disable_thinking": Capabilities("dropped", "many"),
+    "deepseekv4_1_preserve_thinking": Capabilities("kept", "many"),
+    "glm5_3_max_reasoning": Capabilities("kept", "many", typed_string_arguments=True),
+    "glm5_3_high_reasoning": Capabilities("kept", "many", typed_string_arguments=True),
+    "glm5_3_low_reasoning": Capabilities("kept", "many", typed_string_arguments=True),
+    **{
+        name: Capabilities(
+            "rejected" if "disable" in name else "kept",
+            "many",
+            history_thinking="disable" in name,
+            typed_string_arguments=True,
+            has_extension_property=False,
+        )
+        for name in (
+            "nemotron3",
+            "nemotron3_low_thinking",
+            "nemotron3_disable_thinking",
+            "nemotron3_preserve_thinking",
+            "nemotron3_ultra",
+            "nemotron3_ultra_disable_thinking",
+            "nemotron3_ultra_medium_thinking",
+            "nemotron3_ultra_preserve_thinking",
+        )
+    },
+    "qwen3_5": Capabilities("kept", "many", typed_string_arguments=True),
+    "qwen3_5_disable_thinking": Capabilities("rejected", "many", history_thinking=True, typed_string_arguments=True),
+    "qwen3_5_preserve_thinking": Capabilities("kept", "many", typed_string_arguments=True),
+    "qwen3_8_xhigh_reasoning": Capabilities("kept", "many", typed_string_arguments=True),
+    "qwen3_8_medium_reasoning": Capabilities("kept", "many", typed_string_arguments=True),
+    "qwen3_8_low_reasoning": Capabilities("kept", "many", typed_string_arguments=True),
+    "qwen3_8_disable_thinking": Capabilities("rejected", "many", history_thinking=True, typed_string_arguments=True),
     "gpt_oss_no_sysprompt": Capabilities("kept", "one", history_ends_with_stop=False),
     "gpt_oss_low_reasoning": Capabilities("kept", "one", history_ends_with_stop=False),
     "gpt_oss_medium_reasoning": Capabilities("kept", "one", history_ends_with_stop=False),
@@ -56,14 +105,42 @@ CAPABILITIES: dict[str, Capabilities] = {
 }
 
 
+FAMILY_REPRESENTATIVES = {"qwen3_5", "qwen3_8_xhigh_reasoning", "deepseekv4_1", "glm5_3_max_reasoning", "kimi_k25"}
+FAMILY_REPRESENTATIVES |= {"nemotron3", "nemotron3_ultra"}
+"""One renderer of each newer family whose hypothesis tests run in the fast tier; the family's
+variants (effort levels, thinking off, preserved thinking) share its code and run marked slow."""
+NEWER_FAMILIES = ("qwen3_5", "qwen3_8", "deepseekv4", "glm5", "kimi_k25", "kimi_k26", "nemotron3")
+
+
+def by_tier(names: list[str]) -> list[Any]:
+    """`names` as pytest params, the variants of a newer family marked slow."""
+    return [
+        pytest.param(n, marks=pytest.mark.slow)
+        if n.startswith(NEWER_FAMILIES) and n not in FAMILY_REPRESENTATIVES
+        else n
+        for n in names
+    ]
+
+
 def expected_preamble(name: str, messages: list[Message]) -> str:
     """The text a renderer adds on its own, which is never trained, even under ALL_TOKENS."""
     if name == "llama3":
         return "<|begin_of_text|>"
-    if name.startswith("deepseekv3"):
+    if name.startswith("deepseekv3") or name == "deepseekv4_1_disable_thinking":
         return "<｜begin▁of▁sentence｜>"
-    if name == "kimi_k2" and messages[0]["role"] != "system":
+    if name.startswith("deepseekv4_1"):
+        level = {"low": "low", "max": "max"}.get(name.split("_")[2] if name.count("_") > 1 else "", "high")
+        return f"<｜begin▁of▁sentence｜><｜System｜>{effort_line(REASONING_BUDGETS[level])}"
+    if name.startswith("kimi_k2") and messages[0]["role"] != "system":
         return f"<|im_system|>system<|im_middle|>{DEFAULT_SYSTEM_PROMPT}<|im_end|>"
+    if name.startswith("nemotron3") and messages[0]["role"] != "system":
+        return "<|im_start|>system\n<|im_end|>"
+    if name.startswith("glm5_3_"):
+        glm_effort = name.removeprefix("glm5_3_").removesuffix("_reasoning").capitalize()
+        return f"[gMASK]<sop><|system|>Reasoning Effort: {glm_effort}"
+    for qwen_effort in ("xhigh", "low"):
+        if name == f"qwen3_8_{qwen_effort}_reasoning" and messages[0]["role"] != "system":
+            return f"<|im_start|>system\n{REASONING_INSTRUCTIONS[qwen_effort]}<|im_end|>"
     for effort in ("low", "medium", "high"):
         if name == f"gpt_oss_{effort}_reasoning":
             return f"<|start|>system<|message|>{system_prompt(effort, GPT_OSS_DATE)}<|end|>"
@@ -80,12 +157,25 @@ def expected_parse(name: str, reply: Message, after_tool: bool) -> Message:
         parsed["thinking"] = reply["thinking"]
     if calls := reply.get("tool_calls"):
         parsed["tool_calls"] = [
-            ToolCall(name=c["name"], arguments=c["arguments"], id=f"functions.{c['name']}:{j}")
+            ToolCall(name=c["name"], arguments=_read_back(c["arguments"], caps), id=f"functions.{c['name']}:{j}")
             if caps.renders_call_ids
-            else ToolCall(name=c["name"], arguments=c["arguments"])
+            else ToolCall(name=c["name"], arguments=_read_back(c["arguments"], caps))
             for j, c in enumerate(calls)
         ]
     return parsed
+
+
+def _read_back(arguments: dict[str, Any], caps: Capabilities) -> dict[str, Any]:
+    if not caps.typed_string_arguments:
+        return arguments
+    return {key: _json_or_text(value) if isinstance(value, str) else value for key, value in arguments.items()}
+
+
+def _json_or_text(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
 
 
 _words = st.text(alphabet="abcdefgh XYZ.,?!'é漢0123", min_size=1, max_size=10).map(str.strip).filter(bool)
@@ -120,7 +210,7 @@ def conversations(draw: st.DrawFn, name: str) -> Conversation:
         messages.append(Message(role="user", content=draw(_words)))
         if caps.tool_calls != "none" and draw(st.booleans()):
             messages += draw(_tool_round(caps))
-        messages.append(draw(_assistant(caps, with_calls=False)))
+        messages.append(draw(_assistant(caps, with_calls=False, in_history=True)))
     messages.append(Message(role="user", content=draw(_words)))
     if caps.tool_calls != "none" and draw(st.booleans()):
         messages += draw(_tool_round(caps))
@@ -133,7 +223,7 @@ def conversations(draw: st.DrawFn, name: str) -> Conversation:
 
 @st.composite
 def _tool_round(draw: st.DrawFn, caps: Capabilities) -> list[Message]:
-    call_message = draw(_assistant(caps, with_calls=True))
+    call_message = draw(_assistant(caps, with_calls=True, in_history=True))
     results = [
         Message(role="tool", content=draw(_words), name=call["name"], tool_call_id=f"functions.{call['name']}:{j}")
         for j, call in enumerate(call_message.get("tool_calls", []))
@@ -142,9 +232,9 @@ def _tool_round(draw: st.DrawFn, caps: Capabilities) -> list[Message]:
 
 
 @st.composite
-def _assistant(draw: st.DrawFn, caps: Capabilities, with_calls: bool) -> Message:
+def _assistant(draw: st.DrawFn, caps: Capabilities, with_calls: bool, in_history: bool = False) -> Message:
     message = Message(role="assistant", content=draw(_words))
-    if caps.thinking != "rejected" and draw(st.booleans()):
+    if (caps.thinking != "rejected" or (in_history and caps.history_thinking)) and draw(st.booleans()):
         message["thinking"] = draw(_words)
     if with_calls:
         count = draw(st.integers(1, 2)) if caps.tool_calls == "many" else 1

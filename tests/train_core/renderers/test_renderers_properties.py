@@ -9,6 +9,7 @@ from renderer_cases import (
     CAPABILITIES,
     GPT_OSS_DATE,
     Conversation,
+    by_tier,
     conversations,
     decode_text,
     expected_parse,
@@ -45,7 +46,7 @@ def union(runs: list[list[float]], length: int) -> list[float]:
     return [float(any(run[t] for run in runs)) for t in range(length)]
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", by_tier(NAMES))
 @PROPERTY_SETTINGS
 @given(data=st.data())
 def test_weights_are_one_exactly_on_the_selected_messages(
@@ -89,7 +90,7 @@ def test_weights_are_one_exactly_on_the_selected_messages(
     assert weights_of(renderer, messages, TrainOnWhat.LAST_ASSISTANT_MESSAGE) == per_message[-1]
 
 
-@pytest.mark.parametrize("name", EXTENSION_NAMES)
+@pytest.mark.parametrize("name", by_tier(EXTENSION_NAMES))
 @PROPERTY_SETTINGS
 @given(data=st.data())
 def test_generation_prompt_is_a_prefix_of_the_supervised_example(
@@ -112,7 +113,7 @@ def test_generation_prompt_is_a_prefix_of_the_supervised_example(
     assert [all_tokens[t] for t in header] == [1.0] * len(header)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", by_tier(NAMES))
 @PROPERTY_SETTINGS
 @given(data=st.data())
 def test_parse_response_returns_the_rendered_reply(
@@ -128,7 +129,7 @@ def test_parse_response_returns_the_rendered_reply(
     assert not ok and cut_off["role"] == "assistant"
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if n != "hf_chat_template"])
+@pytest.mark.parametrize("name", by_tier([n for n in NAMES if n != "hf_chat_template"]))
 @PROPERTY_SETTINGS
 @given(data=st.data())
 def test_stop_sequences_end_every_rendered_assistant_turn(

@@ -8,7 +8,7 @@ import re
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from renderer_cases import CAPABILITIES
+from renderer_cases import CAPABILITIES, by_tier
 from transformers import PreTrainedTokenizerBase
 
 from train_core.renderers import ToolCall, get_renderer
@@ -97,7 +97,7 @@ def test_malformed_tool_calls_keep_the_raw_text_and_report_not_ok(
     assert (message, ok) == ({"role": "assistant", "content": raw}, False)
 
 
-@pytest.mark.parametrize("name", sorted(CAPABILITIES))
+@pytest.mark.parametrize("name", by_tier(sorted(CAPABILITIES)))
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_parse_response_never_raises_on_arbitrary_tokens(

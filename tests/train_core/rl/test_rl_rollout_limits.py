@@ -99,8 +99,8 @@ def test_termination_reward_changes_only_limit_stopped_totals(rows: list[tuple[s
     for (stop, _, _), b, a in zip(rows, before, after, strict=True):
         if stop not in LIMIT_STOPS:
             assert a == b
-        elif policy == "zero":
-            assert a == pytest.approx(0.0, abs=1e-9)
+        elif policy == "zero":  # min(total, 0), as the reference does
+            assert a == (0.0 if b > 0 else b)
         else:
             assert a == pytest.approx(b + policy)
     assert apply_termination_reward(group, None) is group
