@@ -22,8 +22,9 @@ from kitchen.checkpoints import CheckpointRecord, read_records
 from kitchen.config import RunConfig
 from kitchen.errors import ConfigError
 from kitchen.ports import SamplingClient, ServiceBackend, Tokenizer
+from kitchen.renderers import get_renderer
 from train_core.renderers.base import Message, Renderer
-from train_core.renderers.registry import get_renderer, recommended_renderer
+from train_core.renderers.registry import recommended_renderer
 from train_core.types import SamplingParams
 
 CONFIG_FILE = "config.yaml"

@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kitchen.config import Count, NonNegative, Rate, RunConfig
-from train_core.renderers.registry import renderer_names
+from kitchen.renderers import renderer_names
 
 ADAM_KEYS = (
     "learning_rate",

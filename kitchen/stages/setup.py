@@ -12,10 +12,11 @@ from kitchen.config import RunConfig
 from kitchen.context import Context
 from kitchen.errors import ConfigError, StageError
 from kitchen.ports import SamplingClient, ServiceBackend, Tokenizer, TrainingClient
+from kitchen.renderers import get_renderer, renderer_roles
 from kitchen.settings import OtherModel, RendererSettings
 from kitchen.stage import Persisted, Stage
 from train_core.renderers.base import Renderer
-from train_core.renderers.registry import get_renderer, recommended_renderer, renderer_roles
+from train_core.renderers.registry import recommended_renderer
 
 
 @dataclass(frozen=True)

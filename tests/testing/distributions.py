@@ -22,7 +22,9 @@ def write_distribution(
         path = root / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(source, encoding="utf-8")
-    info = root / f"{name}-0.1.dist-info"
+    # The folder's name holds the normalised project name (dashes as underscores, as wheels write
+    # it): importlib.metadata reads a distribution's identity from it, up to the first dash.
+    info = root / f"{name.replace('-', '_')}-0.1.dist-info"
     info.mkdir(parents=True, exist_ok=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n", encoding="utf-8")
     lines = []

@@ -7,6 +7,8 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from kitchen.context import Context
 from kitchen.stage import Stage
 from kitchen.stages.setup import CreateTrainingClient, GetTokenizer
@@ -41,6 +43,7 @@ def test_my_workflow_trains(kitchen_run):
 """
 
 
+@pytest.mark.slow
 def test_a_users_workflow_test_outside_the_repository_runs_with_the_plugin(tmp_path: Path) -> None:
     """The plugin loads through its `pytest11` entry point: the user's file imports nothing from
     kitchen's tests and uses the `kitchen_run` fixture by name."""
@@ -135,6 +138,7 @@ THIRD_PARTY_BACKEND = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_third_party_backend_runs_the_contract_suite_through_the_plugin(tmp_path: Path) -> None:
     site = write_distribution(
         tmp_path / "site",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from functools import partial
+from types import SimpleNamespace
 
 from train_core.renderers.base import Renderer
 from train_core.renderers.deepseek_v3 import DeepSeekV3Renderer
@@ -89,6 +90,10 @@ _FACTORIES: dict[str, RendererFactory] = {
     "hf_chat_template": HfChatTemplateRenderer,
 }
 
+BUILTIN_RENDERERS = SimpleNamespace(**_FACTORIES)
+"""The built-in factories by name, as attributes: what kitchen's `kitchen.renderers` entry points
+name (`train_core.renderers.registry:BUILTIN_RENDERERS.qwen3`), like a plugin's."""
+
 _DECLARED_ROLES: dict[str, frozenset[str]] = {}
 """Roles given to `register_renderer` for factories whose class does not say."""
 
@@ -116,9 +121,12 @@ FALLBACK_RENDERER = "hf_chat_template"
 def register_renderer(
     name: str, factory: RendererFactory, *, roles: frozenset[str] | None = None, replace: bool = False
 ) -> None:
-    """Adds a user renderer; re-registering a name needs `replace=True` so typos do not shadow.
-    `roles`: the message roles its renderers accept, checked in the data before the run starts;
-    by default a Renderer class's own `roles` (a plain function factory: the standard roles)."""
+    """Adds a user renderer; re-registering a name needs `replace=True` so typos do not shadow
+    (registering the same factory again changes nothing). `roles`: the message roles its
+    renderers accept, checked in the data before the run starts; by default a Renderer class's
+    own `roles` (a plain function factory: the standard roles)."""
+    if _FACTORIES.get(name) is factory and roles is None:
+        return
     if name in _FACTORIES and not replace:
         raise RendererError(f"a renderer named {name!r} is already registered (pass replace=True)")
     _FACTORIES[name] = factory

@@ -1,0 +1,134 @@
+"""Extension without editing kitchen: recipes, losses, renderers and backends come from
+entry-point groups, kitchen's own built-ins included. The registries are tested by their
+properties (each entry loads, names are unique, each says what it is), never by their exact
+lists, and each extension point is shown working with a throwaway distribution."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import textwrap
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import pytest
+
+from kitchen.backends import BACKENDS
+from kitchen.losses import LOSSES
+from kitchen.plugins import ExtensionPoint
+from kitchen.recipe import RECIPES
+from kitchen.renderers import RENDERERS
+from tests.testing.distributions import run_python, write_distribution
+from train_core.losses import LOSS_SPECS
+from train_core.renderers.registry import BUILTIN_RENDERERS
+
+POINTS: list[ExtensionPoint[object]] = [RECIPES, LOSSES, RENDERERS, BACKENDS]  # type: ignore[list-item]
+
+
+def _doc(obj: object) -> str:
+    target = getattr(obj, "func", obj)  # a functools.partial documents its function
+    return inspect.getdoc(target) or ""
+
+
+@pytest.mark.parametrize("point", POINTS, ids=[p.group for p in POINTS])
+def test_every_entry_loads_under_a_unique_name_and_says_what_it_is(point: ExtensionPoint[object]) -> None:
+    declared = [entry.name for entry in entry_points(group=point.group)]
+    assert declared and len(declared) == len(set(declared))
+    loaded = point.load()
+    assert sorted(loaded) == sorted(declared)
+    for name, obj in loaded.items():
+        described = getattr(obj, "description", None) or _doc(getattr(obj, "formula", obj))
+        assert described.strip(), f"{point.group} entry {name!r} has no description or docstring"
+
+
+def test_the_built_ins_go_through_the_same_entry_points_as_plugins() -> None:
+    """Nothing is registered behind the entry points' back: every built-in loss and renderer in
+    train_core's tables is one of kitchen's own entry points, naming the same object."""
+    losses = LOSSES.load()
+    assert {name: spec for name, spec in LOSS_SPECS.items() if name in losses} == losses
+    assert set(LOSS_SPECS) == set(losses)
+    renderers = RENDERERS.load()
+    assert renderers == vars(BUILTIN_RENDERERS)
+
+
+PLUGIN = textwrap.dedent(
+    '''
+    """A third party's package adding a recipe, a loss and a renderer to kitchen."""
+    from functools import partial
+
+    from kitchen.recipe import Recipe
+    from kitchen.supervised.examples import PromptCompletion
+    from kitchen.supervised.workflow import supervised_workflow
+    from recipes.sl_basic import Config
+    from train_core.losses import LossSpec, importance_sampling
+    from train_core.renderers.role_colon import RoleColonRenderer
+
+
+    def halved_importance_sampling(logprobs_T, sampling_logprobs_T, advantages_T):
+        """Importance sampling at half the step (a stand-in for a new policy-gradient loss)."""
+        return 0.5 * importance_sampling(logprobs_T, sampling_logprobs_T, advantages_T)
+
+
+    HALVED = LossSpec("halved_is", halved_importance_sampling, ("logprobs", "advantages"), builtin=False)
+    RECIPE = Recipe("plugin_sl", "sl_basic, from a plugin", Config, lambda c: supervised_workflow(PromptCompletion()))
+    SHOUTY = partial(RoleColonRenderer)
+    '''
+)
+
+CHECKS = textwrap.dedent(
+    """
+    import json
+    from kitchen.cli import main
+
+    results = {}
+    for name, argv in {
+        "ls": ["ls"],
+        "run_recipe": ["run", "plugin_sl", "backend=noop", "max_steps=2", "eval_dataset=null", "log_path=run"],
+        "loss_local": ["validate", "math_rl", "loss_fn=halved_is"],
+        "loss_tinker": ["validate", "math_rl", "loss_fn=halved_is", "backend=tinker", "lora_rank=8"],
+        "renderer": ["validate", "chat_sl", "renderer=shouty"],
+    }.items():
+        try:
+            results[name] = main(argv)
+        except SystemExit as exc:
+            results[name] = exc.code
+    print(json.dumps(results))
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_throwaway_distribution_adds_a_recipe_a_loss_and_a_renderer(tmp_path: Path) -> None:
+    site = write_distribution(
+        tmp_path / "site",
+        "kitchen-plugin-demo",
+        {"plugin_demo.py": PLUGIN},
+        {
+            "kitchen.recipes": {"plugin_sl": "plugin_demo:RECIPE"},
+            "kitchen.losses": {"halved_is": "plugin_demo:HALVED"},
+            "kitchen.renderers": {"shouty": "plugin_demo:SHOUTY"},
+        },
+    )
+    result = run_python(["-c", CHECKS], site, tmp_path)
+    codes = json.loads(result.stdout.strip().splitlines()[-1])
+    assert codes == {"ls": 0, "run_recipe": 0, "loss_local": 0, "loss_tinker": 2, "renderer": 0}
+    assert "plugin_sl" in result.stdout and "sl_basic, from a plugin" in result.stdout
+    assert (tmp_path / "run" / "checkpoints.jsonl").exists()
+    assert "does not run loss_fn 'halved_is'" in result.stderr  # refused before any work, by name
+    assert result.stderr.count("kitchen: error") == 1
+
+
+@pytest.mark.slow
+def test_a_broken_plugin_is_an_error_naming_its_entry_point(tmp_path: Path) -> None:
+    site = write_distribution(
+        tmp_path / "site",
+        "kitchen-broken-demo",
+        {"broken_renderer.py": "raise ImportError('this plugin is broken on purpose')\n"},
+        {"kitchen.renderers": {"broken": "broken_renderer:FACTORY"}},
+    )
+    result = run_python(["-m", "kitchen", "validate", "chat_sl"], site, tmp_path)
+    assert result.returncode == 2
+    assert (
+        "entry point 'broken' (kitchen.renderers: broken_renderer:FACTORY) of kitchen-broken-demo 0.1" in result.stderr
+    )
+    assert "this plugin is broken on purpose" in result.stderr and "Traceback" not in result.stderr
