@@ -1,4 +1,4 @@
-"""`kitchen sample / chat / export / keys / cp`: using a run's checkpoints and exploring configs.
+"""`kitchen sample / chat / export / eval / keys / cp`: using a run's checkpoints and exploring configs.
 
 Kept apart from `kitchen.cli` (which only registers and dispatches these) so that file stays small.
 """
@@ -48,6 +48,10 @@ def add_commands(commands: Any) -> None:
 
     keys = commands.add_parser("keys", help="every config key of a recipe: type, default, description")
     keys.add_argument("recipe", help="a recipe name, or a path to a recipe file")
+
+    from kitchen.eval.command import add_command as add_eval_command
+
+    add_eval_command(commands)
 
     cp = commands.add_parser("cp", help="copy a shipped config to edit (kitchen cp dpo my_dpo.yaml)")
     cp.add_argument("config", metavar="CONFIG", help="a shipped config name (see kitchen ls)")
@@ -125,9 +129,15 @@ def _cp(args: argparse.Namespace) -> None:
     print(f"copied to {target}; edit it, then: kitchen run {recipe} --config {target}")
 
 
+def _eval(args: argparse.Namespace) -> None:
+    from kitchen.eval.command import run_command
+
+    run_command(args)
+
+
 def dispatch(args: argparse.Namespace) -> bool:
     """Run the command if it is one of these; False when it is not."""
-    handlers = {"sample": _sample, "chat": _chat, "export": _export, "keys": _keys, "cp": _cp}
+    handlers = {"sample": _sample, "chat": _chat, "export": _export, "keys": _keys, "cp": _cp, "eval": _eval}
     handler = handlers.get(args.command)
     if handler is None:
         return False

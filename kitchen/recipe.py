@@ -34,7 +34,7 @@ OWN_RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 """The recipes shipped beside this kitchen package (installed or in a checkout)."""
 
 
-def _recipes_package() -> Any:
+def own_recipes_package() -> Any:
     """kitchen's own `recipes` package, never one that happens to sit in the current directory
     (`python -m kitchen` puts the cwd first on sys.path): a foreign one is not imported."""
     loaded = sys.modules.get("recipes")
@@ -65,7 +65,7 @@ def _recipes_package() -> Any:
 
 
 def recipe_names() -> list[str]:
-    package = _recipes_package()
+    package = own_recipes_package()
     names = []
     for info in pkgutil.iter_modules(package.__path__):
         if info.ispkg or info.name.startswith("_"):
@@ -109,7 +109,7 @@ def get_recipe(name: str) -> Recipe:
 
 
 def configs_dir() -> Path:
-    return Path(_recipes_package().__path__[0]) / "configs"
+    return Path(own_recipes_package().__path__[0]) / "configs"
 
 
 def shipped_configs(name: str) -> list[Path]:

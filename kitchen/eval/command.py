@@ -1,0 +1,173 @@
+"""`kitchen eval TARGET --tasks T1,T2 ...`: resolve the target, build each task's settings, run the
+tasks one after another on one opened model, write the results and print the summary table.
+
+A task is named as registered (`arithmetic`), with its data file (`nll:data.jsonl`, which sets the
+task's `dataset`), or as a JSONL file of prompts (`my.jsonl`, graded by `--grader`). Task settings
+are set with `TASK.key=value` (or `key=value` for every task that has the key).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from kitchen.config import load_config, parse_override
+from kitchen.errors import ConfigError
+from kitchen.eval.registry import eval_tasks, get_task
+from kitchen.eval.results import EVALS_DIR, TaskOutcome, format_table, result_rows, write_results
+from kitchen.eval.task import EvalModel, EvalSettings, EvalTask
+from kitchen.inference import CheckpointTarget
+
+SHARED_FLAGS = ("limit", "samples", "seed", "temperature", "max_tokens")
+
+
+def add_command(commands: Any) -> None:
+    sub = commands.add_parser("eval", help="evaluate a run, checkpoint or model on tasks (kitchen eval TARGET --tasks)")
+    sub.add_argument("target", metavar="TARGET", help="a run directory, a checkpoint path, a model folder or (--base) name")
+    sub.add_argument("--tasks", required=True, help="comma-separated: task names, NAME:DATA.jsonl, or a prompts JSONL")
+    sub.add_argument("--grader", help="grader of JSONL tasks: a named grader (math, exact) or module:function")
+    sub.add_argument("--limit", type=int, help="items per task (default: all)")
+    sub.add_argument("--samples", type=int, help="samples per item (pass@k and maj@k need more than one)")
+    sub.add_argument("--seed", type=int, help="sampling seed (default 0): same seed, same samples")
+    sub.add_argument("--temperature", type=float, help="sampling temperature (default 1.0; 0 is greedy)")
+    sub.add_argument("--max-tokens", type=int, help="most tokens per reply (default 256)")
+    sub.add_argument("--out", type=Path, metavar="DIR", help="results folder (default RUN_DIR/evals/<time>)")
+    sub.add_argument("--checkpoint", help="a run's checkpoint by name (default: its last, 'final' when finished)")
+    sub.add_argument("--run", type=Path, metavar="RUN_DIR", help="the run that made TARGET (tinker:// paths)")
+    sub.add_argument("--renderer", help="chat renderer (default: the run's, or the model's recommended one)")
+    sub.add_argument("--backend", help="backend to sample on (default: the run's, or local)")
+    sub.add_argument("--base", action="store_true", help="TARGET is a base model name (tiny, a hub id)")
+    sub.add_argument("--harness", choices=["lm-eval"], help="run the tasks through lm-evaluation-harness")
+    sub.add_argument("overrides", nargs="*", metavar="TASK.key=value", help="task settings")
+
+
+@dataclass(frozen=True)
+class TaskRequest:
+    label: str
+    task: EvalTask
+    settings: EvalSettings
+
+
+def _split_spec(spec: str, names: Mapping[str, EvalTask]) -> tuple[str, str | None]:
+    """(task name, its data file or None) of one `--tasks` entry."""
+    name, colon, data = spec.partition(":")
+    if colon and name in names:
+        return name, data
+    if spec.endswith(".jsonl"):
+        return "jsonl", spec
+    return spec, None
+
+
+def plan_tasks(
+    specs: Sequence[str], shared: Mapping[str, Any], grader: str | None, overrides: Sequence[str]
+) -> list[TaskRequest]:
+    """Each task with its validated settings; a bad name, key or value is a ConfigError naming
+    the task."""
+    names = eval_tasks()
+    parsed = [(spec, *_split_spec(spec, names)) for spec in specs]
+    tasks = [(spec, get_task(name), data) for spec, name, data in parsed]
+    scoped: dict[str, list[str]] = {spec: [] for spec in specs}
+    for text in overrides:
+        path, _ = parse_override(text)
+        owners = [spec for spec, name, _ in parsed if path[0] in (name, spec) and len(path) > 1]
+        if owners:
+            for spec in owners:
+                scoped[spec].append(text.split(".", 1)[1])
+            continue
+        having = [spec for spec, task, _ in tasks if path[0] in task.settings.model_fields]
+        for spec in having or [specs[0]]:
+            scoped[spec].append(text)
+    requests = []
+    for spec, task, data in tasks:
+        base: dict[str, Any] = {key: value for key, value in shared.items() if value is not None}
+        fields = task.settings.model_fields
+        if data is not None:
+            if "dataset" not in fields:
+                raise ConfigError(f"task {spec!r}: task {task.name!r} takes no data file")
+            base["dataset"] = data
+        if grader is not None and "grader" in fields:
+            base["grader"] = grader
+        elif "grader" in fields and fields["grader"].is_required() and not any(
+            o.startswith("grader=") for o in scoped[spec]
+        ):
+            raise ConfigError(
+                f"task {spec!r} needs a grader: --grader math|exact|module:function (a function of "
+                "(prompt, response, record) returning a bool, a number or a dict)"
+            )
+        try:
+            settings = load_config(task.settings, None, scoped[spec], base=base)
+        except ConfigError as exc:
+            raise ConfigError(f"task {spec!r}: {exc}") from None
+        requests.append(TaskRequest(spec, task, settings))
+    return requests
+
+
+async def run_tasks(model: EvalModel, requests: Sequence[TaskRequest]) -> list[TaskOutcome]:
+    """Each task in turn on one model."""
+    outcomes = []
+    for request in requests:
+        result = await request.task.evaluate(model, request.settings)
+        outcomes.append(TaskOutcome(request.label, request.settings.model_dump(mode="json"), result))
+    return outcomes
+
+
+def default_out_dir(target: CheckpointTarget, now: float) -> Path:
+    stamp = datetime.fromtimestamp(now).strftime("%Y%m%d-%H%M%S")
+    if target.run_dir is not None:
+        folder = target.run_dir / EVALS_DIR
+    else:
+        folder = Path(EVALS_DIR)
+        stamp = f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', Path(target.config.model_name).name)}-{stamp}"
+    out, n = folder / stamp, 1
+    while out.exists():
+        n += 1
+        out = folder / f"{stamp}-{n}"
+    return out
+
+
+def run_command(args: argparse.Namespace) -> None:
+    from kitchen.eval.target import describe, open_model, resolve_target
+
+    if args.out is not None and args.out.exists() and any(args.out.iterdir()):
+        raise ConfigError(f"--out {args.out} exists and is not empty")
+    specs = [spec.strip() for spec in args.tasks.split(",") if spec.strip()]
+    if not specs:
+        raise ConfigError("--tasks names no task")
+    target = resolve_target(args.target, args.run, args.checkpoint, args.renderer, args.backend, args.base)
+    shared = {flag: getattr(args, flag) for flag in SHARED_FLAGS}
+    if args.harness == "lm-eval":
+        from kitchen.eval.harness import run_lm_eval
+
+        rows, out_dir = run_lm_eval(target, specs, shared, args.overrides, args.out)
+        print(format_table(rows))
+        print(f"results written: {out_dir}")
+        return
+    requests = plan_tasks(specs, shared, args.grader, args.overrides)
+    started = time.time()
+
+    async def go() -> list[TaskOutcome]:
+        async with open_model(target) as model:
+            return await run_tasks(model, requests)
+
+    outcomes = asyncio.run(go())
+    seed = requests[0].settings.seed
+    header = {
+        "model": describe(target),
+        "target": args.target,
+        "checkpoint": target.record.name if target.record is not None else None,
+        "seed": seed,
+        "created": datetime.fromtimestamp(started).astimezone().isoformat(timespec="seconds"),
+        "seconds": round(time.time() - started, 3),
+        "config": {"backend": target.config.backend, "model_name": target.config.model_name, "renderer": target.renderer},
+    }
+    out_dir = args.out or default_out_dir(target, started)
+    write_results(out_dir, outcomes, header)
+    print(format_table(result_rows(outcomes, describe(target), seed)))
+    print(f"results written: {out_dir}")
