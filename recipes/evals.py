@@ -25,7 +25,6 @@ from recipes.envs.gsm8k import load_word_problems
 from train_core.renderers.messages import Message
 from train_core.rl.code_grading import extract_code
 
-
 grade_math = Grader("math", math_grader)
 """Right when the final answer (last `\\boxed{}`, else last number) equals the record's `answer`."""
 

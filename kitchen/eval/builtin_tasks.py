@@ -130,9 +130,7 @@ async def _evaluate_preferences(model: EvalModel, settings: PreferenceSettings) 
         raise ConfigError("preference: this target has no reference model; set preference.reference")
     else:
         reference_client = await model.open_sampler(reference)
-        chosen_ref_P, rejected_ref_P = pair_sequence_logprobs(
-            await score_targets(reference_client, data_D), weights_D
-        )
+        chosen_ref_P, rejected_ref_P = pair_sequence_logprobs(await score_targets(reference_client, data_D), weights_D)
     beta = settings.beta or float(model.run_config.get("dpo_beta") or 0.1)
     chosen_reward_P = (beta * (chosen_P - chosen_ref_P)).tolist()
     rejected_reward_P = (beta * (rejected_P - rejected_ref_P)).tolist()

@@ -26,18 +26,22 @@ from kitchen.eval.task import EvalModel, EvalSettings, EvalTask
 from kitchen.inference import CheckpointTarget
 
 SHARED_FLAGS = ("limit", "samples", "seed", "temperature", "max_tokens")
+RUN_SAMPLING_KEYS = ("temperature", "max_tokens")
+"""Settings a run's config supplies when the command line does not: evaluate as it sampled."""
 
 
 def add_command(commands: Any) -> None:
     sub = commands.add_parser("eval", help="evaluate a run, checkpoint or model on tasks (kitchen eval TARGET --tasks)")
-    sub.add_argument("target", metavar="TARGET", help="a run directory, a checkpoint path, a model folder or (--base) name")
+    sub.add_argument(
+        "target", metavar="TARGET", help="a run directory, a checkpoint path, a model folder or (--base) name"
+    )
     sub.add_argument("--tasks", required=True, help="comma-separated: task names, NAME:DATA.jsonl, or a prompts JSONL")
     sub.add_argument("--grader", help="grader of JSONL tasks: a named grader (math, exact) or module:function")
     sub.add_argument("--limit", type=int, help="items per task (default: all)")
     sub.add_argument("--samples", type=int, help="samples per item (pass@k and maj@k need more than one)")
     sub.add_argument("--seed", type=int, help="sampling seed (default 0): same seed, same samples")
-    sub.add_argument("--temperature", type=float, help="sampling temperature (default 1.0; 0 is greedy)")
-    sub.add_argument("--max-tokens", type=int, help="most tokens per reply (default 256)")
+    sub.add_argument("--temperature", type=float, help="sampling temperature (default: the run's, else 1.0)")
+    sub.add_argument("--max-tokens", type=int, help="most tokens per reply (default: the run's, else 256)")
     sub.add_argument("--out", type=Path, metavar="DIR", help="results folder (default RUN_DIR/evals/<time>)")
     sub.add_argument("--checkpoint", help="a run's checkpoint by name (default: its last, 'final' when finished)")
     sub.add_argument("--run", type=Path, metavar="RUN_DIR", help="the run that made TARGET (tinker:// paths)")
@@ -94,8 +98,10 @@ def plan_tasks(
             base["dataset"] = data
         if grader is not None and "grader" in fields:
             base["grader"] = grader
-        elif "grader" in fields and fields["grader"].is_required() and not any(
-            o.startswith("grader=") for o in scoped[spec]
+        elif (
+            "grader" in fields
+            and fields["grader"].is_required()
+            and not any(o.startswith("grader=") for o in scoped[spec])
         ):
             raise ConfigError(
                 f"task {spec!r} needs a grader: --grader math|exact|module:function (a function of "
@@ -142,6 +148,9 @@ def run_command(args: argparse.Namespace) -> None:
         raise ConfigError("--tasks names no task")
     target = resolve_target(args.target, args.run, args.checkpoint, args.renderer, args.backend, args.base)
     shared = {flag: getattr(args, flag) for flag in SHARED_FLAGS}
+    for key in RUN_SAMPLING_KEYS:  # sample as the run did, unless told otherwise
+        if shared[key] is None and isinstance(target.raw_config.get(key), int | float):
+            shared[key] = target.raw_config[key]
     if args.harness == "lm-eval":
         from kitchen.eval.harness import run_lm_eval
 
@@ -165,7 +174,11 @@ def run_command(args: argparse.Namespace) -> None:
         "seed": seed,
         "created": datetime.fromtimestamp(started).astimezone().isoformat(timespec="seconds"),
         "seconds": round(time.time() - started, 3),
-        "config": {"backend": target.config.backend, "model_name": target.config.model_name, "renderer": target.renderer},
+        "config": {
+            "backend": target.config.backend,
+            "model_name": target.config.model_name,
+            "renderer": target.renderer,
+        },
     }
     out_dir = args.out or default_out_dir(target, started)
     write_results(out_dir, outcomes, header)

@@ -50,7 +50,9 @@ def resolve_target(
         if checkpoint is not None:
             raise ConfigError(f"{target} is a model, not a run: --checkpoint does not apply")
         export_info = path / EXPORT_INFO
-        origin = json.loads(export_info.read_text(encoding="utf-8")).get("base_model") if export_info.is_file() else None
+        origin = (
+            json.loads(export_info.read_text(encoding="utf-8")).get("base_model") if export_info.is_file() else None
+        )
         name = target if base_model else str(path.resolve())
         resolved = resolve_base_model(name, renderer, backend, recommend_for=origin)
     else:
