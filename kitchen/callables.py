@@ -25,4 +25,4 @@ def import_callable(spec: str, example: str) -> Callable[..., Any]:
         target = getattr(target, part)
     if not callable(target):
         raise ValueError(f"{spec!r} is a {type(target).__name__}, not a function")
-    return target  # type: ignore[no-any-return]
+    return target

@@ -74,7 +74,7 @@ def _parse(text: str) -> tuple[Any, ...]:
     from math_verify import parse
 
     text = text.replace("\\$", "")
-    return tuple(parse(text, list(_configs()), parsing_timeout=_timeout()))  # type: ignore[arg-type]
+    return tuple(parse(text, list(_configs()), parsing_timeout=_timeout()))
 
 
 def _reference(reference: str) -> tuple[Any, ...]:
