@@ -66,7 +66,12 @@ class KitchenLM(TemplateLM):  # type: ignore[misc]
         return self.model.name
 
     def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs: Any) -> list[int]:
-        return list(self.tokenizer.encode(string, add_special_tokens=False))
+        """As the harness's HF backend encodes: the tokenizer's special tokens, unless the text
+        already opens with BOS (a rendered chat prompt)."""
+        if add_special_tokens is None:
+            bos = getattr(self.tokenizer, "bos_token", None)
+            add_special_tokens = not (bos and string.startswith(bos))
+        return list(self.tokenizer.encode(string, add_special_tokens=add_special_tokens))
 
     def tok_decode(self, tokens: Sequence[int], **kwargs: Any) -> str:
         return self.tokenizer.decode(list(tokens))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -54,6 +55,10 @@ def evaluate(task: str, reply: Reply, **settings: Any) -> TaskResult:
     return asyncio.run(spec.evaluate(model, spec.settings(**settings)))
 
 
+def read(path: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
+
+
 def total(question: str) -> int:
     x, y = question.removeprefix("What is ").removesuffix("?").split(" + ")
     return int(x) + int(y)
@@ -64,7 +69,7 @@ def test_arithmetic_right_and_wrong_sums() -> None:
     assert right.metrics["accuracy"].value == 1.0 and right.metrics["accuracy"].n == 6
     wrong = evaluate("arithmetic", lambda q, k: f"It is {total(q) + 1}.", limit=6)
     assert wrong.metrics["accuracy"].value == 0.0
-    assert wrong.samples[0].reason == f"answer '1' != '0'" and wrong.samples[0].extra["answer"] == "1"
+    assert wrong.samples[0].reason == "answer '1' != '0'" and wrong.samples[0].extra["answer"] == "1"
 
 
 def test_arithmetic_pass_at_k_and_majority_over_scripted_samples() -> None:
@@ -76,7 +81,7 @@ def test_arithmetic_pass_at_k_and_majority_over_scripted_samples() -> None:
 
 
 def test_gsm8k_reads_the_boxed_answer() -> None:
-    problems = [json.loads(line) for line in open(shipped_data("gsm8k_sample/test.jsonl"), encoding="utf-8")]
+    problems = read(shipped_data("gsm8k_sample/test.jsonl"))
     answers = {p["question"]: p["answer"].rsplit("####", 1)[1].strip() for p in problems}
 
     def reply(question: str, k: int) -> str:
@@ -88,7 +93,7 @@ def test_gsm8k_reads_the_boxed_answer() -> None:
 
 
 def test_code_runs_solutions_against_their_tests() -> None:
-    problems = [json.loads(line) for line in open(shipped_data("code/test.jsonl"), encoding="utf-8")]
+    problems = read(shipped_data("code/test.jsonl"))
     by_prompt = {p["problem"]: p for p in problems}
 
     def reply(which: str) -> Reply:

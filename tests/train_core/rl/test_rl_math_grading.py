@@ -109,6 +109,23 @@ def test_an_unevaluated_operation_is_not_an_answer() -> None:
     assert grade_answer("\\boxed{-3}", "-3")  # a sign is not an operation
 
 
+@pytest.mark.parametrize(
+    ("reply", "reference"),
+    [
+        (" A greear life0\n\nUser", "0"),
+        (" \x1c happy0", "0"),
+        ("GraceX motherireathergh clever number contsk3 human a", "3"),
+        (" bird snow6itary job strong open", "6"),
+    ],
+)
+def test_a_digit_inside_a_word_is_no_answer(reply: str, reference: str) -> None:
+    """The one kind of disagreement on the shipped sets (12 of 3,269 graded replies of the tiny
+    model, before and after math_rl): the old grader took the last digit anywhere as the answer,
+    math-verify finds none. Right: none; the model did not state a number."""
+    assert not grade_answer(reply, reference)
+    assert grade_answer(reply.replace(reference, f" {reference} ", 1), reference)
+
+
 def test_an_escaped_dollar_is_a_currency_sign() -> None:
     """math-verify alone finds no answer in `It costs \\$5.00.`; the old grader read 5. Right: 5."""
     assert grade_answer("It costs \\$5.00.", "5")
