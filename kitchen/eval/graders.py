@@ -71,12 +71,11 @@ def as_grade(value: Any, where: str) -> Grade:
             raise GraderError(f"{where} returned a dict with neither 'correct' nor 'score'")
         if correct is not None and not isinstance(correct, bool):
             raise GraderError(f"{where} returned 'correct' = {correct!r}; it must be a bool")
-        scored = None if score is None else as_grade(score, where)
-        base = Grade(scored.correct if correct is None else correct, float(correct) if scored is None else scored.score)
+        base = as_grade(correct if score is None else score, where)  # a score, else the bool
         reason, answer = value.get("reason", ""), value.get("answer")
         if not isinstance(reason, str) or not (answer is None or isinstance(answer, str)):
             raise GraderError(f"{where} returned a non-string 'reason' or 'answer'")
-        return Grade(base.correct, base.score, reason, answer)
+        return Grade(base.correct if correct is None else correct, base.score, reason, answer)
     raise GraderError(f"{where} returned {type(value).__name__} {value!r}; a grade is a bool, a number or a dict")
 
 

@@ -65,7 +65,7 @@ def _metric_rows(results: Mapping[str, Any], task: str) -> dict[str, Estimate]:
     out = {}
     for key, value in metrics.items():
         metric, _, filtering = key.partition(",")
-        if key == "alias" or metric.endswith("_stderr") or not isinstance(value, int | float):
+        if key in ("alias", "sample_len") or metric.endswith("_stderr") or not isinstance(value, int | float):
             continue
         stderr = metrics.get(f"{metric}_stderr,{filtering}")
         name = metric if filtering in ("", "none") else f"{metric},{filtering}"

@@ -34,7 +34,7 @@ T = TypeVar("T")
 SURELY_ARGMAX = math.log(0.5)
 
 
-class KitchenLM(TemplateLM):  # type: ignore[misc]
+class KitchenLM(TemplateLM):
     def __init__(
         self, model: EvalModel, loop: asyncio.AbstractEventLoop, seed: int = 0, max_length: int = 2048
     ) -> None:

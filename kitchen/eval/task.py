@@ -7,7 +7,7 @@ directories.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,5 +78,5 @@ class EvalTask:
 
     name: str
     description: str
-    evaluate: Callable[[EvalModel, Any], Awaitable[TaskResult]]
+    evaluate: Callable[[EvalModel, Any], Coroutine[Any, Any, TaskResult]]
     settings: type[EvalSettings] = EvalSettings

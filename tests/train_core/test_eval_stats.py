@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
+from collections.abc import Sequence
 
 import pytest
 from hypothesis import given
@@ -88,14 +89,15 @@ def test_the_vote_goes_to_an_answer_no_other_outnumbers(answers: list[str | None
     if winner is None:
         assert not given_answers
         return
-    assert answers.index(answers[winner]) == winner
-    assert all(given_answers.count(answers[winner]) >= given_answers.count(a) for a in given_answers)
+    chosen = answers[winner]
+    assert chosen is not None and answers.index(chosen) == winner
+    assert all(given_answers.count(chosen) >= given_answers.count(a) for a in given_answers)
 
 
 def test_bootstrap_is_seeded_and_near_the_analytic_error_of_a_mean() -> None:
     values = [float(i % 7) for i in range(300)]
 
-    def mean(indices: list[int]) -> float:
+    def mean(indices: Sequence[int]) -> float:
         return sum(values[i] for i in indices) / len(indices)
 
     first = bootstrap_stderr(len(values), mean, resamples=2000, seed=3)
