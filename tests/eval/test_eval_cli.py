@@ -48,6 +48,7 @@ def test_results_and_table_on_the_noop_backend(tmp_path: Path, capsys: pytest.Ca
     assert re.search(r"arithmetic +accuracy", printed) and "maj@2" in printed and f"results written: {out}" in printed
 
 
+@pytest.mark.slow
 def test_same_seed_same_samples_on_the_local_backend(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     def once(name: str, seed: int) -> list[dict[str, object]]:
         out = tmp_path / name

@@ -95,14 +95,14 @@ def test_the_vote_goes_to_an_answer_no_other_outnumbers(answers: list[str | None
 
 
 def test_bootstrap_is_seeded_and_near_the_analytic_error_of_a_mean() -> None:
-    values = [float(i % 7) for i in range(300)]
+    values = [float(i % 7) for i in range(200)]
 
     def mean(indices: Sequence[int]) -> float:
         return sum(values[i] for i in indices) / len(indices)
 
-    first = bootstrap_stderr(len(values), mean, resamples=2000, seed=3)
-    assert first == bootstrap_stderr(len(values), mean, resamples=2000, seed=3)
-    assert first != bootstrap_stderr(len(values), mean, resamples=2000, seed=4)
+    first = bootstrap_stderr(len(values), mean, resamples=500, seed=3)
+    assert first == bootstrap_stderr(len(values), mean, resamples=500, seed=3)
+    assert first != bootstrap_stderr(len(values), mean, resamples=500, seed=4)
     analytic = mean_with_stderr(values).stderr
     assert analytic is not None and first == pytest.approx(analytic, rel=0.1)
     assert bootstrap_stderr(1, mean) is None
