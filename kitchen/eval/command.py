@@ -26,6 +26,7 @@ from kitchen.eval.task import EvalModel, EvalSettings, EvalTask
 from kitchen.inference import CheckpointTarget
 
 SHARED_FLAGS = ("limit", "samples", "seed", "temperature", "max_tokens")
+HARNESS_IGNORES = ("grader", "samples", "temperature", "max_tokens")
 RUN_SAMPLING_KEYS = ("temperature", "max_tokens")
 """Settings a run's config supplies when the command line does not: evaluate as it sampled."""
 
@@ -146,6 +147,10 @@ def run_command(args: argparse.Namespace) -> None:
     specs = [spec.strip() for spec in args.tasks.split(",") if spec.strip()]
     if not specs:
         raise ConfigError("--tasks names no task")
+    if args.harness is not None:
+        given = [f"--{flag.replace('_', '-')}" for flag in HARNESS_IGNORES if getattr(args, flag) is not None]
+        if given:
+            raise ConfigError(f"{given[0]} does not apply to --harness {args.harness}: its tasks say how to sample")
     target = resolve_target(args.target, args.run, args.checkpoint, args.renderer, args.backend, args.base)
     shared = {flag: getattr(args, flag) for flag in SHARED_FLAGS}
     for key in RUN_SAMPLING_KEYS:  # sample as the run did, unless told otherwise

@@ -1,6 +1,7 @@
 """What `kitchen eval` measures on a final checkpoint equals what training measured on the same
-weights and data: the supervised `eval/nll`, and DPO's held-out `eval/accuracy` and `eval/margin`
-(against the run's own frozen reference, found through its checkpoint record)."""
+weights and data: the supervised `eval/nll` (also through the checkpoint exported as a Hugging
+Face model folder), and DPO's held-out `eval/accuracy` and `eval/margin` (against the run's own
+frozen reference, found through its checkpoint record)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,10 @@ def test_nll_of_the_final_checkpoint_is_the_runs_last_eval_nll(tmp_path: Path) -
     data = shipped_data("sl_basic/test.jsonl")
     measured = evaluate([str(run), "--tasks", f"nll:{data}", "nll.max_length=64"], tmp_path / "eval")
     assert measured["nll"] == pytest.approx(last["eval/nll"], abs=1e-4)
+    # the same weights exported as a Hugging Face model folder are the same target
+    assert main(["export", str(run), "--out", str(tmp_path / "hf")]) == 0
+    exported = evaluate([str(tmp_path / "hf"), "--tasks", f"nll:{data}", "nll.max_length=64"], tmp_path / "eval_hf")
+    assert exported["nll"] == pytest.approx(measured["nll"], abs=1e-5)
 
 
 def test_preference_accuracy_and_margin_are_the_dpo_runs_held_out_ones(tmp_path: Path) -> None:

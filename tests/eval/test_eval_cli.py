@@ -120,3 +120,8 @@ def test_a_backend_that_cannot_sample(tmp_path: Path, capsys: pytest.CaptureFixt
     code, _, err = run_eval(["tiny", "--base", "--backend", "scorer_only", "--tasks", "arithmetic"], capsys)
     assert code == 2
     assert "backend 'scorer_only' cannot sample (SamplingClient.sample unsupported)" in err
+
+
+def test_sampling_flags_do_not_apply_to_harness_tasks(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_eval(["tiny", "--base", "--harness", "lm-eval", "--tasks", "x", "--samples", "4"], capsys)
+    assert code == 2 and "--samples does not apply to --harness lm-eval" in err
