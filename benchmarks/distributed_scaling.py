@@ -23,7 +23,7 @@ import torch
 from adapters.local.backend import LocalBackend
 from adapters.local.distributed import DistributedOptions, ensure_ray
 from benchmarks._models import model_name
-from tests.contract.data import sft_datum
+from kitchen.testing.contract.data import sft_datum
 from train_core.types import AdamParams, Datum
 
 

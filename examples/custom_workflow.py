@@ -4,8 +4,8 @@
     python examples/custom_workflow.py backend=noop max_steps=5
 
 `DropLongExamples` filters each batch before it is trained on and logs what it dropped. Its
-declared reads/writes are checked when the workflow is built: rename "batch" to "batches" in
-`reads` and the run fails before any work starts, naming this stage and the key.
+`run` signature is its declaration, checked when the workflow is built: rename its `batch`
+parameter to `batches` and the run fails before any work starts, naming this stage and the key.
 """
 
 from __future__ import annotations
@@ -22,26 +22,23 @@ from kitchen.stages.checkpoint import SaveCheckpoint
 from kitchen.stages.setup import CloseBackend, CreateTrainingClient, GetTokenizer
 from kitchen.stages.training import CollectTrainStep, SubmitTrainStep
 from kitchen.supervised.examples import PromptCompletion
-from kitchen.supervised.stages import GetSupervisedBatch, LoadSupervisedData
+from kitchen.supervised.stages import Batch, GetSupervisedBatch, LoadSupervisedData
 from kitchen.workflow import Loop, Workflow
 from recipes.sl_basic import Config
+from train_core.types import Datum
 
 
 class DropLongExamples(Stage):
     """Keep only examples of at most `max_tokens` input tokens; log how many were dropped."""
 
-    reads = ("batch",)
-    writes = ("batch",)
-
     def __init__(self, max_tokens: int) -> None:
         super().__init__()
         self.max_tokens = max_tokens
 
-    async def run(self, ctx: Context) -> None:
-        batch = ctx["batch"]
+    async def run(self, ctx: Context, batch: list[Datum]) -> Batch:
         kept = [datum for datum in batch if datum.model_input.length <= self.max_tokens]
-        ctx["batch"] = kept or batch[:1]
         ctx.record({"filter/dropped": len(batch) - len(kept)})
+        return Batch(kept or batch[:1])
 
 
 def build_workflow(config: Config) -> Workflow:

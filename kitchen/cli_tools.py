@@ -49,6 +49,18 @@ def add_commands(commands: Any) -> None:
     keys = commands.add_parser("keys", help="every config key of a recipe: type, default, description")
     keys.add_argument("recipe", help="a recipe name, or a path to a recipe file")
 
+    serve = commands.add_parser("serve", help="serve a backend behind the Tinker API (for tinker SDK programs)")
+    serve.add_argument("--backend", default="local", help="registered backend to serve (default local)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (non-loopback needs --api-keys)")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--models", type=Path, metavar="FILE", help="YAML: model name -> local folder or 'tiny'")
+    serve.add_argument("--api-keys", type=Path, metavar="FILE", help="one API key (tml-...) per line")
+    serve.add_argument("--store", type=Path, default=Path("serve-store"), metavar="DIR", help="checkpoints and records")
+    serve.add_argument("--full-finetune", action="store_true", help="train all weights, not the requested LoRA")
+    serve.add_argument("--seed", type=int, default=0)
+    serve.add_argument("--max-body-mb", type=int, default=256, help="largest request body accepted (MiB)")
+    serve.add_argument("overrides", nargs="*", metavar="key=value", help="backend settings, e.g. local.device=cuda")
+
     from kitchen.eval.command import add_command as add_eval_command
 
     add_eval_command(commands)
@@ -135,9 +147,36 @@ def _eval(args: argparse.Namespace) -> None:
     run_command(args)
 
 
+def _serve(args: argparse.Namespace) -> None:
+    from kitchen.serve.server import ServeSettings, serve
+
+    serve(
+        ServeSettings(
+            backend=args.backend,
+            host=args.host,
+            port=args.port,
+            models=args.models,
+            api_keys=args.api_keys,
+            store=args.store,
+            full_finetune=args.full_finetune,
+            seed=args.seed,
+            max_body_mb=args.max_body_mb,
+            overrides=list(args.overrides),
+        )
+    )
+
+
 def dispatch(args: argparse.Namespace) -> bool:
     """Run the command if it is one of these; False when it is not."""
-    handlers = {"sample": _sample, "chat": _chat, "export": _export, "keys": _keys, "cp": _cp, "eval": _eval}
+    handlers = {
+        "sample": _sample,
+        "chat": _chat,
+        "export": _export,
+        "keys": _keys,
+        "cp": _cp,
+        "serve": _serve,
+        "eval": _eval,
+    }
     handler = handlers.get(args.command)
     if handler is None:
         return False

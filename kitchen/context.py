@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from opentelemetry import trace
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 
 from kitchen.checkpoints import CheckpointRecord
 from kitchen.errors import WiringError
 from kitchen.logging import make_run_logger
 from kitchen.metrics import MetricsRecorder
-from kitchen.stage import Stage
-
-_CURRENT_STAGE: ContextVar[Stage | None] = ContextVar("kitchen_current_stage", default=None)
 
 
 def reduce_records(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -39,24 +34,6 @@ def reduce_records(records: list[dict[str, Any]]) -> dict[str, Any]:
     return reduced
 
 
-class _DeclaredConfig:
-    """A running stage's view of the config: reading a key it did not declare is a WiringError,
-    so `config_keys` (checked against the config class when the workflow is built) stays honest."""
-
-    __slots__ = ("_config", "_stage")
-
-    def __init__(self, config: BaseModel, stage: Stage) -> None:
-        self._config = config
-        self._stage = stage
-
-    def __getattr__(self, key: str) -> Any:
-        if key not in self._stage.config_keys:
-            raise WiringError(
-                f"stage {self._stage.name!r} reads config key {key!r} without declaring it in `config_keys`"
-            )
-        return getattr(self._config, key)
-
-
 @dataclass
 class LoopPosition:
     index: int
@@ -64,8 +41,11 @@ class LoopPosition:
 
 
 class Context:
-    """The state of one run. Stages read and write run state with `ctx[key]`; while a stage runs,
-    only the keys it declared are reachable, so undeclared coupling fails loudly."""
+    """One run: its config, bound ports, run state, loop positions, run dir and telemetry.
+
+    Stages never touch the run state directly: the runner passes each stage the keys its `run`
+    signature reads and stores the dataclass it returns (`kitchen.stage`). What a stage uses of
+    the context is the run around it: the step, loop positions, metrics, the logger, the run dir."""
 
     def __init__(
         self,
@@ -77,9 +57,8 @@ class Context:
         logger: Any = None,
         resume: CheckpointRecord | None = None,
     ) -> None:
-        self.full_config: Any = config
-        """The whole config, for recipe code that reads its own keys (e.g. a task factory); stages
-        read `config`, which holds them to their declared `config_keys`."""
+        self.config: Any = config
+        """The recipe's config (stages receive it through their typed settings parameter)."""
         self.ports = dict(ports)
         self.state: dict[str, Any] = dict(state or {})
         self.run_dir = run_dir
@@ -89,7 +68,6 @@ class Context:
         self.resume = resume
         self.step = resume.step if resume else 0
         self.total_steps: int | None = None
-        self.persist_keys: tuple[str, ...] = ()
         self.bad_steps = 0
         """Consecutive optimizer steps whose loss or gradient norm was NaN/inf."""
         self.last_step_loops: dict[str, int] = dict(resume.loops) if resume else {}
@@ -98,59 +76,13 @@ class Context:
         """What this run trains (`kitchen.rundir.fingerprint`), recorded with every checkpoint."""
         self.hooks: tuple[Any, ...] = ()
         """The run's hooks (set by the runner), for stages that start sub-runs."""
+        self.persisted: dict[str, TypeAdapter[Any]] = {}
+        """The state keys saved with checkpoints, each with its declared type (set by the runner)."""
         self._loops: dict[str, LoopPosition] = {}
         self._step_end_callbacks: list[Callable[[], None]] = []
         self._metric_scopes: list[list[dict[str, Any]]] = []
         self._commit: Callable[[], None] | None = None
         self.committed = True
-        if resume:
-            self.state.update(resume.state)
-
-    @property
-    def config(self) -> Any:
-        """The recipe's config; while a stage runs, only the keys it declared are reachable."""
-        stage = _CURRENT_STAGE.get()
-        return self.full_config if stage is None else _DeclaredConfig(self.full_config, stage)
-
-    # -- run state, checked against the running stage's declarations ------------------------
-    def __getitem__(self, key: str) -> Any:
-        stage = _CURRENT_STAGE.get()
-        if stage is not None and key not in stage.reads and key not in stage.writes:
-            raise WiringError(f"stage {stage.name!r} reads {key!r} without declaring it in `reads`")
-        try:
-            return self.state[key]
-        except KeyError:
-            raise WiringError(f"{key!r} is not in the run state (read by {self._who()})") from None
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        stage = _CURRENT_STAGE.get()
-        if stage is not None and key not in stage.writes:
-            raise WiringError(f"stage {stage.name!r} writes {key!r} without declaring it in `writes`")
-        self.state[key] = value
-
-    def __contains__(self, key: str) -> bool:
-        return key in self.state
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self[key] if key in self.state else default
-
-    def port(self, name: str) -> Any:
-        stage = _CURRENT_STAGE.get()
-        if stage is not None and name not in stage.ports:
-            raise WiringError(f"stage {stage.name!r} uses port {name!r} without declaring it in `ports`")
-        return self.ports[name]
-
-    def _who(self) -> str:
-        stage = _CURRENT_STAGE.get()
-        return f"stage {stage.name!r}" if stage else "the runner"
-
-    @contextmanager
-    def running(self, stage: Stage) -> Iterator[None]:
-        token = _CURRENT_STAGE.set(stage)
-        try:
-            yield
-        finally:
-            _CURRENT_STAGE.reset(token)
 
     # -- the point a run starts changing its run dir -------------------------------------------
     def set_commit(self, commit: Callable[[], None]) -> None:
@@ -166,6 +98,14 @@ class Context:
             commit, self._commit = self._commit, None
             commit()
         self.committed = True
+
+    def persisted_state(self) -> dict[str, Any]:
+        """The persisted keys' values as JSON-ready data, for a checkpoint record."""
+        return {
+            key: adapter.dump_python(self.state[key], mode="json")
+            for key, adapter in self.persisted.items()
+            if key in self.state
+        }
 
     # -- loops and steps ---------------------------------------------------------------------
     def loop(self, name: str) -> LoopPosition:

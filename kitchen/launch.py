@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import codecs
-import contextvars
 import os
 import time
 from collections.abc import Sequence
@@ -225,7 +224,7 @@ async def run_recipe_async(
     backend: ServiceBackend | None = None,
 ) -> RunDir:
     """`run_recipe` inside a running event loop (e.g. a recipe that runs others as sub-runs, each
-    in its own directory). The sub-run's stages see none of the caller's stage declarations."""
+    in its own directory)."""
     install_logging_filter()
     workflow, path = preflight(recipe, config)
     run_dir = RunDir(path)
@@ -274,8 +273,7 @@ async def run_recipe_async(
         observe.attach(ctx)
         all_hooks = [*hooks, *observe.hooks, ProgressHook()] if progress else [*hooks, *observe.hooks]
         with handle_sigterm():  # buffered events reach the disk even when the run is killed
-            # A fresh contextvars context: the runner and its stages start with no stage running.
-            await asyncio.create_task(Runner(workflow, all_hooks).run(ctx), context=contextvars.Context())
+            await Runner(workflow, all_hooks).run(ctx)
     finally:
         if observe is not None:
             observe.close()

@@ -109,3 +109,6 @@ PORT_CALLS: frozenset[str] = frozenset(
     for method in _protocol_methods(protocol)
 )
 """Every backend call a stage may declare in `calls`."""
+
+PORT_TYPES: dict[type, str] = {ServiceBackend: "service"}
+"""The ports a run binds, by the protocol a stage's `run` parameter is annotated with."""

@@ -1,15 +1,15 @@
-"""Request patterns over the ports that several workflows share: scoring datums with another
-model (DPO's reference, RL's KL penalty, a distillation teacher) and pipelined optimizer steps."""
+"""Scoring datums with another model (DPO's reference, RL's KL penalty, a distillation teacher):
+the request pattern several workflows share."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from kitchen.ports import SamplingClient, TrainingClient
+from kitchen.ports import SamplingClient
 from train_core.rl.kl_penalty import logprob_input, target_logprobs
-from train_core.types import AdamParams, Datum, ForwardBackwardOutput, OptimStepOutput
+from train_core.types import Datum
 
 if TYPE_CHECKING:
     import torch
@@ -27,34 +27,3 @@ async def score_targets(
         *(c.compute_logprobs(logprob_input(datum)) for c, datum in zip(clients_D, data_D, strict=True))
     )
     return [target_logprobs(prompt_logprobs) for prompt_logprobs in outputs]
-
-
-_Submitted = tuple[Awaitable[ForwardBackwardOutput], Awaitable[OptimStepOutput]]
-
-
-async def train_in_chunks(
-    client: TrainingClient,
-    chunks: Sequence[Sequence[Datum]],
-    loss_fn: str,
-    loss_fn_config: dict[str, float] | None,
-    adam: AdamParams,
-) -> list[tuple[ForwardBackwardOutput, OptimStepOutput]]:
-    """One optimizer step per chunk, in order; the results of every chunk.
-
-    Each chunk's forward_backward + optim_step pair is submitted before the previous one's results
-    are awaited, so the backend never waits for the client between substeps (requests run in
-    submission order)."""
-
-    async def submit(chunk: Sequence[Datum]) -> _Submitted:
-        return await client.forward_backward(chunk, loss_fn, loss_fn_config), await client.optim_step(adam)
-
-    if not chunks:
-        return []
-    submitted = [await submit(chunks[0])]
-    results: list[tuple[ForwardBackwardOutput, OptimStepOutput]] = []
-    for index in range(len(chunks)):
-        if index + 1 < len(chunks):
-            submitted.append(await submit(chunks[index + 1]))
-        fb, optim = submitted.pop(0)
-        results.append((await fb, await optim))
-    return results

@@ -14,15 +14,18 @@ from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from opentelemetry import trace
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from kitchen.context import Context, LoopPosition
-from kitchen.errors import WiringError
+from kitchen.errors import StageError, WiringError
 from kitchen.hooks import Hooks
 from kitchen.logging import flush_events
-from kitchen.stage import Stage
-from kitchen.workflow import Loop, Node, Parallel, When, Workflow
+from kitchen.stage import Live, Stage
+from kitchen.workflow import Loop, Node, Parallel, When, Workflow, state_types
 from train_core.errors import InvalidInputError
+
+TOKENIZER_CALL = "ServiceBackend.get_tokenizer"
+"""The one backend call that changes nothing: a run commits to its run dir before any other."""
 
 
 class StageFailure(Exception):
@@ -135,6 +138,64 @@ def _tracing_configured() -> bool:
     return not isinstance(trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
 
 
+def stage_inputs(stage: Stage, ctx: Context) -> dict[str, Any]:
+    """The keyword arguments of the stage's `run`: the state keys it reads (an optional one only
+    when written), the run's config for its settings, its ports."""
+    spec = stage.spec
+    state = ctx.state
+    inputs: dict[str, Any] = {}
+    for read in spec.reads:
+        if read.live:
+            inputs[read.param] = Live(state, read.key)
+        elif read.key in state:
+            inputs[read.param] = state[read.key]
+        elif read.required:
+            raise WiringError(f"{read.key!r} is not in the run state (read by stage {stage.name!r})")
+    for param, _ in spec.settings:
+        inputs[param] = ctx.config
+    for param, port in spec.ports:
+        inputs[param] = ctx.ports[port]
+    return inputs
+
+
+def store_outputs(stage: Stage, ctx: Context, result: Any) -> None:
+    """Put the fields of the dataclass a stage returned into the run state, under their keys."""
+    spec = stage.spec
+    if spec.output is None:
+        if result is not None:
+            raise WiringError(f"stage {stage.name!r} returned {type(result).__name__}; its run() declares no output")
+        return
+    if not isinstance(result, spec.output):
+        raise WiringError(
+            f"stage {stage.name!r} returned {type(result).__name__}, not the {spec.output.__name__} its run() declares"
+        )
+    for write in spec.writes:
+        ctx.state[write.key] = getattr(result, write.field)
+
+
+async def run_stage(stage: Stage, ctx: Context) -> None:
+    """Run one stage against the context's run state: pass it what its `run` reads, store what it
+    returns. (The runner adds spans, hooks and timing around this; tests call it alone.)"""
+    args = (ctx,) if stage.spec.takes_ctx else ()
+    store_outputs(stage, ctx, await stage.run(*args, **stage_inputs(stage, ctx)))  # type: ignore[attr-defined]
+
+
+def restore_persisted(ctx: Context) -> None:
+    """The persisted keys of the checkpoint a run resumes from, checked against their declared types."""
+    assert ctx.resume is not None
+    for key, value in ctx.resume.state.items():
+        adapter = ctx.persisted.get(key)
+        if adapter is None:
+            continue  # a key this workflow no longer persists
+        try:
+            ctx.state[key] = adapter.validate_python(value)
+        except ValidationError as exc:
+            raise StageError(
+                f"checkpoint {ctx.resume.name!r}: its saved {key!r} does not fit the declared type: "
+                f"{exc.errors()[0]['msg']}"
+            ) from None
+
+
 class Runner:
     def __init__(self, workflow: Workflow, hooks: Sequence[Hooks] = ()) -> None:
         self.workflow = workflow
@@ -146,15 +207,19 @@ class Runner:
         self._tracing = True
 
     async def run(self, ctx: Context) -> None:
-        config_cls = type(ctx.full_config)
+        config_cls = type(ctx.config)
         self.workflow.validate(
-            ctx.state.keys(), ctx.ports.keys(), config_cls if issubclass(config_cls, BaseModel) else None
+            state_types(ctx.state), ctx.ports.keys(), config_cls if issubclass(config_cls, BaseModel) else None
         )
-        ctx.persist_keys = tuple(self.workflow.persisted_keys())
+        ctx.persisted = {
+            write.key: TypeAdapter(write.type) for stage in self.workflow.stages() for write in stage.spec.persisted
+        }
         ctx.hooks = tuple(self.hooks)
-        if ctx.resume is not None and ctx.resume.loops:
-            self._resume_loops = dict(ctx.resume.loops)
-            self._innermost_resumed = list(ctx.resume.loops)[-1]
+        if ctx.resume is not None:
+            restore_persisted(ctx)
+            if ctx.resume.loops:
+                self._resume_loops = dict(ctx.resume.loops)
+                self._innermost_resumed = list(ctx.resume.loops)[-1]
         error: BaseException | None = None
         self._tracing = _tracing_configured()
         with ctx.tracer.start_as_current_span(f"workflow {self.workflow.name}") as span:
@@ -225,22 +290,23 @@ class Runner:
                 raise WiringError(f"not a workflow node: {node!r}")
 
     async def _run_stage(self, stage: Stage, ctx: Context) -> None:
+        spec = stage.spec
         if (
             not ctx.committed
             and not self._in_finally
-            and any(call != "ServiceBackend.get_tokenizer" for call in stage.calls)
+            and any(call != "ServiceBackend.get_tokenizer" for call in spec.calls)
         ):
             ctx.commit()
         for hook in self.hooks:
             hook.before_stage(ctx, stage)
         started = time.perf_counter()
         span_context = ctx.tracer.start_as_current_span(f"stage {stage.name}") if self._tracing else _NO_SPAN
-        with span_context as span, ctx.running(stage):
+        with span_context as span:
             if self._tracing:
                 span.set_attribute("kitchen.stage", stage.name)
                 span.set_attribute("kitchen.step", ctx.step)
             try:
-                await stage.run(ctx)
+                await run_stage(stage, ctx)
             except StageFailure:
                 raise
             except BaseException as exc:

@@ -270,10 +270,10 @@ class MetricSinksHook(Hooks):
         ctx.log.warning("sink.failed", sink=sink, during=what, error=f"{type(exc).__name__}: {exc}")
 
     def on_run_start(self, ctx: Any, workflow: Any) -> None:
-        config = ctx.full_config.model_dump(mode="json") if hasattr(ctx.full_config, "model_dump") else {}
+        config = ctx.config.model_dump(mode="json") if hasattr(ctx.config, "model_dump") else {}
         for name in self.names:
             try:
-                sink = make_sink(name, self.run_dir, self.recipe, ctx.full_config)
+                sink = make_sink(name, self.run_dir, self.recipe, ctx.config)
                 sink.log_config(config)
             except Exception as exc:
                 self._warn(ctx, name, "start", exc)

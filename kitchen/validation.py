@@ -7,16 +7,23 @@ from typing import Any
 from kitchen.backends import get_backend_spec
 from kitchen.errors import ConfigError
 from kitchen.recipe import Recipe
-from kitchen.workflow import Workflow, check_config_keys
+from kitchen.workflow import Workflow, check_config_keys, state_types
 
 BOUND_PORTS = ("service",)
 
 
 def backend_problems(workflow: Workflow, config: Any) -> list[str]:
-    """What the configured backend cannot run of the workflow, as its registered spec says."""
-    calls = {call for stage in workflow.stages() for call in stage.calls}
+    """What the configured backend cannot run of the workflow, as its registered spec says: each
+    call a stage makes that it lacks (naming the stage), the loss, the LoRA requirement."""
+    spec = get_backend_spec(config.backend)
+    problems = [
+        f"stage {stage.name!r} calls {call}, which it does not support"
+        for stage in workflow.stages()
+        for call in stage.spec.calls
+        if spec.supported_calls is not None and call not in spec.supported_calls
+    ]
     loss_fn = getattr(config, "loss_fn", None)
-    return get_backend_spec(config.backend).problems(calls, [loss_fn] if loss_fn else [], config.lora_rank)
+    return problems + spec.problems([], [loss_fn] if loss_fn else [], config.lora_rank)
 
 
 def validate_recipe(recipe: Recipe, config: Any) -> Workflow:
@@ -26,7 +33,7 @@ def validate_recipe(recipe: Recipe, config: Any) -> Workflow:
     builder_keys = getattr(recipe.workflow, "config_keys", ())
     check_config_keys(((f"recipe {recipe.name!r}'s workflow builder", key) for key in builder_keys), type(config))
     workflow = recipe.workflow(config)
-    workflow.validate(recipe.initial_state(config).keys(), BOUND_PORTS, type(config))
+    workflow.validate(state_types(recipe.initial_state(config)), BOUND_PORTS, type(config))
     problems = backend_problems(workflow, config)
     if problems:
         raise ConfigError(f"backend {config.backend!r} cannot run recipe {recipe.name!r}: " + "; ".join(problems))

@@ -16,7 +16,7 @@ from kitchen.preference.settings import PreferenceSettings
 from kitchen.preference.workflow import preference_workflow
 from kitchen.recipe import Recipe
 from kitchen.settings import OtherModel
-from kitchen.stages.setup import CreateReferenceClient
+from kitchen.stages.setup import OpenOtherModel
 from kitchen.workflow import Workflow
 from recipes.data import shipped_data
 from recipes.judges import check_judge_name, get_judge
@@ -40,7 +40,6 @@ class Config(PreferenceSettings):
     win_rate_judge_model: OtherModel = Field(
         default_factory=OtherModel, description="win_rate_judge=preference_model: its checkpoint or run directory"
     )
-    allow_tie: bool = Field(False, description="the learned judge was trained with a Tie answer")
 
     @field_validator("win_rate_judge")
     @classmethod
@@ -56,10 +55,10 @@ def workflow(config: Config) -> Workflow:
         if not (model.checkpoint or model.model_name):
             raise ConfigError("win_rate_judge=preference_model needs win_rate_judge_model.checkpoint (or .model_name)")
         setup = [
-            CreateReferenceClient("judge_client", "judge_client_path", model_key="win_rate_judge_model"),
+            OpenOtherModel("win_rate_judge_model", "judge_client", "judge_client_path", name="open_judge_model"),
             OpenModelJudge(),
         ]
-        return preference_workflow("judge", judge_setup=setup)
+        return preference_workflow(judge_setup=setup)
     return preference_workflow(get_judge(config.win_rate_judge) if config.win_rate_judge else None)
 
 

@@ -27,6 +27,7 @@ shared keys (model, backend, seed, renderer, data) are set once at the top.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,11 +35,13 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from kitchen.backends import backend_specs
 from kitchen.checkpoints import CheckpointRecord, append_record, finished, read_records, resolve_state_path
-from kitchen.config import Count, RunConfig, defaults
+from kitchen.completers import AsyncJudge
+from kitchen.config import Count, defaults
 from kitchen.context import Context
 from kitchen.errors import ConfigError
 from kitchen.hooks import ProgressHook
 from kitchen.launch import run_recipe_async
+from kitchen.ports import ServiceBackend
 from kitchen.preference.reward_model import (
     EvaluatePreferenceModel,
     OpenModelJudge,
@@ -47,14 +50,15 @@ from kitchen.preference.reward_model import (
     check_comparison_files,
     read_comparisons,
 )
+from kitchen.preference.settings import ComparisonSettings, JudgeEvalSettings, WinRateSettings
 from kitchen.preference.stages import EvaluateWinRate
 from kitchen.recipe import Recipe
 from kitchen.rl.settings import RLSettings
-from kitchen.rl.update import ApplyKLPenalty
+from kitchen.rl.step import ApplyKLPenalty
 from kitchen.rl.workflow import rl_workflow
 from kitchen.settings import OtherModel, RendererSettings
 from kitchen.stage import Stage
-from kitchen.stages.setup import CloseBackend, CreateReferenceClient
+from kitchen.stages.setup import CloseBackend, CreateReferenceClient, OpenOtherModel
 from kitchen.subruns import PhaseBackend
 from kitchen.supervised.examples import Conversation
 from kitchen.supervised.settings import ChatSupervisedSettings
@@ -63,8 +67,7 @@ from kitchen.validation import validate_recipe
 from kitchen.workflow import Node, Workflow
 from recipes.data import shipped_data
 from recipes.judges import check_judge_name, get_judge
-from train_core.preference.datasets import Layout
-from train_core.renderers.base import Renderer
+from train_core.renderers.base import Message, Renderer
 from train_core.rl.pairwise_preference import JudgeSlot, PairwisePreferenceDataset
 from train_core.rl.task import RLTask
 from train_core.rl.tournament import PairScheme
@@ -87,13 +90,6 @@ def _judge_name(name: str | None, learned_ok: bool) -> str | None:
 # -- the phases' settings --------------------------------------------------------------------
 
 
-class ComparisonData(RunConfig):
-    """The comparison files every phase reads (any DPO layout)."""
-
-    dataset_layout: Layout = Field("comparisons", description="comparisons | hh_rlhf | ultrafeedback")
-    allow_tie: bool = Field(False, description="the preference model may also answer Tie")
-
-
 @defaults(
     dataset=TRAIN,
     eval_dataset=TEST,
@@ -105,7 +101,7 @@ class ComparisonData(RunConfig):
     save_every=20,
     eval_every=0,
 )
-class SFTPhase(ChatSupervisedSettings, ComparisonData):
+class SFTPhase(ChatSupervisedSettings, ComparisonSettings):
     examples: Literal["chosen", "both"] = Field(
         "both", description="train on the chosen completions, or on chosen and rejected alike"
     )
@@ -122,8 +118,8 @@ class SFTPhase(ChatSupervisedSettings, ComparisonData):
     save_every=20,
     eval_every=20,
 )
-class PreferenceModelPhase(ChatSupervisedSettings, ComparisonData):
-    judge_eval_pairs: Count = Field(100, description="held-out comparisons the judge metrics use")
+class PreferenceModelPhase(ChatSupervisedSettings, ComparisonSettings, JudgeEvalSettings):
+    """Phase 2: a pairwise preference model, trained as chat examples answered A or B."""
 
 
 @defaults(
@@ -136,8 +132,10 @@ class PreferenceModelPhase(ChatSupervisedSettings, ComparisonData):
     eval_every=5,
     save_every=10,
     pair_scheme="both_ways",
+    win_rate_prompts=100,
+    win_rate_max_tokens=24,
 )
-class RLPhase(RLSettings, ComparisonData):
+class RLPhase(RLSettings, ComparisonSettings, WinRateSettings):
     dataset: str = Field(TRAIN, description="comparison file whose prompts RL samples for")
     eval_dataset: str | None = Field(TEST, description="comparison file whose prompts the win rate uses")
     pair_scheme: PairScheme = Field(
@@ -147,9 +145,6 @@ class RLPhase(RLSettings, ComparisonData):
     judge_model: OtherModel = Field(default_factory=OtherModel, description="the learned judge's checkpoint")
     judge_max_concurrent: Count = Field(64, description="judge calls in flight at once")
     win_rate_judge: str | None = Field("polite_arithmetic", description="judge of policy vs SFT win rate")
-    win_rate_prompts: Count = Field(100, description="held-out prompts the win rate samples")
-    win_rate_max_tokens: Count = 24
-    win_rate_temperature: float = Field(1.0, ge=0)
 
     @field_validator("reward_judge")
     @classmethod
@@ -171,7 +166,6 @@ def sft_workflow(config: SFTPhase) -> Workflow:
         needs_renderer=True,
         name="rlhf_sft",
         prepare_data=[WriteComparisonConversations(config.examples)],
-        files_key="example_files",
     )
 
 
@@ -181,7 +175,6 @@ def preference_model_workflow(config: PreferenceModelPhase) -> Workflow:
         needs_renderer=True,
         name="rlhf_preference_model",
         prepare_data=[WriteComparisonConversations("preference_model")],
-        files_key="example_files",
         evaluators=[EvaluatePreferenceModel()],
     )
 
@@ -205,31 +198,33 @@ def rl_task(config: RLPhase, renderer: Renderer) -> RLTask:
 class BindJudge(Stage):
     """Give the task's tournament envs the judge opened for this run."""
 
-    reads = ("rl_task", "judge")
+    async def run(self, rl_task: RLTask, judge: AsyncJudge) -> None:
+        dataset = rl_task.train
+        assert isinstance(dataset, PairwisePreferenceDataset)
+        dataset.judge.bind(judge)
 
-    async def run(self, ctx: Context) -> None:
-        ctx["rl_task"].train.judge.bind(ctx["judge"])
+
+@dataclass(frozen=True)
+class EvalPrompts:
+    eval_prompts: list[list[Message]]
 
 
 class LoadEvalPrompts(Stage):
     """The held-out comparison file's prompts, for the win-rate evaluator."""
 
-    writes = ("eval_prompts",)
-    config_keys = ("eval_dataset", "dataset_layout")
-
-    async def run(self, ctx: Context) -> None:
-        path = ctx.config.eval_dataset
-        comparisons = read_comparisons(path, ctx.config.dataset_layout) if path else []
-        ctx["eval_prompts"] = [labeled.comparison.prompt_conversation for labeled in comparisons]
+    async def run(self, config: RLPhase) -> EvalPrompts:
+        path = config.eval_dataset
+        comparisons = read_comparisons(path, config.dataset_layout) if path else []
+        return EvalPrompts([labeled.comparison.prompt_conversation for labeled in comparisons])
 
 
 def _judge_stages(name: str, key: str, client_key: str, model_key: str) -> list[Node]:
     if name == PREFERENCE_MODEL:
         return [
-            CreateReferenceClient(client_key=client_key, path_key=f"{client_key}_path", model_key=model_key),
-            OpenModelJudge(client_key=client_key, judge_key=key, name=f"open_{key}"),
+            OpenOtherModel(model_key, client_key, f"{client_key}_path", name=f"open_{client_key}"),
+            OpenModelJudge(f"open_{key}", keys={"judge_client": client_key, "judge": key}),
         ]
-    return [ProvideJudge(get_judge(name), judge_key=key, name=f"provide_{key}")]
+    return [ProvideJudge(get_judge(name), f"provide_{key}", judge_key=key)]
 
 
 def rl_phase_workflow(config: RLPhase) -> Workflow:
@@ -244,11 +239,17 @@ def rl_phase_workflow(config: RLPhase) -> Workflow:
     evaluators: list[Node] = []
     after: list[Node] = []
     if config.win_rate_judge is not None:
-        judge: Any = get_judge(config.win_rate_judge) if config.win_rate_judge != PREFERENCE_MODEL else "judge"
-        if config.win_rate_judge == PREFERENCE_MODEL and config.reward_judge != PREFERENCE_MODEL:
-            raise ConfigError("win_rate_judge=preference_model needs reward_judge=preference_model (one judge_model)")
-        evaluators = [EvaluateWinRate(judge)]
-        after = [EvaluateWinRate(judge, name="final_win_rate")]
+        if config.win_rate_judge == PREFERENCE_MODEL:
+            if config.reward_judge != PREFERENCE_MODEL:
+                raise ConfigError(
+                    "win_rate_judge=preference_model needs reward_judge=preference_model (one judge_model)"
+                )
+            judge_key = "judge"
+        else:
+            judge_key = "win_rate_judge"
+            setup.append(ProvideJudge(get_judge(config.win_rate_judge), "provide_win_rate_judge", judge_key=judge_key))
+        evaluators = [EvaluateWinRate(judge_key=judge_key)]
+        after = [EvaluateWinRate("final_win_rate", judge_key=judge_key)]
     adjust: list[Node] = [ApplyKLPenalty()] if config.kl_penalty_coef > 0 else []
     return rl_workflow(
         rl_task,
@@ -281,7 +282,7 @@ SHARED_KEYS = (
 )  # fmt: skip
 
 
-class Config(RendererSettings, ComparisonData):
+class Config(RendererSettings, ComparisonSettings):
     phase: Literal["sft", "preference_model", "rl", "all"] = Field("all", description="run one phase, or all three")
     renderer: str | None = Field("role_colon", description="chat renderer of every phase")
     dataset: str = Field(TRAIN, description="comparison file (train)")
@@ -337,9 +338,6 @@ class RunPhase(Stage):
     at a phase boundary); an unfinished phase resumes from its own last checkpoint. Logs the
     phase's wall time as `time/phase_<phase>`."""
 
-    config_keys = tuple(Config.model_fields)
-    ports = ("service",)
-
     def __init__(self, phase: Phase) -> None:
         super().__init__(f"phase_{phase}")
         self.phase = phase
@@ -350,23 +348,23 @@ class RunPhase(Stage):
         for stage in PHASE_RECIPES[self.phase].workflow(phase).stages():
             stage.check_inputs(phase)
 
-    async def run(self, ctx: Context) -> None:
+    async def run(self, ctx: Context, service: ServiceBackend, config: Config) -> None:
         run_dir = ctx.run_dir or Path(".")
-        config = phase_config(ctx.full_config, self.phase, run_dir)
+        phase = phase_config(config, self.phase, run_dir)
         sub_dir = run_dir / self.phase
-        if config.resume == "auto" and finished(sub_dir):
+        if phase.resume == "auto" and finished(sub_dir):
             ctx.log.info("phase.skipped", phase=self.phase, reason="finished", log_path=str(sub_dir))
             return
-        if config.load_checkpoint_path:
-            config.load_checkpoint_path = self._state(config.load_checkpoint_path, "sft", "sft_checkpoint")
-        if self.phase == "rl" and config.reward_judge == PREFERENCE_MODEL and config.judge_model.checkpoint:
-            self._state(config.judge_model.checkpoint, PREFERENCE_MODEL, "preference_model_checkpoint")
+        if phase.load_checkpoint_path:
+            phase.load_checkpoint_path = self._state(phase.load_checkpoint_path, "sft", "sft_checkpoint")
+        if self.phase == "rl" and phase.reward_judge == PREFERENCE_MODEL and phase.judge_model.checkpoint:
+            self._state(phase.judge_model.checkpoint, PREFERENCE_MODEL, "preference_model_checkpoint")
         hooks = [hook for hook in ctx.hooks if not isinstance(hook, ProgressHook)]
         progress = any(isinstance(hook, ProgressHook) for hook in ctx.hooks)
         ctx.log.info("phase.start", phase=self.phase, log_path=str(sub_dir))
         started = time.perf_counter()
-        backend = PhaseBackend(ctx.port("service"), self.phase)
-        await run_recipe_async(PHASE_RECIPES[self.phase], config, hooks=hooks, progress=progress, backend=backend)
+        backend = PhaseBackend(service, self.phase)
+        await run_recipe_async(PHASE_RECIPES[self.phase], phase, hooks=hooks, progress=progress, backend=backend)
         seconds = time.perf_counter() - started
         ctx.record({f"time/phase_{self.phase}": seconds})
         ctx.log.info("phase.end", phase=self.phase, seconds=round(seconds, 3))

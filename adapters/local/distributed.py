@@ -7,7 +7,8 @@ worker thread (so jobs run strictly in submission order, and submitting returns 
 calls every worker and waits for all of them, with a timeout.
 
 - Built-in losses: the batch is cut into N contiguous runs of datums with about the same token
-  count, one per worker; logprobs come back in datum order, `loss:sum` is the sum of the workers'.
+  count, one per worker; logprobs come back in datum order, the loss metrics (`loss:sum`, clip
+  counts) are the sums of the workers'.
   Losses are sums over tokens and FSDP sums (not averages) the gradients, so the gradient is the
   single-process one.
 - Custom losses (DPO) may couple datums, so they run in the driver: the workers forward their
@@ -66,7 +67,7 @@ from adapters.local.serial_executor import SerialExecutor
 from adapters.local.training_client import TrainingOptions, _check_adam, backward_custom_loss, microbatches
 from kitchen.errors import ConfigError, KitchenError
 from kitchen.ports import CustomLossFn, Tokenizer
-from train_core.losses import TARGET_TOKENS, get_loss_fn
+from train_core.losses import TARGET_TOKENS, get_loss_fn, merge_loss_metrics
 from train_core.types import AdamParams, Datum, ForwardBackwardOutput, OptimStepOutput, TensorData
 
 
@@ -389,7 +390,10 @@ class DistributedTrainingClient:
             )
             outputs = [{"logprobs": TensorData.from_torch(lp)} for logprobs, *_ in results for lp in logprobs]
             slots, filled = sum(r[2] for r in results), sum(r[3] for r in results)
-            metrics = {"loss:sum": sum(r[1] for r in results), "padding_fraction": 1.0 - filled / max(slots, 1)}
+            metrics = {
+                **merge_loss_metrics([r[1] for r in results]),
+                "padding_fraction:mean": 1.0 - filled / max(slots, 1),
+            }
             return ForwardBackwardOutput(outputs, metrics)
 
         return job

@@ -35,7 +35,7 @@ from adapters.local.checkpoint_io import ModelIdentity, load_keeping_kernel, tra
 from adapters.local.model_loading import LoraOptions, load_model
 from adapters.local.serial_executor import SerialExecutor
 from adapters.local.training_client import LocalTrainingClient, TrainingOptions, make_adamw, microbatches
-from train_core.losses import TARGET_TOKENS, get_loss_fn
+from train_core.losses import TARGET_TOKENS, get_loss_fn, merge_loss_metrics
 from train_core.types import AdamParams, Datum, OptimStepOutput
 
 FAULT_ENV = "KITCHEN_DIST_FAULT"
@@ -172,10 +172,10 @@ class TrainingWorker:
         stand_in: Datum,
         passes: int,
         backward: bool,
-    ) -> tuple[list[torch.Tensor], float, int, int]:
+    ) -> tuple[list[torch.Tensor], dict[str, float], int, int]:
         """This worker's datums through a built-in loss, in `passes` micro-batches (zero-weighted
-        passes on `stand_in` where it has fewer): (logprobs per datum, loss sum, token slots run,
-        slots holding a token)."""
+        passes on `stand_in` where it has fewer): (logprobs per datum, loss metrics, token slots
+        run, slots holding a token)."""
         self._count(call)
         core = self.core
         spec = get_loss_fn(loss_fn)
@@ -184,7 +184,7 @@ class TrainingWorker:
         groups = (
             microbatches([d.model_input.length for d in data], core._options.max_tokens_per_microbatch) if data else []
         )
-        loss_sum = 0.0
+        part_metrics: list[dict[str, float]] = []
         slots = filled = 0
         with core._training_mode(backward):
             for index in range(passes):
@@ -193,12 +193,12 @@ class TrainingWorker:
                     continue
                 group = groups[index]
                 batch = core._batch([data[i] for i in group], spec.required_inputs, user, spec.input_keys)
-                scored, part_loss = core._loss_pass(spec, batch, config, backward)
-                loss_sum += part_loss
+                scored, metrics = core._loss_pass(spec, batch, config, backward)
+                part_metrics.append(metrics)
                 slots, filled = slots + scored.slots, filled + scored.filled
                 for i, logprobs in zip(group, scored.logprobs_D, strict=True):
                     outputs[i] = logprobs.detach().float().cpu()
-        return outputs, loss_sum, slots, filled
+        return outputs, merge_loss_metrics(part_metrics), slots, filled
 
     def _stand_in_pass(self, stand_in: Datum, backward: bool) -> None:
         """A pass that moves nothing: it only takes part in the other workers' collectives."""

@@ -40,7 +40,7 @@ from adapters.local.sampling_client import LocalSamplingClient
 from adapters.local.serial_executor import SerialExecutor
 from kitchen.errors import ConfigError, KitchenError
 from kitchen.ports import CustomLossFn, Tokenizer
-from train_core.losses import TARGET_TOKENS, LossSpec, get_loss_fn
+from train_core.losses import TARGET_TOKENS, LossSpec, get_loss_fn, merge_loss_metrics
 from train_core.types import AdamParams, Datum, ForwardBackwardOutput, OptimStepOutput, TensorData
 
 
@@ -216,16 +216,16 @@ class LocalTrainingClient:
 
     def _loss_pass(
         self, spec: LossSpec, batch: TrainingBatch, config: dict[str, float], backward: bool
-    ) -> tuple[ScoredSequences, float]:
+    ) -> tuple[ScoredSequences, dict[str, float]]:
         """One micro-batch through a built-in loss (gradients accumulate when `backward`): its
-        per-datum logprobs and its `loss:sum`. A NaN/inf loss is remembered for the optim step."""
+        per-datum logprobs and its loss metrics. A NaN/inf loss is remembered for the optim step."""
         with torch.set_grad_enabled(backward):
             scored = self._score(batch)
             loss, metrics = spec(torch.cat(scored.logprobs_D), batch.loss_inputs, config, batch.lengths_D)
         if backward:
             loss.backward()
             self._nonfinite_loss |= not bool(torch.isfinite(loss.detach()).all())
-        return scored, metrics["loss:sum"]
+        return scored, metrics
 
     def _run_loss(
         self,
@@ -234,17 +234,18 @@ class LocalTrainingClient:
         config: dict[str, float],
         backward: bool,
     ) -> ForwardBackwardOutput:
+        """The loss metrics of the micro-batches merge as one batch's (`merge_loss_metrics`)."""
         outputs: list[dict[str, TensorData]] = [{} for _ in range(sum(len(group) for group, _ in parts))]
-        loss_sum = 0.0
+        part_metrics: list[dict[str, float]] = []
         slots = filled = 0
         with self._training_mode(backward):
             for group, batch in parts:
-                scored, part_loss = self._loss_pass(spec, batch, config, backward)
-                loss_sum += part_loss
+                scored, metrics = self._loss_pass(spec, batch, config, backward)
+                part_metrics.append(metrics)
                 slots, filled = slots + scored.slots, filled + scored.filled
                 for index, logprobs in zip(group, scored.logprobs_D, strict=True):
                     outputs[index] = {"logprobs": TensorData.from_torch(logprobs)}
-        metrics = {"loss:sum": loss_sum, "padding_fraction": 1.0 - filled / slots}
+        metrics = {**merge_loss_metrics(part_metrics), "padding_fraction:mean": 1.0 - filled / slots}
         return ForwardBackwardOutput(outputs, metrics)
 
     def _run_custom(self, data: Sequence[Datum], batch: TrainingBatch, loss_fn: CustomLossFn) -> ForwardBackwardOutput:

@@ -6,7 +6,7 @@ of every call. It is only ever used when asked for by name, never as a fallback.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from adapters.common.tiny import TINY_MODEL_NAME
@@ -44,6 +44,13 @@ class NoopBackend:
         self.seed = seed
         self.runtime = NoopRuntime(seed, Latency(latency), CheckpointStore(checkpoint_dir))
         self._training_clients: list[NoopTrainingClient] = []
+
+    def script(self, replies: Callable[[str], str] | None = None, sampler_logprob_shift: float = 0.0) -> None:
+        """Script the fake model for a test: `replies` gives its reply text to a prompt's text (so
+        an env's rewards are known), `sampler_logprob_shift` is added to the logprobs reported
+        with samples (a sampler/trainer mismatch of known size). `kitchen.testing` uses this."""
+        self.runtime.replies = replies
+        self.runtime.sampler_logprob_shift = sampler_logprob_shift
 
     @property
     def calls(self) -> list[NoopCall]:

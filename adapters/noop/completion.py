@@ -78,3 +78,27 @@ def generate_completion(
             reason = "stop"
             break
     return TokensWithLogprobs(tokens_T, logprobs_T, reason)
+
+
+def scripted_completion(
+    weights: PseudoWeights,
+    prompt_T: Sequence[int],
+    reply_T: Sequence[int],
+    max_tokens: int,
+    end_T: Sequence[int],
+    stop: StopMatcher,
+) -> TokensWithLogprobs:
+    """A scripted reply: `reply_T` then the end sequence, cut at `max_tokens` or at the first stop
+    condition met, with the pseudo-model's logprobs of those tokens (as `generate_completion`)."""
+    _, state = _prompt_start(weights, tuple(prompt_T))
+    tokens_T: list[int] = []
+    logprobs_T: list[float] = []
+    reason: StopReason = "length"
+    for token in [*reply_T, *end_T][:max_tokens]:
+        tokens_T.append(token)
+        logprobs_T.append(token_logprob(state, token))
+        state = advance(state, token)
+        if stop.is_done(tokens_T):
+            reason = "stop"
+            break
+    return TokensWithLogprobs(tokens_T, logprobs_T, reason)

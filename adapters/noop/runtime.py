@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import itertools
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +41,11 @@ class NoopRuntime:
     latency: Latency
     store: CheckpointStore
     calls: list[NoopCall] = field(default_factory=list)
+    replies: Callable[[str], str] | None = None
+    """A script of the fake model's replies (prompt text -> reply text); None = pseudo-random."""
+    sampler_logprob_shift: float = 0.0
+    """Added to the logprobs the sampler reports with each sampled token (not to the trainer's):
+    a sampler/trainer mismatch of known size, for off-policy corrections and mismatch metrics."""
     _counters: defaultdict[ClientKind, Iterator[int]] = field(default_factory=lambda: defaultdict(itertools.count))
 
     def new_client_id(self, kind: ClientKind) -> str:

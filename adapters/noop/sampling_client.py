@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from adapters.common.requests import check_sampling_params, check_token_ids
 from adapters.common.stop_matcher import StopMatcher
 from adapters.common.tiny import TINY_MODEL_NAME
 from adapters.common.tokenizer import load_tokenizer
-from adapters.noop.completion import end_sequence, generate_completion
+from adapters.noop.completion import end_sequence, generate_completion, scripted_completion
 from adapters.noop.pseudo_logprobs import PseudoWeights, hash_ints, prompt_logprobs
 from adapters.noop.runtime import NoopRuntime, tiny_tokenizer, tiny_vocab_ids
 from kitchen.errors import DataError
@@ -62,12 +64,22 @@ class NoopSamplingClient:
             max_tokens=sampling_params.max_tokens,
         )
         await self.runtime.latency.wait("sample")
-        sequences = [
-            generate_completion(
-                self.weights, prompt_T, hash_ints([call_seed, i]), max_tokens, end_T, stop, tiny_vocab_ids()
-            )
-            for i in range(num_samples)
-        ]
+        if self.runtime.replies is not None:
+            reply_T = tokenizer.encode(self.runtime.replies(tokenizer.decode(prompt_T)), add_special_tokens=False)
+            sequences = [
+                scripted_completion(self.weights, prompt_T, reply_T, max_tokens, end_T, stop)
+                for _ in range(num_samples)
+            ]
+        else:
+            sequences = [
+                generate_completion(
+                    self.weights, prompt_T, hash_ints([call_seed, i]), max_tokens, end_T, stop, tiny_vocab_ids()
+                )
+                for i in range(num_samples)
+            ]
+        shift = self.runtime.sampler_logprob_shift
+        if shift:
+            sequences = [replace(seq, maybe_logprobs=[lp + shift for lp in seq.logprobs]) for seq in sequences]
         return SampleResult(sequences)
 
     async def compute_logprobs(self, prompt: ModelInput) -> list[float | None]:

@@ -12,6 +12,8 @@ from typing import Protocol, cast
 import tinker
 from tinker.lib.public_interfaces.sampling_client import _load_tokenizer_from_model_info
 
+from adapters.common.tiny import TINY_MODEL_NAME
+from adapters.common.tokenizer import load_tokenizer
 from adapters.tinker.availability import read_api_key
 from adapters.tinker.calls import open_remote
 from adapters.tinker.paths import require_tinker_path
@@ -37,10 +39,21 @@ def sdk_tokenizer(base_model: str) -> Tokenizer:
     """The tokenizer the SDK's own clients load for `base_model` (its model-name mapping included).
 
     The SDK offers this publicly only on a live client; its loader is called directly so that
-    a tokenizer needs no session.
+    a tokenizer needs no session. `tiny` (kitchen's embedded model, which `kitchen serve`
+    serves) is kitchen's own tokenizer. A name the SDK cannot load (offline, not in the HF cache)
+    is a ConfigError saying what works, not a raw OSError.
     """
-    # A Hugging Face tokenizer; its `decode` is typed more loosely than the port's protocol.
-    return cast(Tokenizer, _load_tokenizer_from_model_info(base_model))
+    if base_model == TINY_MODEL_NAME:
+        return load_tokenizer(TINY_MODEL_NAME)
+    try:
+        # A Hugging Face tokenizer; its `decode` is typed more loosely than the port's protocol.
+        return cast(Tokenizer, _load_tokenizer_from_model_info(base_model))
+    except OSError as exc:
+        raise ConfigError(
+            f"model_name {base_model!r}: the tinker SDK cannot load its tokenizer ({exc}). It loads tokenizers "
+            "from the Hugging Face hub by model name: use a name whose files are in the local HF cache, or a "
+            "local folder (with kitchen serve, name the model by its folder in the models file)"
+        ) from None
 
 
 class TinkerBackend:
@@ -118,14 +131,16 @@ class TinkerBackend:
         sampler = await with_retries(
             "create_sampling_client",
             lambda: open_remote(
+                "create_sampling_client",
                 lambda: self._service.create_sampling_client(
                     model_path=model_path, base_model=base_model, retry_config=retry_config
-                )
+                ),
+                self._retry,
             ),
             self._retry,
             self._redactor,
         )
-        return TinkerSamplingClient(sampler, self._redactor)
+        return TinkerSamplingClient(sampler, self._redactor, self._retry)
 
     def get_tokenizer(self, base_model: str) -> Tokenizer:
         return self._load_tokenizer(base_model)
@@ -133,14 +148,19 @@ class TinkerBackend:
     async def close(self) -> None:
         """End the service session (the SDK stops its heartbeats and releases connections)."""
         await with_retries(
-            "close", lambda: open_remote(lambda: self._service.close("success")), self._retry, self._redactor
+            "close",
+            lambda: open_remote("close", lambda: self._service.close("success"), self._retry),
+            self._retry,
+            self._redactor,
         )
 
     async def _open_training_client(
         self, call: str, start: Callable[[], SdkFuture[SdkTrainingClient]]
     ) -> TinkerTrainingClient:
-        sdk_client = await with_retries(call, lambda: open_remote(start), self._retry, self._redactor)
-        return TinkerTrainingClient(sdk_client, retry_config=self._retry.sdk_retry_config(), redactor=self._redactor)
+        sdk_client = await with_retries(
+            call, lambda: open_remote(call, start, self._retry), self._retry, self._redactor
+        )
+        return TinkerTrainingClient(sdk_client, policy=self._retry, redactor=self._redactor)
 
     def __repr__(self) -> str:
         return f"TinkerBackend(base_url={self._base_url!r})"

@@ -7,7 +7,7 @@ port call; what it does not do is full fine-tuning, so a training client needs `
 
 from __future__ import annotations
 
-from train_core.losses import LOSS_SPECS
+from train_core.losses import BUILTIN_LOSS_NAMES
 
 SUPPORTED_CALLS: frozenset[str] = frozenset(
     {
@@ -30,8 +30,9 @@ SUPPORTED_CALLS: frozenset[str] = frozenset(
     }
 )
 
-SUPPORTED_LOSS_FNS: frozenset[str] = frozenset(LOSS_SPECS)
-"""kitchen's built-in loss names; the service runs each under the same name."""
+SUPPORTED_LOSS_FNS: frozenset[str] = BUILTIN_LOSS_NAMES
+"""The losses of kitchen's table the service runs itself, each under the same name (kitchen's own
+losses, such as decoupled_ppo, are not among them)."""
 
 REQUIRES_LORA_RANK = True
 """The service trains LoRA adapters only: `create_training_client` needs a `lora_rank`."""

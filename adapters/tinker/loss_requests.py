@@ -28,11 +28,17 @@ def check_loss_request(data: Sequence[Datum], loss_fn: str, loss_fn_config: dict
     """The loss name as the SDK types it, after checking the name, the config and each datum's inputs."""
     _require_data(data)
     spec = get_loss_fn(loss_fn)
-    spec.resolve_config(loss_fn_config)
-    for index, datum in enumerate(data):
-        require_inputs(datum.loss_fn_inputs.keys(), spec.required_inputs, f"loss {loss_fn!r}", f"datum {index}")
     if not _is_sdk_loss_fn(loss_fn):
         raise ConfigError(f"loss_fn {loss_fn!r} is not one the Tinker service runs ({sorted(SDK_LOSS_FNS)})")
+    spec.resolve_config(loss_fn_config)
+    reasons = spec.custom_route_reasons(loss_fn_config)
+    if reasons:
+        raise ConfigError(
+            f"loss_fn {loss_fn!r}: {'; '.join(reasons)}, which the Tinker service's built-in loss would not "
+            "apply; such a loss runs through forward_backward_custom (train_core.rl.policy_objective)"
+        )
+    for index, datum in enumerate(data):
+        require_inputs(datum.loss_fn_inputs.keys(), spec.required_inputs, f"loss {loss_fn!r}", f"datum {index}")
     return loss_fn
 
 

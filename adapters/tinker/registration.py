@@ -19,12 +19,20 @@ class TinkerSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     base_url: str | None = Field(None, description="service URL; default: the SDK's")
+    request_timeout_s: float = Field(
+        1800.0, gt=0, description="total deadline for one request, the SDK's own retries included, before the run fails"
+    )
+    progress_interval_s: float = Field(
+        30.0, gt=0, description="how often a request still without an answer logs what the service last said"
+    )
 
 
 def create(config: Any, settings: TinkerSettings, checkpoint_dir: Path) -> ServiceBackend:
     from adapters.tinker import TinkerBackend
+    from adapters.tinker.retry import RetryPolicy
 
-    return TinkerBackend.from_env(base_url=settings.base_url)
+    policy = RetryPolicy(request_timeout_s=settings.request_timeout_s, progress_interval_s=settings.progress_interval_s)
+    return TinkerBackend.from_env(base_url=settings.base_url, retry=policy)
 
 
 BACKEND = BackendSpec(

@@ -18,6 +18,7 @@ import tinker
 from tinker.lib.retry_handler import RetryConfig, is_retryable_status_code
 
 from adapters.tinker.errors import raise_call_error
+from adapters.tinker.progress import log
 from adapters.tinker.redaction import Redactor
 from kitchen.errors import ConfigError
 
@@ -37,6 +38,10 @@ class RetryPolicy:
     base_delay_s: float = 0.5
     max_delay_s: float = 10.0
     progress_timeout_s: float = 7200.0
+    request_timeout_s: float = 1800.0
+    """Total deadline for one request, the SDK's own retries included (`tinker.request_timeout_s`)."""
+    progress_interval_s: float = 30.0
+    """How often a request still without an answer logs what the service last said."""
 
     def __post_init__(self) -> None:
         for field in fields(self):
@@ -56,8 +61,21 @@ class RetryPolicy:
         )
 
 
+def is_sdk_failure(exc: BaseException) -> bool:
+    """Whether `exc` is a failed service request: the SDK's errors, a timeout, or the `ValueError`
+    the SDK raises when fetching a result gets a 4xx (its HTTP error is the `__cause__`)."""
+    if isinstance(exc, SDK_ERRORS):
+        return True
+    return isinstance(exc, ValueError) and (
+        isinstance(exc.__cause__, tinker.TinkerError) or str(exc).startswith("Error retrieving result")
+    )
+
+
 def is_retryable(exc: BaseException) -> bool:
-    """The SDK's own classification: transport errors and timeouts, or a retryable HTTP status."""
+    """The SDK's own classification: transport errors and timeouts, or a retryable HTTP status
+    (for a failed result fetch, the status of the HTTP error behind it)."""
+    if isinstance(exc, ValueError) and exc.__cause__ is not None:
+        exc = exc.__cause__
     if isinstance(exc, _SDK_RETRYABLE):
         return True
     return isinstance(exc, tinker.APIStatusError) and is_retryable_status_code(exc.status_code)
@@ -69,8 +87,20 @@ async def with_retries(call: str, attempt: Callable[[], Awaitable[T]], policy: R
     while True:
         try:
             return await attempt()
-        except SDK_ERRORS as exc:
+        except Exception as exc:
+            if not is_sdk_failure(exc):
+                raise
             failures += 1
             if failures > policy.max_retries or not is_retryable(exc):
                 raise_call_error(call, exc, redactor, attempts=failures)
-            await asyncio.sleep(policy.delay_s(failures - 1))
+            delay = policy.delay_s(failures - 1)
+            log.warning(f"retrying {call}: {describe(exc)}, attempt {failures + 1}, next in {delay:.0f} s")
+            await asyncio.sleep(delay)
+
+
+def describe(exc: BaseException) -> str:
+    """A failure in a few words: the HTTP status where there is one."""
+    cause = exc.__cause__ if isinstance(exc, ValueError) and exc.__cause__ is not None else exc
+    if isinstance(cause, tinker.APIStatusError):
+        return f"{cause.status_code}"
+    return type(cause).__name__

@@ -10,6 +10,7 @@ from adapters.tinker.convert import (
     sampling_params_to_sdk,
 )
 from adapters.tinker.redaction import Redactor
+from adapters.tinker.retry import RetryPolicy
 from adapters.tinker.sdk_surface import SdkSamplingClient
 from kitchen.errors import DataError
 from train_core.types import ModelInput, SampleResult, SamplingParams
@@ -24,9 +25,10 @@ def _non_empty(prompt: ModelInput, call: str) -> ModelInput:
 class TinkerSamplingClient:
     """Samples and scores through the SDK, which retries transient errors with our RetryConfig."""
 
-    def __init__(self, sdk_client: SdkSamplingClient, redactor: Redactor) -> None:
+    def __init__(self, sdk_client: SdkSamplingClient, redactor: Redactor, policy: RetryPolicy) -> None:
         self._sdk = sdk_client
         self._redactor = redactor
+        self._policy = policy
 
     async def sample(self, prompt: ModelInput, num_samples: int, sampling_params: SamplingParams) -> SampleResult:
         sdk_prompt = model_input_to_sdk(_non_empty(prompt, "sample"))
@@ -36,6 +38,7 @@ class TinkerSamplingClient:
             lambda: self._sdk.sample(sdk_prompt, num_samples, sdk_params),
             sample_result_from_sdk,
             self._redactor,
+            self._policy,
         )
 
     async def compute_logprobs(self, prompt: ModelInput) -> list[float | None]:
@@ -45,6 +48,7 @@ class TinkerSamplingClient:
             lambda: self._sdk.compute_logprobs(sdk_prompt),
             prompt_logprobs_from_sdk,
             self._redactor,
+            self._policy,
         )
 
     def __repr__(self) -> str:

@@ -12,7 +12,6 @@ from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from tinker import types as sdk
-from tinker.lib.retry_handler import RetryConfig
 
 from adapters.tinker.calls import submit
 from adapters.tinker.convert import (
@@ -24,6 +23,7 @@ from adapters.tinker.convert import (
 from adapters.tinker.loss_requests import check_custom_loss_request, check_loss_request
 from adapters.tinker.paths import require_tinker_path
 from adapters.tinker.redaction import Redactor
+from adapters.tinker.retry import RetryPolicy
 from adapters.tinker.sampling_client import TinkerSamplingClient
 from adapters.tinker.sdk_surface import SdkFuture, SdkLossCall, SdkSamplingClient, SdkTrainingClient
 from kitchen.ports import CustomLossFn, Tokenizer
@@ -33,9 +33,10 @@ from train_core.types import AdamParams, Datum, ForwardBackwardOutput, OptimStep
 class TinkerTrainingClient:
     """A LoRA training run on the Tinker service."""
 
-    def __init__(self, sdk_client: SdkTrainingClient, *, retry_config: RetryConfig, redactor: Redactor) -> None:
+    def __init__(self, sdk_client: SdkTrainingClient, *, policy: RetryPolicy, redactor: Redactor) -> None:
         self._sdk = sdk_client
-        self._retry_config = retry_config
+        self._policy = policy
+        self._retry_config = policy.sdk_retry_config()
         self._redactor = redactor
 
     async def forward(
@@ -67,16 +68,21 @@ class TinkerTrainingClient:
             lambda: self._sdk.forward_backward_custom(sdk_data, sdk_loss_fn),
             forward_backward_output_from_sdk,
             self._redactor,
+            self._policy,
         )
 
     async def optim_step(self, adam_params: AdamParams) -> Awaitable[OptimStepOutput]:
         sdk_params = adam_params_to_sdk(adam_params)
         return submit(
-            "optim_step", lambda: self._sdk.optim_step(sdk_params), optim_step_output_from_sdk, self._redactor
+            "optim_step",
+            lambda: self._sdk.optim_step(sdk_params),
+            optim_step_output_from_sdk,
+            self._redactor,
+            self._policy,
         )
 
     async def save_state(self, name: str) -> Awaitable[str]:
-        return submit("save_state", lambda: self._sdk.save_state(name), lambda r: r.path, self._redactor)
+        return submit("save_state", lambda: self._sdk.save_state(name), lambda r: r.path, self._redactor, self._policy)
 
     async def load_state(self, path: str, with_optimizer: bool = True) -> Awaitable[None]:
         """Load a saved state into this client (the SDK deprecates this in favour of creating a
@@ -90,7 +96,7 @@ class TinkerTrainingClient:
                     return self._sdk.load_state_with_optimizer(path)
                 return self._sdk.load_state(path)
 
-        return submit("load_state", start, lambda _response: None, self._redactor)
+        return submit("load_state", start, lambda _response: None, self._redactor, self._policy)
 
     async def save_weights_for_sampler(self, name: str) -> Awaitable[str]:
         return submit(
@@ -98,6 +104,7 @@ class TinkerTrainingClient:
             lambda: self._sdk.save_weights_for_sampler(name),
             lambda r: r.path,
             self._redactor,
+            self._policy,
         )
 
     async def save_weights_and_get_sampling_client(self, name: str | None = None) -> TinkerSamplingClient:
@@ -105,13 +112,14 @@ class TinkerTrainingClient:
         these snapshots ephemeral (use save_weights_for_sampler for a named, durable one)."""
 
         def wrap(sampler: SdkSamplingClient) -> TinkerSamplingClient:
-            return TinkerSamplingClient(sampler, self._redactor)
+            return TinkerSamplingClient(sampler, self._redactor, self._policy)
 
         return await submit(
             "save_weights_and_get_sampling_client",
             lambda: self._sdk.save_weights_and_get_sampling_client(retry_config=self._retry_config),
             wrap,
             self._redactor,
+            self._policy,
         )
 
     def _submit_loss(
@@ -125,7 +133,11 @@ class TinkerTrainingClient:
         sdk_loss = check_loss_request(data, loss_fn, loss_fn_config)
         sdk_data = [datum_to_sdk(d) for d in data]
         return submit(
-            call, lambda: send(sdk_data, sdk_loss, loss_fn_config), forward_backward_output_from_sdk, self._redactor
+            call,
+            lambda: send(sdk_data, sdk_loss, loss_fn_config),
+            forward_backward_output_from_sdk,
+            self._redactor,
+            self._policy,
         )
 
     def get_tokenizer(self) -> Tokenizer:

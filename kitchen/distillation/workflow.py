@@ -11,11 +11,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from kitchen.distillation.stages import ApplyTeacherKL, EvaluateTeacherFloor, EvaluateTeacherKL, GenerateTeacherAnswers
-from kitchen.rl.sampling import EvaluateRewards
-from kitchen.rl.warm_start import WarmStart
+from kitchen.distillation.stages import (
+    ApplyTeacherKL,
+    EvaluateTeacherFloor,
+    EvaluateTeacherKL,
+    GenerateTeacherAnswers,
+    OpenTeachers,
+)
+from kitchen.rl.evaluation import EvaluateRewards
+from kitchen.rl.setup import WarmStart
 from kitchen.rl.workflow import fresh_run, rl_workflow
-from kitchen.stages.setup import CheckTokenizerMatch, CreateReferenceClient
+from kitchen.stages.setup import CheckTokenizerMatch, OpenOtherModel
 from kitchen.supervised.examples import Conversation
 from kitchen.supervised.stages import EvaluateNLL
 from kitchen.supervised.workflow import supervised_workflow
@@ -23,32 +29,24 @@ from kitchen.workflow import Node, When, Workflow, WorkflowBuilder
 from train_core.rl.task import DataCheck, RLTaskFactory
 
 
-def teacher_client_key(dataset: str) -> str:
-    return f"teacher_client/{dataset}"
-
-
 def on_policy_distillation_workflow_for(factory: RLTaskFactory, check_data: DataCheck | None = None) -> WorkflowBuilder:
     """A recipe's `workflow(config)` for on-policy distillation in the configured RL mode."""
 
     def build(config: Any) -> Workflow:
-        names = [dataset.name for dataset in config.datasets]
-        model_keys = [f"datasets.{index}.teacher" for index in range(len(names))]
+        model_keys = [f"datasets.{index}.teacher" for index in range(len(config.datasets))]
         setup: list[Node] = [CheckTokenizerMatch(model_keys)]
         if config.warm_start_steps > 0:
             setup.append(When("fresh_start", fresh_run, [WarmStart()]))
-        setup += [
-            CreateReferenceClient(teacher_client_key(name), f"teacher_path/{name}", model_key, name=f"teacher_{name}")
-            for name, model_key in zip(names, model_keys, strict=True)
-        ]
-        first = teacher_client_key(names[0])
+        setup.append(OpenTeachers())
         # The teacher's own held-out reward, once (a resumed run has it in its first rows already).
-        setup.append(When("teacher_baseline", fresh_run, [EvaluateRewards(first, "teacher_eval", "evaluate_teacher")]))
+        teacher_eval = EvaluateRewards("teacher_eval", "evaluate_teacher", client_key="teacher_client")
+        setup.append(When("teacher_baseline", fresh_run, [teacher_eval]))
         return rl_workflow(
             factory,
             config.mode,
             setup=setup,
-            adjust=[ApplyTeacherKL({name: teacher_client_key(name) for name in names})],
-            evaluators=[EvaluateTeacherKL(first)],
+            adjust=[ApplyTeacherKL()],
+            evaluators=[EvaluateTeacherKL()],
             check_data=check_data,
         )
 
@@ -64,10 +62,9 @@ def prompt_distillation_workflow(messages_key: str = "messages") -> Workflow:
         name="prompt_distillation",
         prepare_data=[
             CheckTokenizerMatch(["teacher"]),
-            CreateReferenceClient("teacher_client", "teacher_path", "teacher", name="open_teacher"),
+            OpenOtherModel("teacher", "teacher_client", "teacher_path", name="open_teacher"),
             GenerateTeacherAnswers(),
             EvaluateTeacherFloor(),
         ],
-        files_key="distill_files",
         before_training=[EvaluateNLL("eval/nll_initial", name="evaluate_initial_nll")],
     )

@@ -14,18 +14,22 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from kitchen.completers import PreferenceModelJudge, as_async_judge
+from kitchen.completers import AsyncJudge, PreferenceModelJudge, as_async_judge
 from kitchen.context import Context
 from kitchen.errors import DataError
+from kitchen.ports import SamplingClient, TrainingClient
+from kitchen.preference.settings import ComparisonSettings, JudgeEvalSettings
+from kitchen.settings import DatasetSettings
 from kitchen.stage import Stage
 from train_core.errors import DataFormatError
 from train_core.preference.comparison_prompt import both_orderings, comparison_example
 from train_core.preference.datasets import load_comparisons
 from train_core.preference.types import LabeledComparison
-from train_core.renderers.base import Message
+from train_core.renderers.base import Message, Renderer
 
 ExampleKind = Literal["preference_model", "chosen", "both"]
 
@@ -61,29 +65,30 @@ def conversations(comparisons: Sequence[LabeledComparison], kind: ExampleKind, a
     return examples
 
 
+@dataclass(frozen=True)
+class ComparisonExamples:
+    data_files: dict[str, str]
+    eval_comparisons: list[LabeledComparison]
+
+
 class WriteComparisonConversations(Stage):
     """Rewrite the comparison files as `{"messages": [...]}` JSONL under the run directory
-    (`RUN_DIR/data/{train,eval}.jsonl`) and put their paths under `files_key` for
-    `LoadSupervisedData`; keep the held-out comparisons under `eval_comparisons` for evaluators.
+    (`RUN_DIR/data/{train,eval}.jsonl`) and put their paths under `data_files` for
+    `LoadGeneratedChatData`; keep the held-out comparisons under `eval_comparisons` for evaluators.
 
     `kind`: `preference_model` (each comparison in both orderings, answered `A` / `B`), `chosen`
     (the preferred completions) or `both` (chosen and rejected: a deliberately mixed warm start).
     Each message is cut for `max_length` tokens (`train_core.supervised.cut_messages`).
     """
 
-    config_keys = ("dataset", "eval_dataset", "dataset_layout", "allow_tie", "max_length")
-
-    def __init__(self, kind: ExampleKind, files_key: str = "example_files", name: str | None = None) -> None:
+    def __init__(self, kind: ExampleKind, name: str | None = None) -> None:
         super().__init__(name)
         self.kind = kind
-        self.writes = (files_key, "eval_comparisons")
-        self.files_key = files_key
 
     def check_inputs(self, config: Any) -> None:
         check_comparison_files(config)
 
-    async def run(self, ctx: Context) -> None:
-        config = ctx.config
+    async def run(self, ctx: Context, config: DatasetSettings, comparisons: ComparisonSettings) -> ComparisonExamples:
         folder = (ctx.run_dir or Path(".")) / "data"
         folder.mkdir(parents=True, exist_ok=True)
         files: dict[str, str] = {}
@@ -91,15 +96,14 @@ class WriteComparisonConversations(Stage):
         for split, source in (("train", config.dataset), ("eval", config.eval_dataset)):
             if source is None:
                 continue
-            comparisons = read_comparisons(source, config.dataset_layout, config.max_length)
+            labeled = read_comparisons(source, comparisons.dataset_layout, config.max_length)
             if split == "eval":
-                held_out = comparisons
-            lines = [json.dumps({"messages": c}) for c in conversations(comparisons, self.kind, config.allow_tie)]
+                held_out = labeled
+            lines = [json.dumps({"messages": c}) for c in conversations(labeled, self.kind, comparisons.allow_tie)]
             path = folder / f"{split}.jsonl"
             path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
             files[split] = str(path)
-        ctx[self.files_key] = files
-        ctx["eval_comparisons"] = held_out
+        return ComparisonExamples(files, held_out)
 
 
 def preference_accuracy(scores_chosen_as_B: Sequence[float], scores_chosen_as_A: Sequence[float]) -> dict[str, float]:
@@ -122,16 +126,22 @@ class EvaluatePreferenceModel(Stage):
     """The model being trained, as a judge, on the first `judge_eval_pairs` held-out comparisons
     in both orderings: `eval/judge_accuracy`, `eval/judge_position_bias`, `eval/judge_margin`."""
 
-    reads = ("training_client", "renderer", "eval_comparisons")
-    calls = ("TrainingClient.save_weights_and_get_sampling_client", "SamplingClient.compute_logprobs")
-    config_keys = ("allow_tie", "judge_eval_pairs")
+    calls = (TrainingClient.save_weights_and_get_sampling_client, SamplingClient.compute_logprobs)
 
-    async def run(self, ctx: Context) -> None:
-        pairs = ctx["eval_comparisons"][: ctx.config.judge_eval_pairs]
+    async def run(
+        self,
+        ctx: Context,
+        training_client: TrainingClient,
+        renderer: Renderer,
+        eval_comparisons: list[LabeledComparison],
+        config: JudgeEvalSettings,
+        comparisons: ComparisonSettings,
+    ) -> None:
+        pairs = eval_comparisons[: config.judge_eval_pairs]
         if not pairs:
             return
-        client = await ctx["training_client"].save_weights_and_get_sampling_client()
-        judge = PreferenceModelJudge(client, ctx["renderer"], ctx.config.allow_tie)
+        client = await training_client.save_weights_and_get_sampling_client()
+        judge = PreferenceModelJudge(client, renderer, comparisons.allow_tie)
 
         async def both(labeled: LabeledComparison) -> tuple[float, float]:
             chosen, rejected = labeled.chosen_and_rejected()
@@ -143,31 +153,25 @@ class EvaluatePreferenceModel(Stage):
         ctx.record({f"eval/judge_{key}": value for key, value in metrics.items()})
 
 
+@dataclass(frozen=True)
+class JudgeOut:
+    judge: AsyncJudge
+
+
 class OpenModelJudge(Stage):
-    """A `PreferenceModelJudge` on the sampling client in state key `client_key` (opened by
-    `CreateReferenceClient(model_key=...)`), as `judge_key`."""
+    """A `PreferenceModelJudge` on the sampling client in `judge_client` (opened by `OpenOtherModel`),
+    as `judge` (`keys=` for other keys)."""
 
-    config_keys = ("allow_tie",)
-
-    def __init__(self, client_key: str = "judge_client", judge_key: str = "judge", name: str | None = None) -> None:
-        super().__init__(name)
-        self.client_key = client_key
-        self.reads = (client_key, "renderer")
-        self.writes = (judge_key,)
-        self.judge_key = judge_key
-
-    async def run(self, ctx: Context) -> None:
-        ctx[self.judge_key] = PreferenceModelJudge(ctx[self.client_key], ctx["renderer"], ctx.config.allow_tie)
+    async def run(self, judge_client: SamplingClient, renderer: Renderer, config: ComparisonSettings) -> JudgeOut:
+        return JudgeOut(PreferenceModelJudge(judge_client, renderer, config.allow_tie))
 
 
 class ProvideJudge(Stage):
-    """A ready judge (e.g. a rule) as `judge_key`, made async."""
+    """A ready judge (e.g. a rule) as `judge` (`keys=` for another key), made async."""
 
-    def __init__(self, judge: Callable[..., Any], judge_key: str = "judge", name: str | None = None) -> None:
-        super().__init__(name)
+    def __init__(self, judge: Callable[..., Any], name: str | None = None, judge_key: str = "judge") -> None:
+        super().__init__(name, keys={"judge": judge_key})
         self.judge = judge
-        self.writes = (judge_key,)
-        self.judge_key = judge_key
 
-    async def run(self, ctx: Context) -> None:
-        ctx[self.judge_key] = as_async_judge(self.judge)
+    async def run(self) -> JudgeOut:
+        return JudgeOut(as_async_judge(self.judge))

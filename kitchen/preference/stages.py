@@ -8,17 +8,18 @@ import asyncio
 import json
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from kitchen.completers import as_async_judge
+from kitchen.completers import AsyncJudge
 from kitchen.context import Context
 from kitchen.errors import DataError
-from kitchen.ports import SamplingClient
+from kitchen.ports import SamplingClient, TrainingClient
 from kitchen.preference.reward_model import check_comparison_files
+from kitchen.preference.settings import PreferenceSettings, WinRateSettings
 from kitchen.requests import score_targets
-from kitchen.settings import ADAM_KEYS
 from kitchen.stage import Stage
-from kitchen.stages.training import adam_params, put_in_flight
+from kitchen.stages.training import InFlight, PendingStep, adam_params, put_in_flight
+from kitchen.supervised.stages import Batch
 from train_core.batching import batch_for_step, batches_per_epoch
 from train_core.preference.datasets import SkipReport, load_comparisons
 from train_core.preference.datums import preference_datums
@@ -29,6 +30,9 @@ from train_core.renderers.base import Message, Renderer
 from train_core.renderers.errors import RendererError
 from train_core.supervised import mean_nll
 from train_core.types import Datum, SamplingParams
+
+if TYPE_CHECKING:
+    import torch
 
 # -- data -------------------------------------------------------------------------------------
 
@@ -43,6 +47,15 @@ class PreferenceSplit:
     """Each pair's prompt, chosen and rejected completion as plain text (for the examples file)."""
 
 
+@dataclass(frozen=True)
+class PreferenceData:
+    train_data: list[Datum]
+    eval_data: list[Datum]
+    eval_prompts: list[list[Message]]
+    eval_pair_texts: list[tuple[str, str, str]]
+    num_steps: int
+
+
 class LoadPreferenceData(Stage):
     """Read the train (and optional held-out) comparison files and render them into interleaved
     chosen/rejected datums, up front, so bad data is found before any training.
@@ -53,50 +66,11 @@ class LoadPreferenceData(Stage):
     metrics as `data/<split>_skipped[/<reason>]`. Also decides the number of optimizer steps.
     """
 
-    reads = ("renderer",)
-    writes = ("train_data", "eval_data", "eval_prompts", "eval_pair_texts", "num_steps")
-    config_keys = ("dataset", "dataset_layout", "eval_dataset", "batch_size", "num_epochs", "max_steps", "max_length")
-
     def check_inputs(self, config: Any) -> None:
         check_comparison_files(config)
 
-    def _load(self, ctx: Context, path: str, split: str) -> PreferenceSplit:
-        renderer: Renderer = ctx["renderer"]
-        max_length = ctx.config.max_length
-
-        def prompt_length(messages: list[Message]) -> int:
-            return renderer.build_generation_prompt(messages).length
-
-        try:
-            comparisons, report = load_comparisons(
-                path,
-                ctx.config.dataset_layout,
-                prompt_length=prompt_length if max_length is not None else None,
-                max_length=max_length,
-            )
-            data_D = preference_datums(comparisons, renderer, max_length)
-        except RendererError as exc:
-            raise DataError(f"{path}: a comparison cannot be rendered: {exc}") from None
-        self._report(ctx, report, split)
-        texts_P = []
-        for labeled in comparisons:
-            chosen, rejected = labeled.chosen_and_rejected()
-            texts_P.append((as_text(labeled.comparison.prompt_conversation), as_text(chosen), as_text(rejected)))
-        return PreferenceSplit(data_D, [labeled.comparison.prompt_conversation for labeled in comparisons], texts_P)
-
-    def _report(self, ctx: Context, report: SkipReport, split: str) -> None:
-        if report.num_skipped:
-            ctx.log.warning("data.skipped", split=split, summary=report.summary())
-        ctx.record(
-            {
-                f"data/{split}_skipped": report.num_skipped,
-                **{f"data/{split}_skipped/{reason}": count for reason, count in report.counts.items()},
-            }
-        )
-
-    async def run(self, ctx: Context) -> None:
-        config = ctx.config
-        train = self._load(ctx, config.dataset, "train")
+    async def run(self, ctx: Context, renderer: Renderer, config: PreferenceSettings) -> PreferenceData:
+        train = load_preference_split(ctx, renderer, config, config.dataset, "train")
         num_pairs = len(train.prompts_P)
         per_epoch = batches_per_epoch(num_pairs, config.batch_size)
         if per_epoch == 0:
@@ -107,13 +81,51 @@ class LoadPreferenceData(Stage):
         num_steps = per_epoch * config.num_epochs
         if config.max_steps is not None:
             num_steps = min(num_steps, config.max_steps)
-        held_out = self._load(ctx, config.eval_dataset, "eval") if config.eval_dataset else PreferenceSplit([], [], [])
-        ctx["train_data"] = train.data_D
-        ctx["eval_data"] = held_out.data_D
-        ctx["eval_prompts"] = held_out.prompts_P
-        ctx["eval_pair_texts"] = held_out.texts_P
-        ctx["num_steps"] = num_steps
+        held_out = (
+            load_preference_split(ctx, renderer, config, config.eval_dataset, "eval")
+            if config.eval_dataset
+            else PreferenceSplit([], [], [])
+        )
         ctx.log.info("data.loaded", train_pairs=num_pairs, eval_pairs=len(held_out.prompts_P), num_steps=num_steps)
+        return PreferenceData(train.data_D, held_out.data_D, held_out.prompts_P, held_out.texts_P, num_steps)
+
+
+def load_preference_split(
+    ctx: Context, renderer: Renderer, config: PreferenceSettings, path: str, split: str
+) -> PreferenceSplit:
+    """One comparison file rendered for DPO; skipped comparisons are logged and counted."""
+    max_length = config.max_length
+
+    def prompt_length(messages: list[Message]) -> int:
+        return renderer.build_generation_prompt(messages).length
+
+    try:
+        comparisons, report = load_comparisons(
+            path,
+            config.dataset_layout,
+            prompt_length=prompt_length if max_length is not None else None,
+            max_length=max_length,
+        )
+        data_D = preference_datums(comparisons, renderer, max_length)
+    except RendererError as exc:
+        raise DataError(f"{path}: a comparison cannot be rendered: {exc}") from None
+    report_skipped(ctx, report, split)
+    texts_P = []
+    for labeled in comparisons:
+        chosen, rejected = labeled.chosen_and_rejected()
+        texts_P.append((as_text(labeled.comparison.prompt_conversation), as_text(chosen), as_text(rejected)))
+    return PreferenceSplit(data_D, [labeled.comparison.prompt_conversation for labeled in comparisons], texts_P)
+
+
+def report_skipped(ctx: Context, report: SkipReport, split: str) -> None:
+    if report.num_skipped:
+        ctx.log.warning("data.skipped", split=split, summary=report.summary())
+    ctx.record(
+        {
+            f"data/{split}_skipped": report.num_skipped,
+            **{f"data/{split}_skipped/{reason}": count for reason, count in report.counts.items()},
+        }
+    )
 
 
 class GetPreferenceBatch(Stage):
@@ -121,37 +133,29 @@ class GetPreferenceBatch(Stage):
     shuffle over pairs (never splitting one), full batches only, so a resumed run sees exactly
     the batches an uninterrupted run would."""
 
-    reads = ("train_data",)
-    writes = ("batch",)
-    config_keys = ("batch_size", "seed")
-
-    async def run(self, ctx: Context) -> None:
-        data = ctx["train_data"]
-        epoch, batch_index, pairs = batch_for_step(ctx.step, len(data) // 2, ctx.config.batch_size, ctx.config.seed)
-        ctx["batch"] = [datum for pair in pairs for datum in (data[2 * pair], data[2 * pair + 1])]
+    async def run(self, ctx: Context, train_data: list[Datum], config: PreferenceSettings) -> Batch:
+        epoch, batch_index, pairs = batch_for_step(ctx.step, len(train_data) // 2, config.batch_size, config.seed)
         ctx.record({"epoch": epoch, "batch": batch_index, "progress": (ctx.step + 1) / (ctx.total_steps or 1)})
+        return Batch([datum for pair in pairs for datum in (train_data[2 * pair], train_data[2 * pair + 1])])
 
 
 # -- the step ---------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class ReferenceLogprobs:
+    batch_reference_logprobs: list[torch.Tensor]
+
+
 class ComputeReferenceLogprobs(Stage):
-    """Score the datums under state key `source` with the frozen reference model, once, and
-    write the per-datum target logprobs to `target`: for the step's batch, or the held-out set."""
+    """Score the step's batch with the frozen reference model, once, and keep the per-datum target
+    logprobs; `keys={"batch": "eval_data", "batch_reference_logprobs": "eval_reference_logprobs"}`
+    does the same for the held-out set."""
 
-    calls = ("SamplingClient.compute_logprobs",)
+    calls = (SamplingClient.compute_logprobs,)
 
-    def __init__(
-        self, source: str = "batch", target: str = "batch_reference_logprobs", name: str | None = None
-    ) -> None:
-        super().__init__(name)
-        self.source = source
-        self.target = target
-        self.reads = ("reference_client", source)
-        self.writes = (target,)
-
-    async def run(self, ctx: Context) -> None:
-        ctx[self.target] = await score_targets(ctx["reference_client"], ctx[self.source])
+    async def run(self, reference_client: SamplingClient, batch: list[Datum]) -> ReferenceLogprobs:
+        return ReferenceLogprobs(await score_targets(reference_client, batch))
 
 
 class SubmitDPOStep(Stage):
@@ -159,21 +163,24 @@ class SubmitDPOStep(Stage):
     the batch's reference logprobs) and the optimizer step with the scheduled learning rate; do
     not wait. (The reference-free `simpo` and `orpo` ignore the reference logprobs.)"""
 
-    reads = ("training_client", "batch", "batch_reference_logprobs")
-    writes = ("inflight",)
-    calls = ("TrainingClient.forward_backward_custom", "TrainingClient.optim_step")
-    config_keys = (*ADAM_KEYS, "dpo_beta", "loss_type", "label_smoothing", "simpo_gamma", "orpo_lambda")
+    calls = (TrainingClient.forward_backward_custom, TrainingClient.optim_step)
 
-    async def run(self, ctx: Context) -> None:
-        client = ctx["training_client"]
-        params = adam_params(ctx)
-        config = ctx.config
+    async def run(
+        self,
+        ctx: Context,
+        training_client: TrainingClient,
+        batch: list[Datum],
+        batch_reference_logprobs: list[torch.Tensor],
+        config: PreferenceSettings,
+        inflight: Sequence[PendingStep] = (),
+    ) -> InFlight:
+        params = adam_params(ctx, config)
         loss_params = PreferenceLossParams(
             label_smoothing=config.label_smoothing, simpo_gamma=config.simpo_gamma, orpo_lambda=config.orpo_lambda
         )
-        loss_fn = make_dpo_custom_loss(ctx["batch_reference_logprobs"], config.dpo_beta, config.loss_type, loss_params)
-        fb = await client.forward_backward_custom(ctx["batch"], loss_fn)
-        put_in_flight(ctx, params, fb, await client.optim_step(params))
+        loss_fn = make_dpo_custom_loss(batch_reference_logprobs, config.dpo_beta, config.loss_type, loss_params)
+        fb = await training_client.forward_backward_custom(batch, loss_fn)
+        return put_in_flight(ctx, inflight, batch, params, fb, await training_client.optim_step(params))
 
 
 # -- evaluation -------------------------------------------------------------------------------
@@ -195,22 +202,28 @@ class EvaluatePreferences(Stage):
     with their implicit rewards, go to `preference_examples/step_NNNNNN.jsonl` (`kitchen report`
     shows them)."""
 
-    reads = ("training_client", "eval_data", "eval_reference_logprobs", "eval_pair_texts")
-    calls = ("TrainingClient.forward",)
-    config_keys = ("batch_size", "dpo_beta")
+    calls = (TrainingClient.forward,)
 
-    async def run(self, ctx: Context) -> None:
-        data_D = ctx["eval_data"]
+    async def run(
+        self,
+        ctx: Context,
+        training_client: TrainingClient,
+        eval_data: list[Datum],
+        eval_reference_logprobs: list[torch.Tensor],
+        eval_pair_texts: list[tuple[str, str, str]],
+        config: PreferenceSettings,
+    ) -> None:
+        data_D = eval_data
         if not data_D:
             return
-        client = ctx["training_client"]
-        size = 2 * ctx.config.batch_size
+        client = training_client
+        size = 2 * config.batch_size
         futures = [await client.forward(data_D[i : i + size], "cross_entropy") for i in range(0, len(data_D), size)]
         logprobs_D = [out["logprobs"].to_torch() for fut in futures for out in (await fut).loss_fn_outputs]
         weights_D = [datum.loss_fn_inputs["weights"].to_torch() for datum in data_D]
         chosen_P, rejected_P = pair_sequence_logprobs(logprobs_D, weights_D)
-        chosen_ref_P, rejected_ref_P = pair_sequence_logprobs(ctx["eval_reference_logprobs"], weights_D)
-        beta = ctx.config.dpo_beta
+        chosen_ref_P, rejected_ref_P = pair_sequence_logprobs(eval_reference_logprobs, weights_D)
+        beta = config.dpo_beta
         _, metrics = dpo_loss(chosen_P, rejected_P, chosen_ref_P, rejected_ref_P, beta)
         metrics["nll"] = mean_nll(logprobs_D[0::2], weights_D[0::2])
         ctx.record({f"eval/{key}": value for key, value in metrics.items()})
@@ -227,7 +240,7 @@ class EvaluatePreferences(Stage):
                     "margin": c - r,
                 }
                 for (prompt, chosen, rejected), c, r in zip(
-                    ctx["eval_pair_texts"], chosen_reward_P, rejected_reward_P, strict=True
+                    eval_pair_texts, chosen_reward_P, rejected_reward_P, strict=True
                 )
             ][:EXAMPLES_PER_EVAL]
             folder = ctx.run_dir / "preference_examples"
@@ -259,32 +272,35 @@ async def sample_replies(
 
 class EvaluateWinRate(Stage):
     """How often the current policy's reply beats the reference model's on held-out prompts,
-    according to `judge`, asked in both orderings: `eval/win_rate` (0.5 = no better than the
-    reference), `eval/win_rate_stderr`, `eval/win_rate_prompts`.
+    according to the run's `judge` (`keys={"judge": ...}` for another), asked in both orderings:
+    `eval/win_rate` (0.5 = no better than the reference), `eval/win_rate_stderr`,
+    `eval/win_rate_prompts`.
 
     Uses the first `win_rate_prompts` held-out prompts and one reply per model and prompt at
     `win_rate_temperature`, with the same seed for both models (common random numbers) and
-    `win_rate_max_tokens` at most. `judge` is a judge, or the state key of one opened during the
-    run (a learned judge, see `OpenJudge`); all its calls run concurrently. With `prefix` the
+    `win_rate_max_tokens` at most; all the judge's calls run concurrently. With `prefix` the
     metrics are `{prefix}/win_rate...` instead.
     """
 
-    calls = ("TrainingClient.save_weights_and_get_sampling_client", "SamplingClient.sample")
-    config_keys = ("win_rate_prompts", "win_rate_max_tokens", "win_rate_temperature", "seed")
+    calls = (TrainingClient.save_weights_and_get_sampling_client, SamplingClient.sample)
 
-    def __init__(self, judge: Judge | str, name: str | None = None, prefix: str = "eval") -> None:
-        super().__init__(name)
-        self.judge = judge
+    def __init__(self, name: str | None = None, prefix: str = "eval", judge_key: str = "judge") -> None:
+        super().__init__(name, keys={"judge": judge_key})
         self.prefix = prefix
-        own = ("training_client", "reference_client", "renderer", "eval_prompts")
-        self.reads = (*own, judge) if isinstance(judge, str) else own
 
-    async def run(self, ctx: Context) -> None:
-        config = ctx.config
-        prompts_P = ctx["eval_prompts"][: config.win_rate_prompts]
+    async def run(
+        self,
+        ctx: Context,
+        training_client: TrainingClient,
+        reference_client: SamplingClient,
+        renderer: Renderer,
+        eval_prompts: list[list[Message]],
+        judge: AsyncJudge,
+        config: WinRateSettings,
+    ) -> None:
+        prompts_P = eval_prompts[: config.win_rate_prompts]
         if not prompts_P:
             return
-        renderer: Renderer = ctx["renderer"]
         params_P = [
             SamplingParams(
                 max_tokens=config.win_rate_max_tokens,
@@ -294,10 +310,9 @@ class EvaluateWinRate(Stage):
             )
             for index in range(len(prompts_P))
         ]
-        policy = await ctx["training_client"].save_weights_and_get_sampling_client()
+        policy = await training_client.save_weights_and_get_sampling_client()
         policy_P = await sample_replies(policy, renderer, prompts_P, params_P)
-        reference_P = await sample_replies(ctx["reference_client"], renderer, prompts_P, params_P)
-        judge = as_async_judge(ctx[self.judge] if isinstance(self.judge, str) else self.judge)
+        reference_P = await sample_replies(reference_client, renderer, prompts_P, params_P)
         triples = list(zip(prompts_P, reference_P, policy_P, strict=True))
         policy_as_B = await asyncio.gather(*(judge(p, ref, pol) for p, ref, pol in triples))
         policy_as_A = await asyncio.gather(*(judge(p, pol, ref) for p, ref, pol in triples))

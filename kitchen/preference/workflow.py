@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kitchen.preference.reward_model import ProvideJudge
 from kitchen.preference.stages import (
     ComputeReferenceLogprobs,
     EvaluatePreferences,
@@ -20,15 +21,17 @@ from kitchen.stages.training import CollectTrainStep, loss_fn_metrics
 from kitchen.workflow import Loop, Node, When, Workflow, every
 
 
-def preference_workflow(judge: Judge | str | None = None, judge_setup: Sequence[Node] = ()) -> Workflow:
-    """The DPO workflow; with a `judge`, each evaluation also measures the policy's win rate
-    against the reference model. `judge` may be the state key of a judge that `judge_setup`
-    stages open once the clients exist (a learned preference model, `OpenModelJudge`).
+def preference_workflow(judge: Judge | None = None, judge_setup: Sequence[Node] = ()) -> Workflow:
+    """The DPO workflow; with a `judge` (or `judge_setup` stages that open one as `judge` once the
+    clients exist: a learned preference model, `OpenModelJudge`), each evaluation also measures
+    the policy's win rate against the reference model.
 
     Step i's reference logprobs are computed while step i-1 trains (one step stays in flight),
     and every evaluation and checkpoint sees the weights after the current step.
     """
-    evaluators = [EvaluatePreferences(), *([EvaluateWinRate(judge)] if judge is not None else [])]
+    if judge is not None:
+        judge_setup = [*judge_setup, ProvideJudge(judge)]
+    evaluators = [EvaluatePreferences(), *([EvaluateWinRate()] if judge_setup else [])]
     return Workflow(
         name="preference",
         steps=[
@@ -38,7 +41,10 @@ def preference_workflow(judge: Judge | str | None = None, judge_setup: Sequence[
             CreateTrainingClient(),
             CreateReferenceClient(),
             *judge_setup,
-            ComputeReferenceLogprobs("eval_data", "eval_reference_logprobs", name="score_held_out_reference"),
+            ComputeReferenceLogprobs(
+                "score_held_out_reference",
+                keys={"batch": "eval_data", "batch_reference_logprobs": "eval_reference_logprobs"},
+            ),
             Loop(
                 "train",
                 over="num_steps",

@@ -16,13 +16,17 @@ import asyncio
 import itertools
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from kitchen.context import Context
 from kitchen.errors import DataError
-from kitchen.rl.sampling import ROLLOUT_KEYS, note_dropped, rollout_options, rollout_params
-from kitchen.stage import Stage
+from kitchen.ports import SamplingClient
+from kitchen.rl.settings import RLSettings
+from kitchen.rl.step import Rollouts, note_dropped, rollout_options, rollout_params
+from kitchen.stage import Live, Stage
 from train_core.rl.metrics import rollout_failure_metrics
 from train_core.rl.rollouts import DroppedGroup, SampledGroup, sample_group
+from train_core.rl.task import RLTask
 from train_core.rl.types import EnvGroupBuilder
 
 MAX_DROPS_IN_A_ROW = 4
@@ -117,34 +121,44 @@ class OffPolicyQueue:
             self._changed.notify_all()
 
 
+@dataclass(frozen=True)
+class Queue:
+    off_policy_queue: OffPolicyQueue
+
+
 class CreateOffPolicyQueue(Stage):
     """The hand-off that the sampling workers and the trainer share in async mode."""
 
-    writes = ("off_policy_queue",)
-    config_keys = ("async_config", "groups_per_batch")
-
-    async def run(self, ctx: Context) -> None:
-        max_age = ctx.config.async_config.max_steps_off_policy
-        ctx["off_policy_queue"] = OffPolicyQueue(ctx.config.groups_per_batch, max_age, ctx.step)
+    async def run(self, ctx: Context, config: RLSettings) -> Queue:
+        assert config.async_config is not None  # this mode's workflow is built only with it
+        return Queue(OffPolicyQueue(config.groups_per_batch, config.async_config.max_steps_off_policy, ctx.step))
 
 
 class RolloutWorkers(Stage):
     """Async mode's producer: a feeder queues the dataset's builders batch after batch (from the
-    step the run starts at) and `async_config.num_workers` (default `groups_per_batch`) workers each roll out one group
-    at a time with whatever sampler is newest, tagging the group with that sampler's step; a
-    worker waits while a group started now would be too old by the time it is trained.
-    Runs, concurrently with the trainer, until the queue is closed; a failing worker fails it."""
+    step the run starts at) and `async_config.num_workers` (default `groups_per_batch`) workers
+    each roll out one group at a time with whatever sampler is newest (a `Live` read), tagging
+    the group with that sampler's step; a worker waits while a group started now would be too old
+    by the time it is trained. Runs, concurrently with the trainer, until the queue is closed; a
+    failing worker fails it."""
 
-    reads = ("off_policy_queue", "rl_task", "sampling_client", "sampler_step")
-    calls = ("SamplingClient.sample",)
-    config_keys = (*ROLLOUT_KEYS, "async_config", "groups_per_batch")
+    calls = (SamplingClient.sample,)
 
-    async def run(self, ctx: Context) -> None:
-        queue: OffPolicyQueue = ctx["off_policy_queue"]
-        dataset = ctx["rl_task"].train
-        params, options = rollout_params(ctx), rollout_options(ctx)
+    async def run(
+        self,
+        ctx: Context,
+        off_policy_queue: OffPolicyQueue,
+        rl_task: RLTask,
+        sampling_client: Live[SamplingClient],
+        sampler_step: Live[int],
+        config: RLSettings,
+    ) -> None:
+        queue = off_policy_queue
+        dataset = rl_task.train
+        params, options = rollout_params(config), rollout_options(config)
         first_batch = ctx.step
-        num_workers = ctx.config.async_config.num_workers or ctx.config.groups_per_batch
+        assert config.async_config is not None
+        num_workers = config.async_config.num_workers or config.groups_per_batch
 
         async def feed() -> None:
             index = first_batch
@@ -156,10 +170,10 @@ class RolloutWorkers(Stage):
         async def work(worker: int) -> None:
             for count in itertools.count():
                 builder = await queue.next_builder()
-                await queue.wait_to_start(lambda: ctx["sampler_step"])
-                sampler, sampler_step = ctx["sampling_client"], ctx["sampler_step"]
-                seed_key = ("async", ctx.config.seed, worker, count)
-                await queue.put(await sample_group(builder, sampler, sampler_step, params, seed_key, options))
+                await queue.wait_to_start(sampler_step.get)
+                sampler, step = sampling_client.get(), sampler_step.get()
+                seed_key = ("async", config.seed, worker, count)
+                await queue.put(await sample_group(builder, sampler, step, params, seed_key, options))
 
         tasks = [
             asyncio.create_task(feed()),
@@ -182,14 +196,10 @@ class TakeFreshGroups(Stage):
     order, none more than `max_steps_off_policy` steps old (older ones are dropped and their
     problems requeued to be sampled again). Logs the ages of what it trains on."""
 
-    reads = ("off_policy_queue",)
-    writes = ("sampled_groups",)
-
-    async def run(self, ctx: Context) -> None:
-        queue: OffPolicyQueue = ctx["off_policy_queue"]
+    async def run(self, ctx: Context, off_policy_queue: OffPolicyQueue) -> Rollouts:
+        queue = off_policy_queue
         taken, dropped = await queue.take_batch(ctx.step)
         ages = [steps_off_policy(ctx.step, group.sampler_step) for group in taken]
-        ctx["sampled_groups"] = taken
         failed, queue.dropped = queue.dropped, []
         note_dropped(ctx, failed)
         ctx.record(rollout_failure_metrics(taken, failed))
@@ -200,12 +210,11 @@ class TakeFreshGroups(Stage):
                 "async/steps_off_policy_max": max(ages),
             }
         )
+        return Rollouts(taken)
 
 
 class StopRolloutWorkers(Stage):
     """Close the queue when the trainer is done, so the sampling workers' branch ends too."""
 
-    reads = ("off_policy_queue",)
-
-    async def run(self, ctx: Context) -> None:
-        ctx["off_policy_queue"].close()
+    async def run(self, off_policy_queue: OffPolicyQueue) -> None:
+        off_policy_queue.close()

@@ -16,13 +16,15 @@ from dataclasses import dataclass, field
 
 from kitchen.context import Context
 from kitchen.errors import ConfigError
-from kitchen.rl.sampling import ROLLOUT_KEYS, note_dropped, rollout_options, rollout_params
-from kitchen.rl.update import TRAIN_KEYS
+from kitchen.ports import SamplingClient, TrainingClient
+from kitchen.rl.settings import RLSettings
+from kitchen.rl.step import Rollouts, note_dropped, rollout_options, rollout_params
 from kitchen.stage import Stage
 from kitchen.stages.training import adam_params, guard_nonfinite
 from train_core.rl.data_processing import remove_mask
 from train_core.rl.metrics import rollout_failure_metrics, train_step_metrics
 from train_core.rl.rollouts import DroppedGroup, SampledGroup, sample_group
+from train_core.rl.types import EnvGroupBuilder
 from train_core.types import Datum, ForwardBackwardOutput, OptimStepOutput
 
 
@@ -43,54 +45,59 @@ class RolloutStream:
     submitted: int = 0
 
 
+@dataclass(frozen=True)
+class StreamStarted:
+    rollout_stream: RolloutStream
+    stream_minibatches: int
+
+
 class StartRollouts(Stage):
     """Start rolling out every env group of the step concurrently (seeds as in sync mode) and
     size the minibatch loop: `num_substeps x num_minibatches` minibatches."""
 
-    reads = ("env_group_builders", "sampling_client", "sampler_step")
-    writes = ("rollout_stream", "stream_minibatches")
-    calls = ("SamplingClient.sample",)
-    config_keys = (*ROLLOUT_KEYS, "stream_minibatch", "num_substeps")
+    calls = (SamplingClient.sample,)
 
-    async def run(self, ctx: Context) -> None:
-        builders = ctx["env_group_builders"]
-        num_minibatches = ctx.config.stream_minibatch.num_minibatches
-        count = ctx.config.num_substeps * num_minibatches
+    async def run(
+        self,
+        ctx: Context,
+        env_group_builders: list[EnvGroupBuilder],
+        sampling_client: SamplingClient,
+        sampler_step: int,
+        config: RLSettings,
+    ) -> StreamStarted:
+        assert config.stream_minibatch is not None  # this mode's workflow is built only with it
+        num_minibatches = config.stream_minibatch.num_minibatches
+        count = config.num_substeps * num_minibatches
+        builders = env_group_builders
         if len(builders) % count:
             raise ConfigError(
                 f"stream_minibatch: {len(builders)} groups in step {ctx.step} do not split into "
                 f"num_substeps x num_minibatches = {count} minibatches"
             )
-        sampler, sampler_step, params = ctx["sampling_client"], ctx["sampler_step"], rollout_params(ctx)
-        options = rollout_options(ctx)
+        params, options = rollout_params(config), rollout_options(config)
         tasks = [
             asyncio.create_task(
-                sample_group(b, sampler, sampler_step, params, ("train", ctx.config.seed, ctx.step, i), options)
+                sample_group(b, sampling_client, sampler_step, params, ("train", config.seed, ctx.step, i), options)
             )
             for i, b in enumerate(builders)
         ]
-        ctx["rollout_stream"] = RolloutStream(
-            tasks, asyncio.as_completed(tasks), len(builders) // count, num_minibatches
-        )
-        ctx["stream_minibatches"] = count
+        stream = RolloutStream(tasks, asyncio.as_completed(tasks), len(builders) // count, num_minibatches)
+        return StreamStarted(stream, count)
 
 
 class TakeMinibatch(Stage):
     """The next `groups_per_batch / minibatches` groups to finish sampling, as `sampled_groups`
     (less those dropped under `min_viable_group`)."""
 
-    reads = ("rollout_stream",)
-    writes = ("sampled_groups",)
-
-    async def run(self, ctx: Context) -> None:
-        stream: RolloutStream = ctx["rollout_stream"]
+    async def run(self, ctx: Context, rollout_stream: RolloutStream) -> Rollouts:
+        stream = rollout_stream
         results = [await next(stream.finished) for _ in range(stream.per_minibatch)]
         minibatch = [r for r in results if isinstance(r, SampledGroup)]
         dropped = [r for r in results if isinstance(r, DroppedGroup)]
         note_dropped(ctx, dropped)
         stream.sampled += minibatch
         stream.dropped += dropped
-        ctx["sampled_groups"] = minibatch
+        return Rollouts(minibatch)
 
 
 class SubmitMinibatch(Stage):
@@ -98,25 +105,34 @@ class SubmitMinibatch(Stage):
     last minibatch, its optim_step (none when the substep had no datums: an Adam step with no
     gradient would still move the weights)."""
 
-    reads = ("rl_data", "training_client", "rollout_stream")
-    calls = ("TrainingClient.forward_backward", "TrainingClient.optim_step")
-    config_keys = TRAIN_KEYS
+    calls = (TrainingClient.forward_backward, TrainingClient.optim_step)
 
-    async def run(self, ctx: Context) -> None:
-        stream: RolloutStream = ctx["rollout_stream"]
-        client, data_D = ctx["training_client"], ctx["rl_data"]
-        if data_D:
-            config = ctx.config
-            future = await client.forward_backward(
-                [remove_mask(d, config.loss_fn) for d in data_D], config.loss_fn, config.loss_fn_config
+    async def run(
+        self,
+        ctx: Context,
+        rl_data: list[Datum],
+        training_client: TrainingClient,
+        rollout_stream: RolloutStream,
+        config: RLSettings,
+    ) -> None:
+        stream = rollout_stream
+        if rl_data:
+            future = await training_client.forward_backward(
+                [remove_mask(d, config.loss_fn) for d in rl_data], config.loss_fn, config.loss_fn_config
             )
             stream.substep.append(future)
-            stream.trained_D += data_D
+            stream.trained_D += rl_data
         stream.submitted += 1
         if stream.submitted % stream.num_minibatches == 0 and stream.substep:
-            stream.optim.append(await client.optim_step(adam_params(ctx)))
+            stream.optim.append(await training_client.optim_step(adam_params(ctx, config)))
             stream.forward_backward += stream.substep
             stream.substep = []
+
+
+@dataclass(frozen=True)
+class StreamFinished:
+    sampled_groups: list[SampledGroup]
+    trained_data: list[Datum]
 
 
 class FinishStreamStep(Stage):
@@ -125,17 +141,12 @@ class FinishStreamStep(Stage):
     `trained_data`. A step whose optimizer did not apply a NaN/inf update counts towards
     `max_bad_steps` (`guard_nonfinite`)."""
 
-    reads = ("rollout_stream",)
-    writes = ("sampled_groups", "trained_data")
-    config_keys = ("max_bad_steps",)
-
-    async def run(self, ctx: Context) -> None:
-        stream: RolloutStream = ctx["rollout_stream"]
+    async def run(self, ctx: Context, rollout_stream: RolloutStream, config: RLSettings) -> StreamFinished:
+        stream = rollout_stream
         fb_outputs = [await future for future in stream.forward_backward]
         optim_outputs = [await future for future in stream.optim]
-        ctx["sampled_groups"] = stream.sampled
-        ctx["trained_data"] = stream.trained_D
         ctx.record(rollout_failure_metrics(stream.sampled, stream.dropped))
         if stream.trained_D:
             ctx.record(train_step_metrics(stream.trained_D, fb_outputs, optim_outputs))
-            guard_nonfinite(ctx, ctx.step, optim_outputs, fb_outputs)
+            guard_nonfinite(ctx, ctx.step, config.max_bad_steps, optim_outputs, fb_outputs)
+        return StreamFinished(stream.sampled, stream.trained_D)

@@ -22,22 +22,23 @@ from typing import Any
 
 from kitchen.context import Context
 from kitchen.rl.async_mode import CreateOffPolicyQueue, RolloutWorkers, StopRolloutWorkers, TakeFreshGroups
-from kitchen.rl.sampling import (
-    BuildRLTask,
+from kitchen.rl.evaluation import EvaluateRewards, eval_due
+from kitchen.rl.settings import RLMode
+from kitchen.rl.setup import BuildRLTask, WarmStart
+from kitchen.rl.step import (
+    ApplyKLPenalty,
+    AssembleData,
+    ComputeAdvantages,
     DoRollouts,
-    EvaluateRewards,
     GetEnvGroups,
     PostUpdateKL,
     RecordRolloutMetrics,
     RefreshSampler,
+    RLTrainStep,
     WriteTranscripts,
-    eval_due,
     post_update_kl_on,
 )
-from kitchen.rl.settings import RLMode
 from kitchen.rl.stream import FinishStreamStep, StartRollouts, SubmitMinibatch, TakeMinibatch
-from kitchen.rl.update import ApplyKLPenalty, AssembleData, ComputeAdvantages, RLTrainStep
-from kitchen.rl.warm_start import WarmStart
 from kitchen.stages.checkpoint import SaveCheckpoint
 from kitchen.stages.setup import CloseBackend, CreateReferenceClient, CreateTrainingClient, GetTokenizer, MakeRenderer
 from kitchen.workflow import Loop, Node, Parallel, When, Workflow, WorkflowBuilder, every

@@ -5,7 +5,9 @@ from pathlib import Path
 from typing import Any
 
 from kitchen.checkpoints import CheckpointRecord, append_record, read_records
+from kitchen.config import RunConfig
 from kitchen.context import Context
+from kitchen.ports import ServiceBackend, TrainingClient
 from kitchen.rundir import record_files
 from kitchen.stage import Stage
 
@@ -33,29 +35,28 @@ class SaveCheckpoint(Stage):
     remote backend's checkpoints are left alone).
     """
 
-    reads = ("training_client",)
-    ports = ("service",)
-    calls = ("TrainingClient.save_state", "TrainingClient.save_weights_for_sampler")
-    config_keys = ("keep_last", "keep_every")
+    calls = (TrainingClient.save_state, TrainingClient.save_weights_for_sampler)
 
     def __init__(self, final: bool = False, name: str | None = None) -> None:
         super().__init__(name or ("save_final_checkpoint" if final else "save_checkpoint"))
         self.final = final
 
-    async def run(self, ctx: Context) -> None:
-        client = ctx["training_client"]
+    async def run(
+        self, ctx: Context, training_client: TrainingClient, service: ServiceBackend, config: RunConfig
+    ) -> None:
+        client = training_client
         completed = ctx.step if self.final else ctx.step + 1
         name = "final" if self.final else f"{completed:06d}"
         state_path = await (await client.save_state(name))
         sampler_path = await (await client.save_weights_for_sampler(name))
         if ctx.run_dir is None:
             return
-        files = checkpoint_files(ctx.port("service"), state_path, sampler_path)
+        files = checkpoint_files(service, state_path, sampler_path)
         record = CheckpointRecord(
             name=name,
             step=completed,
             loops=ctx.last_step_loops if self.final else ctx.loop_positions(),
-            state={key: ctx.state[key] for key in ctx.persist_keys if key in ctx.state},
+            state=ctx.persisted_state(),
             state_path=state_path,
             sampler_path=sampler_path,
             fingerprint=ctx.fingerprint,
@@ -63,7 +64,7 @@ class SaveCheckpoint(Stage):
             final=self.final,
         )
         path = ctx.run_dir / "checkpoints.jsonl"
-        keep_last, keep_every = ctx.config.keep_last, ctx.config.keep_every
+        keep_last, keep_every = config.keep_last, config.keep_every
         run_dir = ctx.run_dir
 
         def commit() -> None:

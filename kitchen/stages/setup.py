@@ -4,25 +4,32 @@ or external model to score against (a reference, a teacher), and releasing the b
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from kitchen.checkpoints import resolve_sampler_path
+from kitchen.config import RunConfig
 from kitchen.context import Context
 from kitchen.errors import ConfigError, StageError
-from kitchen.stage import Stage
+from kitchen.ports import SamplingClient, ServiceBackend, Tokenizer, TrainingClient
+from kitchen.settings import OtherModel, RendererSettings
+from kitchen.stage import Persisted, Stage
+from train_core.renderers.base import Renderer
 from train_core.renderers.registry import get_renderer, recommended_renderer, renderer_roles
+
+
+@dataclass(frozen=True)
+class TokenizerOut:
+    tokenizer: Tokenizer
 
 
 class GetTokenizer(Stage):
     """The base model's tokenizer, from the backend (the embedded one for `model_name: tiny`)."""
 
-    writes = ("tokenizer",)
-    ports = ("service",)
-    calls = ("ServiceBackend.get_tokenizer",)
-    config_keys = ("model_name",)
+    calls = (ServiceBackend.get_tokenizer,)
 
-    async def run(self, ctx: Context) -> None:
-        ctx["tokenizer"] = ctx.port("service").get_tokenizer(ctx.config.model_name)
+    async def run(self, service: ServiceBackend, config: RunConfig) -> TokenizerOut:
+        return TokenizerOut(service.get_tokenizer(config.model_name))
 
 
 def renderer_name(config: Any) -> str:
@@ -35,33 +42,34 @@ def message_roles(config: Any) -> frozenset[str]:
     return renderer_roles(renderer_name(config))
 
 
+@dataclass(frozen=True)
+class RendererOut:
+    renderer: Renderer
+
+
 class MakeRenderer(Stage):
     """The chat renderer named by `renderer` (checked when the config is loaded), or the one
     recommended for the model."""
 
-    reads = ("tokenizer",)
-    writes = ("renderer",)
-    config_keys = ("renderer", "model_name")
-
-    async def run(self, ctx: Context) -> None:
+    async def run(self, tokenizer: Tokenizer, config: RendererSettings) -> RendererOut:
         try:
-            ctx["renderer"] = get_renderer(renderer_name(ctx.config), ctx["tokenizer"])
+            return RendererOut(get_renderer(renderer_name(config), tokenizer))
         except ValueError as exc:
             raise ConfigError(f"renderer: {exc}") from None
+
+
+@dataclass(frozen=True)
+class TrainingClientOut:
+    training_client: TrainingClient
 
 
 class CreateTrainingClient(Stage):
     """A training client: resumed from the last checkpoint (weights + optimizer) when resuming,
     from `load_checkpoint_path` (weights only, fresh optimizer) when set, else from the base model."""
 
-    writes = ("training_client",)
-    ports = ("service",)
-    calls = ("ServiceBackend.create_training_client", "ServiceBackend.create_training_client_from_state")
-    config_keys = ("model_name", "lora_rank", "seed", "load_checkpoint_path")
+    calls = (ServiceBackend.create_training_client, ServiceBackend.create_training_client_from_state)
 
-    async def run(self, ctx: Context) -> None:
-        service = ctx.port("service")
-        config = ctx.config
+    async def run(self, ctx: Context, service: ServiceBackend, config: RunConfig) -> TrainingClientOut:
         if ctx.resume is not None and ctx.resume.state_path:
             client = await service.create_training_client_from_state(ctx.resume.state_path, with_optimizer=True)
             ctx.log.info("training_client.resumed", state_path=ctx.resume.state_path)
@@ -72,69 +80,95 @@ class CreateTrainingClient(Stage):
             client = await service.create_training_client(
                 config.model_name, lora_rank=config.lora_rank, seed=config.seed
             )
-        ctx["training_client"] = client
+        return TrainingClientOut(client)
+
+
+@dataclass(frozen=True)
+class ReferenceOut:
+    reference_client: SamplingClient
+    reference_path: Persisted[str]
 
 
 class CreateReferenceClient(Stage):
-    """A sampling client on a model that training never changes, for scoring against it: by
-    default a frozen copy of the policy as it is now (DPO's reference, the RL KL penalty's); with
-    `model_key`, the `OtherModel` at that config path (e.g. "teacher" or "datasets.1.teacher": a
-    base model, or a checkpoint / run directory), e.g. a distillation teacher.
+    """A sampling client on a frozen copy of the policy as it is now (DPO's reference, the RL KL
+    penalty's), for scoring against a model that training never changes.
 
-    A frozen copy is saved once and its path persisted under `path_key`, so a resumed run, whose
-    policy already holds later weights, reopens the same model; a run resumed from a checkpoint
-    that does not record that path is refused rather than scored against the wrong model.
+    The copy is saved once and its path persisted, so a resumed run, whose policy already holds
+    later weights, reopens the same model; a run resumed from a checkpoint that does not record
+    that path is refused rather than scored against the wrong model. `keys=` puts it under other
+    state keys (e.g. `{"reference_client": "judge_client", "reference_path": "judge_path"}`).
     """
 
-    ports = ("service",)
-    calls = ("TrainingClient.save_weights_for_sampler", "ServiceBackend.create_sampling_client")
+    calls = (TrainingClient.save_weights_for_sampler, ServiceBackend.create_sampling_client)
 
-    def __init__(
+    async def run(
         self,
-        client_key: str = "reference_client",
-        path_key: str = "reference_path",
-        model_key: str | None = None,
-        name: str | None = None,
-    ) -> None:
-        super().__init__(name or f"create_{client_key}")
-        self.client_key, self.path_key, self.model_key = client_key, path_key, model_key
-        self.writes = (client_key, path_key)
-        self.persist = (path_key,)
-        self.reads = () if model_key else ("training_client",)
-        self.config_keys = (model_key.split(".")[0], "model_name") if model_key else ()
-
-    async def run(self, ctx: Context) -> None:
-        service = ctx.port("service")
-        saved = ctx.get(self.path_key)
-        if self.model_key is not None:
-            model = config_path(ctx.config, self.model_key)
-            if model.checkpoint:
-                path = resolve_sampler_path(model.checkpoint)
-                client = await service.create_sampling_client(model_path=path)
-            else:
-                path = model.model_name or ctx.config.model_name
-                client = await service.create_sampling_client(base_model=path)
-            ctx[self.path_key] = path
-        elif saved is not None:
-            client = await service.create_sampling_client(model_path=saved)
+        ctx: Context,
+        service: ServiceBackend,
+        training_client: TrainingClient,
+        reference_path: str | None = None,
+    ) -> ReferenceOut:
+        path_key = self.keys.get("reference_path", "reference_path")
+        if reference_path is not None:
+            path = reference_path
         elif ctx.resume is not None and ctx.resume.state_path:
             raise StageError(
-                f"checkpoint {ctx.resume.name!r} does not record {self.path_key!r}, so the run cannot resume "
+                f"checkpoint {ctx.resume.name!r} does not record {path_key!r}, so the run cannot resume "
                 "against the model it started with; start a new log_path"
             )
         else:
-            path = await (await ctx["training_client"].save_weights_for_sampler(self.path_key.removesuffix("_path")))
-            ctx[self.path_key] = path
-            client = await service.create_sampling_client(model_path=path)
-        ctx[self.client_key] = client
-        ctx.log.info("model_client.ready", client=self.client_key, path=ctx[self.path_key])
+            path = await (await training_client.save_weights_for_sampler(path_key.removesuffix("_path")))
+        client = await service.create_sampling_client(model_path=path)
+        ctx.log.info("model_client.ready", client=self.keys.get("reference_client", "reference_client"), path=path)
+        return ReferenceOut(client, path)
+
+
+@dataclass(frozen=True)
+class OtherModelOut:
+    model_client: SamplingClient
+    model_path: Persisted[str]
+
+
+class OpenOtherModel(Stage):
+    """A sampling client on the `OtherModel` at config path `model_key` (e.g. "teacher" or
+    "judge_model": a base model, or a checkpoint / run directory), e.g. a distillation teacher or
+    a learned judge. `keys=` names its state keys (default `model_client`, `model_path`)."""
+
+    calls = (ServiceBackend.create_sampling_client,)
+
+    def __init__(self, model_key: str, client_key: str, path_key: str, name: str | None = None) -> None:
+        super().__init__(name, keys={"model_client": client_key, "model_path": path_key})
+        self.model_key = model_key
+
+    def check_inputs(self, config: Any) -> None:
+        config_path(config, self.model_key)  # a wrong path is a wiring mistake: fail before the run
+
+    async def run(self, ctx: Context, service: ServiceBackend, config: RunConfig) -> OtherModelOut:
+        client, path = await open_other_model(service, config_path(config, self.model_key), config.model_name)
+        ctx.log.info("model_client.ready", client=self.keys["model_client"], path=path)
+        return OtherModelOut(client, path)
+
+
+async def open_other_model(
+    service: ServiceBackend, model: OtherModel, default_model_name: str
+) -> tuple[SamplingClient, str]:
+    """A sampling client on `model` (its checkpoint, else its base model, else the run's), and
+    the path or name it was opened from."""
+    if model.checkpoint:
+        path = resolve_sampler_path(model.checkpoint)
+        return await service.create_sampling_client(model_path=path), path
+    name = model.model_name or default_model_name
+    return await service.create_sampling_client(base_model=name), name
 
 
 def config_path(config: Any, dotted: str) -> Any:
     """The value at a dotted config path: attributes, and list indices for digits."""
     value = config
     for part in dotted.split("."):
-        value = value[int(part)] if part.isdigit() else getattr(value, part)
+        try:
+            value = value[int(part)] if part.isdigit() else getattr(value, part)
+        except (AttributeError, IndexError, TypeError):
+            raise ConfigError(f"config path {dotted!r}: {type(config).__name__} has no {part!r} there") from None
     return value
 
 
@@ -142,26 +176,25 @@ class CheckTokenizerMatch(Stage):
     """Refuse, before any training, another model (a teacher) whose tokenizer differs from the
     trained model's: its logprobs of the student's tokens would score different text."""
 
-    reads = ("tokenizer",)
-    ports = ("service",)
-    calls = ("ServiceBackend.get_tokenizer",)
+    calls = (ServiceBackend.get_tokenizer,)
 
     def __init__(self, model_keys: Sequence[str], name: str | None = None) -> None:
         super().__init__(name)
         self.model_keys = tuple(model_keys)
-        self.config_keys = (*sorted({key.split(".")[0] for key in model_keys}), "model_name")
 
-    async def run(self, ctx: Context) -> None:
-        ours = ctx["tokenizer"]
+    def check_inputs(self, config: Any) -> None:
         for key in self.model_keys:
-            model_name = config_path(ctx.config, key).model_name
-            if model_name is None or model_name == ctx.config.model_name:
+            config_path(config, key)
+
+    async def run(self, tokenizer: Tokenizer, service: ServiceBackend, config: RunConfig) -> None:
+        for key in self.model_keys:
+            model_name = config_path(config, key).model_name
+            if model_name is None or model_name == config.model_name:
                 continue
-            theirs = ctx.port("service").get_tokenizer(model_name)
-            if not same_tokenizer(ours, theirs):
+            if not same_tokenizer(tokenizer, service.get_tokenizer(model_name)):
                 raise ConfigError(
                     f"{key}.model_name {model_name!r} has a different tokenizer from model_name "
-                    f"{ctx.config.model_name!r}; a teacher must share the student's tokenizer"
+                    f"{config.model_name!r}; a teacher must share the student's tokenizer"
                 )
 
 
@@ -177,8 +210,7 @@ def same_tokenizer(a: Any, b: Any) -> bool:
 class CloseBackend(Stage):
     """Release backend resources (sessions, threads). Meant for `finally_`: runs after failures too."""
 
-    ports = ("service",)
-    calls = ("ServiceBackend.close",)
+    calls = (ServiceBackend.close,)
 
-    async def run(self, ctx: Context) -> None:
-        await ctx.port("service").close()
+    async def run(self, service: ServiceBackend) -> None:
+        await service.close()

@@ -1,30 +1,27 @@
-"""Train steps: AdamW settings of the step, and pipelined submit/collect (step i+1 is submitted
-before step i is awaited, as the Tinker SL loop does, so the backend never idles between steps)."""
+"""Train steps: AdamW settings of the step, pipelined submit/collect (step i+1 is submitted
+before step i is awaited, as the Tinker SL loop does, so the backend never idles between steps),
+pipelined substeps, and the guard against NaN/inf steps."""
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from kitchen.config import RunConfig
 from kitchen.context import Context
 from kitchen.errors import StageError
-from kitchen.settings import ADAM_KEYS
+from kitchen.ports import TrainingClient
+from kitchen.settings import OptimizerSettings
 from kitchen.stage import Stage
 from train_core.schedules import lr_multiplier
 from train_core.supervised import mean_nll
 from train_core.types import AdamParams, Datum, ForwardBackwardOutput, OptimStepOutput
 
-if TYPE_CHECKING:
-    pass
 
-
-def adam_params(ctx: Context) -> AdamParams:
-    """AdamW settings of the current step, with the config's LR schedule applied. A stage that
-    calls this declares `kitchen.settings.ADAM_KEYS` among its `config_keys`."""
-    config = ctx.config
+def adam_params(ctx: Context, config: OptimizerSettings) -> AdamParams:
+    """AdamW settings of the current step, with the config's LR schedule applied."""
     multiplier = lr_multiplier(config.lr_schedule, ctx.step, ctx.total_steps or 1, config.warmup_steps)
     return AdamParams(
         learning_rate=config.learning_rate * multiplier,
@@ -46,31 +43,41 @@ class PendingStep:
     submitted_at: float
 
 
+@dataclass(frozen=True)
+class InFlight:
+    inflight: list[PendingStep]
+
+
 def put_in_flight(
     ctx: Context,
+    inflight: Sequence[PendingStep],
+    batch: list[Datum],
     params: AdamParams,
     forward_backward: Awaitable[ForwardBackwardOutput],
     optim: Awaitable[OptimStepOutput],
-) -> None:
-    """Track a submitted step in `inflight`; its metrics row waits until it is collected."""
+) -> InFlight:
+    """`inflight` with the step just submitted; its metrics row waits until it is collected."""
     ctx.metrics.hold(ctx.step)
-    pending = PendingStep(ctx.step, ctx["batch"], params.learning_rate, forward_backward, optim, time.perf_counter())
-    ctx["inflight"] = [*(ctx.get("inflight") or []), pending]
+    pending = PendingStep(ctx.step, batch, params.learning_rate, forward_backward, optim, time.perf_counter())
+    return InFlight([*inflight, pending])
 
 
 class SubmitTrainStep(Stage):
     """Submit forward_backward(cross_entropy) and optim_step for the batch; do not wait."""
 
-    reads = ("training_client", "batch")
-    writes = ("inflight",)
-    calls = ("TrainingClient.forward_backward", "TrainingClient.optim_step")
-    config_keys = ADAM_KEYS
+    calls = (TrainingClient.forward_backward, TrainingClient.optim_step)
 
-    async def run(self, ctx: Context) -> None:
-        client = ctx["training_client"]
-        params = adam_params(ctx)
-        fb = await client.forward_backward(ctx["batch"], "cross_entropy")
-        put_in_flight(ctx, params, fb, await client.optim_step(params))
+    async def run(
+        self,
+        ctx: Context,
+        training_client: TrainingClient,
+        batch: list[Datum],
+        config: OptimizerSettings,
+        inflight: Sequence[PendingStep] = (),
+    ) -> InFlight:
+        params = adam_params(ctx, config)
+        fb = await training_client.forward_backward(batch, "cross_entropy")
+        return put_in_flight(ctx, inflight, batch, params, fb, await training_client.optim_step(params))
 
 
 def supervised_step_metrics(pending: PendingStep, output: ForwardBackwardOutput) -> dict[str, float]:
@@ -99,19 +106,15 @@ class CollectTrainStep(Stage):
     """Await submitted steps, oldest first, until at most `keep` remain in flight, and record
     each under its own step: `step_metrics` of its output, the learning rate and the optimizer's."""
 
-    reads = ("inflight",)
-    writes = ("inflight",)
-    config_keys = ("max_bad_steps",)
-
     def __init__(self, keep: int = 1, name: str | None = None, step_metrics: StepMetrics = supervised_step_metrics):
         super().__init__(name)
         self.keep = keep
         self.step_metrics = step_metrics
 
-    async def run(self, ctx: Context) -> None:
-        inflight: list[PendingStep] = list(ctx["inflight"])
-        while len(inflight) > self.keep:
-            pending = inflight.pop(0)
+    async def run(self, ctx: Context, inflight: list[PendingStep], config: RunConfig) -> InFlight:
+        waiting = list(inflight)
+        while len(waiting) > self.keep:
+            pending = waiting.pop(0)
             fb_out = await pending.forward_backward
             optim_out = await pending.optim
             ctx.record(
@@ -124,9 +127,8 @@ class CollectTrainStep(Stage):
                 step=pending.step,
             )
             ctx.metrics.release(pending.step)
-            ctx["inflight"] = inflight
-            guard_nonfinite(ctx, pending.step, [optim_out], [fb_out])
-        ctx["inflight"] = inflight
+            guard_nonfinite(ctx, pending.step, config.max_bad_steps, [optim_out], [fb_out])
+        return InFlight(waiting)
 
 
 NONFINITE_KEY = "nonfinite_step"
@@ -152,19 +154,19 @@ def step_is_nonfinite(optim_outputs: Iterable[OptimStepOutput], fb_outputs: Iter
 def guard_nonfinite(
     ctx: Context,
     step: int,
+    max_bad_steps: int,
     optim_outputs: Iterable[OptimStepOutput],
     fb_outputs: Iterable[ForwardBackwardOutput] = (),
 ) -> None:
     """Count consecutive steps whose loss or gradient norm was NaN/inf (their update is not applied
     by the local and noop backends); more than `max_bad_steps` in a row stops the run (exit 2),
-    leaving the last good checkpoint as the resume point. The calling stage declares
-    `max_bad_steps` in its `config_keys`."""
+    leaving the last good checkpoint as the resume point."""
     if not step_is_nonfinite(list(optim_outputs), list(fb_outputs)):
         ctx.bad_steps = 0
         return
     ctx.bad_steps += 1
     ctx.record({"optim/nonfinite_step": 1.0}, step=step)
-    limit = int(ctx.config.max_bad_steps)
+    limit = max_bad_steps
     ctx.log.warning("train_step.nonfinite", step=step + 1, consecutive=ctx.bad_steps, max_bad_steps=limit)
     if ctx.bad_steps > limit:
         raise StageError(
@@ -172,3 +174,34 @@ def guard_nonfinite(
             f"max_bad_steps={limit}); the update was not applied and the run stops here; the last "
             "checkpoint in checkpoints.jsonl is the resume point (lower learning_rate or check the data)"
         )
+
+
+_Submitted = tuple[Awaitable[ForwardBackwardOutput], Awaitable[OptimStepOutput]]
+
+
+async def train_in_chunks(
+    client: TrainingClient,
+    chunks: Sequence[Sequence[Datum]],
+    loss_fn: str,
+    loss_fn_config: dict[str, float] | None,
+    adam: AdamParams,
+) -> list[tuple[ForwardBackwardOutput, OptimStepOutput]]:
+    """One optimizer step per chunk, in order; the results of every chunk.
+
+    Each chunk's forward_backward + optim_step pair is submitted before the previous one's results
+    are awaited, so the backend never waits for the client between substeps (requests run in
+    submission order)."""
+
+    async def submit(chunk: Sequence[Datum]) -> _Submitted:
+        return await client.forward_backward(chunk, loss_fn, loss_fn_config), await client.optim_step(adam)
+
+    if not chunks:
+        return []
+    submitted = [await submit(chunks[0])]
+    results: list[tuple[ForwardBackwardOutput, OptimStepOutput]] = []
+    for index in range(len(chunks)):
+        if index + 1 < len(chunks):
+            submitted.append(await submit(chunks[index + 1]))
+        fb, optim = submitted.pop(0)
+        results.append((await fb, await optim))
+    return results

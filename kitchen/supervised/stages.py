@@ -3,34 +3,45 @@ measure held-out NLL. The train step itself is the shared `kitchen.stages.traini
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from kitchen.context import Context
 from kitchen.datasets import is_hub_name, load_located_records
 from kitchen.errors import DataError
+from kitchen.ports import Tokenizer, TrainingClient
+from kitchen.settings import DatasetSettings
 from kitchen.stage import Stage
 from kitchen.stages.setup import message_roles
 from kitchen.supervised.examples import ExampleBuilder, record_datum
 from train_core.batching import batch_for_step, batches_per_epoch
 from train_core.errors import InvalidInputError
+from train_core.renderers.base import Renderer
 from train_core.renderers.messages import STANDARD_ROLES
 from train_core.supervised import mean_nll
 from train_core.types import Datum
 
 MAX_REPORTED = 5
 
+Source = tuple[str, str]
+"""(file or hub name, split)."""
 
-def _config_sources(config: Any) -> tuple[tuple[str, str], tuple[str, str] | None]:
+
+def _config_sources(config: Any) -> tuple[Source, Source | None]:
     held_out = (config.eval_dataset, config.eval_split) if config.eval_dataset else None
     return (config.dataset, config.dataset_split), held_out
 
 
-class LoadSupervisedData(Stage):
+@dataclass(frozen=True)
+class SupervisedData:
+    train_data: list[Datum]
+    eval_data: list[Datum]
+    num_steps: int
+
+
+class _LoadData(Stage):
     """Load, tokenize and shift the train (and optional eval) records into datums, up front, so
     bad data fails before any training; also decides the number of optimizer steps.
-
-    The files are the config's `dataset` / `eval_dataset`, or, with `files_key`, the ones an
-    earlier stage wrote to that state key (`{"train": path, "eval": path}`, e.g. generated data).
 
     A record of the wrong shape (a missing key, a number where text belongs, an unknown message
     role) stops the run with a DataError naming its file and line. A record with no token to train
@@ -39,36 +50,20 @@ class LoadSupervisedData(Stage):
     every record is skipped is an error.
     """
 
-    writes = ("train_data", "eval_data", "num_steps")
+    uses_renderer = False
+    reads_config_files = True
 
-    def __init__(
-        self,
-        builder: ExampleBuilder,
-        needs_renderer: bool = False,
-        files_key: str | None = None,
-        name: str | None = None,
-    ):
+    def __init__(self, builder: ExampleBuilder, name: str | None = None) -> None:
         super().__init__(name)
         self.builder = builder
-        self.files_key = files_key
-        self.reads = ("tokenizer", *(("renderer",) if needs_renderer else ()), *((files_key,) if files_key else ()))
-        sources = () if files_key else ("dataset", "dataset_split", "eval_dataset", "eval_split")
-        self.config_keys = (*sources, "batch_size", "num_epochs", "max_steps", "max_length")
-
-    def _sources(self, ctx: Context) -> tuple[tuple[str, str], tuple[str, str] | None]:
-        """(train file, split) and (eval file, split) or None."""
-        if self.files_key is not None:
-            files = ctx[self.files_key]
-            return (files["train"], "train"), ((files["eval"], "train") if "eval" in files else None)
-        return _config_sources(ctx.config)
 
     def check_inputs(self, config: Any) -> None:
         """Each local record's fields and message roles, by the builder's `check` (files an
-        earlier stage writes are checked when they are loaded)."""
+        earlier stage writes are checked as they are loaded)."""
         check = getattr(self.builder, "check", None)
-        if check is None or self.files_key is not None:
+        if check is None or not self.reads_config_files:
             return
-        roles = message_roles(config) if "renderer" in self.reads else STANDARD_ROLES
+        roles = message_roles(config) if self.uses_renderer else STANDARD_ROLES
         required = getattr(self.builder, "required_any", ())
         for source, split in filter(None, _config_sources(config)):
             if is_hub_name(source):
@@ -79,83 +74,139 @@ class LoadSupervisedData(Stage):
                 except InvalidInputError as exc:
                     raise DataError(f"{where}: {exc}") from None
 
-    def _load(self, ctx: Context, source: str, split: str, name: str) -> list[Datum]:
-        required = getattr(self.builder, "required_any", ())
-        records = load_located_records(source, split=split, required_any=required)
-        renderer = ctx["renderer"] if "renderer" in self.reads else None
-        max_length = ctx.config.max_length
-        data, skipped = [], []
-        for where, record in records:
-            datum = record_datum(self.builder, record, where, ctx["tokenizer"], renderer, max_length)
-            if datum is None:
-                skipped.append(where)
-                continue
-            data.append(datum)
-        if skipped:
-            first = ", ".join(skipped[:MAX_REPORTED]) + (", ..." if len(skipped) > MAX_REPORTED else "")
-            ctx.log.warning("data.skipped", split=name, count=len(skipped), first=first, reason="no token to train on")
-            # only when some were skipped: a clean data set adds no metric (and no row a resume changes)
-            ctx.record({f"data/{name}_skipped": len(skipped)})
-        if records and not data:
-            raise DataError(
-                f"{source}: none of its {len(records)} records has a token to train on (max_length={max_length}"
-                + (f", train_on_what={self.builder.train_on_what}" if hasattr(self.builder, "train_on_what") else "")
-                + "): check the data has completions/assistant messages, or raise max_length"
-            )
-        return data
 
-    async def run(self, ctx: Context) -> None:
-        config = ctx.config
-        (train_file, train_split), held_out = self._sources(ctx)
-        train = self._load(ctx, train_file, train_split, "train")
-        per_epoch = batches_per_epoch(len(train), config.batch_size)
-        if per_epoch == 0:
-            raise DataError(
-                f"{train_file}: {len(train)} examples are fewer than one batch (batch_size={config.batch_size})"
-            )
-        num_steps = per_epoch * config.num_epochs
-        if config.max_steps is not None:
-            num_steps = min(num_steps, config.max_steps)
-        ctx["train_data"] = train
-        ctx["eval_data"] = self._load(ctx, *held_out, "eval") if held_out else []
-        ctx["num_steps"] = num_steps
-        ctx.log.info("data.loaded", train=len(train), eval=len(ctx["eval_data"]), num_steps=num_steps)
+class LoadSupervisedData(_LoadData):
+    """The config's `dataset` / `eval_dataset`, as examples the builder makes from tokens alone."""
+
+    async def run(self, ctx: Context, tokenizer: Tokenizer, config: DatasetSettings) -> SupervisedData:
+        train, held_out = _config_sources(config)
+        return load_supervised_data(ctx, self.builder, tokenizer, None, config, train, held_out)
+
+
+class LoadChatData(_LoadData):
+    """The config's `dataset` / `eval_dataset`, as examples rendered by the run's chat renderer."""
+
+    uses_renderer = True
+
+    async def run(
+        self, ctx: Context, tokenizer: Tokenizer, renderer: Renderer, config: DatasetSettings
+    ) -> SupervisedData:
+        train, held_out = _config_sources(config)
+        return load_supervised_data(ctx, self.builder, tokenizer, renderer, config, train, held_out)
+
+
+class LoadGeneratedChatData(_LoadData):
+    """Chat examples from the files an earlier stage wrote (`data_files`: `{"train": path,
+    "eval": path}`, e.g. a teacher's answers), instead of the config's `dataset`."""
+
+    uses_renderer = True
+    reads_config_files = False
+
+    async def run(
+        self,
+        ctx: Context,
+        tokenizer: Tokenizer,
+        renderer: Renderer,
+        data_files: dict[str, str],
+        config: DatasetSettings,
+    ) -> SupervisedData:
+        train = (data_files["train"], "train")
+        held_out = (data_files["eval"], "train") if "eval" in data_files else None
+        return load_supervised_data(ctx, self.builder, tokenizer, renderer, config, train, held_out)
+
+
+def load_supervised_data(
+    ctx: Context,
+    builder: ExampleBuilder,
+    tokenizer: Tokenizer,
+    renderer: Renderer | None,
+    config: DatasetSettings,
+    train_source: Source,
+    held_out: Source | None,
+) -> SupervisedData:
+    """The datums of the train and held-out files, and the number of optimizer steps."""
+    train = _load(ctx, builder, tokenizer, renderer, config.max_length, *train_source, "train")
+    per_epoch = batches_per_epoch(len(train), config.batch_size)
+    if per_epoch == 0:
+        raise DataError(
+            f"{train_source[0]}: {len(train)} examples are fewer than one batch (batch_size={config.batch_size})"
+        )
+    num_steps = per_epoch * config.num_epochs
+    if config.max_steps is not None:
+        num_steps = min(num_steps, config.max_steps)
+    eval_data = _load(ctx, builder, tokenizer, renderer, config.max_length, *held_out, "eval") if held_out else []
+    ctx.log.info("data.loaded", train=len(train), eval=len(eval_data), num_steps=num_steps)
+    return SupervisedData(train, eval_data, num_steps)
+
+
+def _load(
+    ctx: Context,
+    builder: ExampleBuilder,
+    tokenizer: Tokenizer,
+    renderer: Renderer | None,
+    max_length: int | None,
+    source: str,
+    split: str,
+    name: str,
+) -> list[Datum]:
+    required = getattr(builder, "required_any", ())
+    records = load_located_records(source, split=split, required_any=required)
+    data, skipped = [], []
+    for where, record in records:
+        datum = record_datum(builder, record, where, tokenizer, renderer, max_length)
+        if datum is None:
+            skipped.append(where)
+            continue
+        data.append(datum)
+    if skipped:
+        first = ", ".join(skipped[:MAX_REPORTED]) + (", ..." if len(skipped) > MAX_REPORTED else "")
+        ctx.log.warning("data.skipped", split=name, count=len(skipped), first=first, reason="no token to train on")
+        # only when some were skipped: a clean data set adds no metric (and no row a resume changes)
+        ctx.record({f"data/{name}_skipped": len(skipped)})
+    if records and not data:
+        raise DataError(
+            f"{source}: none of its {len(records)} records has a token to train on (max_length={max_length}"
+            + (f", train_on_what={builder.train_on_what}" if hasattr(builder, "train_on_what") else "")
+            + "): check the data has completions/assistant messages, or raise max_length"
+        )
+    return data
+
+
+@dataclass(frozen=True)
+class Batch:
+    batch: list[Datum]
 
 
 class GetSupervisedBatch(Stage):
     """The batch of the current step: the epoch's seeded shuffle, full batches only, so a
     resumed run sees exactly the batches an uninterrupted run would."""
 
-    reads = ("train_data",)
-    writes = ("batch",)
-    config_keys = ("batch_size", "seed")
-
-    async def run(self, ctx: Context) -> None:
-        data = ctx["train_data"]
-        epoch, batch_index, indices = batch_for_step(ctx.step, len(data), ctx.config.batch_size, ctx.config.seed)
-        ctx["batch"] = [data[i] for i in indices]
+    async def run(self, ctx: Context, train_data: list[Datum], config: DatasetSettings) -> Batch:
+        epoch, batch_index, indices = batch_for_step(ctx.step, len(train_data), config.batch_size, config.seed)
         ctx.record({"epoch": epoch, "batch": batch_index, "progress": (ctx.step + 1) / (ctx.total_steps or 1)})
+        return Batch([train_data[i] for i in indices])
 
 
 class EvaluateNLL(Stage):
     """Held-out mean NLL with a forward pass (no gradients), queued after the step's update, as
     `metric` (default `eval/nll`)."""
 
-    reads = ("training_client", "eval_data")
-    calls = ("TrainingClient.forward",)
-    config_keys = ("batch_size",)
+    calls = (TrainingClient.forward,)
 
     def __init__(self, metric: str = "eval/nll", name: str | None = None) -> None:
         super().__init__(name)
         self.metric = metric
 
-    async def run(self, ctx: Context) -> None:
-        data = ctx["eval_data"]
-        if not data:
+    async def run(
+        self, ctx: Context, training_client: TrainingClient, eval_data: list[Datum], config: DatasetSettings
+    ) -> None:
+        if not eval_data:
             return
-        client = ctx["training_client"]
-        size = ctx.config.batch_size
-        futures = [await client.forward(data[i : i + size], "cross_entropy") for i in range(0, len(data), size)]
+        size = config.batch_size
+        futures = [
+            await training_client.forward(eval_data[i : i + size], "cross_entropy")
+            for i in range(0, len(eval_data), size)
+        ]
         logprobs_D = [out["logprobs"].to_torch() for fut in futures for out in (await fut).loss_fn_outputs]
-        weights_D = [datum.loss_fn_inputs["weights"].to_torch() for datum in data]
+        weights_D = [datum.loss_fn_inputs["weights"].to_torch() for datum in eval_data]
         ctx.record({self.metric: mean_nll(logprobs_D, weights_D)})

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kitchen.stage import Stage
 from kitchen.stages.checkpoint import SaveCheckpoint
 from kitchen.stages.setup import CloseBackend, CreateTrainingClient, GetTokenizer, MakeRenderer
 from kitchen.stages.training import CollectTrainStep, SubmitTrainStep
 from kitchen.supervised.examples import ExampleBuilder
-from kitchen.supervised.stages import EvaluateNLL, GetSupervisedBatch, LoadSupervisedData
+from kitchen.supervised.stages import (
+    EvaluateNLL,
+    GetSupervisedBatch,
+    LoadChatData,
+    LoadGeneratedChatData,
+    LoadSupervisedData,
+)
 from kitchen.workflow import Loop, Node, When, Workflow, every
 
 
@@ -17,23 +24,27 @@ def supervised_workflow(
     needs_renderer: bool = False,
     name: str = "supervised",
     prepare_data: Sequence[Node] = (),
-    files_key: str | None = None,
     before_training: Sequence[Node] = (),
     evaluators: Sequence[Node] = (),
 ) -> Workflow:
     """Pipelined cross-entropy steps over a data set, with held-out NLL and checkpoints.
 
-    Slots: `prepare_data` stages run before the data is loaded (e.g. writing it: a teacher's
-    answers), and then the data comes from the files they put under `files_key` instead of the
-    config's `dataset`; `before_training` stages run once the training client exists;
-    `evaluators` run with the held-out NLL (every `eval_every` steps and at the last)."""
+    Slots: `prepare_data` stages run before the data is loaded and write it (e.g. a teacher's
+    answers): the data then comes from the files they put under `data_files` instead of the
+    config's `dataset` (and is rendered by the chat renderer); `before_training` stages run once
+    the training client exists; `evaluators` run with the held-out NLL (every `eval_every` steps and at the last)."""
+    load: Stage
+    if prepare_data:
+        load = LoadGeneratedChatData(builder)
+    else:
+        load = LoadChatData(builder) if needs_renderer else LoadSupervisedData(builder)
     return Workflow(
         name=name,
         steps=[
             GetTokenizer(),
-            *([MakeRenderer()] if needs_renderer else []),
+            *([MakeRenderer()] if needs_renderer or prepare_data else []),
             *prepare_data,
-            LoadSupervisedData(builder, needs_renderer=needs_renderer, files_key=files_key),
+            load,
             CreateTrainingClient(),
             *before_training,
             Loop(

@@ -11,7 +11,7 @@ import pytest
 
 import kitchen.rl.stream
 from kitchen.config import load_config
-from kitchen.rl.update import ApplyKLPenalty, AssembleData, ComputeAdvantages
+from kitchen.rl.step import ApplyKLPenalty, AssembleData, ComputeAdvantages
 from kitchen.rl.workflow import rl_workflow
 from kitchen.stage import Stage
 from kitchen.workflow import When

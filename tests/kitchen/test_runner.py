@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -33,16 +34,21 @@ class Cfg(BaseModel):
     every_n: int = 2
 
 
+LogEntry = tuple[str, int, int | None]
+
+
+@dataclass(frozen=True)
+class Log:
+    log: list[LogEntry]
+
+
 class Append(Stage):
     """Appends (name, step, loop index) to the shared `log` list."""
 
-    reads = ("log",)
-    writes = ("log",)
-
-    async def run(self, ctx: Context) -> None:
+    async def run(self, ctx: Context, log: list[LogEntry]) -> Log:
         index = ctx.loop("steps").index if "steps" in ctx.loop_positions() else None
-        ctx["log"] = [*ctx["log"], (self.name, ctx.step, index)]
         ctx.record({f"seen/{self.name}": 1.0})
+        return Log([*log, (self.name, ctx.step, index)])
 
 
 class Boom(Stage):
@@ -137,28 +143,39 @@ def test_finally_runs_after_failure_and_error_names_stage() -> None:
     assert hooks.events[-1] == ("run_end", "StageFailure")
 
 
-def test_undeclared_read_fails_loudly() -> None:
-    class Sneaky(Stage):
-        async def run(self, ctx: Context) -> None:
-            ctx["log"]
-
-    with pytest.raises(StageFailure, match="reads 'log' without declaring it"):
-        asyncio.run(Runner(Workflow("s", [Sneaky()])).run(make_ctx()))
-
-
-def test_undeclared_write_fails_loudly() -> None:
-    class Sneaky(Stage):
-        async def run(self, ctx: Context) -> None:
-            ctx["other"] = 1
+def test_a_stage_returning_another_type_than_it_declares_fails_loudly() -> None:
+    class Liar(Stage):
+        async def run(self, log: list[LogEntry]) -> Log:
+            return {"log": log}  # type: ignore[return-value]
 
     with pytest.raises(StageFailure) as info:
-        asyncio.run(Runner(Workflow("s", [Sneaky()])).run(make_ctx()))
+        asyncio.run(Runner(Workflow("s", [Liar()])).run(make_ctx()))
     assert isinstance(info.value.cause, WiringError)
+    assert "returned dict, not the Log its run() declares" in str(info.value)
+
+
+def test_a_stage_returning_a_value_it_does_not_declare_fails_loudly() -> None:
+    class Sneaky(Stage):
+        async def run(self) -> None:
+            return Log([])  # type: ignore[return-value]
+
+    with pytest.raises(StageFailure, match="returned Log; its run\\(\\) declares no output"):
+        asyncio.run(Runner(Workflow("s", [Sneaky()])).run(make_ctx()))
+
+
+def test_the_runner_passes_reads_and_stores_writes_by_key() -> None:
+    class Count(Stage):
+        async def run(self, log: list[LogEntry], n: int) -> Log:
+            return Log([*log, ("count", n, None)])
+
+    ctx = make_ctx()
+    asyncio.run(Runner(Workflow("s", [Count(), Count("again", keys={"n": "n"})])).run(ctx))
+    assert ctx.state["log"] == [("count", 3, None), ("count", 3, None)]
 
 
 def test_runner_validates_before_running_anything() -> None:
     class NeedsMissing(Stage):
-        reads = ("missing",)
+        async def run(self, missing: int) -> None: ...
 
     ctx = make_ctx()
     with pytest.raises(WiringError, match="'needs_missing' reads 'missing'"):

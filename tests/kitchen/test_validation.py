@@ -12,13 +12,18 @@ from kitchen.validation import validate_recipe
 from kitchen.workflow import Workflow
 
 
+def _not_a_port_method() -> None: ...
+
+
 class Typo(Stage):
-    calls = ("TrainingClient.forward_backwards",)
+    calls = (_not_a_port_method,)
+
+    async def run(self) -> None: ...
 
 
-def test_unknown_backend_call_is_a_wiring_error() -> None:
-    with pytest.raises(WiringError, match=r"'typo' declares unknown backend call 'TrainingClient\.forward_backwards'"):
-        Workflow("w", [Typo()]).validate((), ())
+def test_a_call_that_is_no_port_method_is_a_wiring_error() -> None:
+    with pytest.raises(WiringError, match=r"stage class Typo declares <function _not_a_port_method.*which is no port"):
+        Workflow("w", [Typo()]).validate({}, ())
 
 
 @pytest.mark.parametrize("name", ["sl_basic", "chat_sl"])
@@ -27,12 +32,13 @@ def test_tinker_needs_lora_rank(name: str) -> None:
     with pytest.raises(ConfigError, match="trains LoRA adapters only; set lora_rank"):
         validate_recipe(recipe, load_config(recipe.config_cls, None, ["backend=tinker"]))
     workflow = validate_recipe(recipe, load_config(recipe.config_cls, None, ["backend=tinker", "lora_rank=8"]))
-    assert any(stage.calls for stage in workflow.stages())
+    assert any(stage.spec.calls for stage in workflow.stages())
 
 
 def test_every_builtin_stage_that_uses_a_port_declares_its_calls() -> None:
     recipe = get_recipe("sl_basic")
     workflow = recipe.workflow(load_config(recipe.config_cls))
     for stage in workflow.stages():
-        if stage.ports or "training_client" in stage.reads:
-            assert stage.calls, f"stage {stage.name!r} uses a backend but declares no calls"
+        uses = stage.spec.ports or any(read.key.endswith("_client") for read in stage.spec.reads)
+        if uses:
+            assert stage.spec.calls, f"stage {stage.name!r} uses a backend but declares no calls"

@@ -11,8 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adapters.noop import NoopBackend
+from kitchen.completers import as_async_judge
 from kitchen.context import Context
 from kitchen.preference.stages import EvaluateWinRate, GetPreferenceBatch
+from kitchen.runner import run_stage
 from kitchen.stage import Stage
 from recipes.dpo import Config
 from train_core.renderers.base import Message
@@ -21,8 +23,7 @@ from train_core.types import AdamParams
 
 
 def _run(stage: Stage, ctx: Context) -> None:
-    with ctx.running(stage):
-        asyncio.run(stage.run(ctx))
+    asyncio.run(run_stage(stage, ctx))
 
 
 @settings(max_examples=50, deadline=None)
@@ -84,7 +85,8 @@ def _win_rate_context(tmp_path: Path, train_steps: int) -> tuple[Context, NoopBa
 def test_win_rate_asks_both_orderings_which_cancels_position_bias(tmp_path: Path) -> None:
     ctx, _ = _win_rate_context(tmp_path, train_steps=1)
     judge = RecordingJudge()
-    _run(EvaluateWinRate(judge), ctx)
+    ctx.state["judge"] = as_async_judge(judge)
+    _run(EvaluateWinRate(), ctx)
     ctx.metrics.flush()
     row = ctx.metrics.rows[0]
     assert row["eval/win_rate"] == 0.5 and row["eval/win_rate_stderr"] == 0.0
@@ -98,5 +100,6 @@ def test_win_rate_asks_both_orderings_which_cancels_position_bias(tmp_path: Path
 def test_untrained_policy_ties_the_reference(tmp_path: Path) -> None:
     ctx, _ = _win_rate_context(tmp_path, train_steps=0)
     judge = RecordingJudge()
-    _run(EvaluateWinRate(judge), ctx)
+    ctx.state["judge"] = as_async_judge(judge)
+    _run(EvaluateWinRate(), ctx)
     assert all(a == b for _, a, b in judge.asked), "same weights and seed must give the same reply"

@@ -127,6 +127,8 @@ def test_loss_of_concatenated_datums_is_the_sum_of_their_losses(
             return {"weights": adv}
         if name == "gspo":
             return {"logprobs": q, "advantages": adv, "sequence_ratio_mask": [1.0] * len(q)}
+        if name == "decoupled_ppo":
+            return {"logprobs": q, "proximal_logprobs": [x - 0.1 for x in q], "advantages": adv}
         return {"logprobs": q, "advantages": adv}
 
     joined = {key: inputs(first)[key] + inputs(second)[key] for key in inputs(first)}
@@ -170,6 +172,12 @@ def test_required_inputs_per_loss() -> None:
     for name in ("importance_sampling", "ppo", "cispo", "dro"):
         assert get_loss_fn(name).required_inputs == ("target_tokens", "logprobs", "advantages")
     assert get_loss_fn("gspo").required_inputs == ("target_tokens", "logprobs", "advantages", "sequence_ratio_mask")
+    assert get_loss_fn("decoupled_ppo").required_inputs == (
+        "target_tokens",
+        "logprobs",
+        "proximal_logprobs",
+        "advantages",
+    )
 
 
 def test_unknown_loss_name_is_an_error_listing_known_losses() -> None:
@@ -199,10 +207,11 @@ def test_dro_requires_beta() -> None:
 
 def test_config_defaults_are_filled_in_and_overridable() -> None:
     ppo = get_loss_fn("ppo")
-    assert ppo.resolve_config(None) == {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}
+    assert ppo.resolve_config(None) == {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2, "clip_ratio_c": math.inf}
     assert ppo.resolve_config({"clip_high_threshold": 1.28}) == {
         "clip_low_threshold": 0.8,
         "clip_high_threshold": 1.28,
+        "clip_ratio_c": math.inf,
     }
     assert get_loss_fn("cispo").resolve_config(None) == {"clip_low_threshold": 0.0, "clip_high_threshold": 4.0}
 

@@ -6,13 +6,38 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from train_core.losses import loss_ratios, merge_loss_metrics
 from train_core.rl.data_processing import shared_prompt_tokens
+from train_core.rl.dynamic_sampling import has_reward_spread
 from train_core.rl.rollouts import DroppedGroup, SampledGroup
 from train_core.rl.types import EPISODE_STOPS, Metrics, TrajectoryGroup
 from train_core.types import Datum, ForwardBackwardOutput, OptimStepOutput
 
 if TYPE_CHECKING:
     import torch
+
+
+def action_token_logprobs(
+    data_D: Sequence[Datum], logprobs_D: Sequence[torch.Tensor], what: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sampling logprobs and `logprobs_D` (another policy's, per target token, described by
+    `what` in errors) over every action token (mask > 0) of the batch, flattened, float64.
+    `data_D` must still hold its mask; a datum whose logprobs do not line up is a ValueError."""
+    import torch
+
+    sampled: list[torch.Tensor] = []
+    others: list[torch.Tensor] = []
+    for i, (datum, other_T) in enumerate(zip(data_D, logprobs_D, strict=True)):
+        sampling_T = datum.loss_fn_inputs["logprobs"].to_torch().double()
+        action_T = datum.loss_fn_inputs["mask"].to_torch() > 0
+        if other_T.shape != sampling_T.shape:
+            raise ValueError(
+                f"datum {i}: {tuple(other_T.shape)} {what} logprobs for {tuple(sampling_T.shape)} sampling logprobs"
+            )
+        sampled.append(sampling_T[action_T])
+        others.append(other_T.detach().double()[action_T])
+    empty = torch.empty(0, dtype=torch.float64)
+    return (torch.cat(sampled) if sampled else empty), (torch.cat(others) if others else empty)
 
 
 def compute_kl_sample_train(data_D: Sequence[Datum], training_logprobs_D: Sequence[torch.Tensor]) -> dict[str, float]:
@@ -22,27 +47,14 @@ def compute_kl_sample_train(data_D: Sequence[Datum], training_logprobs_D: Sequen
     v2 = 0.5 * mean(d^2) (never negative); entropy = -mean(sampling logprob). On-policy with the
     same weights all of them but the entropy should be ~0. `data_D` must still hold its mask.
     """
-    import torch
-
-    diffs: list[torch.Tensor] = []
-    sampled: list[torch.Tensor] = []
-    for i, (datum, training_T) in enumerate(zip(data_D, training_logprobs_D, strict=True)):
-        sampling_T = datum.loss_fn_inputs["logprobs"].to_torch().double()
-        action_T = datum.loss_fn_inputs["mask"].to_torch() > 0
-        if training_T.shape != sampling_T.shape:
-            raise ValueError(
-                f"datum {i}: {tuple(training_T.shape)} training logprobs for "
-                f"{tuple(sampling_T.shape)} sampling logprobs"
-            )
-        diffs.append(sampling_T[action_T] - training_T.detach().double()[action_T])
-        sampled.append(sampling_T[action_T])
-    flat_diffs = torch.cat(diffs) if diffs else torch.empty(0)
-    if flat_diffs.numel() == 0:
+    sampled_N, training_N = action_token_logprobs(data_D, training_logprobs_D, "training")
+    if sampled_N.numel() == 0:
         raise ValueError("compute_kl_sample_train: the batch has no action tokens (mask > 0)")
+    diffs_N = sampled_N - training_N
     return {
-        "optim/kl_sample_train_v1": flat_diffs.mean().item(),
-        "optim/kl_sample_train_v2": 0.5 * (flat_diffs**2).mean().item(),
-        "optim/entropy": -torch.cat(sampled).mean().item(),
+        "optim/kl_sample_train_v1": diffs_N.mean().item(),
+        "optim/kl_sample_train_v2": 0.5 * (diffs_N**2).mean().item(),
+        "optim/entropy": -sampled_N.mean().item(),
     }
 
 
@@ -60,7 +72,7 @@ def _by_group_metrics(groups_P: Sequence[TrajectoryGroup], good_threshold: float
     n_mixed = n_good = n_bad = 0
     for group in groups_P:
         rewards_G = group.get_total_rewards()
-        if len(set(rewards_G)) > 1:
+        if has_reward_spread(rewards_G):
             n_mixed += 1
         elif rewards_G[0] >= good_threshold:
             n_good += 1
@@ -162,19 +174,11 @@ def compute_kl_pre_post(data_D: Sequence[Datum], new_logprobs_D: Sequence[torch.
     `d = sampling logprob - new logprob`, `optim/kl_pre_post` = mean(d) (an estimate of
     KL(sampler || updated policy) on the sampled tokens) and `optim/kl_pre_post_v2` = 0.5 mean(d^2).
     Empty when no datum has an action token."""
-    import torch
-
-    diffs: list[torch.Tensor] = []
-    for i, (datum, new_T) in enumerate(zip(data_D, new_logprobs_D, strict=True)):
-        sampling_T = datum.loss_fn_inputs["logprobs"].to_torch().double()
-        action_T = datum.loss_fn_inputs["mask"].to_torch() > 0
-        if new_T.shape != sampling_T.shape:
-            raise ValueError(f"datum {i}: {tuple(new_T.shape)} new logprobs for {tuple(sampling_T.shape)} sampled")
-        diffs.append(sampling_T[action_T] - new_T.detach().double()[action_T])
-    flat = torch.cat(diffs) if diffs else torch.empty(0)
-    if flat.numel() == 0:
+    sampled_N, new_N = action_token_logprobs(data_D, new_logprobs_D, "new")
+    if sampled_N.numel() == 0:
         return {}
-    return {"optim/kl_pre_post": flat.mean().item(), "optim/kl_pre_post_v2": 0.5 * (flat**2).mean().item()}
+    diffs_N = sampled_N - new_N
+    return {"optim/kl_pre_post": diffs_N.mean().item(), "optim/kl_pre_post_v2": 0.5 * (diffs_N**2).mean().item()}
 
 
 def rollout_metrics(groups: Sequence[SampledGroup], prefix: str = "env") -> Metrics:
@@ -203,11 +207,14 @@ def train_step_metrics(
 ) -> Metrics:
     """Sampler/trainer agreement and entropy over action tokens (`data_D` still holds its masks;
     left out when every action token is masked), the summed loss, the optimizer's metrics averaged
-    over substeps, and the trained token count (`tokens/trained`)."""
+    over substeps, the trained token count (`tokens/trained`) and what the loss reported over the
+    whole step (`loss_ratios`: clip fractions of a clipping loss, KL and entropy means)."""
     n_trained = trained_tokens(data_D)
     metrics = compute_kl_sample_train(data_D, training_logprobs(fb_outputs)) if n_trained else {}
     metrics["tokens/trained"] = n_trained
-    metrics["optim/loss:sum"] = sum(fb.metrics.get("loss:sum", 0.0) for fb in fb_outputs)
+    loss_metrics = merge_loss_metrics([fb.metrics for fb in fb_outputs])
+    metrics["optim/loss:sum"] = loss_metrics.get("loss:sum", 0.0)
+    metrics.update(loss_ratios(loss_metrics))
     keys = {key for out in optim_outputs for key in out.metrics}
     for key in sorted(keys):
         values = [out.metrics[key] for out in optim_outputs if key in out.metrics]

@@ -66,7 +66,8 @@ def sl_batch(token_lists: list[list[int]]) -> list[Datum]:
 
 @pytest.fixture(scope="session")
 def rl_batch(token_lists: list[list[int]]) -> list[Datum]:
-    """Policy-gradient datums with made-up sampling logprobs and alternating-sign advantages."""
+    """Policy-gradient datums with made-up sampling (and proximal) logprobs and alternating-sign
+    advantages."""
     data = []
     for index, tokens in enumerate(token_lists):
         n = len(tokens) - 1
@@ -75,7 +76,11 @@ def rl_batch(token_lists: list[list[int]]) -> list[Datum]:
         mask = [float(i >= n // 2) for i in range(n)]
         data.append(
             shifted(
-                tokens, logprobs=[-7.0 + 0.1 * i for i in range(n)], advantages=[sign] * n, sequence_ratio_mask=mask
+                tokens,
+                logprobs=[-7.0 + 0.1 * i for i in range(n)],
+                proximal_logprobs=[-7.2 + 0.1 * i for i in range(n)],
+                advantages=[sign] * n,
+                sequence_ratio_mask=mask,
             )
         )
     return data

@@ -30,7 +30,7 @@ from adapters.local.distributed_worker import FAULT_ENV
 from kitchen.cli import main
 from kitchen.errors import KitchenError
 from kitchen.metrics import read_metrics
-from tests.contract.data import encode_texts, sft_datum
+from kitchen.testing.contract.data import encode_texts, sft_datum
 from train_core.types import AdamParams, Datum, ModelInput, TensorData
 
 pytestmark = pytest.mark.slow

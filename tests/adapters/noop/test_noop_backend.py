@@ -10,7 +10,7 @@ import pytest
 
 from adapters.noop import NoopBackend, NoopCall
 from kitchen.errors import ConfigError, KitchenError
-from tests.contract.data import BASE_MODEL, sft_batch, train_step
+from kitchen.testing.contract.data import BASE_MODEL, sft_batch, train_step
 from train_core.types import AdamParams, ModelInput, SamplingParams
 
 LATENCY_S = 0.2

@@ -9,9 +9,9 @@ from hypothesis import given
 from rl_test_factories import single_turn_group, trajectory, transition
 
 from train_core.rl.data_processing import trajectory_to_data
-from train_core.rl.metrics import compute_kl_sample_train, compute_trajectory_metrics
+from train_core.rl.metrics import compute_kl_sample_train, compute_trajectory_metrics, train_step_metrics
 from train_core.rl.types import TrajectoryGroup
-from train_core.types import Datum
+from train_core.types import Datum, ForwardBackwardOutput, OptimStepOutput
 
 
 def two_datums() -> list[Datum]:
@@ -129,3 +129,21 @@ def test_trajectory_metrics_reject_empty_input_and_misaligned_tags() -> None:
         compute_trajectory_metrics([], [])
     with pytest.raises(ValueError):
         compute_trajectory_metrics([single_turn_group([1.0])], [])
+
+
+def test_train_step_metrics_report_clip_fractions_over_the_whole_step() -> None:
+    """Two substeps' counts add up before dividing: 1 of 2 and 3 of 8 policy tokens clipped low
+    is 4 of 10 for the step, not the mean of 1/2 and 3/8."""
+    data = two_datums()
+    outputs = [
+        ForwardBackwardOutput(
+            [{"logprobs": d.loss_fn_inputs["logprobs"]}],
+            {"loss:sum": s, "loss/clipped_low:sum": low, "loss/clipped_high:sum": 0.0, "loss/policy_tokens:sum": n},
+        )
+        for d, s, low, n in zip(data, (1.0, 2.0), (1.0, 3.0), (2.0, 8.0), strict=True)
+    ]
+    metrics = train_step_metrics(data, outputs, [OptimStepOutput(), OptimStepOutput()])
+    assert metrics["optim/loss:sum"] == 3.0
+    assert metrics["loss/clipfrac_low"] == pytest.approx(0.4) and metrics["loss/clipfrac_high"] == 0.0
+    plain = [ForwardBackwardOutput(o.loss_fn_outputs, {"loss:sum": 1.0}) for o in outputs]
+    assert not any(key.startswith("loss/") for key in train_step_metrics(data, plain, [OptimStepOutput()]))

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from kitchen.ports import ServiceBackend
-from tests.contract.data import (
+from kitchen.testing.contract.data import (
     BASE_MODEL,
     LOGPROB_ATOL,
     encode_texts,

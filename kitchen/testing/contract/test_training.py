@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from kitchen.ports import ServiceBackend
-from tests.contract.data import (
+from kitchen.testing.contract.data import (
     BASE_MODEL,
     LOGPROB_ATOL,
     TRAIN_LR,

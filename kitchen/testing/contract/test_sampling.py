@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kitchen.ports import ServiceBackend
-from tests.contract.data import BASE_MODEL, LOGPROB_ATOL, TEXTS, max_abs_diff
+from kitchen.testing.contract.data import BASE_MODEL, LOGPROB_ATOL, TEXTS, max_abs_diff
 from train_core.errors import InvalidInputError
 from train_core.types import ModelInput, SampleResult, SamplingParams
 

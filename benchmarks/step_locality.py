@@ -1,0 +1,126 @@
+"""How many files a reader opens to follow one synchronous RL step, measured by tracing one.
+
+    PYTHONPATH=. python benchmarks/step_locality.py [--recipe math_rl] [--list]
+
+Runs the recipe on the noop backend (sync mode, no warm start) and traces step 1 (the second
+step: setup is over). Two figures:
+
+- reading path: the workflow builder's module, the modules of the step's stages, and the modules
+  of every function those stages' `run` bodies call directly — what a reader opens to follow the
+  step top to bottom (the backend behind the port is not counted, nor the framework a reader
+  learns once: the stage, context, workflow and runner modules);
+- executed: every file of kitchen/, train_core/ and recipes/ with code that ran during the step
+  (runner, context and metrics bookkeeping included).
+
+Both print file counts and the total lines of those files (goal for the reading path: <= 8 files).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import types
+from pathlib import Path
+from typing import Any
+
+from kitchen.config import load_config
+from kitchen.hooks import Hooks
+from kitchen.launch import run_recipe
+from kitchen.recipe import get_recipe
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYERS = ("kitchen", "train_core", "recipes")
+FRAMEWORK = {"kitchen/stage.py", "kitchen/context.py", "kitchen/workflow.py", "kitchen/runner.py"}
+
+
+def in_repo(filename: str) -> str | None:
+    """The file's path relative to the repository when it is kitchen's own code, else None."""
+    path = Path(filename)
+    if not path.is_absolute():
+        return None
+    try:
+        relative = path.resolve().relative_to(ROOT)
+    except ValueError:
+        return None
+    return str(relative) if relative.parts[0] in LAYERS else None
+
+
+class StepTracer(Hooks):
+    """Traces Python calls during one step of the step loop."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+        self.tracing = False
+        self.executed: set[str] = set()
+        self.stage_modules: set[str] = set()
+        self.direct: set[str] = set()
+        self._run_codes: set[types.CodeType] = set()
+
+    def _profile(self, frame: types.FrameType, event: str, arg: Any) -> None:
+        if event != "call":
+            return
+        callee = in_repo(frame.f_code.co_filename)
+        if callee is None:
+            return
+        self.executed.add(callee)
+        caller = frame.f_back
+        if caller is not None and caller.f_code in self._run_codes:
+            self.direct.add(callee)
+
+    def before_stage(self, ctx: Any, stage: Any) -> None:
+        if ctx.step != self.step:
+            return
+        run = type(stage).run
+        self._run_codes.add(run.__code__)
+        module = in_repo(run.__code__.co_filename)
+        if module:
+            self.stage_modules.add(module)
+        if not self.tracing:
+            self.tracing = True
+            sys.setprofile(self._profile)
+
+    def on_step_end(self, ctx: Any, step: int) -> None:
+        if step == self.step and self.tracing:
+            sys.setprofile(None)
+            self.tracing = False
+
+
+def lines(files: set[str]) -> int:
+    return sum(len((ROOT / file).read_text(encoding="utf-8").splitlines()) for file in files)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--recipe", default="math_rl")
+    parser.add_argument("--list", action="store_true", help="print the files of each figure")
+    args = parser.parse_args()
+    recipe = get_recipe(args.recipe)
+    tracer = StepTracer(step=1)
+    with tempfile.TemporaryDirectory() as scratch:
+        overrides = [
+            "backend=noop",
+            f"log_path={scratch}/run",
+            "warm_start_steps=0",
+            "num_batches=3",
+            "groups_per_batch=4",
+            "group_size=4",
+            "eval_every=0",
+            "save_every=0",
+        ]
+        config = load_config(recipe.config_cls, None, overrides)
+        run_recipe(recipe, config, hooks=[tracer], progress=False)
+    workflow_module = in_repo(sys.modules[type(recipe.workflow).__module__].__file__ or "")
+    builder = getattr(recipe.workflow, "build", recipe.workflow)
+    builder_module = in_repo(builder.__code__.co_filename) if hasattr(builder, "__code__") else workflow_module
+    reading = {*tracer.stage_modules, *tracer.direct, *filter(None, [builder_module])} - FRAMEWORK
+    print(f"recipe {args.recipe}, sync mode, step 1 on the noop backend")
+    print(f"reading path: {len(reading)} files, {lines(reading)} lines (goal: <= 8 files)")
+    print(f"executed:     {len(tracer.executed)} files, {lines(tracer.executed)} lines")
+    if args.list:
+        print("\nreading path:\n  " + "\n  ".join(sorted(reading)))
+        print("\nexecuted:\n  " + "\n  ".join(sorted(tracer.executed)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""`algorithm: NAME` presets: each published RL algorithm's documented settings, as data over the
+RL settings keys (`RLSettings` and `RLAlgorithmSettings`); any key can still be overridden.
+
+    grpo          group mean / group std; ppo (0.8, 1.2); seq_mean_token_mean; k3 KL in the loss 0.04
+                  (DeepSeekMath, arXiv:2402.03300)
+    dr_grpo       group mean; ppo (0.8, 1.2); seq_mean_token_sum_norm over max_tokens; no KL
+                  (Dr. GRPO, arXiv:2503.20783)
+    dapo          group mean / group std; ppo (0.8, 1.28), clip-higher; token_mean; no KL; dynamic
+                  sampling (at most 10 rounds, as verl's recipe); overlong buffer max_tokens / 5
+                  (DAPO, arXiv:2503.14476)
+    gspo          group mean / group std; gspo (1 - 3e-4, 1 + 4e-4); seq_mean_token_mean; no KL
+                  (GSPO, arXiv:2507.18071)
+    rloo          leave-one-out; importance_sampling (REINFORCE); seq_mean_token_sum; KL in the reward
+                  (RLOO, arXiv:2402.14740)
+    reinforce_pp  batch whitening; ppo (0.8, 1.2); token_mean; KL in the reward
+                  (REINFORCE++, arXiv:2501.03262)
+
+RLOO and REINFORCE++ put the KL in the reward, whose coefficient the papers tune per task: their
+presets leave kitchen's `kl_penalty_coef` to the recipe. REINFORCE++'s group variant is
+`advantage_estimator: reinforce_pp_baseline`. Applying a preset (recipe defaults < preset < YAML <
+`key=value`) is the config loader's job, not this table's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+AlgorithmName = Literal["grpo", "dr_grpo", "dapo", "gspo", "rloo", "reinforce_pp"]
+ALGORITHM_NAMES: tuple[AlgorithmName, ...] = get_args(AlgorithmName)
+
+
+@dataclass(frozen=True)
+class AlgorithmPreset:
+    """One algorithm's settings and where they come from."""
+
+    name: AlgorithmName
+    source: str
+    settings: Mapping[str, object]
+
+
+_PPO = {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}
+
+ALGORITHM_PRESETS: dict[str, AlgorithmPreset] = {
+    preset.name: preset
+    for preset in (
+        AlgorithmPreset(
+            "grpo",
+            "Shao et al. 2024, DeepSeekMath (arXiv:2402.03300): GRPO's objective, eps 0.2, "
+            "beta 0.04 with the k3 estimator",
+            {
+                "advantage_estimator": "grpo",
+                "scale_rewards": "group",
+                "loss_fn": "ppo",
+                "loss_fn_config": _PPO,
+                "loss_aggregation": "seq_mean_token_mean",
+                "kl_loss_coef": 0.04,
+                "kl_loss_estimator": "k3",
+            },
+        ),
+        AlgorithmPreset(
+            "dr_grpo",
+            "Liu et al. 2025, Understanding R1-Zero-Like Training (arXiv:2503.20783): no std, no length normalisation",
+            {
+                "advantage_estimator": "dr_grpo",
+                "loss_fn": "ppo",
+                "loss_fn_config": _PPO,
+                "loss_aggregation": "seq_mean_token_sum_norm",
+                "kl_loss_coef": 0.0,
+            },
+        ),
+        AlgorithmPreset(
+            "dapo",
+            "Yu et al. 2025, DAPO (arXiv:2503.14476): clip-higher 0.2 / 0.28, dynamic sampling, token-level loss, "
+            "overlong reward shaping (L_cache 4096 of 20480), no KL; max 10 generation rounds as verl's DAPO recipe",
+            {
+                "advantage_estimator": "grpo",
+                "scale_rewards": "group",
+                "loss_fn": "ppo",
+                "loss_fn_config": {"clip_low_threshold": 0.8, "clip_high_threshold": 1.28},
+                "loss_aggregation": "token_mean",
+                "kl_loss_coef": 0.0,
+                "dynamic_sampling": {"max_rounds": 10},
+                "overlong_buffer": {"penalty_factor": 1.0},
+            },
+        ),
+        AlgorithmPreset(
+            "gspo",
+            "Zheng et al. 2025, Group Sequence Policy Optimization (arXiv:2507.18071): "
+            "sequence-level ratio, clip 3e-4 / 4e-4",
+            {
+                "advantage_estimator": "grpo",
+                "scale_rewards": "group",
+                "loss_fn": "gspo",
+                "loss_fn_config": {"clip_low_threshold": 1 - 3e-4, "clip_high_threshold": 1 + 4e-4},
+                "loss_aggregation": "seq_mean_token_mean",
+                "kl_loss_coef": 0.0,
+            },
+        ),
+        AlgorithmPreset(
+            "rloo",
+            "Ahmadian et al. 2024, Back to Basics (arXiv:2402.14740): leave-one-out baseline, "
+            "the completion as one action",
+            {
+                "advantage_estimator": "rloo",
+                "loss_fn": "importance_sampling",
+                "loss_aggregation": "seq_mean_token_sum",
+                "kl_loss_coef": 0.0,
+            },
+        ),
+        AlgorithmPreset(
+            "reinforce_pp",
+            "Hu et al. 2025, REINFORCE++ (arXiv:2501.03262): global advantage normalisation, "
+            "PPO clip 0.2, token-level loss",
+            {
+                "advantage_estimator": "reinforce_pp",
+                "loss_fn": "ppo",
+                "loss_fn_config": _PPO,
+                "loss_aggregation": "token_mean",
+                "kl_loss_coef": 0.0,
+            },
+        ),
+    )
+}

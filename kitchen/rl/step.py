@@ -1,0 +1,355 @@
+"""One RL step, top to bottom: the step's env groups, rollouts with the current sampler, what
+they are logged as, group-centred advantages, datum assembly, the optional KL penalty, the
+policy-gradient update, and the refreshed sampler. The math is `train_core.rl`'s.
+
+Every mode runs these stages: sync runs them in this order on the whole batch; stream-minibatch
+(`kitchen.rl.stream`) runs advantages, assembly and the penalty once per minibatch; async
+(`kitchen.rl.async_mode`) replaces the rollouts with groups taken from its sampling workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kitchen.context import Context
+from kitchen.ports import SamplingClient, Tokenizer, TrainingClient
+from kitchen.requests import score_targets
+from kitchen.rl.settings import RLSettings
+from kitchen.stage import Stage
+from kitchen.stages.training import adam_params, guard_nonfinite, train_in_chunks
+from kitchen.workflow import ConfigPredicate
+from train_core.rl.advantages import compute_advantages
+from train_core.rl.data_processing import (
+    assemble_training_data,
+    remove_constant_reward_groups,
+    substep_chunks,
+)
+from train_core.rl.kl_penalty import incorporate_kl_penalty
+from train_core.rl.metrics import compute_kl_pre_post, rollout_failure_metrics, rollout_metrics, train_step_metrics
+from train_core.rl.rollouts import (
+    DroppedGroup,
+    RolloutFailure,
+    RolloutLimits,
+    RolloutOptions,
+    SampledGroup,
+    kept_groups,
+    sample_group,
+)
+from train_core.rl.task import RLTask
+from train_core.rl.types import EnvGroupBuilder, TrajectoryGroup
+from train_core.types import Datum, SamplingParams
+
+if TYPE_CHECKING:
+    import torch
+
+
+def rollout_params(config: RLSettings) -> SamplingParams:
+    """Sampling settings from the RL config; each env's stop condition is added per call."""
+    return SamplingParams(max_tokens=config.max_tokens, temperature=config.temperature)
+
+
+def rollout_options(config: RLSettings) -> RolloutOptions:
+    """Episode limits, termination reward and failure policy from the RL config."""
+    failure = config.rollout_failure
+    return RolloutOptions(
+        limits=RolloutLimits(
+            max_turns=config.max_episode_turns,
+            max_tokens=config.max_episode_tokens,
+            timeout_s=config.episode_timeout_s,
+            max_context_tokens=config.max_context_tokens,
+        ),
+        termination_reward=config.termination_reward,
+        failure=RolloutFailure(failure.policy, failure.retries, failure.min_group_size),
+    )
+
+
+def note_dropped(ctx: Context, dropped: list[DroppedGroup]) -> None:
+    for group in dropped:
+        ctx.log.warning("rollout.group_dropped", step=ctx.step, tags=group.builder.logging_tags(), error=group.error)
+
+
+# -- 1. the step's problems --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EnvGroups:
+    env_group_builders: list[EnvGroupBuilder]
+
+
+class GetEnvGroups(Stage):
+    """The env-group builders of the current step: batch `step` of the dataset (cycled), so a
+    resumed run sees exactly the problems an uninterrupted run would."""
+
+    async def run(self, ctx: Context, rl_task: RLTask) -> EnvGroups:
+        dataset = rl_task.train
+        return EnvGroups(list(dataset.get_batch(ctx.step % len(dataset))))
+
+
+# -- 2. rollouts -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rollouts:
+    sampled_groups: list[SampledGroup]
+
+
+class DoRollouts(Stage):
+    """Roll out every env group of the step with the current sampler, all groups concurrently.
+
+    Seeds derive from (seed, step, group index), so a resumed run samples what an uninterrupted
+    one would have.
+    """
+
+    calls = (SamplingClient.sample,)
+
+    async def run(
+        self,
+        ctx: Context,
+        env_group_builders: list[EnvGroupBuilder],
+        sampling_client: SamplingClient,
+        sampler_step: int,
+        config: RLSettings,
+    ) -> Rollouts:
+        params, options = rollout_params(config), rollout_options(config)
+        results = await asyncio.gather(
+            *(
+                sample_group(
+                    builder, sampling_client, sampler_step, params, ("train", config.seed, ctx.step, i), options
+                )
+                for i, builder in enumerate(env_group_builders)
+            )
+        )
+        groups, dropped = kept_groups(results)
+        note_dropped(ctx, dropped)
+        ctx.record(rollout_failure_metrics(groups, dropped))
+        return Rollouts(groups)
+
+
+class RecordRolloutMetrics(Stage):
+    """Reward, length and env metrics of every group sampled for the step (`env/all/...`,
+    `env/{tag}/...`), whether or not it is kept for training."""
+
+    async def run(self, ctx: Context, sampled_groups: list[SampledGroup]) -> None:
+        if not sampled_groups:
+            ctx.log.warning("rollout_metrics.skipped", step=ctx.step, reason="no group was kept")
+            return
+        ctx.record(rollout_metrics(sampled_groups))
+
+
+def group_transcripts(
+    group: SampledGroup, tokenizer: Tokenizer, step: int, group_index: int
+) -> list[dict[str, object]]:
+    """One JSON-ready record per trajectory: each turn's observation and action as text."""
+    records: list[dict[str, object]] = []
+    rewards_G = group.trajectories.get_total_rewards()
+    for traj_index, traj in enumerate(group.trajectories.trajectories_G):
+        turns = [
+            {
+                "observation": tokenizer.decode(t.ob.to_ints()),
+                "action": tokenizer.decode(t.ac.tokens),
+                "stop_reason": t.ac.stop_reason,
+                "parse_ok": t.parse_ok,
+                "reward": t.reward,
+                "metrics": t.metrics,
+            }
+            for t in traj.transitions
+        ]
+        records.append(
+            {
+                "step": step,
+                "group": group_index,
+                "trajectory": traj_index,
+                "sampler_step": group.sampler_step,
+                "tags": group.builder.logging_tags(),
+                "total_reward": rewards_G[traj_index],
+                "episode_stop": traj.stop_reason,
+                "turns": turns,
+            }
+        )
+    return records
+
+
+class WriteTranscripts(Stage):
+    """The first `transcript_groups` groups of the step as text, to `rollouts/step_{step:06d}.jsonl`."""
+
+    async def run(
+        self, ctx: Context, sampled_groups: list[SampledGroup], tokenizer: Tokenizer, config: RLSettings
+    ) -> None:
+        count = config.transcript_groups
+        if ctx.run_dir is None or count == 0:
+            return
+        folder = ctx.run_dir / "rollouts"
+        folder.mkdir(exist_ok=True)
+        lines = [
+            json.dumps(record)
+            for index, group in enumerate(sampled_groups[:count])
+            for record in group_transcripts(group, tokenizer, ctx.step, index)
+        ]
+        (folder / f"step_{ctx.step:06d}.jsonl").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+
+# -- 3. advantages -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Advantages:
+    trained_groups: list[TrajectoryGroup]
+    trained_tags: list[list[str]]
+    advantages: list[torch.Tensor]
+
+
+class ComputeAdvantages(Stage):
+    """Group-centred advantages over the groups kept for training (constant-reward groups are
+    dropped when `remove_constant_reward_groups`)."""
+
+    async def run(self, sampled_groups: list[SampledGroup], config: RLSettings) -> Advantages:
+        groups_P = [g.trajectories for g in sampled_groups]
+        if config.remove_constant_reward_groups:
+            groups_P = remove_constant_reward_groups(groups_P)
+        kept = {id(group) for group in groups_P}
+        tags_P = [g.builder.logging_tags() for g in sampled_groups if id(g.trajectories) in kept]
+        return Advantages(groups_P, tags_P, compute_advantages(groups_P))
+
+
+# -- 4. datum assembly -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RLData:
+    rl_data: list[Datum]
+
+
+@dataclass(frozen=True)
+class AssembledData:
+    rl_data: list[Datum]
+    rl_data_tags: list[list[str]]
+    """Each datum's group logging tags (its data set), for adjusters that differ by data set."""
+
+
+class AssembleData(Stage):
+    """Datums for the policy-gradient loss: action tokens carry their sampling logprobs and the
+    trajectory's advantage; the mask stays on for the KL terms and metrics. With
+    `parse_error_policy=mask`, turns whose reply failed to parse are not trained (advantage and
+    mask 0; `num_masked_parse_error_turns` counts them)."""
+
+    async def run(
+        self,
+        ctx: Context,
+        trained_groups: list[TrajectoryGroup],
+        trained_tags: list[list[str]],
+        advantages: list[torch.Tensor],
+        config: RLSettings,
+    ) -> AssembledData:
+        mask = config.parse_error_policy == "mask"
+        data_D, metadata_D = assemble_training_data(trained_groups, advantages, mask_parse_errors=mask)
+        if mask:
+            masked = sum(not t.parse_ok for g in trained_groups for traj in g.trajectories_G for t in traj.transitions)
+            ctx.record({"num_masked_parse_error_turns": float(masked)})
+        ctx.record({"num_datums": len(data_D)})
+        return AssembledData(data_D, [trained_tags[meta["group_idx"]] for meta in metadata_D])
+
+
+# -- 5. advantage adjusters (a workflow's `adjust` slot) ---------------------------------------
+
+
+class ApplyKLPenalty(Stage):
+    """Pull the policy towards the frozen reference (`keys={"reference_client": ...}` for another
+    model): `kl_penalty_coef` times each action token's excess log-ratio over the batch mean is
+    taken off its advantage (discounted by `kl_discount_factor`). Logs `kl_policy_base`, the mean
+    sampled-vs-model log-ratio."""
+
+    calls = (SamplingClient.compute_logprobs,)
+
+    async def run(
+        self, ctx: Context, rl_data: list[Datum], reference_client: SamplingClient, config: RLSettings
+    ) -> RLData:
+        if not rl_data:
+            return RLData(rl_data)
+        base_logprobs_D = await score_targets(reference_client, rl_data)
+        data_D, metrics = incorporate_kl_penalty(
+            rl_data, base_logprobs_D, config.kl_penalty_coef, config.kl_discount_factor
+        )
+        ctx.record(metrics)
+        return RLData(data_D)
+
+
+# -- 6. the update -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainedData:
+    trained_data: list[Datum]
+
+
+class RLTrainStep(Stage):
+    """Train on the step's datums with the configured `loss_fn` / `loss_fn_config`, in
+    `num_substeps` pipelined optimizer steps; then compare the training logprobs with the
+    sampling ones (`optim/kl_sample_train_v1|v2`, `optim/entropy`).
+
+    A batch with no datums (no trajectory had a token to train) skips the update. The datums
+    trained become `trained_data` (for `PostUpdateKL`). A step the optimizer did not apply because
+    its loss or gradient was NaN/inf counts towards `max_bad_steps` (`guard_nonfinite`).
+    """
+
+    calls = (TrainingClient.forward_backward, TrainingClient.optim_step)
+
+    async def run(
+        self, ctx: Context, rl_data: list[Datum], training_client: TrainingClient, config: RLSettings
+    ) -> TrainedData:
+        if not rl_data:
+            ctx.log.warning("train_step.skipped", step=ctx.step, reason="no datums: no trajectory had a token to train")
+            return TrainedData(rl_data)
+        chunks = substep_chunks(rl_data, config.loss_fn, config.num_substeps)
+        results = await train_in_chunks(
+            training_client, chunks, config.loss_fn, config.loss_fn_config, adam_params(ctx, config)
+        )
+        fb_outputs, optim_outputs = [fb for fb, _ in results], [optim for _, optim in results]
+        ctx.record(train_step_metrics(rl_data, fb_outputs, optim_outputs))
+        guard_nonfinite(ctx, ctx.step, config.max_bad_steps, optim_outputs, fb_outputs)
+        return TrainedData(rl_data)
+
+
+# -- 7. the next step's sampler ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sampler:
+    sampling_client: SamplingClient
+    sampler_step: int
+    """Optimizer steps its weights have taken (the age off-policy filtering uses)."""
+
+
+class RefreshSampler(Stage):
+    """A sampling client on the training client's current weights. Inside the step loop it runs
+    after the step's update, so its `sampler_step` is `step + 1`."""
+
+    calls = (TrainingClient.save_weights_and_get_sampling_client,)
+
+    def __init__(self, after_update: bool = True, name: str | None = None) -> None:
+        super().__init__(name or ("refresh_sampler" if after_update else "initial_sampler"))
+        self.after_update = after_update
+
+    async def run(self, ctx: Context, training_client: TrainingClient) -> Sampler:
+        client = await training_client.save_weights_and_get_sampling_client()
+        return Sampler(client, ctx.step + 1 if self.after_update else ctx.step)
+
+
+class PostUpdateKL(Stage):
+    """How far the step's update moved the policy on the step's own tokens: the trained datums
+    scored by the refreshed sampler (one `compute_logprobs` per datum, all at once), compared with
+    their sampling logprobs (`optim/kl_pre_post`, `optim/kl_pre_post_v2`). Runs after
+    `RefreshSampler` when `post_update_kl` is on."""
+
+    calls = (SamplingClient.compute_logprobs,)
+
+    async def run(self, ctx: Context, trained_data: list[Datum], sampling_client: SamplingClient) -> None:
+        if trained_data:
+            ctx.record(compute_kl_pre_post(trained_data, await score_targets(sampling_client, trained_data)))
+
+
+post_update_kl_on = ConfigPredicate(
+    "post_update_kl is on", ("post_update_kl",), lambda ctx: bool(ctx.config.post_update_kl)
+)

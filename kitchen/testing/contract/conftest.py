@@ -1,0 +1,28 @@
+"""The `backend` fixture of the contract suite when it runs from the installed package: the
+backend named by `--kitchen-backend`, built by its registered factory (kitchen's own suite
+parametrizes `backend` over the built-in backends instead: `tests/contract/conftest.py`)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kitchen.backends import get_backend_spec
+from kitchen.config import RunConfig, load_config
+from kitchen.ports import ServiceBackend
+
+
+@pytest.fixture
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ServiceBackend]:
+    """A fresh backend writing checkpoints under the test's tmp_path; closed after the test."""
+    name = request.config.getoption("kitchen_backend")
+    if not name:
+        pytest.skip("kitchen's backend contract suite runs against --kitchen-backend=NAME (a registered backend)")
+    options = [f"{name}.{option}" for option in request.config.getoption("kitchen_backend_option")]
+    config = load_config(RunConfig, None, [f"backend={name}", "model_name=tiny", *options])
+    service = get_backend_spec(name).create(config, getattr(config, name), tmp_path)
+    yield service
+    asyncio.run(service.close())
