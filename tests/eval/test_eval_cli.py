@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kitchen.backends import BackendSpec, backend_specs, register_backend
+from kitchen import backends
+from kitchen.backends import BackendSpec, backend_specs
 from kitchen.cli import main
 
 
@@ -106,17 +107,18 @@ def test_a_folder_that_is_no_model(tmp_path: Path, capsys: pytest.CaptureFixture
     assert code == 2 and "is not a run directory, a checkpoint or a model folder" in err
 
 
-def test_a_backend_that_cannot_sample(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_backend_that_cannot_sample(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     noop = backend_specs()["noop"]
-    register_backend(
-        BackendSpec(
-            "scorer_only",
-            "a backend that trains and scores but does not sample",
-            noop.settings,
-            noop.create,
-            supported_calls=frozenset({"SamplingClient.compute_logprobs"}),
-        )
+    spec = BackendSpec(
+        "scorer_only",
+        "a backend that trains and scores but does not sample",
+        noop.settings,
+        noop.create,
+        supported_calls=frozenset({"SamplingClient.compute_logprobs"}),
     )
+    monkeypatch.setitem(backends._REGISTERED, spec.name, spec)  # registered for this test only
     code, _, err = run_eval(["tiny", "--base", "--backend", "scorer_only", "--tasks", "arithmetic"], capsys)
     assert code == 2
     assert "backend 'scorer_only' cannot sample (SamplingClient.sample unsupported)" in err
