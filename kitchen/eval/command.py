@@ -31,28 +31,6 @@ RUN_SAMPLING_KEYS = ("temperature", "max_tokens")
 """Settings a run's config supplies when the command line does not: evaluate as it sampled."""
 
 
-def add_command(commands: Any) -> None:
-    sub = commands.add_parser("eval", help="evaluate a run, checkpoint or model on tasks (kitchen eval TARGET --tasks)")
-    sub.add_argument(
-        "target", metavar="TARGET", help="a run directory, a checkpoint path, a model folder or (--base) name"
-    )
-    sub.add_argument("--tasks", required=True, help="comma-separated: task names, NAME:DATA.jsonl, or a prompts JSONL")
-    sub.add_argument("--grader", help="grader of JSONL tasks: a named grader (math, exact) or module:function")
-    sub.add_argument("--limit", type=int, help="items per task (default: all)")
-    sub.add_argument("--samples", type=int, help="samples per item (pass@k and maj@k need more than one)")
-    sub.add_argument("--seed", type=int, help="sampling seed (default 0): same seed, same samples")
-    sub.add_argument("--temperature", type=float, help="sampling temperature (default: the run's, else 1.0)")
-    sub.add_argument("--max-tokens", type=int, help="most tokens per reply (default: the run's, else 256)")
-    sub.add_argument("--out", type=Path, metavar="DIR", help="results folder (default RUN_DIR/evals/<time>)")
-    sub.add_argument("--checkpoint", help="a run's checkpoint by name (default: its last, 'final' when finished)")
-    sub.add_argument("--run", type=Path, metavar="RUN_DIR", help="the run that made TARGET (tinker:// paths)")
-    sub.add_argument("--renderer", help="chat renderer (default: the run's, or the model's recommended one)")
-    sub.add_argument("--backend", help="backend to sample on (default: the run's, or local)")
-    sub.add_argument("--base", action="store_true", help="TARGET is a base model name (tiny, a hub id)")
-    sub.add_argument("--harness", choices=["lm-eval"], help="run the tasks through lm-evaluation-harness")
-    sub.add_argument("overrides", nargs="*", metavar="TASK.key=value", help="task settings")
-
-
 @dataclass(frozen=True)
 class TaskRequest:
     label: str
