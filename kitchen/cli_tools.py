@@ -1,4 +1,4 @@
-"""`kitchen sample / chat / export / keys / cp`: using a run's checkpoints and exploring configs.
+"""`kitchen sample / chat / export / eval / keys / cp`: using a run's checkpoints and exploring configs.
 
 Kept apart from `kitchen.cli` (which only registers and dispatches these) so that file stays small.
 """
@@ -60,6 +60,30 @@ def add_commands(commands: Any) -> None:
     serve.add_argument("--seed", type=int, default=0)
     serve.add_argument("--max-body-mb", type=int, default=256, help="largest request body accepted (MiB)")
     serve.add_argument("overrides", nargs="*", metavar="key=value", help="backend settings, e.g. local.device=cuda")
+
+    evaluate = commands.add_parser(
+        "eval", help="evaluate a run, checkpoint or model on tasks (kitchen eval TARGET --tasks)"
+    )
+    evaluate.add_argument(
+        "target", metavar="TARGET", help="a run directory, a checkpoint path, a model folder or (--base) name"
+    )
+    evaluate.add_argument(
+        "--tasks", required=True, help="comma-separated: task names, NAME:DATA.jsonl, or a prompts JSONL"
+    )
+    evaluate.add_argument("--grader", help="grader of JSONL tasks: a named grader (math, exact) or module:function")
+    evaluate.add_argument("--limit", type=int, help="items per task (default: all)")
+    evaluate.add_argument("--samples", type=int, help="samples per item (pass@k and maj@k need more than one)")
+    evaluate.add_argument("--seed", type=int, help="sampling seed (default 0): same seed, same samples")
+    evaluate.add_argument("--temperature", type=float, help="sampling temperature (default: the run's, else 1.0)")
+    evaluate.add_argument("--max-tokens", type=int, help="most tokens per reply (default: the run's, else 256)")
+    evaluate.add_argument("--out", type=Path, metavar="DIR", help="results folder (default RUN_DIR/evals/<time>)")
+    evaluate.add_argument("--checkpoint", help="a run's checkpoint by name (default: its last, 'final' when finished)")
+    evaluate.add_argument("--run", type=Path, metavar="RUN_DIR", help="the run that made TARGET (tinker:// paths)")
+    evaluate.add_argument("--renderer", help="chat renderer (default: the run's, or the model's recommended one)")
+    evaluate.add_argument("--backend", help="backend to sample on (default: the run's, or local)")
+    evaluate.add_argument("--base", action="store_true", help="TARGET is a base model name (tiny, a hub id)")
+    evaluate.add_argument("--harness", choices=["lm-eval"], help="run the tasks through lm-evaluation-harness")
+    evaluate.add_argument("overrides", nargs="*", metavar="TASK.key=value", help="task settings")
 
     cp = commands.add_parser("cp", help="copy a shipped config to edit (kitchen cp dpo my_dpo.yaml)")
     cp.add_argument("config", metavar="CONFIG", help="a shipped config name (see kitchen ls)")
@@ -137,6 +161,12 @@ def _cp(args: argparse.Namespace) -> None:
     print(f"copied to {target}; edit it, then: kitchen run {recipe} --config {target}")
 
 
+def _eval(args: argparse.Namespace) -> None:
+    from kitchen.eval.command import run_command
+
+    run_command(args)
+
+
 def _serve(args: argparse.Namespace) -> None:
     from kitchen.serve.server import ServeSettings, serve
 
@@ -158,7 +188,15 @@ def _serve(args: argparse.Namespace) -> None:
 
 def dispatch(args: argparse.Namespace) -> bool:
     """Run the command if it is one of these; False when it is not."""
-    handlers = {"sample": _sample, "chat": _chat, "export": _export, "keys": _keys, "cp": _cp, "serve": _serve}
+    handlers = {
+        "sample": _sample,
+        "chat": _chat,
+        "export": _export,
+        "keys": _keys,
+        "cp": _cp,
+        "serve": _serve,
+        "eval": _eval,
+    }
     handler = handlers.get(args.command)
     if handler is None:
         return False

@@ -35,8 +35,10 @@ CHECKPOINTS_FILE = "checkpoints.jsonl"
 class CheckpointTarget:
     """A checkpoint resolved to the weights to load and the run that made them."""
 
-    model_path: str
-    run_dir: Path
+    model_path: str | None
+    """None: the base model `config.model_name` itself."""
+    run_dir: Path | None
+    """None for a bare model (no run made it)."""
     config: RunConfig
     """The run's shared keys and backend sections (recipe-specific keys are left out)."""
     renderer: str
@@ -48,7 +50,7 @@ def _has_scheme(text: str) -> bool:
     return "://" in text
 
 
-def _find_run_dir(path: Path) -> Path | None:
+def find_run_dir(path: Path) -> Path | None:
     """The nearest directory at or above `path` holding a run's config.yaml."""
     for candidate in (path, *path.parents):
         if (candidate / CONFIG_FILE).is_file():
@@ -79,22 +81,34 @@ def _shared_config(raw: Mapping[str, Any], where: Path, overrides: Mapping[str, 
         raise ConfigError(f"{where / CONFIG_FILE}: {problems}") from None
 
 
-def _last_record(run_dir: Path) -> CheckpointRecord:
+def _pick_record(run_dir: Path, name: str | None) -> CheckpointRecord:
+    """The checkpoint named `name`, or the last one (a finished run's `final`)."""
     records = [r for r in read_records(run_dir / CHECKPOINTS_FILE) if r.sampler_path or r.state_path]
     if not records:
         raise ConfigError(f"{run_dir}: no checkpoint recorded in {CHECKPOINTS_FILE} yet")
-    return records[-1]
+    if name is None:
+        return records[-1]
+    named = [r for r in records if r.name == name]
+    if not named:
+        names = ", ".join(dict.fromkeys(r.name for r in records))
+        raise ConfigError(f"{run_dir}: no checkpoint named {name!r} (recorded: {names})")
+    return named[-1]
 
 
 def resolve_checkpoint(
-    target: str, run_dir: Path | None = None, renderer: str | None = None, backend: str | None = None
+    target: str,
+    run_dir: Path | None = None,
+    renderer: str | None = None,
+    backend: str | None = None,
+    checkpoint: str | None = None,
 ) -> CheckpointTarget:
-    """`target` is a run directory or a checkpoint path; `run_dir` names the run when the path
-    does not sit inside one (a `tinker://` path, a copied checkpoint directory)."""
+    """`target` is a run directory (its checkpoint named `checkpoint`, default the last) or a
+    checkpoint path; `run_dir` names the run when the path does not sit inside one (a `tinker://`
+    path, a copied checkpoint directory)."""
     record = None
     if not _has_scheme(target) and (Path(target) / CHECKPOINTS_FILE).is_file():
         run_dir = Path(target)
-        record = _last_record(run_dir)
+        record = _pick_record(run_dir, checkpoint)
         model_path = record.sampler_path or record.state_path
         assert model_path is not None
     else:
@@ -104,7 +118,7 @@ def resolve_checkpoint(
             if not path.exists():
                 raise ConfigError(f"checkpoint not found: {target} (give a run directory or a checkpoint path)")
             model_path = str(path.resolve())
-            run_dir = run_dir or _find_run_dir(path.resolve())
+            run_dir = run_dir or find_run_dir(path.resolve())
         if run_dir is None:
             raise ConfigError(
                 f"cannot tell which run made {target}: pass --run RUN_DIR (the run directory holding {CONFIG_FILE})"
@@ -118,8 +132,28 @@ def resolve_checkpoint(
     return CheckpointTarget(model_path, run_dir, config, str(name), record, raw)
 
 
+def resolve_base_model(
+    model_name: str, renderer: str | None = None, backend: str | None = None, recommend_for: str | None = None
+) -> CheckpointTarget:
+    """A bare model as a target: the embedded `tiny`, a Hugging Face model folder or a hub id, on
+    `backend` (default local). The renderer defaults to the one recommended for `recommend_for`
+    (e.g. the base model an exported folder came from), else for `model_name`."""
+    config = _shared_config({}, Path(model_name), {"backend": backend, "model_name": model_name})
+    name = renderer or recommended_renderer(recommend_for or model_name)
+    return CheckpointTarget(None, None, config, name)
+
+
 def open_backend(target: CheckpointTarget) -> ServiceBackend:
-    return make_backend(target.config, target.run_dir / "checkpoints")
+    """The target's backend; checkpoints it would save go to its run (a bare model's backend
+    saves none)."""
+    where = target.run_dir if target.run_dir is not None else Path(target.config.model_name)
+    return make_backend(target.config, where / "checkpoints")
+
+
+async def open_sampling_client(backend: ServiceBackend, target: CheckpointTarget) -> SamplingClient:
+    if target.model_path is None:
+        return await backend.create_sampling_client(base_model=target.config.model_name)
+    return await backend.create_sampling_client(model_path=target.model_path)
 
 
 @dataclass
@@ -169,7 +203,7 @@ async def open_session(
 ) -> AsyncIterator[ChatSession]:
     backend = open_backend(target)
     try:
-        client = await backend.create_sampling_client(model_path=target.model_path)
+        client = await open_sampling_client(backend, target)
         tokenizer = backend.get_tokenizer(target.config.model_name)
         try:
             renderer = get_renderer(target.renderer, tokenizer)
@@ -186,4 +220,6 @@ def export_checkpoint(target: CheckpointTarget, out_dir: Path, merge_lora: bool)
     if spec.export_hf is None:
         hint = f": {spec.export_hint}" if spec.export_hint else ""
         raise ConfigError(f"backend {spec.name!r} cannot export checkpoints{hint}")
+    if target.model_path is None:
+        raise ConfigError(f"{target.config.model_name} is a base model, not a checkpoint: nothing to export")
     return spec.export_hf(target.model_path, out_dir, merge_lora)

@@ -34,7 +34,7 @@ OWN_RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 """The recipes shipped beside this kitchen package (installed or in a checkout)."""
 
 
-def _recipes_package() -> Any:
+def own_recipes_package() -> Any:
     """kitchen's own `recipes` package, never one that happens to sit in the current directory
     (`python -m kitchen` puts the cwd first on sys.path): a foreign one is not imported."""
     loaded = sys.modules.get("recipes")
@@ -77,7 +77,7 @@ RECIPES: ExtensionPoint[Recipe] = ExtensionPoint("kitchen.recipes", "recipe", _c
 
 
 def recipe_names() -> list[str]:
-    _recipes_package()  # kitchen's own `recipes`, never a folder of that name in the cwd
+    own_recipes_package()  # kitchen's own `recipes`, never a folder of that name in the cwd
     return RECIPES.names()
 
 
@@ -105,12 +105,12 @@ def load_recipe_file(path: Path) -> Recipe:
 def get_recipe(name: str) -> Recipe:
     if name.endswith(".py") or "/" in name or "\\" in name:
         return load_recipe_file(Path(name))
-    _recipes_package()
+    own_recipes_package()
     return RECIPES.get(name)
 
 
 def configs_dir() -> Path:
-    return Path(_recipes_package().__path__[0]) / "configs"
+    return Path(own_recipes_package().__path__[0]) / "configs"
 
 
 def shipped_configs(name: str) -> list[Path]:

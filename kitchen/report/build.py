@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kitchen.eval.results import read_run_evals
 from kitchen.report.charts import build_charts
 from kitchen.report.html import render_report
 from kitchen.report.rundata import load_run
@@ -21,6 +22,7 @@ def write_report(run_path: Path, out: Path | None, now: float, caps: Caps | None
         read_preference_examples(run_path, caps),
         caps,
         now,
+        read_run_evals(run_path),
     )
     target = out if out is not None else run_path / "report.html"
     target.parent.mkdir(parents=True, exist_ok=True)

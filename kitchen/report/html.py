@@ -8,6 +8,7 @@ script inserts with `textContent`; the JSON block escapes `<`, `>` and `&` so no
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from html import escape
 from importlib import resources
@@ -210,6 +211,36 @@ def _config(run: RunData) -> str:
     return f'<section id="config"><h2>Config</h2><table class="config">{rows}</table></section>'
 
 
+def _stat(value: Any) -> str:
+    return f"{value:.4f}" if isinstance(value, int | float) else "-"
+
+
+def _evals(evals: Sequence[Mapping[str, Any]]) -> str:
+    """`kitchen eval` results of this run's checkpoints: one table per evaluation, newest first."""
+    blocks = []
+    for document in reversed(evals):
+        facts = " · ".join(
+            escape(str(part))
+            for part in (document.get("created"), f"checkpoint {document.get('checkpoint')}", document.get("model"))
+            if part
+        )
+        rows = "".join(
+            f"<tr><td>{escape(str(row.get('task')))}</td><td>{escape(str(row.get('metric')))}</td>"
+            f'<td class="num">{_stat(row.get("value"))}</td><td class="num">± {_stat(row.get("stderr"))}</td>'
+            f'<td class="num">{escape(str(row.get("n")))}</td><td class="num">{escape(str(row.get("seed")))}</td></tr>'
+            for row in document["results"]
+            if isinstance(row, dict)
+        )
+        head = "<tr><th>task</th><th>metric</th><th>value</th><th>stderr</th><th>n</th><th>seed</th></tr>"
+        title = f'<h3>{escape(str(document.get("dir")))}</h3><p class="muted">{facts}</p>'
+        blocks.append(f'{title}<table class="evals">{head}{rows}</table>')
+    note = (
+        '<p class="muted">From <code>kitchen eval</code>: <code>evals/*/results.json</code>, '
+        "per-sample grades beside it.</p>"
+    )
+    return f'<section id="evals"><h2>Evaluations</h2>{note}{"".join(blocks)}</section>'
+
+
 def is_preference_run(run: RunData, preferences: StepSamples) -> bool:
     return bool(preferences.steps) or run.recipe == "dpo" or any("eval/margin" in row for row in run.rows)
 
@@ -221,9 +252,12 @@ def render_report(
     preferences: StepSamples,
     caps: Caps,
     now: float,
+    evals: Sequence[Mapping[str, Any]] = (),
 ) -> str:
     """The whole page as one string."""
     sections = [_summary(run, now), _charts(charts), _checkpoints(run)]
+    if evals:
+        sections.append(_evals(evals))
     if transcripts.steps_on_disk:
         sections.append(_transcripts(transcripts, caps))
     if is_preference_run(run, preferences):
@@ -235,6 +269,7 @@ def render_report(
             ("summary", "Summary"),
             ("metrics", "Metrics"),
             ("checkpoints", "Checkpoints"),
+            ("evals", "Evaluations"),
             ("transcripts", "Transcripts"),
             ("preferences", "Held-out examples"),
             ("events", "Warnings"),

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kitchen.errors import DataError
 from kitchen.ports import Tokenizer
 from train_core.errors import InvalidInputError
 from train_core.renderers.base import Renderer
 from train_core.renderers.messages import STANDARD_ROLES, Message, check_messages
 from train_core.renderers.train_on_what import TrainOnWhat
-from train_core.supervised import char_limit, cut_messages, prompt_completion_tokens
+from train_core.supervised import char_limit, cut_messages, datum_from_tokens_weights, prompt_completion_tokens
+from train_core.types import Datum
 
 Example = tuple[list[int], list[float]]
 
@@ -107,3 +110,30 @@ ExampleBuilder = Callable[..., Example]
 """`(record, tokenizer, renderer, max_length=None) -> (tokens, weights)`; a builder that takes
 `max_length` may cut text before tokenizing (the loader passes it by keyword when accepted), and
 one with a `check(record, roles)` method has its records checked before the run starts."""
+
+
+def record_datum(
+    builder: ExampleBuilder,
+    record: Mapping[str, Any],
+    where: str,
+    tokenizer: Tokenizer,
+    renderer: Renderer | None,
+    max_length: int | None,
+) -> Datum | None:
+    """One record as a shifted datum, or None when it has no token to train on; a record the
+    builder cannot read is a DataError naming `where`."""
+    try:
+        takes_max_length = "max_length" in inspect.signature(builder).parameters
+    except (TypeError, ValueError):
+        takes_max_length = False
+    extra = {"max_length": max_length} if takes_max_length else {}
+    try:
+        tokens, weights = builder(record, tokenizer, renderer, **extra)
+        datum = datum_from_tokens_weights(tokens, weights, max_length)
+    except InvalidInputError as exc:  # incl. SequenceTooShortError
+        raise DataError(f"{where}: {exc}") from None
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DataError(f"{where}: cannot build an example: {exc}") from None
+    if not any(float(w) > 0 for w in datum.loss_fn_inputs["weights"].to_torch().tolist()):
+        return None
+    return datum

@@ -3,7 +3,6 @@ measure held-out NLL. The train step itself is the shared `kitchen.stages.traini
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,12 +13,12 @@ from kitchen.ports import Tokenizer, TrainingClient
 from kitchen.settings import DatasetSettings
 from kitchen.stage import Stage
 from kitchen.stages.setup import message_roles
-from kitchen.supervised.examples import ExampleBuilder
+from kitchen.supervised.examples import ExampleBuilder, record_datum
 from train_core.batching import batch_for_step, batches_per_epoch
 from train_core.errors import InvalidInputError
 from train_core.renderers.base import Renderer
 from train_core.renderers.messages import STANDARD_ROLES
-from train_core.supervised import datum_from_tokens_weights, mean_nll
+from train_core.supervised import mean_nll
 from train_core.types import Datum
 
 MAX_REPORTED = 5
@@ -152,21 +151,10 @@ def _load(
 ) -> list[Datum]:
     required = getattr(builder, "required_any", ())
     records = load_located_records(source, split=split, required_any=required)
-    try:
-        takes_max_length = "max_length" in inspect.signature(builder).parameters
-    except (TypeError, ValueError):
-        takes_max_length = False
-    extra = {"max_length": max_length} if takes_max_length else {}
     data, skipped = [], []
     for where, record in records:
-        try:
-            tokens, weights = builder(record, tokenizer, renderer, **extra)
-            datum = datum_from_tokens_weights(tokens, weights, max_length)
-        except InvalidInputError as exc:  # incl. SequenceTooShortError
-            raise DataError(f"{where}: {exc}") from None
-        except (KeyError, TypeError, ValueError) as exc:
-            raise DataError(f"{where}: cannot build an example: {exc}") from None
-        if not any(float(w) > 0 for w in datum.loss_fn_inputs["weights"].to_torch().tolist()):
+        datum = record_datum(builder, record, where, tokenizer, renderer, max_length)
+        if datum is None:
             skipped.append(where)
             continue
         data.append(datum)

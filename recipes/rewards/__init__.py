@@ -3,13 +3,13 @@ time): resolving the names, calling them (sync or async) and weighting their sco
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kitchen.callables import import_callable
 from kitchen.errors import DataError
 
 RewardCallable = Callable[[Any, str, Mapping[str, Any]], Any]
@@ -29,21 +29,7 @@ class RewardFn:
 
 def resolve_reward_fn(spec: str) -> RewardFn:
     """The callable `spec` names; a ValueError (a config error) saying what is wrong otherwise."""
-    module_name, colon, attr = spec.partition(":")
-    if not colon or not module_name or not attr:
-        raise ValueError(f"{spec!r} is not 'module:function' (e.g. recipes.rewards.examples:length_reward)")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # ImportError, or the module's own error while importing
-        raise ValueError(f"{spec!r}: module {module_name!r} cannot be imported: {exc}") from None
-    target: Any = module
-    for part in attr.split("."):
-        if not hasattr(target, part):
-            raise ValueError(f"{spec!r}: module {module_name!r} has no {attr!r}")
-        target = getattr(target, part)
-    if not callable(target):
-        raise ValueError(f"{spec!r} is a {type(target).__name__}, not a function")
-    return RewardFn(spec, target)
+    return RewardFn(spec, import_callable(spec, "recipes.rewards.examples:length_reward"))
 
 
 def resolve_reward_fns(specs: Sequence[str]) -> list[RewardFn]:

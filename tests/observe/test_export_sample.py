@@ -128,7 +128,7 @@ def test_sample_is_reproducible_with_a_seed(full_run: Path, capsys: pytest.Captu
     assert first.strip()
     # the checkpoint path from checkpoints.jsonl names the same weights
     path = resolve_checkpoint(str(full_run)).model_path
-    assert main(["sample", path, *args[2:]]) == 0
+    assert path is not None and main(["sample", path, *args[2:]]) == 0
     assert capsys.readouterr().out == first
 
 

@@ -24,7 +24,7 @@ def noop_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_resolves_the_last_checkpoint_and_the_runs_renderer(noop_run: Path) -> None:
     target = resolve_checkpoint(str(noop_run))
-    assert target.model_path.startswith("noop://") and target.record is not None
+    assert target.model_path is not None and target.model_path.startswith("noop://") and target.record is not None
     assert target.record.name == "final"
     assert target.config.backend == "noop" and target.renderer == "llama3"
     assert resolve_checkpoint(str(noop_run), renderer="role_colon").renderer == "role_colon"

@@ -1,40 +1,32 @@
-"""Grading math answers: find the model's final answer, normalise it, compare with a reference.
+"""Grading math answers with math-verify: find the reply's final answer (the last `\\boxed{}`
+first, then "final answer is ..." phrasings, then the last expression), parse it and the
+reference to SymPy, and compare them mathematically (`1,000` = `1000.0`, `\\frac{1}{2}` = `0.5`,
+`50\\%` = `0.5`...).
 
-A final answer is the last `\\boxed{...}` if there is one, else the last number in the text.
-Normalisation makes equal numbers compare equal across spellings (`1,000` / `1000.0`,
-`\\frac{1}{2}` / `0.5`, `$5` / `5`), and otherwise compares the cleaned-up strings.
+Two rules on top of math-verify (see the tests): against a plain-number reference, a final answer
+that is itself an unevaluated sum, difference or product (`3 + 4`, often the question echoed) is
+not an answer, so a policy cannot earn reward by repeating the question; and an escaped dollar
+(`\\$5.00`) is a currency sign, dropped before parsing (math-verify would find no answer in it).
+
+math-verify bounds each parse and comparison with a SIGALRM timeout, which only the main thread
+may set; elsewhere the bound is left off.
 """
 
 from __future__ import annotations
 
 import re
-from fractions import Fraction
+import threading
+from functools import cache, lru_cache
+from typing import Any
 
 from train_core.errors import InvalidInputError
 
 _BOX_COMMANDS = ("\\boxed{", "\\fbox{")
 # A sign counts only where it cannot be a binary minus/plus ("5-6" is 5 and 6, not 5 and -6).
 _NUMBER = re.compile(r"(?:(?<![\w)])[-+])?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
-_TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|textrm|mathrm|mathbf|mbox)\{([^{}]*)\}")
-_FRAC = re.compile(r"\\[dt]?frac\{([^{}]*)\}\{([^{}]*)\}")
-_FRAC_SHORT = re.compile(r"\\[dt]?frac(\d)(\d)")
-_THOUSANDS = re.compile(r"^[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
-_VARIABLE_PREFIX = re.compile(r"^[a-z]\s*=\s*")
-_DROPPED = (
-    "\\left",
-    "\\right",
-    "\\!",
-    "\\,",
-    "\\;",
-    "\\ ",
-    "^{\\circ}",
-    "^\\circ",
-    "°",
-    "\\%",
-    "%",
-    "\\$",
-    "$",
-)
+_OPERATION = re.compile(r"[\d)}]\s*(?:[-+*×]|\\times|\\cdot)\s*[-+]?[\d(\\{]")
+"""A binary arithmetic operation between two operands: what a final value does not contain."""
+TIMEOUT_S = 5
 
 
 class AnswerParseError(InvalidInputError):
@@ -64,43 +56,51 @@ def extract_last_number(text: str) -> str | None:
     return matches[-1] if matches else None
 
 
+@cache
+def _configs() -> tuple[Any, ...]:
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig
+
+    # The shipped envs ask for `\boxed{}`: a boxed answer wins over any other phrasing.
+    return LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig()
+
+
+def _timeout() -> int | None:
+    return TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
+
+
+@lru_cache(maxsize=4096)
+def _parse(text: str) -> tuple[Any, ...]:
+    """math-verify's parse of `text`: (SymPy object, the extracted string), or () for no answer."""
+    from math_verify import parse
+
+    text = text.replace("\\$", "")
+    return tuple(parse(text, list(_configs()), parsing_timeout=_timeout()))
+
+
+def _reference(reference: str) -> tuple[Any, ...]:
+    """A reference answer as math-verify reads gold answers: as LaTeX."""
+    return _parse(reference if reference.lstrip().startswith("$") else f"${reference}$")
+
+
 def extract_answer(text: str) -> str | None:
-    """The final answer: the last boxed expression, else the last number."""
-    boxed = extract_boxed(text)
-    return boxed if boxed is not None else extract_last_number(text)
+    """The reply's final answer as written, or None when it states none."""
+    parsed = _parse(text)
+    return str(parsed[-1]) if parsed else None
 
 
-def normalize_answer(answer: str) -> str:
-    """A canonical spelling: LaTeX noise, units like `$`/`%`/degrees and spaces removed; a number
-    becomes its exact reduced fraction (`2.50` -> `5/2`, `1,000` -> `1000`)."""
-    s = answer.strip()
-    for token in _DROPPED:
-        s = s.replace(token, "")
-    s = _TEXT_WRAPPER.sub(r"\1", s)
-    s = _FRAC.sub(r"(\1)/(\2)", s)
-    s = _FRAC_SHORT.sub(r"\1/\2", s)
-    s = "".join(s.split()).lower().rstrip(".")
-    while s.startswith("{") and s.endswith("}"):
-        s = s[1:-1]
-    s = _VARIABLE_PREFIX.sub("", s)
-    s = re.sub(r"\((-?[\d.]+)\)", r"\1", s)
-    if _THOUSANDS.match(s):
-        s = s.replace(",", "")
-    try:
-        return str(Fraction(s))
-    except (ValueError, ZeroDivisionError):
-        return s
+def _is_unevaluated(answer: str, reference: str) -> bool:
+    return bool(_OPERATION.search(answer)) and not _OPERATION.search(reference)
 
 
-def answers_match(given: str, reference: str) -> bool:
-    """Whether two answers are the same after normalisation."""
-    return normalize_answer(given) == normalize_answer(reference)
-
-
+@lru_cache(maxsize=65536)
 def grade_answer(response: str, reference: str) -> bool:
-    """Whether a model response's final answer equals the reference; no answer is wrong."""
-    given = extract_answer(response)
-    return given is not None and answers_match(given, reference)
+    """Whether a reply's final answer equals the reference mathematically; no answer is wrong."""
+    from math_verify import verify
+
+    parsed, gold = _parse(response), _reference(reference)
+    if not parsed or not gold or _is_unevaluated(str(parsed[-1]), reference):
+        return False
+    return bool(verify(list(gold), list(parsed), timeout_seconds=_timeout()))
 
 
 _GSM8K_NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)(/\d+)?")

@@ -1,19 +1,18 @@
-"""Finding, normalising and comparing math answers; GSM8K final-answer parsing."""
+"""Finding and comparing math answers (math-verify, plus kitchen's one rule on top); GSM8K
+final-answer parsing."""
 
 from __future__ import annotations
 
 import hypothesis.strategies as st
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 
 from train_core.rl.math_grading import (
     AnswerParseError,
-    answers_match,
     extract_answer,
     extract_boxed,
     extract_last_number,
     grade_answer,
-    normalize_answer,
     parse_gsm8k_answer,
 )
 
@@ -56,53 +55,89 @@ def test_extract_answer_prefers_the_box_over_a_later_number() -> None:
 
 
 @pytest.mark.parametrize(
-    ("a", "b"),
+    ("reply", "reference"),
     [
         ("1,000", "1000"),
         ("1000.0", "1000"),
         ("$5", "5"),
         ("\\$5.00", "5"),
         ("\\frac{1}{2}", "0.5"),
-        ("\\dfrac{3}{4}", "0.75"),
-        ("\\frac12", "1/2"),
+        ("$\\dfrac{3}{4}$", "0.75"),
+        ("\\boxed{0.5}", "\\frac{1}{2}"),
         ("50\\%", "50"),
-        ("90^\\circ", "90"),
+        ("50%", "0.5"),
         ("x = 3", "3"),
-        ("\\text{12 } ", "12"),
-        ("{7}", "7"),
+        ("\\boxed{\\text{12 }}", "12"),
         ("7.", "7"),
-        ("\\left( 1, 2 \\right)", "(1,2)"),
-        ("Yes", "yes"),
+        ("The answer is \\boxed{(1, 2)}.", "(1,2)"),
+        ("She pays 3 * 4 = 12 dollars.", "12"),
+        ("7/1", "7"),
     ],
 )
-def test_equivalent_spellings_match(a: str, b: str) -> None:
-    assert answers_match(a, b)
+def test_equal_answers_in_other_spellings_are_right(reply: str, reference: str) -> None:
+    assert grade_answer(reply, reference)
 
 
-@pytest.mark.parametrize(("a", "b"), [("5", "6"), ("0.5", "0.05"), ("1/2", "2"), ("(1,2)", "(2,1)"), ("1,000", "1")])
-def test_different_answers_do_not_match(a: str, b: str) -> None:
-    assert not answers_match(a, b)
+@pytest.mark.parametrize(
+    ("reply", "reference"),
+    [("5", "6"), ("0.5", "0.05"), ("1/2", "2"), ("\\boxed{(1,2)}", "(2,1)"), ("no answer here", "12"), ("", "1")],
+)
+def test_different_or_missing_answers_are_wrong(reply: str, reference: str) -> None:
+    assert not grade_answer(reply, reference)
 
 
-def test_normalised_numbers_are_reduced_fractions() -> None:
-    assert normalize_answer("2.50") == "5/2"
-    assert normalize_answer("-0004") == "-4"
-    assert normalize_answer("\\frac{6}{8}") == "3/4"
-
-
+@settings(max_examples=25)  # each case parses four replies with SymPy (~10 ms each)
 @given(st.integers(-(10**9), 10**9))
 def test_an_integer_matches_its_comma_and_decimal_spellings(n: int) -> None:
-    assert answers_match(f"{n:,}", str(n))
-    assert answers_match(f"{n}.00", str(n))
+    assert grade_answer(f"{n:,}", str(n))
+    assert grade_answer(f"{n}.00", str(n))
     assert grade_answer(f"The answer is \\boxed{{{n:,}}}.", str(n))
     assert not grade_answer(f"The answer is \\boxed{{{n + 1}}}.", str(n))
 
 
-def test_grade_answer() -> None:
-    assert grade_answer("She pays 3 * 4 = 12 dollars.", "12")
-    assert grade_answer("\\boxed{0.5}", "\\frac{1}{2}")
-    assert not grade_answer("\\boxed{11} (or maybe 12)", "12")  # the box wins over a later number
-    assert not grade_answer("no answer here", "12")
+def test_the_box_wins_over_a_later_number() -> None:
+    assert not grade_answer("\\boxed{11} (or maybe 12)", "12")
+    assert grade_answer("\\boxed{11} (or maybe 12)", "11")
+
+
+def test_an_unevaluated_operation_is_not_an_answer() -> None:
+    """Kitchen's rule on top of math-verify (which evaluates `3 + 4` to 7): a policy asked "What
+    is 3 + 4?" must not be paid for echoing the question."""
+    assert not grade_answer("3 + 4", "7")
+    assert not grade_answer("\\boxed{2 \\times 6}", "12")
+    assert grade_answer("3 + 4 = 7", "7")  # the work, then the value
+    assert grade_answer("\\boxed{-3}", "-3")  # a sign is not an operation
+
+
+@pytest.mark.parametrize(
+    ("reply", "reference"),
+    [
+        (" A greear life0\n\nUser", "0"),
+        (" \x1c happy0", "0"),
+        ("GraceX motherireathergh clever number contsk3 human a", "3"),
+        (" bird snow6itary job strong open", "6"),
+    ],
+)
+def test_a_digit_inside_a_word_is_no_answer(reply: str, reference: str) -> None:
+    """The one kind of disagreement on the shipped sets (12 of 3,269 graded replies of the tiny
+    model, before and after math_rl): the old grader took the last digit anywhere as the answer,
+    math-verify finds none. Right: none; the model did not state a number."""
+    assert not grade_answer(reply, reference)
+    assert grade_answer(reply.replace(reference, f" {reference} ", 1), reference)
+
+
+def test_an_escaped_dollar_is_a_currency_sign() -> None:
+    """math-verify alone finds no answer in `It costs \\$5.00.`; the old grader read 5. Right: 5."""
+    assert grade_answer("It costs \\$5.00.", "5")
+    assert not grade_answer("It costs \\$6.00.", "5")
+
+
+def test_grading_works_off_the_main_thread() -> None:
+    """math-verify's timeouts need the main thread's SIGALRM; in a worker thread they are off."""
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        assert pool.submit(grade_answer, "so \\boxed{42}", "42.0").result()
 
 
 def test_parse_gsm8k_answer() -> None:
