@@ -133,9 +133,15 @@ class _NoSpan:
 _NO_SPAN = _NoSpan()
 
 
-def _tracing_configured() -> bool:
-    """Whether a real tracer provider is installed (the API's default proxy records nothing)."""
-    return not isinstance(trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
+def records_spans(tracer: Any) -> bool:
+    """Whether spans made with `tracer` go anywhere: a run's own tracer (`trace_file`, OTEL_*
+    exporters: `kitchen.observe`) does; the API's default proxy does only once a global tracer
+    provider is installed."""
+    if isinstance(tracer, trace.NoOpTracer):
+        return False
+    if isinstance(tracer, trace.ProxyTracer):
+        return not isinstance(trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
+    return True
 
 
 def stage_inputs(stage: Stage, ctx: Context) -> dict[str, Any]:
@@ -221,10 +227,11 @@ class Runner:
                 self._resume_loops = dict(ctx.resume.loops)
                 self._innermost_resumed = list(ctx.resume.loops)[-1]
         error: BaseException | None = None
-        self._tracing = _tracing_configured()
+        self._tracing = records_spans(ctx.tracer)
         with ctx.tracer.start_as_current_span(f"workflow {self.workflow.name}") as span:
             span.set_attribute("kitchen.workflow", self.workflow.name)
-            ctx.log.info("run.start", workflow=self.workflow.name, step=ctx.step)
+            stages = [stage.name for stage in self.workflow.stages()]
+            ctx.log.info("run.start", workflow=self.workflow.name, step=ctx.step, stages=stages)
             for hook in self.hooks:
                 hook.on_run_start(ctx, self.workflow)
             try:
@@ -319,8 +326,11 @@ class Runner:
                 raise StageFailure(stage.name, exc) from exc
         seconds = time.perf_counter() - started
         if self._step_loops:
+            # Inside a step loop the timing is a metric (`time/<stage>`), not an event: one event
+            # per stage per step would cost more than the runner's own bookkeeping.
             ctx.metrics.add_time(ctx.step, f"time/{stage.name}", seconds)
-        ctx.log.debug("stage.end", stage=stage.name, step=ctx.step, seconds=round(seconds, 6))
+        else:
+            ctx.log.debug("stage.end", stage=stage.name, step=ctx.step, seconds=round(seconds, 6))
         for hook in self.hooks:
             hook.after_stage(ctx, stage, seconds)
 

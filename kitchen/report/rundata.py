@@ -171,8 +171,14 @@ class RunData:
 
     @property
     def stage_names(self) -> list[str]:
-        """Stages seen in `stage.end` events, in first-seen order: which `time/` keys are stages."""
-        names = {str(event["stage"]): None for event in self.events if event.get("event") == "stage.end"}
+        """The workflow's stages (its `run.start` event lists them), or, for a run that predates that,
+        those seen in `stage.end` events, in first-seen order: which `time/` keys are stages."""
+        names: dict[str, None] = {}
+        for event in self.events:
+            if event.get("event") == "run.start" and isinstance(event.get("stages"), list):
+                names.update((str(name), None) for name in event["stages"])
+            elif event.get("event") == "stage.end":
+                names[str(event["stage"])] = None
         return list(names)
 
     def notable_events(self) -> list[dict[str, Any]]:

@@ -125,7 +125,17 @@ def test_a_failing_sink_warns_and_training_goes_on(tmp_path: Path, monkeypatch: 
     assert any(e.get("event") == "run.end" for e in events)
 
 
-def test_trace_file_has_one_span_per_stage_with_attributes(tmp_path: Path) -> None:
+@pytest.fixture
+def no_global_tracer_provider(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process where nothing installed a global tracer provider (what a user's `kitchen run` is,
+    whatever other tests in this process did): a run's own tracer must still record every span."""
+    import opentelemetry.trace
+
+    monkeypatch.setattr(opentelemetry.trace, "_TRACER_PROVIDER", None)
+
+
+def test_trace_file_has_one_span_per_stage_with_attributes(tmp_path: Path, no_global_tracer_provider: None) -> None:
+    """(Before: with no global provider, only the workflow span was written.)"""
     run_dir = _run(tmp_path, "trace_file=true")
     spans = [json.loads(line) for line in (run_dir / "traces.jsonl").read_text().splitlines()]
     workflow = [s for s in spans if s["name"].startswith("workflow ")]
@@ -145,7 +155,9 @@ def test_trace_file_has_one_span_per_stage_with_attributes(tmp_path: Path) -> No
     assert {"get_tokenizer", "create_training_client", "save_final_checkpoint", "close_backend"} <= names
 
 
-def test_in_memory_exporter_and_no_export_by_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_in_memory_exporter_and_no_export_by_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_global_tracer_provider: None
+) -> None:
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     for name in ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
