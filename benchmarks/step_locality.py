@@ -1,9 +1,11 @@
 """How many files a reader opens to follow one synchronous RL step, measured by tracing one.
 
     PYTHONPATH=. python benchmarks/step_locality.py [--recipe math_rl] [--list]
+    PYTHONPATH=. python benchmarks/step_locality.py --all
 
 Runs the recipe on the noop backend (sync mode, no warm start) and traces step 1 (the second
-step: setup is over). Two figures:
+step: setup is over); `--all` does it for one recipe of each family (RL, supervised, preference,
+distillation). Two figures:
 
 - reading path: the workflow builder's module, the modules of the step's stages, and the modules
   of every function those stages' `run` bodies call directly — what a reader opens to follow the
@@ -28,6 +30,7 @@ from kitchen.config import load_config
 from kitchen.hooks import Hooks
 from kitchen.launch import run_recipe
 from kitchen.recipe import get_recipe
+from kitchen.workflow import Workflow
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ("kitchen", "train_core", "recipes")
@@ -86,40 +89,65 @@ class StepTracer(Hooks):
             self.tracing = False
 
 
+def workflow_modules(recipe: Any, config: Any) -> set[str]:
+    """The modules whose code constructs the recipe's `Workflow` (its family's workflow module)."""
+    found: set[str] = set()
+    init = Workflow.__init__.__code__
+
+    def profile(frame: types.FrameType, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code is init and frame.f_back is not None:
+            module = in_repo(frame.f_back.f_code.co_filename)
+            if module:
+                found.add(module)
+
+    sys.setprofile(profile)
+    try:
+        recipe.workflow(config)
+    finally:
+        sys.setprofile(None)
+    return found
+
+
 def lines(files: set[str]) -> int:
     return sum(len((ROOT / file).read_text(encoding="utf-8").splitlines()) for file in files)
+
+
+RL_OVERRIDES = ["warm_start_steps=0", "num_batches=3", "groups_per_batch=4", "group_size=4"]
+SHORT_OVERRIDES = ["max_steps=3"]
+FAMILIES = {
+    "math_rl": RL_OVERRIDES,
+    "sl_basic": SHORT_OVERRIDES,
+    "dpo": SHORT_OVERRIDES,
+    "distill_on_policy": [*RL_OVERRIDES, "datasets=[{name: arithmetic, prompts: arithmetic}]"],
+    "distill_prompt": [*SHORT_OVERRIDES, "teacher.checkpoint=null", "batch_size=8"],
+}
+"""One recipe per family, with the overrides that make its step loop short (and runnable on noop)."""
+
+
+def measure(name: str, show: bool) -> None:
+    recipe = get_recipe(name)
+    tracer = StepTracer(step=1)
+    with tempfile.TemporaryDirectory() as scratch:
+        overrides = ["backend=noop", f"log_path={scratch}/run", "eval_every=0", "save_every=0"]
+        config = load_config(recipe.config_cls, None, [*overrides, *FAMILIES.get(name, RL_OVERRIDES)])
+        run_recipe(recipe, config, hooks=[tracer], progress=False)
+    reading = {*tracer.stage_modules, *tracer.direct, *workflow_modules(recipe, config)} - FRAMEWORK
+    print(f"recipe {name}, step 1 on the noop backend")
+    print(f"  reading path: {len(reading)} files, {lines(reading)} lines (goal: <= 8 files)")
+    print(f"  executed:     {len(tracer.executed)} files, {lines(tracer.executed)} lines")
+    if show:
+        print("  reading path:\n    " + "\n    ".join(sorted(reading)))
+        print("  executed:\n    " + "\n    ".join(sorted(tracer.executed)))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--recipe", default="math_rl")
+    parser.add_argument("--all", action="store_true", help="one recipe of each family")
     parser.add_argument("--list", action="store_true", help="print the files of each figure")
     args = parser.parse_args()
-    recipe = get_recipe(args.recipe)
-    tracer = StepTracer(step=1)
-    with tempfile.TemporaryDirectory() as scratch:
-        overrides = [
-            "backend=noop",
-            f"log_path={scratch}/run",
-            "warm_start_steps=0",
-            "num_batches=3",
-            "groups_per_batch=4",
-            "group_size=4",
-            "eval_every=0",
-            "save_every=0",
-        ]
-        config = load_config(recipe.config_cls, None, overrides)
-        run_recipe(recipe, config, hooks=[tracer], progress=False)
-    workflow_module = in_repo(sys.modules[type(recipe.workflow).__module__].__file__ or "")
-    builder = getattr(recipe.workflow, "build", recipe.workflow)
-    builder_module = in_repo(builder.__code__.co_filename) if hasattr(builder, "__code__") else workflow_module
-    reading = {*tracer.stage_modules, *tracer.direct, *filter(None, [builder_module])} - FRAMEWORK
-    print(f"recipe {args.recipe}, sync mode, step 1 on the noop backend")
-    print(f"reading path: {len(reading)} files, {lines(reading)} lines (goal: <= 8 files)")
-    print(f"executed:     {len(tracer.executed)} files, {lines(tracer.executed)} lines")
-    if args.list:
-        print("\nreading path:\n  " + "\n  ".join(sorted(reading)))
-        print("\nexecuted:\n  " + "\n  ".join(sorted(tracer.executed)))
+    for name in FAMILIES if args.all else [args.recipe]:
+        measure(name, args.list)
 
 
 if __name__ == "__main__":
