@@ -243,6 +243,13 @@ class WriteTranscripts(Stage):
         (folder / f"step_{ctx.step:06d}.jsonl").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 
 
+def weight_sync_metrics(client: object) -> dict[str, float]:
+    """`time/weight_sync`: the seconds a backend with a separate rollout engine (the local
+    backend's vLLM) spent moving new weights into it, where the sampling client says."""
+    seconds = getattr(client, "weight_sync_s", None)
+    return {} if seconds is None else {"time/weight_sync": float(seconds)}
+
+
 class RefreshSampler(Stage):
     """A sampling client on the training client's current weights, and the number of optimizer
     steps those weights have taken (`sampler_step`, the age that off-policy filtering uses).
@@ -261,6 +268,7 @@ class RefreshSampler(Stage):
     async def run(self, ctx: Context) -> None:
         ctx["sampling_client"] = await ctx["training_client"].save_weights_and_get_sampling_client()
         ctx["sampler_step"] = ctx.step + 1 if self.after_update else ctx.step
+        ctx.record(weight_sync_metrics(ctx["sampling_client"]))
 
 
 class PostUpdateKL(Stage):

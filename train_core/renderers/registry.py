@@ -43,7 +43,7 @@ _DECLARED_ROLES: dict[str, frozenset[str]] = {}
 
 # First match wins; patterns run against the lowercased model name or path.
 _RECOMMENDATIONS: tuple[tuple[str, str], ...] = (
-    (r"^tiny$", "role_colon"),
+    (r"^tiny(32)?$", "role_colon"),
     (r"llama-?3", "llama3"),
     (r"qwen3.*instruct", "qwen3_instruct"),
     (r"qwen3", "qwen3"),
