@@ -59,6 +59,11 @@ class EngineTransport(Protocol):
     @property
     def info(self) -> EngineInfo: ...
 
+    @property
+    def pid(self) -> int:
+        """The engine's process id."""
+        ...
+
     def call(self, method: str, *args: Any) -> Any: ...
 
     def stop(self) -> None: ...
@@ -232,6 +237,11 @@ class VllmEngine:
     @property
     def info(self) -> EngineInfo:
         return self.transport.info
+
+    @property
+    def pid(self) -> int | None:
+        """The running engine's process id; None before it starts and after it dies."""
+        return None if self._transport is None else self._transport.pid
 
     def _call(self, method: str, *args: Any) -> Any:
         transport = self.transport

@@ -64,6 +64,11 @@ class VllmSamplingClient:
             executor, lambda requests: engine.score(weights, requests), ENGINE_BATCH
         )
 
+    @property
+    def engine(self) -> VllmEngine:
+        """The engine serving this client (shared with the backend's other vLLM clients)."""
+        return self._engine
+
     def get_tokenizer(self) -> Tokenizer:
         return self._tokenizer
 
