@@ -82,8 +82,9 @@ class EngineHost:
     """One vLLM engine and the calls the trainer makes on it."""
 
     def __init__(self, spec: EngineSpec) -> None:
-        check_head_size(spec)
         import vllm
+
+        check_head_size(spec)
 
         self._spec = spec
         lora: dict[str, Any] = {}
