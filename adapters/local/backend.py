@@ -94,7 +94,9 @@ class LocalBackend:
         if self.device.type not in ("cpu", "cuda"):
             raise ConfigError(f"local.sampler=vllm runs on cpu or cuda, not {self.device.type}")
         work_dir = self.checkpoint_dir.parent / "vllm"
-        options = VllmOptions(settings, dtype, self.device, lora_rank, work_dir, seed)
+        ray = self._distributed  # distributed trainers are Ray actors: so are the engines then
+        address = None if ray is None else ray.ray_address
+        options = VllmOptions(settings, dtype, self.device, lora_rank, work_dir, seed, ray is not None, address)
         return VllmSamplers(options, self._sampling_executor)
 
     def checkpoint_files(self, path: str) -> list[Path]:

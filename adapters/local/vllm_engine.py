@@ -78,6 +78,13 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
         return ""
 
 
+def write_start_line(log_path: Path) -> None:
+    """Mark in the engine's log where a start begins (a restarted engine appends to it)."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("a", encoding="utf-8") as log:
+        log.write(f"--- kitchen: starting the vLLM engine ({time.strftime('%Y-%m-%d %H:%M:%S')})\n")
+
+
 def engine_environment(spec: EngineSpec) -> dict[str, str]:
     """This process's environment, with what the engine's process needs on top."""
     root = str(Path(__file__).resolve().parents[2])  # kitchen's checkout, for `-m adapters...`
@@ -105,11 +112,9 @@ class EngineProcess:
 
     def __init__(self, spec: EngineSpec, log_path: Path, start_timeout_s: float) -> None:
         self._log_path = log_path
-        log_path.parent.mkdir(parents=True, exist_ok=True)
+        write_start_line(log_path)
         ours, theirs = socket.socketpair()
         with log_path.open("ab") as log:
-            log.write(f"--- kitchen: starting the vLLM engine ({time.strftime('%Y-%m-%d %H:%M:%S')})\n".encode())
-            log.flush()
             self._process = subprocess.Popen(
                 [sys.executable, "-m", "adapters.local.vllm_host", str(theirs.fileno())],
                 pass_fds=[theirs.fileno()],

@@ -200,19 +200,37 @@ class EngineHost:
 CALLS = frozenset({"generate", "score", "load_weights", "add_lora"})
 
 
-def _failure(exc: BaseException) -> Failure:
+def failure(exc: BaseException) -> Failure:
+    """An exception, as the answer the trainer gets instead of a result."""
     details = "".join(traceback.format_exception(exc))
     return Failure(type(exc).__name__, str(exc), details, config_error=isinstance(exc, UnsupportedModel))
+
+
+def dispatch(host: EngineHost, method: str, args: tuple[Any, ...]) -> Any:
+    """The result of one call the trainer made, or its failure."""
+    try:
+        if method not in CALLS:
+            raise ValueError(f"unknown engine call {method!r}")
+        return getattr(host, method)(*args)
+    except Exception as exc:
+        return failure(exc)
+
+
+def start_host(spec: EngineSpec) -> EngineHost | Failure:
+    """The engine, or why it failed to start (also printed: the log says it)."""
+    try:
+        return EngineHost(spec)
+    except Exception as exc:
+        print(f"vllm engine failed to start:\n{''.join(traceback.format_exception(exc))}", flush=True)
+        return failure(exc)
 
 
 def serve(conn: Connection) -> None:
     """Start the engine from the first message, then answer calls until `stop` or the trainer's end
     of the socket closes."""
-    try:
-        host = EngineHost(conn.recv())
-    except Exception as exc:
-        print(f"vllm engine failed to start:\n{''.join(traceback.format_exception(exc))}", flush=True)
-        conn.send(_failure(exc))
+    host = start_host(conn.recv())
+    if isinstance(host, Failure):
+        conn.send(host)
         return
     conn.send(host.info)
     while True:
@@ -223,13 +241,7 @@ def serve(conn: Connection) -> None:
         if method == "stop":
             conn.send(None)
             return
-        try:
-            if method not in CALLS:
-                raise ValueError(f"unknown engine call {method!r}")
-            result: object = getattr(host, method)(*args)
-        except Exception as exc:
-            result = _failure(exc)
-        conn.send(result)
+        conn.send(dispatch(host, method, args))
 
 
 def main() -> None:

@@ -18,9 +18,11 @@ import itertools
 import shutil
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import save_file
@@ -31,7 +33,7 @@ from adapters.local.checkpoint_io import ModelIdentity
 from adapters.local.model_loading import load_base_model
 from adapters.local.sampler_pool import ModelLease
 from adapters.local.serial_executor import SerialExecutor
-from adapters.local.vllm_engine import BASE_WEIGHTS, FullWeights, VllmEngine
+from adapters.local.vllm_engine import BASE_WEIGHTS, EngineProcess, EngineTransport, FullWeights, VllmEngine
 from adapters.local.vllm_protocol import EngineInfo, EngineSpec, LoraAdapter
 from adapters.local.vllm_sampling_client import VllmSamplingClient
 from adapters.local.vllm_settings import VllmSettings
@@ -56,6 +58,9 @@ class VllmOptions:
     """The run's LoRA rank: engines are started able to apply adapters up to it."""
     work_dir: Path
     seed: int = 0
+    on_ray: bool = False
+    """The trainers are Ray actors (`local.num_workers > 1`): so are the engines."""
+    ray_address: str | None = None
 
 
 def write_full_weights(model: torch.nn.Module, path: Path) -> None:
@@ -68,7 +73,7 @@ def engine_model_dir(base_model: str, target: Path) -> str:
     its seed, in memory only) are written out to `target` first; any other name is passed on."""
     if base_model not in EMBEDDED_MODELS:
         return base_model
-    model = load_base_model(base_model, torch.float32)
+    model: Any = load_base_model(base_model, torch.float32)  # a transformers model
     model.save_pretrained(target)
     for name in _TOKENIZER_FILES:
         if (TINY_DIR / name).exists():
@@ -114,7 +119,7 @@ class VllmSamplers:
         self,
         base_model: str,
         weights: FullWeights,
-        lora: tuple[LoraAdapter, torch.nn.Module] | None,
+        lora: tuple[LoraAdapter, Any] | None,
         keep_alive: ModelLease | None,
         tokenizer: Tokenizer,
         seed: int,
@@ -126,13 +131,15 @@ class VllmSamplers:
             engine.use(weights)
             if lora is not None:
                 adapter, model = lora
-                model.save_pretrained(adapter.path)  # type: ignore[operator]  # a peft model
+                model.save_pretrained(adapter.path)  # a peft model: its adapter only
                 engine.add_lora(adapter)
             return engine, info, time.perf_counter() - start
 
         engine, info, seconds = await self._executor.submit(sync)
         adapter = None if lora is None else lora[0]
-        client = VllmSamplingClient(engine, info, weights, adapter, tokenizer, self._executor, seed, keep_alive, seconds)
+        client = VllmSamplingClient(
+            engine, info, weights, adapter, tokenizer, self._executor, seed, keep_alive, seconds
+        )
         if adapter is not None:
             weakref.finalize(client, shutil.rmtree, adapter.path, True)
         return client
@@ -142,11 +149,19 @@ class VllmSamplers:
         if engine is None:
             work_dir = self._options.work_dir / f"engine-{len(self._engines)}"
             work_dir.mkdir(parents=True, exist_ok=True)
+            start: Callable[[EngineSpec, Path, float], EngineTransport] = EngineProcess
+            if self._options.on_ray:
+                from adapters.local.vllm_ray import RayEngine
+
+                start = partial(
+                    RayEngine, placement=self._options.settings.placement, address=self._options.ray_address
+                )
             engine = VllmEngine(
                 self._spec(base_model, work_dir),
                 work_dir,
                 self._options.settings.max_restarts,
                 self._options.settings.start_timeout_s,
+                start,
             )
             self._engines[base_model] = engine
         return engine

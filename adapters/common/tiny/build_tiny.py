@@ -75,7 +75,9 @@ def wrap_for_transformers(tokenizer: Tokenizer) -> PreTrainedTokenizerFast:
     return fast
 
 
-def model_config(tokenizer: PreTrainedTokenizerFast, hidden_size: int = 96, intermediate_size: int = 256) -> Qwen3Config:
+def model_config(
+    tokenizer: PreTrainedTokenizerFast, hidden_size: int = 96, intermediate_size: int = 256
+) -> Qwen3Config:
     """A Qwen3 of a few hundred thousand parameters: big enough to learn toy tasks, fast on a CPU.
 
     Four query heads of `hidden_size / 4` (two key/value heads): 24 for `tiny`, 32 for `tiny32`.

@@ -54,7 +54,9 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     tokenizer = backend.get_tokenizer(model)
     texts = ("What is 23 + 45? The answer is 68.", "Alice reads a red book and the old garden.")
     token_lists = [tokenizer.encode(text, add_special_tokens=False) for text in texts]
-    data = [sampled_datum(ModelInput.from_ints(t[:2]), TokensWithLogprobs(t[2:], [0.0] * (len(t) - 2))) for t in token_lists]
+    data = [
+        sampled_datum(ModelInput.from_ints(t[:2]), TokensWithLogprobs(t[2:], [0.0] * (len(t) - 2))) for t in token_lists
+    ]
     prompts = [ModelInput.from_ints(t[:4]) for t in token_lists]
     yield Engine(backend, model, data, prompts)
     run(backend.close())
@@ -64,7 +66,7 @@ async def _engine_logprobs(client: SamplingClient, data: list[Datum]) -> list[to
     """The engine's logprobs of each datum's targets (prompt logprobs of the whole sequence)."""
     scored = []
     for datum in data:
-        tokens = datum.model_input.to_ints() + [int(datum.loss_fn_inputs["target_tokens"].data[-1])]
+        tokens = [*datum.model_input.to_ints(), int(datum.loss_fn_inputs["target_tokens"].data[-1])]
         scored.append(torch.tensor((await client.compute_logprobs(ModelInput.from_ints(tokens)))[1:]))
     return scored
 

@@ -11,6 +11,7 @@ import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 import torch
@@ -200,7 +201,7 @@ def test_bad_requests_fail_before_the_engine(engine: Engine) -> None:
     with pytest.raises(DataError, match="max_model_len"):
         run(client.sample(ModelInput.from_ints([5] * 2048), 1, SamplingParams(max_tokens=2)))
     with pytest.raises(ConfigError, match="all strings or all token ids"):
-        run(client.sample(engine.prompts[0], 1, SamplingParams(max_tokens=2, stop=["a", 3])))  # type: ignore[list-item]
+        run(client.sample(engine.prompts[0], 1, SamplingParams(max_tokens=2, stop=cast(Any, ["a", 3]))))
 
 
 def test_a_model_with_an_unsupported_head_size_is_a_config_error(tmp_path: Path) -> None:
