@@ -7,6 +7,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# An environment that already imports vLLM and kitchen is kept (kitchen is installed editable, so
+# it follows the checkout); remove .venv-vllm to rebuild it.
+if .venv-vllm/bin/python -c "import vllm, kitchen" 2>/dev/null; then
+  echo "setup: keeping .venv-vllm (vllm $(.venv-vllm/bin/python -c 'import vllm; print(vllm.__version__)'))"
+  exit 0
+fi
+
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   KITCHEN_VENV=.venv-vllm KITCHEN_EXTRAS=test,vllm bash scripts/setup.sh
 else

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The vLLM engine's tests (tests/adapters/vllm), in .venv-vllm (made by scripts/setup_vllm.sh
-# first). Each test module starts one engine: on 2 CPU cores the run takes about 15 minutes.
+# first). Each test module starts one engine: on 2 busy CPU cores the run takes about 30 minutes.
 # Extra arguments go to pytest (e.g. -k lora).
 set -euo pipefail
 cd "$(dirname "$0")/.."
