@@ -47,7 +47,7 @@ class RunConfig(BaseModel):
     """Keys a config class used to have and where they went (old dotted path -> new one), so an
     old config gets "moved to ..." instead of "unknown key". Subclasses add theirs."""
 
-    model_name: str = Field("tiny", description="'tiny' (embedded), a local HF model dir, or a hub name")
+    model_name: str = Field("tiny", description="'tiny' or 'tiny32' (embedded), a local HF model dir, or a hub name")
     backend: str = Field("local", description="a registered backend: " + ", ".join(_backend_names()))
     log_path: str | None = Field(None, description="run directory; default runs/<recipe>-<timestamp>")
     seed: Annotated[int, Field(strict=True)] = 0

@@ -3,19 +3,22 @@
 #
 # torch: machines without an NVIDIA GPU get the CPU build (no multi-GB CUDA download); machines
 # with one (nvidia-smi works) get PyPI's default CUDA build. An already-installed torch is kept.
-# Override the requirement with KITCHEN_TORCH (e.g. KITCHEN_TORCH="torch==2.13.0").
+# Override the requirement with KITCHEN_TORCH (e.g. KITCHEN_TORCH="torch==2.13.0"), the
+# environment with KITCHEN_VENV and the extras with KITCHEN_EXTRAS (scripts/setup_vllm.sh does).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 python=${PYTHON:-python3}
 torch_spec=${KITCHEN_TORCH:-torch==2.13.0}
+venv=${KITCHEN_VENV:-.venv}
+extras=${KITCHEN_EXTRAS:-test,dev}
 cpu_index=https://download.pytorch.org/whl/cpu
 
-[ -x .venv/bin/python ] || "$python" -m venv .venv
-pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
+[ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
 
-if .venv/bin/python -c "import torch" 2>/dev/null; then
-  echo "setup: keeping installed torch $(.venv/bin/python -c 'import torch; print(torch.__version__)')"
+if "$venv/bin/python" -c "import torch" 2>/dev/null; then
+  echo "setup: keeping installed torch $("$venv/bin/python" -c 'import torch; print(torch.__version__)')"
 elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   echo "setup: NVIDIA GPU found, installing CUDA $torch_spec"
   "${pip[@]}" "$torch_spec"
@@ -24,7 +27,7 @@ else
   "${pip[@]}" --retries 1 --extra-index-url "$cpu_index" "$torch_spec" 2> >(grep -v "Retrying\|NewConnectionError" >&2)
 fi
 
-"${pip[@]}" -e ".[test,dev]"
+"${pip[@]}" -e ".[$extras]"
 
 # System packages the tests use, installed only as root with apt-get; a failed install never fails
 # setup (their tests then skip, saying why). bubblewrap: the default sandbox for model-written code
@@ -40,4 +43,4 @@ if [ ${#wanted[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/nul
 elif [ ${#wanted[@]} -gt 0 ]; then
   echo "setup: missing ${wanted[*]} (install with your package manager, e.g. sudo apt-get install ${wanted[*]})"
 fi
-echo "setup: done (.venv)"
+echo "setup: done ($venv)"

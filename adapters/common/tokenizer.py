@@ -8,14 +8,15 @@ from typing import cast
 
 from transformers import AutoTokenizer
 
-from adapters.common.tiny import TINY_DIR, TINY_MODEL_NAME
+from adapters.common.tiny import EMBEDDED_MODELS, TINY_DIR
 from kitchen.errors import ConfigError
 from kitchen.ports import Tokenizer
 
 
 def model_dir(base_model: str) -> str:
-    """Where `from_pretrained` finds `base_model`: the shipped tiny assets for "tiny"."""
-    return str(TINY_DIR) if base_model == TINY_MODEL_NAME else base_model
+    """Where `from_pretrained` finds `base_model`'s tokenizer: the shipped tiny assets for an
+    embedded model ("tiny", "tiny32")."""
+    return str(TINY_DIR) if base_model in EMBEDDED_MODELS else base_model
 
 
 @lru_cache(maxsize=8)

@@ -13,14 +13,17 @@ from adapters.common.tokenizer import load_tokenizer
 from adapters.local.checkpoint_io import ModelIdentity, load_weights, read_identity
 from adapters.local.model_loading import LoraOptions, load_model, resolve_device
 from adapters.local.request_batcher import DEFAULT_BATCH_LIMITS, BatchLimits
+from adapters.local.sampler_pool import ModelLease
 from adapters.local.sampling_client import LocalSamplingClient
 from adapters.local.serial_executor import SerialExecutor
 from adapters.local.training_client import LocalTrainingClient, TrainingOptions
 from kitchen.errors import ConfigError
-from kitchen.ports import Tokenizer
+from kitchen.ports import SamplingClient, Tokenizer
 
 if TYPE_CHECKING:
     from adapters.local.distributed import DistributedOptions, DistributedTrainingClient, WorkerPool
+    from adapters.local.vllm_samplers import VllmSamplers
+    from adapters.local.vllm_settings import VllmSettings
 
 _DTYPES = {
     "float32": torch.float32,
@@ -38,6 +41,11 @@ class LocalBackend:
     Checkpoints go under `checkpoint_dir`. All sampling clients share one worker thread and each
     training client has its own, so training and sampling overlap without blocking the event loop.
     Sampling clients batch concurrent requests within `batch_limits`.
+
+    With `vllm` settings, sampling clients are served by vLLM engines (`local.sampler: vllm`) in
+    processes of their own, started on first use and stopped by `close`; their files (logs
+    included) go to the `vllm/` folder beside `checkpoint_dir`. `lora_rank` is the run's, which
+    the engines must be able to serve.
     """
 
     name = "local"
@@ -53,6 +61,8 @@ class LocalBackend:
         lora: LoraOptions | None = None,
         distributed: DistributedOptions | None = None,
         worker_pool: WorkerPool | None = None,
+        vllm: VllmSettings | None = None,
+        lora_rank: int | None = None,
     ) -> None:
         if dtype not in _DTYPES:
             raise ConfigError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
@@ -74,6 +84,20 @@ class LocalBackend:
             worker_pool = WorkerPool()
         self._worker_pool = worker_pool
         self._training_clients: list[LocalTrainingClient | DistributedTrainingClient] = []
+        self._vllm: VllmSamplers | None = None
+        if vllm is not None:
+            self._vllm = self._vllm_samplers(vllm, dtype, seed, lora_rank)
+
+    def _vllm_samplers(self, settings: VllmSettings, dtype: str, seed: int, lora_rank: int | None) -> VllmSamplers:
+        from adapters.local.vllm_samplers import VllmOptions, VllmSamplers
+
+        if self.device.type not in ("cpu", "cuda"):
+            raise ConfigError(f"local.sampler=vllm runs on cpu or cuda, not {self.device.type}")
+        work_dir = self.checkpoint_dir.parent / "vllm"
+        ray = self._distributed  # distributed trainers are Ray actors: so are the engines then
+        address = None if ray is None else ray.ray_address
+        options = VllmOptions(settings, dtype, self.device, lora_rank, work_dir, seed, ray is not None, address)
+        return VllmSamplers(options, self._sampling_executor)
 
     def checkpoint_files(self, path: str) -> list[Path]:
         """The files of a saved checkpoint directory (weights, optimizer, metadata)."""
@@ -109,7 +133,7 @@ class LocalBackend:
 
     async def create_sampling_client(
         self, model_path: str | None = None, base_model: str | None = None
-    ) -> LocalSamplingClient:
+    ) -> SamplingClient:
         """Sample from saved weights (`save_weights_for_sampler` or `save_state` output) or a base model."""
         checkpoint = None if model_path is None else Path(model_path)
         if checkpoint is not None:
@@ -119,15 +143,20 @@ class LocalBackend:
         else:
             raise ConfigError("create_sampling_client needs model_path or base_model")
         seed = self._seeds.getrandbits(63)
+        if self._vllm is not None and checkpoint is None:
+            return await self._vllm.base_client(identity.base_model, load_tokenizer(identity.base_model), seed)
 
-        def build() -> LocalSamplingClient:
+        def build() -> torch.nn.Module:
             model = self._model(identity)
             if checkpoint is not None:
                 load_weights(checkpoint, model)
-            tokenizer = load_tokenizer(identity.base_model)
-            return LocalSamplingClient(model, tokenizer, self._sampling_executor, seed, self._batch_limits)
+            return model
 
-        return await asyncio.to_thread(build)
+        model = await asyncio.to_thread(build)
+        tokenizer = load_tokenizer(identity.base_model)
+        if self._vllm is not None:
+            return await self._vllm.snapshot_client(ModelLease(model), identity, tokenizer, seed)
+        return LocalSamplingClient(model, tokenizer, self._sampling_executor, seed, self._batch_limits)
 
     async def close(self) -> None:
         """Let queued work finish and stop every worker thread."""
@@ -135,6 +164,8 @@ class LocalBackend:
             await client.close()
         if self._owns_worker_pool and self._worker_pool is not None:
             await asyncio.to_thread(self._worker_pool.close)
+        if self._vllm is not None:
+            await self._sampling_executor.submit(self._vllm.close)  # engines are used on that thread only
         await asyncio.to_thread(self._sampling_executor.shutdown)
 
     def _model(self, identity: ModelIdentity) -> torch.nn.Module:
@@ -159,6 +190,7 @@ class LocalBackend:
                 self._batch_limits,
                 self._training_options,
                 self._lora,
+                make_sampler=None if self._vllm is None else self._vllm.snapshot_client,
             )
         else:
             client = LocalTrainingClient(
@@ -170,6 +202,7 @@ class LocalBackend:
                 self._seeds,
                 self._batch_limits,
                 self._training_options,
+                make_sampler=None if self._vllm is None else self._vllm.snapshot_client,
             )
         self._training_clients.append(client)
         return client

@@ -64,10 +64,16 @@ from adapters.local.request_batcher import DEFAULT_BATCH_LIMITS, BatchLimits
 from adapters.local.sampler_pool import SamplerPool
 from adapters.local.sampling_client import LocalSamplingClient
 from adapters.local.serial_executor import SerialExecutor
-from adapters.local.training_client import TrainingOptions, _check_adam, backward_custom_loss, microbatches
+from adapters.local.training_client import (
+    SamplerFactory,
+    TrainingOptions,
+    _check_adam,
+    backward_custom_loss,
+    microbatches,
+)
 from kitchen.errors import ConfigError, KitchenError
 from kitchen.losses import get_loss_fn
-from kitchen.ports import CustomLossFn, Tokenizer
+from kitchen.ports import CustomLossFn, SamplingClient, Tokenizer
 from train_core.losses import TARGET_TOKENS, merge_loss_metrics
 from train_core.types import AdamParams, Datum, ForwardBackwardOutput, OptimStepOutput, TensorData
 
@@ -325,8 +331,10 @@ class DistributedTrainingClient:
         batch_limits: BatchLimits = DEFAULT_BATCH_LIMITS,
         training: TrainingOptions | None = None,
         lora: LoraOptions | None = None,
+        make_sampler: SamplerFactory | None = None,
     ) -> None:
         self._training = training or TrainingOptions()
+        self._make_sampler = make_sampler
         self._model = sampler_model.eval()  # never trained: the workers hold the trained copy
         self._tokenizer = tokenizer
         self._identity = identity
@@ -502,7 +510,7 @@ class DistributedTrainingClient:
         self._weights_version += 1
         self._sampler_version = self._weights_version
 
-    async def save_weights_and_get_sampling_client(self, name: str | None = None) -> LocalSamplingClient:
+    async def save_weights_and_get_sampling_client(self, name: str | None = None) -> SamplingClient:
         """A sampling client on a snapshot of the current weights (after all queued work)."""
         if name is not None:
             await (await self.save_weights_for_sampler(name))
@@ -514,6 +522,8 @@ class DistributedTrainingClient:
 
         lease = await self._executor.submit(snapshot)
         seed = self._seeds.getrandbits(63)
+        if self._make_sampler is not None:
+            return await self._make_sampler(lease, self._identity, self._tokenizer, seed)
         return LocalSamplingClient(lease, self._tokenizer, self._sampling_executor, seed, self._batch_limits)
 
     async def close(self) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from transformers.utils import logging as hf_logging
 
-from adapters.common.tiny import TINY_MODEL_NAME
+from adapters.common.tiny import EMBEDDED_MODELS
 from adapters.common.tokenizer import load_tokenizer
 from adapters.local.checkpoint_io import load_weights, read_identity
 from adapters.local.model_loading import load_base_model, load_model
@@ -55,9 +55,9 @@ def export_hf(checkpoint: str, out_dir: Path, merge_lora: bool = False) -> dict[
         info["format"] = "peft_adapter"
         model.save_pretrained(out_dir, safe_serialization=True)
         base = identity.base_model
-        if base == TINY_MODEL_NAME:
+        if base in EMBEDDED_MODELS:
             base_dir = out_dir / "base_model"
-            base_model: Any = load_base_model(TINY_MODEL_NAME, torch.float32)
+            base_model: Any = load_base_model(base, torch.float32)
             base_model.save_pretrained(base_dir, safe_serialization=True)
             tokenizer.save_pretrained(base_dir)
             base = str(base_dir.resolve())

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from adapters.common.tiny import TINY_DIR, TINY_MODEL_NAME
+from adapters.common.tiny import EMBEDDED_MODELS
 from kitchen.errors import ConfigError
 
 TINY_INIT_SEED = 0
-"""The tiny model's weights are a pure function of this seed, so "tiny" names one fixed model
+"""An embedded model's weights are a pure function of this seed, so "tiny" names one fixed model
 (training, reference and sampling clients all see the same base weights)."""
 
 LORA_ALPHA = 32
@@ -49,10 +49,11 @@ def resolve_device(device: str | None) -> torch.device:
 
 
 def load_base_model(base_model: str, dtype: torch.dtype) -> torch.nn.Module:
-    """The base weights on the cpu: tiny is random-initialised from TINY_INIT_SEED, others are read."""
+    """The base weights on the cpu: embedded models are random-initialised from TINY_INIT_SEED,
+    others are read."""
     try:
-        if base_model == TINY_MODEL_NAME:
-            config = AutoConfig.from_pretrained(TINY_DIR)
+        if base_model in EMBEDDED_MODELS:
+            config = AutoConfig.from_pretrained(EMBEDDED_MODELS[base_model])
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(TINY_INIT_SEED)
                 model = AutoModelForCausalLM.from_config(config, dtype=dtype)

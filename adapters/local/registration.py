@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from adapters.common.tiny import EMBEDDED_MODELS
+from adapters.local.vllm_settings import SamplerName, VllmSettings, missing_vllm_problem
 from kitchen.backends import BackendSpec
 from kitchen.ports import ServiceBackend
 
@@ -57,6 +59,21 @@ class LocalSettings(BaseModel):
     worker_timeout_s: float = Field(
         600.0, gt=0, description="how long one training call may take on the workers before the step fails"
     )
+    sampler: SamplerName = Field(
+        "kitchen",
+        description="rollout engine of sampling clients: kitchen (its own KV-cache sampler, in this process) or "
+        "vllm (a vLLM engine in its own process, weights synced after each update; needs the 'vllm' extra)",
+    )
+    vllm: VllmSettings = Field(
+        default_factory=VllmSettings, description="the vLLM engine's settings (when sampler is vllm)"
+    )
+
+    @field_validator("sampler")
+    @classmethod
+    def _vllm_installed(cls, sampler: str) -> str:
+        if sampler == "vllm" and (problem := missing_vllm_problem()):
+            raise ValueError(problem)
+        return sampler
 
     @field_validator("device")
     @classmethod
@@ -74,9 +91,9 @@ def create(config: Any, settings: LocalSettings, checkpoint_dir: Path) -> Servic
 
     from adapters.local.backend import LocalBackend
 
-    # The tiny model's matrices are too small to gain from intra-op threads, and spinning OpenMP
-    # workers make it many times slower on a busy machine.
-    threads = settings.cpu_threads or (1 if config.model_name == "tiny" else None)
+    # The embedded models' matrices are too small to gain from intra-op threads, and spinning
+    # OpenMP workers make them many times slower on a busy machine.
+    threads = settings.cpu_threads or (1 if config.model_name in EMBEDDED_MODELS else None)
     if threads is not None:
         torch.set_num_threads(threads)
     from adapters.local.distributed import DistributedOptions
@@ -104,6 +121,8 @@ def create(config: Any, settings: LocalSettings, checkpoint_dir: Path) -> Servic
             target_modules=targets if isinstance(targets, str) else tuple(targets),
         ),
         distributed=distributed,
+        vllm=settings.vllm if settings.sampler == "vllm" else None,
+        lora_rank=config.lora_rank,
     )
 
 

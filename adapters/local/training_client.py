@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,12 +35,12 @@ from adapters.local.checkpoint_io import (
 )
 from adapters.local.forward_pass import ScoredSequences, pad_token_id, sequence_logprobs, vocab_size
 from adapters.local.request_batcher import DEFAULT_BATCH_LIMITS, BatchLimits
-from adapters.local.sampler_pool import SamplerPool
+from adapters.local.sampler_pool import ModelLease, SamplerPool
 from adapters.local.sampling_client import LocalSamplingClient
 from adapters.local.serial_executor import SerialExecutor
 from kitchen.errors import ConfigError, KitchenError
 from kitchen.losses import get_loss_fn
-from kitchen.ports import CustomLossFn, Tokenizer
+from kitchen.ports import CustomLossFn, SamplingClient, Tokenizer
 from train_core.losses import TARGET_TOKENS, LossSpec, merge_loss_metrics
 from train_core.types import AdamParams, Datum, ForwardBackwardOutput, OptimStepOutput, TensorData
 
@@ -68,6 +68,11 @@ class TrainingOptions:
     """Run forward_backward in train mode (LoRA dropout > 0); forward and sampling stay in eval."""
     always_grad_norm: bool = False
     """Compute the gradient norm every step; else only when clipping needs it."""
+
+
+SamplerFactory = Callable[[ModelLease, ModelIdentity, Tokenizer, int], Awaitable[SamplingClient]]
+"""Makes the sampling client on a snapshot (the lease, the model's identity, its tokenizer, a seed)
+when another rollout engine than kitchen's sampler serves it (`local.sampler: vllm`)."""
 
 
 def make_adamw(params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
@@ -120,8 +125,10 @@ class LocalTrainingClient:
         seeds: random.Random,
         batch_limits: BatchLimits = DEFAULT_BATCH_LIMITS,
         options: TrainingOptions | None = None,
+        make_sampler: SamplerFactory | None = None,
     ) -> None:
         options = options or TrainingOptions()
+        self._make_sampler = make_sampler
         self._options = options
         # Eval mode (no dropout, the sampler's numerics) except inside forward_backward when
         # LoRA dropout or gradient checkpointing (which transformers applies in train mode) ask.
@@ -333,7 +340,7 @@ class LocalTrainingClient:
         if with_optimizer:
             load_optimizer(path, self._optimizer)
 
-    async def save_weights_and_get_sampling_client(self, name: str | None = None) -> LocalSamplingClient:
+    async def save_weights_and_get_sampling_client(self, name: str | None = None) -> SamplingClient:
         """A sampling client on a snapshot of the current weights (after all queued work).
 
         The snapshot is a sampler model of this client's pool: one no live sampling client holds,
@@ -344,6 +351,8 @@ class LocalTrainingClient:
             await (await self.save_weights_for_sampler(name))
         lease = await self._executor.submit(self._samplers.snapshot)
         seed = self._seeds.getrandbits(63)
+        if self._make_sampler is not None:
+            return await self._make_sampler(lease, self._identity, self._tokenizer, seed)
         return LocalSamplingClient(lease, self._tokenizer, self._sampling_executor, seed, self._batch_limits)
 
     async def close(self) -> None:

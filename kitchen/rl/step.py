@@ -322,6 +322,13 @@ class Sampler:
     """Optimizer steps its weights have taken (the age off-policy filtering uses)."""
 
 
+def weight_sync_metrics(client: object) -> dict[str, float]:
+    """`time/weight_sync`: the seconds a backend with a separate rollout engine (the local
+    backend's vLLM) spent moving new weights into it, where the sampling client says."""
+    seconds = getattr(client, "weight_sync_s", None)
+    return {} if seconds is None else {"time/weight_sync": float(seconds)}
+
+
 class RefreshSampler(Stage):
     """A sampling client on the training client's current weights. Inside the step loop it runs
     after the step's update, so its `sampler_step` is `step + 1`."""
@@ -334,6 +341,7 @@ class RefreshSampler(Stage):
 
     async def run(self, ctx: Context, training_client: TrainingClient) -> Sampler:
         client = await training_client.save_weights_and_get_sampling_client()
+        ctx.record(weight_sync_metrics(client))
         return Sampler(client, ctx.step + 1 if self.after_update else ctx.step)
 
 

@@ -99,7 +99,7 @@ _DECLARED_ROLES: dict[str, frozenset[str]] = {}
 
 # First match wins; patterns run against the lowercased model name or path.
 _RECOMMENDATIONS: tuple[tuple[str, str], ...] = (
-    (r"^tiny$", "role_colon"),
+    (r"^tiny(32)?$", "role_colon"),
     (r"llama-?3", "llama3"),
     (r"qwen3\.[56]", "qwen3_5"),
     (r"qwen3\.8", "qwen3_8_xhigh_reasoning"),

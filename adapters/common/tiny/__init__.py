@@ -1,5 +1,7 @@
-"""The embedded tiny model: tokenizer files and a Qwen3 `config.json` shipped as package data.
+"""The embedded tiny models: tokenizer files and Qwen3 `config.json`s shipped as package data.
 
+`tiny` is the default model; `tiny32` is a larger sibling whose attention head size (32) vLLM's
+kernels support, for the vLLM rollout engine (`tiny`'s 24 is not). Both share the tokenizer.
 Regenerate the assets with `python -m adapters.common.tiny.build_tiny`.
 """
 
@@ -11,3 +13,9 @@ TINY_DIR = Path(__file__).resolve().parent
 """The directory holding the tiny model's tokenizer and config; loadable with `from_pretrained`."""
 
 TINY_MODEL_NAME = "tiny"
+
+TINY32_MODEL_NAME = "tiny32"
+
+EMBEDDED_MODELS: dict[str, Path] = {TINY_MODEL_NAME: TINY_DIR, TINY32_MODEL_NAME: TINY_DIR / "tiny32"}
+"""Embedded model names and the directory holding each one's `config.json`; the weights are
+random-initialised from a fixed seed when loaded, the tokenizer is `TINY_DIR`'s."""

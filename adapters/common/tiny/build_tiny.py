@@ -1,4 +1,4 @@
-"""Build the embedded tiny model's assets: tokenizer files and the model `config.json`.
+"""Build the embedded tiny models' assets: tokenizer files and the models' `config.json`s.
 
 Run `python -m adapters.common.tiny.build_tiny` to regenerate them; the output is a pure function
 of this file and `corpus.py` (fixed corpus seed, deterministic BPE training), so the committed
@@ -15,7 +15,7 @@ from pathlib import Path
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen3Config
 
-from adapters.common.tiny import TINY_DIR
+from adapters.common.tiny import TINY32_MODEL_NAME, TINY_DIR
 from adapters.common.tiny.corpus import iter_corpus
 from train_core.renderers.special_tokens import ALL_SPECIAL_TOKENS, PAD
 
@@ -75,16 +75,21 @@ def wrap_for_transformers(tokenizer: Tokenizer) -> PreTrainedTokenizerFast:
     return fast
 
 
-def model_config(tokenizer: PreTrainedTokenizerFast) -> Qwen3Config:
-    """A Qwen3 of a few hundred thousand parameters: big enough to learn toy tasks, fast on a CPU."""
+def model_config(
+    tokenizer: PreTrainedTokenizerFast, hidden_size: int = 96, intermediate_size: int = 256
+) -> Qwen3Config:
+    """A Qwen3 of a few hundred thousand parameters: big enough to learn toy tasks, fast on a CPU.
+
+    Four query heads of `hidden_size / 4` (two key/value heads): 24 for `tiny`, 32 for `tiny32`.
+    """
     return Qwen3Config(
         vocab_size=len(tokenizer),
-        hidden_size=96,
-        intermediate_size=256,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
         num_hidden_layers=3,
         num_attention_heads=4,
         num_key_value_heads=2,
-        head_dim=24,
+        head_dim=hidden_size // 4,
         max_position_embeddings=2048,
         tie_word_embeddings=True,
         attention_dropout=0.0,
@@ -97,12 +102,13 @@ def model_config(tokenizer: PreTrainedTokenizerFast) -> Qwen3Config:
 
 
 def build(out_dir: Path) -> None:
-    """Write tokenizer files and config.json into `out_dir`."""
+    """Write tokenizer files and tiny's config.json into `out_dir`, tiny32's into `out_dir/tiny32`."""
     out_dir.mkdir(parents=True, exist_ok=True)
     fast = wrap_for_transformers(train_tokenizer())
     fast.save_pretrained(out_dir)
     _use_portable_tokenizer_class(out_dir / "tokenizer_config.json")
     model_config(fast).save_pretrained(out_dir)
+    model_config(fast, hidden_size=128, intermediate_size=384).save_pretrained(out_dir / TINY32_MODEL_NAME)
 
 
 def _use_portable_tokenizer_class(config_path: Path) -> None:

@@ -11,9 +11,8 @@ import pytest
 from safetensors.torch import load_file
 
 from adapters.local import LocalBackend
-from adapters.local.sampling_client import LocalSamplingClient
 from kitchen.errors import ConfigError
-from kitchen.ports import TrainingClient
+from kitchen.ports import SamplingClient, TrainingClient
 from train_core.types import AdamParams, Datum, ModelInput
 
 ADAM = AdamParams(learning_rate=1e-2)
@@ -30,7 +29,7 @@ async def _logprobs(client: TrainingClient, data: Sequence[Datum]) -> list[list[
     return [list(o["logprobs"].tolist()) for o in out.loss_fn_outputs]
 
 
-async def _scores(client: LocalSamplingClient, tokens: list[int]) -> list[float | None]:
+async def _scores(client: SamplingClient, tokens: list[int]) -> list[float | None]:
     return await client.compute_logprobs(ModelInput.from_ints(tokens))
 
 

@@ -13,9 +13,8 @@ from hypothesis import strategies as st
 from adapters.local import LocalBackend
 from adapters.local.model_loading import load_model
 from adapters.local.sampler import truncate_logprobs
-from adapters.local.sampling_client import LocalSamplingClient
 from kitchen.errors import ConfigError, DataError
-from kitchen.ports import Tokenizer
+from kitchen.ports import SamplingClient, Tokenizer
 from train_core.types import AdamParams, Datum, ModelInput, SamplingParams, TensorData, TokensWithLogprobs
 
 PROMPT = ModelInput.from_ints([8, 685, 245, 377, 325, 267])
@@ -151,7 +150,7 @@ def test_sample_compute_logprobs_and_training_logprobs_agree(
         for _ in range(3):
             await client.forward_backward(sl_batch, "cross_entropy")
             await client.optim_step(AdamParams(learning_rate=1e-2))
-        sampler: LocalSamplingClient = await client.save_weights_and_get_sampling_client()
+        sampler = await client.save_weights_and_get_sampling_client()
         sampled = (await sampler.sample(PROMPT, 4, SamplingParams(max_tokens=20, seed=0))).sequences
         scored = [s.tokens for s in sampled]
         full = PROMPT.to_ints() + scored[0]
@@ -178,7 +177,7 @@ def test_sample_compute_logprobs_and_training_logprobs_agree(
 
 
 def test_bad_sampling_requests_are_errors(backend: LocalBackend) -> None:
-    async def run(client: LocalSamplingClient) -> None:
+    async def run(client: SamplingClient) -> None:
         with pytest.raises(ConfigError, match="num_samples must be >= 1"):
             await client.sample(PROMPT, 0, SamplingParams(max_tokens=2))
         with pytest.raises(ConfigError, match="top_p must be in"):

