@@ -124,7 +124,7 @@ def _read_steps(folder: Path, caps: Caps, describe: Callable[[list[dict[str, Any
 
 
 def read_transcripts(run_path: Path, caps: Caps) -> StepSamples:
-    """RL transcripts by step, grouped as sampled (see `group_transcripts` in kitchen/rl/sampling.py)."""
+    """RL transcripts by step, grouped as sampled (see `group_transcripts` in kitchen/rl/step.py)."""
 
     def describe(kept: list[dict[str, Any]]) -> dict[str, Any]:
         groups: dict[Any, list[dict[str, Any]]] = {}

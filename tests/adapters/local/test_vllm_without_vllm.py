@@ -17,7 +17,7 @@ from adapters.local.vllm_protocol import EngineInfo, EngineSpec
 from adapters.local.vllm_samplers import lora_rank_limit
 from kitchen.config import RunConfig, load_config
 from kitchen.errors import ConfigError
-from kitchen.rl.sampling import weight_sync_metrics
+from kitchen.rl.step import weight_sync_metrics
 
 VLLM_MISSING = importlib.util.find_spec("vllm") is None
 SPEC = EngineSpec(
