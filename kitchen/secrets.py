@@ -3,7 +3,12 @@ config.yaml and checkpoint records.
 
 Secrets are the values of environment variables named like `*_API_KEY`, `*_TOKEN`, `*_SECRET`,
 `*_PASSWORD` (TINKER_API_KEY among them), plus any extra value registered with `add_secret`,
-plus credentials in URLs (`scheme://user:pass@host` keeps only `scheme://[redacted]@host`).
+plus credentials in URLs (`scheme://user:pass@host` keeps only `scheme://[redacted]@host`), plus
+secret-named URL query parameters (`?token=...`, `&api_key=...`, `sig=`, `X-Amz-Signature=`, ...).
+
+The environment is scanned for secret values once per run (when its logger is made, i.e. when its
+config is in force) and whenever `add_secret` registers one, not per event: a scan costs tens of
+µs with a few hundred variables, and every structlog event would pay it.
 """
 
 from __future__ import annotations
@@ -20,22 +25,47 @@ MIN_SECRET_LENGTH = 6
 
 _SECRET_ENV = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD)$", re.IGNORECASE)
 _URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<cred>[^/@\s'\"<>]+)@")
+_QUERY_SECRET = re.compile(
+    r"(?P<lead>[?&;](?:[A-Za-z0-9._-]*[_-])?"
+    r"(?:token|key|apikey|secret|password|passwd|pwd|sig|signature|credential|auth|session)=)"
+    r"(?P<value>[^&#;\s'\"<>]+)",
+    re.IGNORECASE,
+)
+"""A URL query parameter whose name is, or ends in `_`/`-` plus, a secret word: `token`, `access_token`,
+`key`, `api_key`, `api-key`, `sig`, `X-Amz-Signature`, `X-Amz-Credential`, `client_secret`, ..."""
 _SECRET_KEY = re.compile(
     r"(^|[_-])(api[_-]?key|apikey|token|secret|password|passwd|credentials?)([_-]|$)", re.IGNORECASE
 )
 _extra: set[str] = set()
+_cached: list[str] | None = None
 
 
 def add_secret(value: str | None) -> None:
     """Treat `value` as a secret from now on (e.g. a key read from a file)."""
-    if value and len(value) >= MIN_SECRET_LENGTH:
+    if value and len(value) >= MIN_SECRET_LENGTH and value not in _extra:
         _extra.add(value)
+        refresh_secrets()
 
 
 def secret_values() -> list[str]:
-    """The current secret values, longest first (so a secret containing another goes whole)."""
+    """The current secret values, longest first (so a secret containing another goes whole);
+    scans the whole environment."""
     values = {v for k, v in os.environ.items() if _SECRET_ENV.search(k) and v and len(v) >= MIN_SECRET_LENGTH}
     return sorted(values | _extra, key=len, reverse=True)
+
+
+def refresh_secrets() -> list[str]:
+    """Scan the environment again for what `cached_secret_values` returns (a run's logger calls
+    this when it is made; `add_secret` too)."""
+    global _cached
+    _cached = secret_values()
+    return _cached
+
+
+def cached_secret_values() -> list[str]:
+    """`secret_values()` as of the last `refresh_secrets()` (the first call scans): for paths that
+    run per event."""
+    return refresh_secrets() if _cached is None else _cached
 
 
 def looks_like_secret_key(key: str) -> bool:
@@ -51,7 +81,11 @@ def redact(text: str, secrets: Sequence[str] | None = None) -> str:
     for value in secret_values() if secrets is None else secrets:
         if value in text:
             text = text.replace(value, REDACTED)
-    return _URL_CREDENTIALS.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)
+    if "://" in text:
+        text = _URL_CREDENTIALS.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)
+    if "=" in text:
+        text = _QUERY_SECRET.sub(lambda m: f"{m['lead']}{REDACTED}", text)
+    return text
 
 
 def leaks(text: str) -> bool:
@@ -74,8 +108,9 @@ def redact_value(value: Any, secrets: Sequence[str] | None = None) -> Any:
 
 
 def structlog_processor(logger: Any, method: str, event_dict: Any) -> Any:
-    """structlog processor: redact every value of the event (exceptions become redacted text)."""
-    secrets = secret_values()
+    """structlog processor: redact every value of the event (exceptions become redacted text), with
+    the secret values read when the run started (`cached_secret_values`)."""
+    secrets = cached_secret_values()
     for key, value in list(event_dict.items()):
         if isinstance(value, BaseException):
             value = f"{type(value).__name__}: {value}"
