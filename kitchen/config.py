@@ -71,10 +71,10 @@ class RunConfig(BaseModel):
         0, description="consecutive NaN/inf steps (not applied) tolerated before the run stops"
     )
     keep_last: int | None = Field(
-        None,
+        5,
         ge=1,
-        description="keep only the newest N step checkpoints on disk (never 'final' nor the one a resume "
-        "needs); default: keep all",
+        description="keep only the newest N step checkpoints on disk, plus 'final', the one with the best "
+        "held-out metric and the one a resume needs; null: keep all",
     )
     keep_every: int | None = Field(
         None, ge=1, description="with keep_last: also keep the checkpoints of steps that are multiples of N"
