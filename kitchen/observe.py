@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kitchen.hooks import Hooks
-from kitchen.secrets import cached_secret_values, redact, redact_value
+from kitchen.secrets import cached_secrets, redact, redact_value
 from kitchen.sinks import MetricSinksHook
 
 TRACES_FILE = "traces.jsonl"
@@ -157,7 +157,7 @@ def redacted_span(span: Any) -> Any:
     from opentelemetry.sdk.trace import Event, ReadableSpan
     from opentelemetry.trace import Status
 
-    secrets = cached_secret_values()
+    secrets = cached_secrets()
     description = span.status.description
     return ReadableSpan(
         name=redact(span.name, secrets),
