@@ -111,7 +111,10 @@ def write_checkpoint(
         (scratch / _METADATA).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
     except Exception as exc:
         shutil.rmtree(scratch, ignore_errors=True)  # a full disk leaves no half-written checkpoint
-        raise disk_full_error(exc, path, needed) or exc
+        full = disk_full_error(exc, path, needed)
+        if full is None:
+            raise
+        raise full from exc
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
         raise

@@ -71,7 +71,8 @@ def test_keep_last_on_disk_and_resume(tmp_path: Path, backend: str) -> None:
 def test_best_evaluated_checkpoint_is_kept() -> None:
     records = [_record(step) for step in range(1, 9)]
     # checkpoint N is saved at the end of the step whose row is N - 1
-    rows = [{"step": step - 1, "eval/nll": nll} for step, nll in zip(range(1, 9), [5, 4, 1.5, 3, 3, 3, 3, 3], strict=True)]
+    nll = [5, 4, 1.5, 3, 3, 3, 3, 3]
+    rows = [{"step": step - 1, "eval/nll": value} for step, value in zip(range(1, 9), nll, strict=True)]
     assert best_checkpoint(records, rows) == "000003"
     assert "000003" not in [r.name for r in checkpoints_to_delete(records, 2, None, best="000003")]
     assert "000003" in [r.name for r in checkpoints_to_delete(records, 2, None)]

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -135,11 +136,11 @@ def test_export_writes_the_renderer_the_run_trained_with(tmp_path: Path) -> None
     assert json.loads((out / "kitchen_export.json").read_text())["renderer"] == "role_colon"
     tokenizer = AutoTokenizer.from_pretrained(out)
     renderer = get_renderer("role_colon", tokenizer)
-    messages = [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "4"}]
+    messages: Any = [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "4"}]
     prompt = tokenizer.apply_chat_template(messages[:1], tokenize=False, add_generation_prompt=True)
     assert prompt == tokenizer.decode(renderer.build_generation_prompt(messages[:1]).to_ints())
     full = tokenizer.apply_chat_template(messages, tokenize=False)
-    assert full == tokenizer.decode(renderer.build_supervised_example(messages)[0].to_ints())  # type: ignore[arg-type]
+    assert full == tokenizer.decode(renderer.build_supervised_example(messages)[0].to_ints())
 
 
 def test_export_refusals(full_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

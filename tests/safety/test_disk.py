@@ -83,7 +83,8 @@ def test_disk_full_while_writing_the_optimizer_state(
         saves.append(path)
         if len(saves) == 2:
             Path(path).write_bytes(b"PK\x03\x04 half a file")
-            monkeypatch.setattr(shutil, "disk_usage", lambda _: shutil._ntuple_diskusage(10**9, 10**9 - 1024, 1024))  # type: ignore[attr-defined]
+            full = shutil._ntuple_diskusage(10**9, 10**9 - 1024, 1024)
+            monkeypatch.setattr(shutil, "disk_usage", lambda _: full)
             raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 2299840 vs 2299728")
         real_save(obj, path)
 
