@@ -1,18 +1,30 @@
-"""Reward functions named in a config as `module:function` (TRL's `reward_funcs`, one prompt at a
-time): resolving the names, calling them (sync or async) and weighting their scores."""
+"""Reward functions named in a config as `module:function` (TRL's `reward_funcs`): resolving the
+names, calling them (sync or async) and weighting their scores.
+
+Two kinds, told apart by the signature: per-sample `fn(prompt, completion, record)` returning a
+number or a dict of named numbers; and TRL's batched `fn(completions, **kwargs)` (a parameter
+named `completions`) returning one number (or None: not applicable) per completion of a group,
+called with `prompts`, `completions`, `completion_ids` and the record's other columns, one entry
+per completion, as TRL's GRPO trainer calls them.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import inspect
 import math
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from kitchen.errors import DataError
 
-RewardCallable = Callable[[Any, str, Mapping[str, Any]], Any]
+RewardCallable = Callable[..., Any]
+"""`fn(prompt, completion, record)`, or TRL's batched `fn(completions, **kwargs)`."""
 
 
 @dataclass(frozen=True)
@@ -26,16 +38,48 @@ class RewardFn:
         """The score's name when the function returns a single number."""
         return self.spec.rpartition(":")[2]
 
+    @property
+    def batched(self) -> bool:
+        """TRL-style: takes all `completions` of a group at once (a parameter of that name)."""
+        try:
+            return "completions" in inspect.signature(self.fn).parameters
+        except (TypeError, ValueError):  # no readable signature (a builtin): per-sample
+            return False
 
-def resolve_reward_fn(spec: str) -> RewardFn:
-    """The callable `spec` names; a ValueError (a config error) saying what is wrong otherwise."""
+
+def import_reward_module(name: str, folders: Sequence[Path]) -> ModuleType:
+    """Import `name` as Python would; if its top-level module is not found, look for it (a `.py`
+    file or a package) in `folders`: the config file's folder, then the working directory, so a
+    `my_rewards.py` beside the config or in the current directory needs no PYTHONPATH. A folder
+    that holds it is appended to sys.path (never put before installed packages)."""
+    top = name.partition(".")[0]
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name != top:
+            raise  # the module exists; something it imports does not
+        for folder in folders:
+            if (folder / f"{top}.py").is_file() or (folder / top / "__init__.py").is_file():
+                if str(folder) not in sys.path:
+                    sys.path.append(str(folder))
+                importlib.invalidate_caches()
+                return importlib.import_module(name)
+        raise
+
+
+def resolve_reward_fn(spec: str, config_dir: Path | None = None) -> RewardFn:
+    """The callable `spec` names (its module found by `import_reward_module`, in `config_dir` and
+    the working directory when it is not importable as it is); a ValueError (a config error)
+    saying what is wrong otherwise."""
     module_name, colon, attr = spec.partition(":")
     if not colon or not module_name or not attr:
         raise ValueError(f"{spec!r} is not 'module:function' (e.g. recipes.rewards.examples:length_reward)")
+    folders = [*([config_dir] if config_dir else []), Path.cwd()]
     try:
-        module = importlib.import_module(module_name)
+        module = import_reward_module(module_name, folders)
     except Exception as exc:  # ImportError, or the module's own error while importing
-        raise ValueError(f"{spec!r}: module {module_name!r} cannot be imported: {exc}") from None
+        where = ", ".join(str(folder) for folder in folders)
+        raise ValueError(f"{spec!r}: module {module_name!r} cannot be imported (looked in {where}): {exc}") from None
     target: Any = module
     for part in attr.split("."):
         if not hasattr(target, part):
@@ -46,8 +90,8 @@ def resolve_reward_fn(spec: str) -> RewardFn:
     return RewardFn(spec, target)
 
 
-def resolve_reward_fns(specs: Sequence[str]) -> list[RewardFn]:
-    fns = [resolve_reward_fn(spec) for spec in specs]
+def resolve_reward_fns(specs: Sequence[str], config_dir: Path | None = None) -> list[RewardFn]:
+    fns = [resolve_reward_fn(spec, config_dir) for spec in specs]
     names = [fn.name for fn in fns]
     duplicated = sorted({n for n in names if names.count(n) > 1})
     if duplicated:
@@ -64,10 +108,12 @@ def _number(value: Any, where: str) -> float:
 
 
 async def score(fns: Sequence[RewardFn], prompt: Any, completion: str, record: Mapping[str, Any]) -> dict[str, float]:
-    """Every function's named scores for one completion: a number is named after its function; a
-    dict gives its own names."""
+    """Every per-sample function's named scores for one completion: a number is named after its
+    function; a dict gives its own names."""
     scores: dict[str, float] = {}
     for reward_fn in fns:
+        if reward_fn.batched:
+            continue
         result = reward_fn.fn(prompt, completion, record)
         if inspect.isawaitable(result):
             result = await result
@@ -81,10 +127,62 @@ async def score(fns: Sequence[RewardFn], prompt: Any, completion: str, record: M
     return scores
 
 
-def weighted_total(scores: Mapping[str, float], weights: Mapping[str, float]) -> float:
+@dataclass(frozen=True)
+class Completion:
+    """One sampled reply, as the reward functions see it."""
+
+    text: str
+    token_ids: list[int]
+
+
+async def score_group(
+    fns: Sequence[RewardFn], prompt: Any, completions: Sequence[Completion], record: Mapping[str, Any]
+) -> list[dict[str, float]]:
+    """Named scores of each completion of one prompt: per-sample functions one completion at a
+    time (concurrently), batched ones once for all. A batched function's None leaves its score out
+    for that completion."""
+    per_sample = await asyncio.gather(*(score(fns, prompt, c.text, record) for c in completions))
+    for reward_fn in (fn for fn in fns if fn.batched):
+        values = await _call_batched(reward_fn, prompt, completions, record)
+        for scores, value in zip(per_sample, values, strict=True):
+            if value is not None:
+                scores[reward_fn.name] = value
+    return per_sample
+
+
+async def _call_batched(
+    reward_fn: RewardFn, prompt: Any, completions: Sequence[Completion], record: Mapping[str, Any]
+) -> list[float | None]:
+    n = len(completions)
+    conversational = isinstance(prompt, list)
+    columns = {key: [value] * n for key, value in record.items() if key not in ("prompt", "messages", "completion")}
+    available: dict[str, Any] = {
+        **columns,
+        "prompts": [prompt] * n,
+        "completions": [[{"role": "assistant", "content": c.text}] if conversational else c.text for c in completions],
+        "completion_ids": [c.token_ids for c in completions],
+    }
+    parameters = inspect.signature(reward_fn.fn).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        available = {key: value for key, value in available.items() if key in parameters}
+    where = f"reward function {reward_fn.spec}"
+    try:
+        result = reward_fn.fn(**available)
+    except TypeError as exc:
+        raise DataError(f"{where} (batched, TRL-style) cannot be called with {sorted(available)}: {exc}") from None
+    if inspect.isawaitable(result):
+        result = await result
+    if not isinstance(result, (list, tuple)) or len(result) != n:
+        got = f"{len(result)} values" if isinstance(result, (list, tuple)) else type(result).__name__
+        raise DataError(f"{where} (batched) returned {got}; it must return a list of {n} numbers, one per completion")
+    return [None if value is None else _number(value, f"{where} (completion {i})") for i, value in enumerate(result)]
+
+
+def weighted_total(scores: Mapping[str, float], weights: Mapping[str, float], optional: Sequence[str] = ()) -> float:
     """Sum of the scores, each times its weight (1 when not given). A weight naming no score is
-    an error: a typo would otherwise silently drop a term."""
-    unknown = sorted(set(weights) - set(scores))
+    an error (a typo would otherwise silently drop a term), unless its score is `optional` (a
+    batched function that may answer None)."""
+    unknown = sorted(set(weights) - set(scores) - set(optional))
     if unknown:
         raise DataError(
             f"reward_weights names {unknown[0]!r}, which no reward function returned (scores: {sorted(scores)})"
