@@ -23,7 +23,7 @@ from kitchen.backends import make_backend
 from kitchen.checkpoints import CheckpointRecord
 from kitchen.config import RunConfig
 from kitchen.context import Context
-from kitchen.datasets import is_hub_name
+from kitchen.datasets import is_hub_name, is_saved_dataset
 from kitchen.errors import ConfigError, DataError
 from kitchen.hooks import Hooks, ProgressHook
 from kitchen.logging import handle_sigterm, make_run_logger
@@ -116,8 +116,14 @@ def check_data_file(source: str, key: str) -> None:
     path = Path(source)
     if not path.exists():
         raise DataError(f"{key}: {path}: no such file")
+    if is_saved_dataset(path):
+        return  # its records are read by the stages' own checks
     if not path.is_file():
-        raise DataError(f"{key}: {path}: is a directory, not a data file" if path.is_dir() else f"{path}: not a file")
+        raise DataError(
+            f"{key}: {path}: is a directory, not a data file (nor a datasets.save_to_disk folder)"
+            if path.is_dir()
+            else f"{path}: not a file"
+        )
     if not os.access(path, os.R_OK):
         raise DataError(f"{key}: {path}: not readable (permission denied)")
     if path.suffix == ".parquet":

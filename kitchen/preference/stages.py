@@ -14,7 +14,7 @@ from kitchen.completers import as_async_judge
 from kitchen.context import Context
 from kitchen.errors import DataError
 from kitchen.ports import SamplingClient
-from kitchen.preference.reward_model import check_comparison_files
+from kitchen.preference.reward_model import check_comparison_files, comparison_records
 from kitchen.requests import score_targets
 from kitchen.settings import ADAM_KEYS
 from kitchen.stage import Stage
@@ -73,6 +73,7 @@ class LoadPreferenceData(Stage):
                 ctx.config.dataset_layout,
                 prompt_length=prompt_length if max_length is not None else None,
                 max_length=max_length,
+                records=comparison_records(path),
             )
             data_D = preference_datums(comparisons, renderer, max_length)
         except RendererError as exc:
