@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections.abc import Callable, Sequence
 
 from kitchen.context import Context
 from kitchen.errors import ConfigError
+from kitchen.hooks import report_progress
 from kitchen.requests import train_in_chunks
 from kitchen.settings import ADAM_KEYS
 from kitchen.stage import Stage
@@ -14,7 +16,7 @@ from kitchen.stages.training import adam_params
 from train_core.renderers.base import Renderer
 from train_core.rl.task import RLTask
 from train_core.supervised import datum_from_tokens_weights, mean_nll
-from train_core.types import Datum
+from train_core.types import Datum, ForwardBackwardOutput, OptimStepOutput
 
 
 def demonstration_data(task: RLTask, renderer: Renderer, rng: random.Random, count: int) -> list[Datum]:
@@ -26,6 +28,26 @@ def demonstration_data(task: RLTask, renderer: Renderer, rng: random.Random, cou
         tokens, weights = renderer.build_supervised_example(messages, task.demonstration_weights)
         data.append(datum_from_tokens_weights(tokens.to_ints(), list(weights)))
     return data
+
+
+def batch_nll(batch: Sequence[Datum], fb: ForwardBackwardOutput) -> float:
+    """The mean NLL of a cross-entropy step's batch, from its forward_backward output."""
+    return mean_nll(
+        [out["logprobs"].to_torch() for out in fb.loss_fn_outputs],
+        [datum.loss_fn_inputs["weights"].to_torch() for datum in batch],
+    )
+
+
+def step_progress(
+    ctx: Context, phase: str, batches: Sequence[Sequence[Datum]]
+) -> Callable[[int, tuple[ForwardBackwardOutput, OptimStepOutput]], None]:
+    """A `train_in_chunks` callback that reports each finished step (and its NLL) to the run's
+    progress display: a warm start of hundreds of steps is otherwise silent."""
+
+    def report(index: int, result: tuple[ForwardBackwardOutput, OptimStepOutput]) -> None:
+        report_progress(ctx, phase, index + 1, len(batches), {"nll": batch_nll(batches[index], result[0])})
+
+    return report
 
 
 class WarmStart(Stage):
@@ -57,15 +79,10 @@ class WarmStart(Stage):
         ]
         adam = dataclasses.replace(adam_params(ctx), learning_rate=config.warm_start_learning_rate)
         client = ctx["training_client"]
-        results = await train_in_chunks(client, batches, "cross_entropy", None, adam)
+        progress = step_progress(ctx, "warm_start", batches)
+        results = await train_in_chunks(client, batches, "cross_entropy", None, adam, on_result=progress)
         path = await (await client.save_state("warm_start"))
         await (await client.load_state(path, with_optimizer=False))
-        nll_by_step = [
-            mean_nll(
-                [out["logprobs"].to_torch() for out in fb.loss_fn_outputs],
-                [datum.loss_fn_inputs["weights"].to_torch() for datum in batch],
-            )
-            for batch, (fb, _) in zip(batches, results, strict=True)
-        ]
+        nll_by_step = [batch_nll(batch, fb) for batch, (fb, _) in zip(batches, results, strict=True)]
         ctx.record({"warm_start/nll_first": nll_by_step[0], "warm_start/nll_last": nll_by_step[-1]})
         ctx.log.info("warm_start.done", steps=len(batches), nll_last=nll_by_step[-1], state_path=path)
