@@ -33,7 +33,16 @@ from train_core.rl.types import Action, Env, EnvGroupBuilder, Metrics, RLDataset
 from train_core.types import ModelInput, StopCondition
 
 
-@defaults(learning_rate=1e-3, max_tokens=16, group_size=4, groups_per_batch=8, num_batches=20, eval_every=5)
+@defaults(
+    learning_rate=3e-4,
+    max_tokens=16,
+    group_size=8,
+    groups_per_batch=8,
+    num_batches=40,
+    eval_every=10,
+    warm_start_steps=80,
+    warm_start_batch_size=16,
+)
 class Config(RLSettings):
     dataset: str = Field(
         default_factory=lambda: shipped_data("reward_fn/prompts.jsonl"),
@@ -44,7 +53,7 @@ class Config(RLSettings):
     )
     split: str = Field("train", description="hub datasets: the split to read")
     reward_fn: list[str] = Field(
-        default_factory=lambda: ["recipes.rewards.examples:length_and_keyword"],
+        default_factory=lambda: ["recipes.rewards.examples:keyword_reward"],
         description="reward functions as module:function (one, or a list)",
     )
     reward_weights: dict[str, float] = Field(default_factory=dict, description="weight of each named score (default 1)")
