@@ -168,8 +168,6 @@ def check_model_dir(name: str, key: str) -> None:
         return
     if not path.is_dir():
         raise ConfigError(f"{key}: {name}: is a file; give a model directory (config.json, weights, tokenizer)")
-    if not (path / "config.json").is_file():
-        raise ConfigError(f"{key}: {name}: not a Hugging Face model directory (no config.json)")
     if not any((path / file).is_file() for file in TOKENIZER_FILES):
         raise ConfigError(
             f"{key}: {name}: the model directory has no tokenizer (none of {', '.join(TOKENIZER_FILES)}); save "
