@@ -169,12 +169,14 @@ def test_held_out_prompts_ask_about_subjects_the_model_can_name() -> None:
     names: their keyword score was 0 whatever RL did, so eval could not show learning."""
     from recipes.data import shipped_data
 
-    def answers(name: str) -> set[str]:
-        lines = Path(shipped_data(f"reward_fn/{name}.jsonl")).read_text().splitlines()
-        return {json.loads(line)["answer"] for line in lines}
+    def records(name: str) -> list[dict[str, str]]:
+        return [json.loads(line) for line in Path(shipped_data(f"reward_fn/{name}.jsonl")).read_text().splitlines()]
 
-    train_prompts = {json.loads(line)["prompt"] for line in Path(shipped_data("reward_fn/prompts.jsonl")).open()}
-    held_out = [json.loads(line)["prompt"] for line in Path(shipped_data("reward_fn/eval.jsonl")).open()]
+    def answers(name: str) -> set[str]:
+        return {record["answer"] for record in records(name)}
+
+    train_prompts = {record["prompt"] for record in records("prompts")}
+    held_out = [record["prompt"] for record in records("eval")]
     assert answers("eval") <= answers("prompts") and not set(held_out) & train_prompts
 
 

@@ -91,7 +91,7 @@ def test_disk_full_while_writing_the_optimizer_state(
     monkeypatch.setattr(torch, "save", save)
     log = tmp_path / "run"
     code, _, err = cli(
-        capsys, "run", "sl_basic", "max_steps=6", "save_every=2", "eval_every=0", "batch_size=4", f"log_path={log}"
+        capsys, "run", "sl_basic", "max_steps=4", "save_every=2", "eval_every=0", "batch_size=2", f"log_path={log}"
     )
     assert_one_error_line(code, err, "no space left on device", "weights/000004", "and 1,024 are free")
     _assert_previous_checkpoint_kept(log)

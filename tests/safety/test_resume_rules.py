@@ -185,14 +185,9 @@ def test_finished_run_with_a_changed_config_is_refused(tmp_path: Path, capsys: p
     assert snapshot(log) == before
     code, _, err = cli(capsys, "validate", "sl_basic", *FAST, f"log_path={log}", "learning_rate=0.01")
     assert_one_error_line(code, err, "already complete", "learning_rate:")
+    code, _, err = cli(capsys, "run", "chat_sl", *FAST, f"log_path={log}")  # another recipe, same directory
+    assert_one_error_line(code, err, "already complete", "recipe: 'sl_basic' -> 'chat_sl'")
+    assert snapshot(log) == before
     allow = "resume_allow_changes=[learning_rate]"
     code, out, err = cli(capsys, "run", "sl_basic", *FAST, f"log_path={log}", "learning_rate=0.01", allow)
     assert code == 0 and "already complete" in out, err
-
-
-def test_finished_run_rerun_with_another_recipe_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    log = tmp_path / "run"
-    before = finished_run(capsys, log)
-    code, _, err = cli(capsys, "run", "chat_sl", *FAST, f"log_path={log}")
-    assert_one_error_line(code, err, "already complete", "recipe: 'sl_basic' -> 'chat_sl'")
-    assert snapshot(log) == before
