@@ -1,12 +1,14 @@
 """What the runner costs per stage: µs per stage of a workflow of empty stages, minus the stages'
 own cost (awaiting `run` directly).
 
-    PYTHONPATH=. python benchmarks/runner_overhead.py [--steps 2000] [--stages 10] [--repeats 5]
+    PYTHONPATH=. python benchmarks/runner_overhead.py [--steps 2000] [--stages 10] [--repeats 5] [--env-vars 300]
 
 Set up like a real run (`kitchen run`): events to an `events.jsonl`, metrics to a `metrics.jsonl`,
 `time/<stage>` metrics, one step loop, no hooks and no OpenTelemetry SDK configured (the default).
 The stages do nothing, so what is measured is the runner's bookkeeping (spans, events, timing,
-context), the same on every backend. Repeats alternate with the direct baseline; medians count.
+context), the same on every backend. `--env-vars N` pads the environment to N variables (one in ten
+named like a secret, `*_TOKEN`), as on a CI or cluster machine: redacting events must not cost
+more there. Repeats alternate with the direct baseline; medians count.
 The last line is the overhead in µs per stage (goal: <= 20).
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import tempfile
 import time
@@ -65,12 +68,24 @@ def direct_seconds(steps: int, stages: int) -> float:
     return time.perf_counter() - started
 
 
+def pad_environment(size: int) -> int:
+    """Add variables until the environment holds `size` (every tenth secret-named); its size."""
+    index = 0
+    while len(os.environ) < size:
+        name = f"BENCH_SERVICE_{index}_TOKEN" if index % 10 == 0 else f"BENCH_VAR_{index}"
+        os.environ[name] = f"value-{index:06d}-" + "x" * 24
+        index += 1
+    return len(os.environ)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--stages", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--env-vars", type=int, default=0, help="pad the environment to this many variables")
     args = parser.parse_args()
+    env_size = pad_environment(args.env_vars)
     count = args.steps * args.stages
     runner_s, direct_s = [], []
     with tempfile.TemporaryDirectory() as tmp:
@@ -81,7 +96,7 @@ def main() -> None:
             direct_s.append(direct_seconds(args.steps, args.stages))
     r, d = statistics.median(runner_s), statistics.median(direct_s)
     overhead = (r - d) / count * 1e6
-    print(f"{args.steps} steps x {args.stages} empty stages, {args.repeats} repeats:")
+    print(f"{args.steps} steps x {args.stages} empty stages, {args.repeats} repeats, events file, {env_size} env vars:")
     print(f"runner {r / count * 1e6:.1f} µs/stage, direct await {d / count * 1e6:.2f} µs/stage")
     print(f"runner overhead: {overhead:.1f} µs per stage (goal <= 20)")
 

@@ -30,7 +30,7 @@ BackendFactory = Callable[[Any, Any, Path], "ServiceBackend"]
 """`create(config, settings, checkpoint_dir)`: the run's config, this backend's settings section,
 and where checkpoints go. Heavy imports (torch, an SDK) belong inside it, not at module level."""
 
-ExportFn = Callable[[str, Path, bool], Mapping[str, Any]]
+ExportFn = Callable[[str, Path, bool, Any], Mapping[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -47,8 +47,10 @@ class BackendSpec:
     moved_keys: Mapping[str, str] = field(default_factory=dict)
     """Former top-level config keys now in this backend's section: old name -> name in the section."""
     export_hf: ExportFn | None = None
-    """Optional: `export_hf(checkpoint_path, out_dir, merge_lora)` writes a checkpoint as a Hugging
-    Face model directory (`kitchen export`) and returns a summary of what it wrote."""
+    """Optional: `export_hf(checkpoint_path, out_dir, merge_lora, settings)` writes a checkpoint as a
+    Hugging Face model directory (`kitchen export`) and returns a summary of what it wrote;
+    `settings` is this backend's section of the run's config (what the model was built with, e.g.
+    its LoRA alpha and target modules)."""
     export_hint: str = ""
     """For backends without `export_hf`: what to do instead (shown by `kitchen export`)."""
 

@@ -138,11 +138,11 @@ def _chat(args: argparse.Namespace) -> None:
 def _export(args: argparse.Namespace) -> None:
     from kitchen.inference import export_checkpoint
 
-    info = export_checkpoint(_target(args), args.out, args.merge_lora)
+    info = export_checkpoint(_target(args), args.out, args.merge_lora, args.renderer)
     kind = {"full": "model", "merged": "merged LoRA model", "peft_adapter": "PEFT adapter"}.get(
         str(info.get("format")), "model"
     )
-    print(f"exported {kind}: {args.out}")
+    print(f"exported {kind}: {args.out} (chat template: {info['chat_template']})")
 
 
 def _keys(args: argparse.Namespace) -> None:

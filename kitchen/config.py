@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
 
 from kitchen.backends import backend_specs, get_backend_spec
@@ -71,10 +71,10 @@ class RunConfig(BaseModel):
         0, description="consecutive NaN/inf steps (not applied) tolerated before the run stops"
     )
     keep_last: int | None = Field(
-        None,
+        5,
         ge=1,
-        description="keep only the newest N step checkpoints on disk (never 'final' nor the one a resume "
-        "needs); default: keep all",
+        description="keep only the newest N step checkpoints on disk, plus 'final', the one with the best "
+        "held-out metric and the one a resume needs; null: keep all",
     )
     keep_every: int | None = Field(
         None, ge=1, description="with keep_last: also keep the checkpoints of steps that are multiples of N"
@@ -265,6 +265,18 @@ def read_yaml(path: Path) -> tuple[dict[str, Any], dict[Path_, int]]:
     return data, lines
 
 
+CONFIG_DIR = "config_dir"
+"""Validation context key: the folder of the config file being loaded (absent for overrides alone),
+for validators that resolve names relative to it (e.g. reward modules)."""
+
+
+def config_dir(info: ValidationInfo) -> Path | None:
+    """The loading config file's folder, from a validator's `info`; None without a config file."""
+    context = info.context or {}
+    folder = context.get(CONFIG_DIR)
+    return folder if isinstance(folder, Path) else None
+
+
 def load_config(
     config_cls: type[C],
     config_file: Path | None = None,
@@ -282,8 +294,9 @@ def load_config(
         path, value = parse_override(text)
         _set_path(data, path, value, f"override {text!r}")
         origins[".".join(path)] = f"override {text!r}"
+    context = {CONFIG_DIR: config_file.resolve().parent} if config_file is not None else {}
     try:
-        return config_cls.model_validate(data)
+        return config_cls.model_validate(data, context=context)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, config_cls, config_file, lines, origins)) from None
 

@@ -1,4 +1,5 @@
-"""Load records from local JSONL / JSON / parquet files or hub dataset names (through HF `datasets`).
+"""Load records from local JSONL / JSON / parquet files, `datasets.save_to_disk` folders or hub
+dataset names (through HF `datasets`).
 
 Local JSONL goes through train_core's one JSON-lines reader, so a malformed line is reported with
 its file and line number instead of an opaque parser error deep inside `datasets`.
@@ -16,6 +17,26 @@ from train_core.jsonl import read_jsonl
 from train_core.renderers.messages import STANDARD_ROLES, Message, MessageFormatError, check_messages
 
 LOCAL_SUFFIXES = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+
+
+def is_saved_dataset(path: Path) -> bool:
+    """A folder written by `datasets.save_to_disk`: a Dataset (`state.json`) or a DatasetDict
+    (`dataset_dict.json`, one subfolder per split)."""
+    return path.is_dir() and ((path / "state.json").is_file() or (path / "dataset_dict.json").is_file())
+
+
+def _load_saved_dataset(path: Path, split: str) -> Any:
+    import datasets
+
+    try:
+        loaded = datasets.load_from_disk(str(path))
+    except Exception as exc:  # datasets raises many types for a damaged folder
+        raise DataError(f"{path}: could not be read as a saved dataset (datasets.save_to_disk): {exc}") from None
+    if isinstance(loaded, datasets.DatasetDict):
+        if split not in loaded:
+            raise DataError(f"{path}: the saved dataset has no split {split!r} (splits: {', '.join(sorted(loaded))})")
+        return loaded[split]
+    return loaded
 
 
 def is_hub_name(source: str) -> bool:
@@ -86,7 +107,9 @@ def load_records(source: str, split: str = "train", required_any: Sequence[Seque
 
     datasets.disable_progress_bars()
     datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # its errors reach the user in our error line
-    if path.suffix in LOCAL_SUFFIXES:
+    if is_saved_dataset(path):
+        dataset = _load_saved_dataset(path, split)
+    elif path.suffix in LOCAL_SUFFIXES:
         if not path.is_file():
             raise DataError(f"dataset file not found: {path}")
         try:
@@ -94,7 +117,9 @@ def load_records(source: str, split: str = "train", required_any: Sequence[Seque
         except Exception as exc:  # datasets raises many types for unreadable files
             raise DataError(f"{path}: could not be read as {path.suffix[1:]}: {exc}") from None
     elif path.exists():
-        raise DataError(f"{path}: unsupported dataset file type (use .jsonl, .json or .parquet)")
+        raise DataError(
+            f"{path}: unsupported dataset file type (use .jsonl, .json, .parquet or a datasets.save_to_disk folder)"
+        )
     else:
         try:
             dataset = datasets.load_dataset(source, split=split)

@@ -27,14 +27,48 @@ class Hooks:
 
     def on_error(self, ctx: Context, stage: Stage | None, error: BaseException) -> None: ...
 
+    def on_progress(self, ctx: Context, phase: str, done: int, total: int | None, metrics: dict[str, float]) -> None:
+        """A long stage's progress inside it (`report_progress`): `done` of `total` units."""
 
-_SHOWN_KEYS = ("train_mean_nll", "loss", "dpo_loss", "env/all/reward/total", "accuracy", "eval/nll")
+
+def report_progress(
+    ctx: Context, phase: str, done: int, total: int | None, metrics: dict[str, float] | None = None
+) -> None:
+    """Tell the run's hooks how far a long stage has got (an RL warm start's steps, ...), so the
+    console is not silent for minutes."""
+    for hook in getattr(ctx, "hooks", ()):
+        hook.on_progress(ctx, phase, done, total, metrics or {})
+
+
+SHOWN_METRICS: tuple[tuple[str, str, str | None], ...] = (
+    ("train_mean_nll", "train_mean_nll", "eval/nll"),
+    ("loss", "loss", "eval/loss"),
+    ("dpo_loss", "dpo_loss", "eval/dpo_loss"),
+    ("env/all/reward/total", "reward", "eval/all/reward/total"),
+    ("env/all/correct", "correct", "eval/all/correct"),
+    ("env/all/pass", "pass", "eval/all/pass"),
+    ("teacher_kl", "teacher_kl", "eval/teacher_kl"),
+    ("accuracy", "accuracy", "eval/accuracy"),
+    ("optim/kl_sample_train_v1", "kl_mismatch", None),
+)
+"""(metric, label, held-out metric) shown per step when a row has them: what the users of each
+family watch: NLL (supervised), DPO loss and accuracy, RL reward, correct answers (math) and
+passed tests (code), teacher KL (distillation) and the sampler/trainer mismatch KL."""
+
+HIDDEN_BY = {"env/all/reward/total": "teacher_kl"}
+"""A metric left out when another is in the row: distillation's prompt-only envs always give
+reward 0, so its console shows the teacher KL instead."""
 
 
 def _summary(row: dict[str, Any]) -> str:
-    keys = [*_SHOWN_KEYS, *(f"eval/{key}" for key in _SHOWN_KEYS if not key.startswith("eval/"))]
-    parts = [f"{key}={row[key]:.4g}" for key in dict.fromkeys(keys) if isinstance(row.get(key), float)]
-    return " ".join(parts)
+    shown = [entry for entry in SHOWN_METRICS if HIDDEN_BY.get(entry[0]) not in row]
+    held_out = [(eval_key, eval_key if label == key else f"eval/{label}") for key, label, eval_key in shown if eval_key]
+    pairs = [*((key, label) for key, label, _ in shown), *held_out]
+    return " ".join(f"{label}={row[key]:.4g}" for key, label in pairs if isinstance(row.get(key), float))
+
+
+def _metrics_text(metrics: dict[str, float]) -> str:
+    return " ".join(f"{key}={value:.4g}" for key, value in metrics.items())
 
 
 def _duration(seconds: float) -> str:
@@ -49,15 +83,20 @@ def _duration(seconds: float) -> str:
 class ProgressHook(Hooks):
     """A rich progress bar on a terminal; one plain line per step otherwise (logs, CI).
 
-    Shows the stage being run while no step is (setup, an RL warm start, the final evaluation),
+    Shows the stage being run while no step is (setup, an RL warm start, the final evaluation)
+    and how far a long one has got (`report_progress`: `[warm_start] 120/500 nll=2.3 eta 3m05s`),
     an ETA from this session's step times, each step's headline metrics once its row is written
     (pipelined stages write a step's row when its results arrive, so the bar names the step a
     summary belongs to), metrics recorded after the last step as `final`, and a short summary at
     the end.
     """
 
-    def __init__(self, interactive: bool | None = None) -> None:
+    def __init__(self, interactive: bool | None = None, progress_every_s: float = 10.0) -> None:
         self.interactive = sys.stdout.isatty() if interactive is None else interactive
+        self.progress_every_s = progress_every_s
+        """Off a terminal, a long stage's progress is printed at most this often (and when done)."""
+        self._phase: tuple[str, float, int] | None = None
+        self._phase_printed = 0.0
         self._progress: Any = None
         self._task: Any = None
         self._rows_seen = 0
@@ -104,6 +143,28 @@ class ProgressHook(Hooks):
             self._progress.update(self._task, description=f"{self._workflow}: {stage.name}")
         else:
             print(f"[{stage.name}]", flush=True)
+
+    def on_progress(self, ctx: Context, phase: str, done: int, total: int | None, metrics: dict[str, float]) -> None:
+        now = time.monotonic()
+        if self._phase is None or self._phase[0] != phase:
+            self._phase, self._phase_printed = (phase, now, done), 0.0
+        _, started, first = self._phase
+        eta = ""
+        if total and first < done < total:  # timed from the first report, as steps are
+            eta = f"eta {_duration((now - started) / (done - first) * (total - done))}"
+        if self._progress is not None:
+            self._progress.update(
+                self._task,
+                description=f"{self._workflow}: {phase}",
+                total=total,
+                completed=done,
+                summary=_metrics_text(metrics),
+            )
+            return
+        if done == total or now - self._phase_printed >= self.progress_every_s:
+            self._phase_printed = now
+            text = f"[{phase}] {done}/{total or '?'} {_metrics_text(metrics)} {eta}"
+            print(" ".join(text.split()), flush=True)
 
     def _eta(self, ctx: Context, done: int) -> str:
         if ctx.total_steps is None or self._first_step_at is None or done <= self._first_step + 1:

@@ -9,6 +9,7 @@ the backend registry: the engine names no backend.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,11 +25,14 @@ from kitchen.errors import ConfigError
 from kitchen.ports import SamplingClient, ServiceBackend, Tokenizer
 from kitchen.renderers import get_renderer
 from train_core.renderers.base import Message, Renderer
-from train_core.renderers.registry import recommended_renderer
+from train_core.renderers.exported_templates import exported_chat_template
+from train_core.renderers.registry import FALLBACK_RENDERER, recommended_renderer
 from train_core.types import SamplingParams
 
 CONFIG_FILE = "config.yaml"
 CHECKPOINTS_FILE = "checkpoints.jsonl"
+EXPORT_INFO = "kitchen_export.json"
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,13 @@ class CheckpointTarget:
     renderer: str
     record: CheckpointRecord | None = None
     raw_config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def trained_renderer(self) -> str | None:
+        """The chat renderer the run trained with; None for a recipe without one (plain text)."""
+        if "renderer" not in self.raw_config:
+            return None
+        return str(self.raw_config["renderer"] or recommended_renderer(self.config.model_name))
 
 
 def _has_scheme(text: str) -> bool:
@@ -214,12 +225,42 @@ async def open_session(
         await backend.close()
 
 
-def export_checkpoint(target: CheckpointTarget, out_dir: Path, merge_lora: bool) -> Mapping[str, Any]:
-    """Write the checkpoint as a Hugging Face model directory through its backend's export hook."""
+def export_checkpoint(
+    target: CheckpointTarget, out_dir: Path, merge_lora: bool, renderer: str | None = None
+) -> Mapping[str, Any]:
+    """Write the checkpoint as a Hugging Face model directory through its backend's export hook,
+    with the chat template of the renderer the run trained with (or `renderer`); what was written
+    goes to `kitchen_export.json`."""
     spec = get_backend_spec(target.config.backend)
     if spec.export_hf is None:
         hint = f": {spec.export_hint}" if spec.export_hint else ""
         raise ConfigError(f"backend {spec.name!r} cannot export checkpoints{hint}")
     if target.model_path is None:
         raise ConfigError(f"{target.config.model_name} is a base model, not a checkpoint: nothing to export")
-    return spec.export_hf(target.model_path, out_dir, merge_lora)
+    info = dict(spec.export_hf(target.model_path, out_dir, merge_lora, getattr(target.config, spec.name)))
+    chosen = renderer or target.trained_renderer
+    info["renderer"] = chosen
+    info["chat_template"] = set_export_chat_template(out_dir, chosen)
+    (out_dir / EXPORT_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    return info
+
+
+def set_export_chat_template(out_dir: Path, renderer: str | None) -> str:
+    """Make the exported tokenizer's chat template the renderer's (`exported_chat_template`), as
+    transformers stores one (`chat_template.jinja`); with no such template, remove the tokenizer's
+    own rather than ship a format the model never saw. Says which it did."""
+    if renderer == FALLBACK_RENDERER:
+        return "the tokenizer's own (the run rendered with it)"
+    template = exported_chat_template(renderer) if renderer else None
+    (out_dir / CHAT_TEMPLATE_FILE).unlink(missing_ok=True)
+    config_file = out_dir / "tokenizer_config.json"
+    if config_file.is_file():
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+        if config.pop("chat_template", None) is not None:
+            config_file.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    if template is not None:
+        (out_dir / CHAT_TEMPLATE_FILE).write_text(template, encoding="utf-8")
+        return f"renderer {renderer!r}"
+    if renderer is None:
+        return "none: the run trained on plain text, without a chat renderer"
+    return f"none: renderer {renderer!r} has no exported template; render prompts with it (kitchen sample/chat)"

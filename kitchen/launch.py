@@ -22,7 +22,7 @@ from kitchen.backends import make_backend
 from kitchen.checkpoints import CheckpointRecord
 from kitchen.config import RunConfig
 from kitchen.context import Context
-from kitchen.datasets import is_hub_name
+from kitchen.datasets import is_hub_name, is_saved_dataset
 from kitchen.errors import ConfigError, DataError
 from kitchen.hooks import Hooks, ProgressHook
 from kitchen.logging import handle_sigterm, make_run_logger
@@ -33,6 +33,7 @@ from kitchen.recipe import Recipe
 from kitchen.rundir import (
     LENGTH_KEYS,
     RunDirError,
+    RunDirWatch,
     RunLock,
     check_log_path,
     check_resume_fingerprint,
@@ -114,8 +115,14 @@ def check_data_file(source: str, key: str) -> None:
     path = Path(source)
     if not path.exists():
         raise DataError(f"{key}: {path}: no such file")
+    if is_saved_dataset(path):
+        return  # its records are read by the stages' own checks
     if not path.is_file():
-        raise DataError(f"{key}: {path}: is a directory, not a data file" if path.is_dir() else f"{path}: not a file")
+        raise DataError(
+            f"{key}: {path}: is a directory, not a data file (nor a datasets.save_to_disk folder)"
+            if path.is_dir()
+            else f"{path}: not a file"
+        )
     if not os.access(path, os.R_OK):
         raise DataError(f"{key}: {path}: not readable (permission denied)")
     if path.suffix == ".parquet":
@@ -141,6 +148,51 @@ def check_data_files(config: Any) -> None:
         value = getattr(config, key, None)
         if isinstance(value, str) and value:
             check_data_file(value, key)
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model", "vocab.txt", "tiktoken.model")
+"""A model directory needs one of these (the vocabulary of a fast, SentencePiece, BPE or WordPiece
+tokenizer) for `AutoTokenizer.from_pretrained` to load its tokenizer."""
+
+
+def check_model_dir(name: str, key: str) -> None:
+    """A `model_name` that is a local path must be a model directory with a tokenizer: otherwise the
+    run would fail only when its first stage loads it (a hub name is left to the backend)."""
+    if name == RunConfig.model_fields["model_name"].default:
+        return  # the embedded model, whatever folder the command runs in
+    path = Path(name).expanduser()
+    if not path.exists():
+        if name.startswith(("/", "./", "../", "~")):
+            raise ConfigError(f"{key}: {name}: no such model directory")
+        return
+    if not path.is_dir():
+        raise ConfigError(f"{key}: {name}: is a file; give a model directory (config.json, weights, tokenizer)")
+    if not any((path / file).is_file() for file in TOKENIZER_FILES):
+        raise ConfigError(
+            f"{key}: {name}: the model directory has no tokenizer (none of {', '.join(TOKENIZER_FILES)}); save "
+            "it beside the weights (tokenizer.save_pretrained(DIR))"
+        )
+
+
+def model_names(config: Any) -> list[tuple[str, str]]:
+    """(dotted key, value) of every `model_name` in the config: the trained model's, and those of
+    teachers, judges and other models in its sections."""
+    found: list[tuple[str, str]] = []
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for key, child in value.items():
+                dotted = f"{prefix}.{key}" if prefix else str(key)
+                if key == "model_name" and isinstance(child, str) and child:
+                    found.append((dotted, child))
+                else:
+                    walk(dotted, child)
+        elif isinstance(value, list):
+            for index, child in enumerate(value):
+                walk(f"{prefix}.{index}", child)
+
+    walk("", config.model_dump(mode="json"))
+    return found
 
 
 def check_load_checkpoint(service: Any, config: Any) -> None:
@@ -189,19 +241,23 @@ def completion_summary(run_dir: Path, final: CheckpointRecord, config: Any) -> s
 
 def preflight(recipe: Recipe, config: RunConfig) -> tuple[Workflow, Path]:
     """Every check `run` makes before it touches the run directory or a backend: the config and
-    wiring, the log_path, the data files and their records (each stage's `check_inputs`), and
+    wiring, the log_path, the data files and their records (each stage's `check_inputs`), local
+    model directories (a tokenizer beside the weights), and
     (for an existing run) that the checkpoint it would
     resume from is intact and was trained with the same settings. Changes nothing on disk."""
     workflow = validate_recipe(recipe, config)
     path = resolve_log_path(recipe.name, config)
     check_log_path(path, bool(getattr(config, "overwrite", False)), config.resume)
     check_data_files(config)
+    for key, name in model_names(config):
+        check_model_dir(name, key)
     for stage in workflow.stages():
         stage.check_inputs(config)
     if config.resume == "auto" and path.is_dir():
         resume, _ = choose_resume_point(path)
-        if resume is not None and not (resume.final and completion_summary(path, resume, config)):
-            check_resume_fingerprint(resume, config)
+        if resume is not None:
+            complete = resume.final and completion_summary(path, resume, config) is not None
+            check_resume_fingerprint(resume, config, recipe.name, complete)
     return workflow, path
 
 
@@ -239,13 +295,12 @@ async def run_recipe_async(
     try:
         fresh = not is_run_dir(run_dir.path)
         resume, skipped = choose_resume_point(run_dir.path) if config.resume == "auto" else (None, [])
-        if resume is not None and resume.final:
-            summary = completion_summary(run_dir.path, resume, config)
-            if summary is not None:
-                return RunDir(run_dir.path, already_complete=summary)
+        summary = completion_summary(run_dir.path, resume, config) if resume is not None and resume.final else None
         if resume is not None:
-            check_resume_fingerprint(resume, config)
-        current = fingerprint(config)
+            check_resume_fingerprint(resume, config, recipe.name, complete=summary is not None)
+        if summary is not None:
+            return RunDir(run_dir.path, already_complete=summary)
+        current = fingerprint(config, recipe.name)
         if fresh:
             dump_config_with_history(config, run_dir.path)
 
@@ -271,7 +326,8 @@ async def run_recipe_async(
         ctx.set_commit(commit)
         observe = start_observability(recipe.name, config, run_dir.path)
         observe.attach(ctx)
-        all_hooks = [*hooks, *observe.hooks, ProgressHook()] if progress else [*hooks, *observe.hooks]
+        watch = RunDirWatch(run_dir.path)
+        all_hooks = [watch, *hooks, *observe.hooks, *([ProgressHook()] if progress else [])]
         with handle_sigterm():  # buffered events reach the disk even when the run is killed
             await Runner(workflow, all_hooks).run(ctx)
     finally:

@@ -111,6 +111,9 @@ def handle_sigterm() -> Iterator[None]:
 
 
 def make_run_logger(events_path: Path | None, console_level: str = "warning", **context: Any) -> tuple[Any, _RunSink]:
+    # The run's config and environment are in force now: read the secret values once, here, rather
+    # than per event (`secrets.structlog_processor` uses this set).
+    secrets.refresh_secrets()
     sink = _RunSink(events_path, sys.stderr, console_level)
     # Nobody reads debug events without a file: drop them (and lower ones) before any processing.
     min_level = _LEVELS["debug"] if events_path is not None else _LEVELS[console_level]

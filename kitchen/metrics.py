@@ -8,6 +8,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from kitchen.rundir import run_dir_gone
+
+HEADLINES: tuple[tuple[str, str, str, bool], ...] = (
+    ("reward", "env/all/reward/total", "eval/all/reward/total", True),
+    ("accuracy", "accuracy", "eval/accuracy", True),
+    ("nll", "train_mean_nll", "eval/nll", False),
+    ("loss", "loss", "eval/loss", False),
+    ("dpo_loss", "dpo_loss", "eval/dpo_loss", False),
+)
+"""A run family's main metric: (label, train key, eval key, higher is better); the first one a run
+logs wins: RL reward, DPO accuracy, supervised NLL, any loss. `kitchen runs` shows it, and
+`keep_last` keeps the checkpoint with its best held-out value."""
+
 
 class MetricsRecorder:
     """Collects metrics by optimizer step and appends one JSON row per step to `metrics.jsonl`.
@@ -68,6 +81,8 @@ class MetricsRecorder:
                 with self.path.open("a", encoding="utf-8") as handle:
                     handle.write(json.dumps(row) + "\n")
             except OSError as exc:  # name the file: a bare "No space left on device" says nothing
+                if isinstance(exc, FileNotFoundError) and not self.path.parent.is_dir():
+                    raise run_dir_gone(self.path.parent) from None
                 raise OSError(exc.errno, exc.strerror, str(self.path)) from None
         if self._on_row is not None:
             self._on_row(row)

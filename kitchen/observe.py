@@ -6,7 +6,8 @@ default they go nowhere. With `opentelemetry-sdk` installed they are exported wh
     the endpoint is set, needs `opentelemetry-exporter-otlp`; `console` prints them; `none`), or
   - `trace_file: true`, which writes them to RUN_DIR/traces.jsonl (one span per line).
 Every span carries `kitchen.run_id` (the run directory's name) and `kitchen.recipe`; stage spans
-also `kitchen.stage` and `kitchen.step`.
+also `kitchen.stage` and `kitchen.step`. Every exporter gets the spans redacted (attributes, event
+attributes such as an exception's message, status text), as events.jsonl is.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kitchen.hooks import Hooks
+from kitchen.secrets import cached_secrets, redact, redact_value
 from kitchen.sinks import MetricSinksHook
 
 TRACES_FILE = "traces.jsonl"
@@ -128,8 +130,52 @@ def _provider(recipe: str, run_dir: Path, exporters: list[tuple[Any, bool]]) -> 
     provider = TracerProvider(resource=Resource.create({"service.name": "kitchen", **attributes}))
     provider.add_span_processor(RunAttributes())
     for exporter, batched in exporters:
-        provider.add_span_processor(BatchSpanProcessor(exporter) if batched else SimpleSpanProcessor(exporter))
+        redacting: Any = RedactingSpanExporter(exporter)  # duck-typed: the SDK is an optional import
+        provider.add_span_processor(BatchSpanProcessor(redacting) if batched else SimpleSpanProcessor(redacting))
     return provider
+
+
+class RedactingSpanExporter:
+    """Hands each span to `inner` with secrets redacted (`redacted_span`)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def export(self, spans: Sequence[Any]) -> Any:
+        return self.inner.export([redacted_span(span) for span in spans])
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return bool(self.inner.force_flush(timeout_millis))
+
+
+def redacted_span(span: Any) -> Any:
+    """A copy of a finished span whose name, attributes, events' attributes (an exception event
+    holds the error message) and status text are redacted."""
+    from opentelemetry.sdk.trace import Event, ReadableSpan
+    from opentelemetry.trace import Status
+
+    secrets = cached_secrets()
+    description = span.status.description
+    return ReadableSpan(
+        name=redact(span.name, secrets),
+        context=span.get_span_context(),
+        parent=span.parent,
+        resource=span.resource,
+        attributes=redact_value(dict(span.attributes or {}), secrets),
+        events=[
+            Event(event.name, redact_value(dict(event.attributes or {}), secrets), event.timestamp)
+            for event in span.events
+        ],
+        links=span.links,
+        kind=span.kind,
+        status=Status(span.status.status_code, redact(description, secrets) if description else None),
+        start_time=span.start_time,
+        end_time=span.end_time,
+        instrumentation_scope=span.instrumentation_scope,
+    )
 
 
 class JsonlSpanExporter:

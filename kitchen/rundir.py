@@ -26,6 +26,7 @@ from pydantic import BaseModel
 from kitchen.backends import backend_specs
 from kitchen.checkpoints import CheckpointRecord, read_records
 from kitchen.errors import ConfigError, KitchenError
+from kitchen.hooks import Hooks
 from kitchen.secrets import redact_value
 
 RUN_FILES = ("config.yaml", "metrics.jsonl", "checkpoints.jsonl", "events.jsonl")
@@ -101,6 +102,44 @@ def probe_writable(path: Path, directory: Path) -> None:
             pass
     except OSError as exc:
         raise RunDirError(describe_os_error(exc, f"log_path {path}: {directory} is not writable")) from None
+
+
+def run_dir_gone(path: Path) -> RunDirError:
+    return RunDirError(
+        f"log_path {path}: the run directory was deleted or replaced while the run was going; its metrics, "
+        "checkpoints and events are gone, so the run stops here (start it again, with a new log_path)"
+    )
+
+
+def _dir_identity(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
+
+
+class RunDirWatch(Hooks):
+    """Fails the run (`run_dir_gone`) when its directory disappears or is replaced by another while
+    it runs (an `rm -rf` from another shell, a cleanup job): checked at every step end and after
+    each stage outside the step loops (setup, the final save), one `stat` each. Without it the run
+    would go on writing into deleted files, or recreate an empty directory on its next save, and
+    report success."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._identity = _dir_identity(path)
+
+    def check(self) -> None:
+        if _dir_identity(self.path) != self._identity:
+            raise run_dir_gone(self.path)
+
+    def on_step_end(self, ctx: Any, step: int) -> None:
+        self.check()
+
+    def after_stage(self, ctx: Any, stage: Any, seconds: float) -> None:
+        if ctx.total_steps is None or ctx.step >= ctx.total_steps:
+            self.check()
 
 
 def describe_os_error(exc: OSError, what: str) -> str:
@@ -182,10 +221,14 @@ def _is_safe_key(key: str) -> bool:
     return top in SAFE_TO_CHANGE or top.startswith("eval") or top in backend_specs()
 
 
-def fingerprint(config: BaseModel) -> dict[str, Any]:
+RECIPE_KEY = "recipe"
+"""The fingerprint's entry for the recipe that trained (compared only when the record has it)."""
+
+
+def fingerprint(config: BaseModel, recipe: str | None = None) -> dict[str, Any]:
     """The settings that define what a run trains: every config key except those safe to change,
     flattened to dotted keys, and each local data file's size + sha256 (`dataset#file`); plus the
-    run-length keys as `@max_steps`, ... (not compared)."""
+    run-length keys as `@max_steps`, ... (not compared); plus the `recipe` when given."""
     flat: dict[str, Any] = {}
 
     def walk(prefix: str, value: Any) -> None:
@@ -205,6 +248,8 @@ def fingerprint(config: BaseModel) -> dict[str, Any]:
         if isinstance(value, str) and Path(value).is_file():
             with contextlib.suppress(OSError):
                 print_[f"{key}#file"] = file_signature(Path(value))
+    if recipe is not None:
+        print_[RECIPE_KEY] = recipe
     return dict(redact_value(print_))
 
 
@@ -225,15 +270,27 @@ def fingerprint_changes(
     return changes
 
 
-def check_resume_fingerprint(record: CheckpointRecord, config: BaseModel) -> None:
+def check_resume_fingerprint(
+    record: CheckpointRecord, config: BaseModel, recipe: str | None = None, complete: bool = False
+) -> None:
+    """A ConfigError listing each setting (or the recipe) that differs from what `record` was
+    trained with. For a `complete` run (nothing more to train) the error says so: reporting it
+    "already complete" would claim a result the changed settings never produced."""
     if not record.fingerprint:
         return  # a record from before fingerprints: nothing to compare
     allowed = list(getattr(config, "resume_allow_changes", None) or [])
-    changes = fingerprint_changes(record.fingerprint, fingerprint(config), allowed)
+    current = fingerprint(config, recipe if RECIPE_KEY in record.fingerprint else None)
+    changes = fingerprint_changes(record.fingerprint, current, allowed)
     if not changes:
         return
     parts = [f"{key}: {_short(old)} -> {_short(new)}" for key, old, new in changes]
     keys = ",".join(key for key, _, _ in changes)
+    if complete:
+        raise ConfigError(
+            f"this run is already complete ({record.step} steps, checkpoint 'final') and was trained with other "
+            f"settings ({'; '.join(parts)}); use a new log_path for the changed run, or pass "
+            f"resume_allow_changes=[{keys}] to accept the finished run as it is"
+        )
     raise ConfigError(
         f"cannot resume from checkpoint {record.name!r} (step {record.step}): the config changed what is "
         f"trained ({'; '.join(parts)}); pass resume_allow_changes=[{keys}] to accept, or use a new log_path"

@@ -3,7 +3,12 @@ config.yaml and checkpoint records.
 
 Secrets are the values of environment variables named like `*_API_KEY`, `*_TOKEN`, `*_SECRET`,
 `*_PASSWORD` (TINKER_API_KEY among them), plus any extra value registered with `add_secret`,
-plus credentials in URLs (`scheme://user:pass@host` keeps only `scheme://[redacted]@host`).
+plus credentials in URLs (`scheme://user:pass@host` keeps only `scheme://[redacted]@host`), plus
+secret-named URL query parameters (`?token=...`, `&api_key=...`, `sig=`, `X-Amz-Signature=`, ...).
+
+The environment is scanned for secret values once per run (when its logger is made, i.e. when its
+config is in force) and whenever `add_secret` registers one, not per event: a scan costs tens of
+µs with a few hundred variables, and every structlog event would pay it.
 """
 
 from __future__ import annotations
@@ -20,22 +25,74 @@ MIN_SECRET_LENGTH = 6
 
 _SECRET_ENV = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD)$", re.IGNORECASE)
 _URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<cred>[^/@\s'\"<>]+)@")
+_QUERY_SECRET = re.compile(
+    r"(?P<lead>[?&;](?:[A-Za-z0-9._-]*[_-])?"
+    r"(?:token|key|apikey|secret|password|passwd|pwd|sig|signature|credential|auth|session)=)"
+    r"(?P<value>[^&#;\s'\"<>]+)",
+    re.IGNORECASE,
+)
+"""A URL query parameter whose name is, or ends in `_`/`-` plus, a secret word: `token`, `access_token`,
+`key`, `api_key`, `api-key`, `sig`, `X-Amz-Signature`, `X-Amz-Credential`, `client_secret`, ..."""
 _SECRET_KEY = re.compile(
     r"(^|[_-])(api[_-]?key|apikey|token|secret|password|passwd|credentials?)([_-]|$)", re.IGNORECASE
 )
 _extra: set[str] = set()
 
 
+class Secrets:
+    """A set of secret values with one compiled pattern for all of them: finding any of N values
+    in a text is one regex scan, not N substring searches."""
+
+    def __init__(self, values: Sequence[str]) -> None:
+        self.values = sorted(set(values), key=len, reverse=True)  # a secret containing another goes whole
+        self._pattern = re.compile("|".join(map(re.escape, self.values))) if self.values else None
+
+    def redact(self, text: str) -> str:
+        """`text` with every secret value, URL credential and secret query parameter replaced."""
+        if len(text) < MIN_SECRET_LENGTH:  # too short to hold a secret, or a URL with credentials
+            return text
+        if self._pattern is not None:
+            text = self._pattern.sub(REDACTED, text)
+        if "://" in text:
+            text = _URL_CREDENTIALS.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)
+        if "=" in text:
+            text = _QUERY_SECRET.sub(lambda m: f"{m['lead']}{REDACTED}", text)
+        return text
+
+
+_cached: Secrets | None = None
+
+
 def add_secret(value: str | None) -> None:
     """Treat `value` as a secret from now on (e.g. a key read from a file)."""
-    if value and len(value) >= MIN_SECRET_LENGTH:
+    if value and len(value) >= MIN_SECRET_LENGTH and value not in _extra:
         _extra.add(value)
+        refresh_secrets()
 
 
 def secret_values() -> list[str]:
-    """The current secret values, longest first (so a secret containing another goes whole)."""
+    """The current secret values; scans the whole environment."""
     values = {v for k, v in os.environ.items() if _SECRET_ENV.search(k) and v and len(v) >= MIN_SECRET_LENGTH}
     return sorted(values | _extra, key=len, reverse=True)
+
+
+def current_secrets() -> Secrets:
+    """The secrets as the environment holds them now (a fresh scan)."""
+    return Secrets(secret_values())
+
+
+def refresh_secrets() -> Secrets:
+    """Scan the environment again for what `cached_secrets` returns (a run's logger calls this when
+    it is made; `add_secret` too)."""
+    global _cached
+    _cached = current_secrets()
+    return _cached
+
+
+def cached_secrets() -> Secrets:
+    """The secrets as of the last `refresh_secrets()` (the first call scans): for paths that run per
+    event."""
+    return refresh_secrets() if _cached is None else _cached
 
 
 def looks_like_secret_key(key: str) -> bool:
@@ -43,27 +100,24 @@ def looks_like_secret_key(key: str) -> bool:
     return bool(_SECRET_KEY.search(key.split(".")[-1]))
 
 
-def redact(text: str, secrets: Sequence[str] | None = None) -> str:
-    """`text` with every secret value and URL credential replaced by `[redacted]`. `secrets`, when
-    given, is a fresh `secret_values()` shared by many calls (it scans the whole environment)."""
+def redact(text: str, secrets: Secrets | None = None) -> str:
+    """`text` with every secret value, URL credential and secret query parameter replaced by
+    `[redacted]`; `secrets` default: a fresh scan of the environment."""
     if not text:
         return text
-    for value in secret_values() if secrets is None else secrets:
-        if value in text:
-            text = text.replace(value, REDACTED)
-    return _URL_CREDENTIALS.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)
+    return (secrets or current_secrets()).redact(text)
 
 
 def leaks(text: str) -> bool:
     return redact(text) != text
 
 
-def redact_value(value: Any, secrets: Sequence[str] | None = None) -> Any:
+def redact_value(value: Any, secrets: Secrets | None = None) -> Any:
     """Redact every string inside nested dicts / lists / tuples (reading the secrets once)."""
     if secrets is None:
-        secrets = secret_values()
+        secrets = current_secrets()
     if isinstance(value, str):
-        return redact(value, secrets)
+        return secrets.redact(value)
     if isinstance(value, Mapping):
         return {k: redact_value(v, secrets) for k, v in value.items()}
     if isinstance(value, list):
@@ -74,12 +128,15 @@ def redact_value(value: Any, secrets: Sequence[str] | None = None) -> Any:
 
 
 def structlog_processor(logger: Any, method: str, event_dict: Any) -> Any:
-    """structlog processor: redact every value of the event (exceptions become redacted text)."""
-    secrets = secret_values()
-    for key, value in list(event_dict.items()):
+    """structlog processor: redact every value of the event (exceptions become redacted text), with
+    the secret values read when the run started (`cached_secrets`). Numbers pass untouched."""
+    secrets = cached_secrets()
+    for key, value in event_dict.items():
+        if isinstance(value, (int, float, bool, type(None))):
+            continue
         if isinstance(value, BaseException):
             value = f"{type(value).__name__}: {value}"
-        elif not isinstance(value, (str, int, float, bool, type(None), Mapping, list, tuple)):
+        elif not isinstance(value, (str, Mapping, list, tuple)):
             value = str(value)
         event_dict[key] = redact_value(value, secrets)
     return event_dict

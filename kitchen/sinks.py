@@ -2,8 +2,8 @@
 
 Each is an optional extra (`pip install 'kitchen[tensorboard]'`, `[wandb]`, `[mlflow]`); choosing
 one that is not installed is a config error when the config is loaded. A sink gets the resolved
-config once and every metrics row as it is written. A sink that fails (at start or mid-run) logs a
-warning and is dropped: it never stops training.
+config once (secrets redacted, as in config.yaml) and every metrics row as it is written. A sink
+that fails (at start or mid-run) logs a warning and is dropped: it never stops training.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from kitchen.hooks import Hooks
+from kitchen.secrets import redact_value
 
 LoggerName = Literal["tensorboard", "wandb", "mlflow"]
 
@@ -256,7 +257,7 @@ def make_sink(name: str, run_dir: Path, recipe: str, config: Any) -> Sink:
 
 
 class MetricSinksHook(Hooks):
-    """Sends the config once and every metrics row to the configured sinks."""
+    """Sends the config once (secrets redacted) and every metrics row to the configured sinks."""
 
     def __init__(self, names: list[str], run_dir: Path, recipe: str) -> None:
         self.names = list(names)
@@ -270,7 +271,7 @@ class MetricSinksHook(Hooks):
         ctx.log.warning("sink.failed", sink=sink, during=what, error=f"{type(exc).__name__}: {exc}")
 
     def on_run_start(self, ctx: Any, workflow: Any) -> None:
-        config = ctx.config.model_dump(mode="json") if hasattr(ctx.config, "model_dump") else {}
+        config = redact_value(ctx.config.model_dump(mode="json")) if hasattr(ctx.config, "model_dump") else {}
         for name in self.names:
             try:
                 sink = make_sink(name, self.run_dir, self.recipe, ctx.config)

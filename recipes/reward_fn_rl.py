@@ -16,24 +16,33 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from kitchen.config import defaults
+from kitchen.config import config_dir, defaults
 from kitchen.datasets import is_hub_name, load_located_records, prompt_key, prompt_messages
 from kitchen.errors import DataError
 from kitchen.recipe import Recipe
 from kitchen.rl.settings import RLSettings
 from kitchen.rl.workflow import rl_workflow_for
 from recipes.data import shipped_data
-from recipes.rewards import RewardFn, resolve_reward_fns, score, weighted_total
+from recipes.rewards import Completion, RewardFn, resolve_reward_fns, score_group, weighted_total
 from train_core.renderers.base import Renderer
 from train_core.renderers.messages import Message
 from train_core.rl.task import RLTask
-from train_core.rl.types import Action, Env, EnvGroupBuilder, RLDataset, StepResult
+from train_core.rl.types import Action, Env, EnvGroupBuilder, Metrics, RLDataset, StepResult, Trajectory
 from train_core.types import ModelInput, StopCondition
 
 
-@defaults(learning_rate=1e-3, max_tokens=16, group_size=4, groups_per_batch=8, num_batches=20, eval_every=5)
+@defaults(
+    learning_rate=3e-4,
+    max_tokens=16,
+    group_size=8,
+    groups_per_batch=8,
+    num_batches=40,
+    eval_every=10,
+    warm_start_steps=80,
+    warm_start_batch_size=16,
+)
 class Config(RLSettings):
     dataset: str = Field(
         default_factory=lambda: shipped_data("reward_fn/prompts.jsonl"),
@@ -44,7 +53,7 @@ class Config(RLSettings):
     )
     split: str = Field("train", description="hub datasets: the split to read")
     reward_fn: list[str] = Field(
-        default_factory=lambda: ["recipes.rewards.examples:length_and_keyword"],
+        default_factory=lambda: ["recipes.rewards.examples:keyword_reward"],
         description="reward functions as module:function (one, or a list)",
     )
     reward_weights: dict[str, float] = Field(default_factory=dict, description="weight of each named score (default 1)")
@@ -56,10 +65,10 @@ class Config(RLSettings):
 
     @field_validator("reward_fn")
     @classmethod
-    def _importable(cls, specs: list[str]) -> list[str]:
+    def _importable(cls, specs: list[str], info: ValidationInfo) -> list[str]:
         if not specs:
             raise ValueError("name at least one reward function (module:function)")
-        resolve_reward_fns(specs)  # a ValueError names what cannot be imported
+        resolve_reward_fns(specs, config_dir(info))  # a ValueError names what cannot be imported
         return specs
 
     @model_validator(mode="after")
@@ -106,25 +115,24 @@ def check_prompts(config: Config, roles: frozenset[str]) -> None:
 
 
 class RewardFnEnv(Env):
-    """One prompt, one reply, scored by the reward functions."""
+    """One prompt, one reply; the group scores the replies (`RewardFnGroup.compute_group_rewards`),
+    so batched reward functions see them all at once."""
 
-    def __init__(
-        self, item: PromptRecord, renderer: Renderer, fns: Sequence[RewardFn], weights: Mapping[str, float]
-    ) -> None:
-        self.item, self.renderer, self.fns, self.weights = item, renderer, fns, weights
+    def __init__(self, item: PromptRecord, renderer: Renderer) -> None:
+        self.item, self.renderer = item, renderer
+        self.completion: Completion | None = None
 
     async def initial_observation(self) -> tuple[ModelInput, StopCondition]:
         return self.renderer.build_generation_prompt(self.item.messages), self.renderer.get_stop_sequences()
 
     async def step(self, action: Action) -> StepResult:
         message, parsed = self.renderer.parse_response(action)
-        scores = await score(self.fns, self.item.prompt, message["content"], self.item.record)
+        self.completion = Completion(message["content"], list(action))
         return StepResult(
-            reward=weighted_total(scores, self.weights),
+            reward=0.0,
             episode_done=True,
             next_observation=ModelInput.empty(),
             next_stop_condition=self.renderer.get_stop_sequences(),
-            metrics={f"score/{name}": value for name, value in scores.items()},
             parse_ok=parsed,
         )
 
@@ -139,7 +147,24 @@ class RewardFnGroup(EnvGroupBuilder):
     tag: str
 
     async def make_envs(self) -> list[RewardFnEnv]:
-        return [RewardFnEnv(self.item, self.renderer, self.fns, self.weights) for _ in range(self.group_size)]
+        return [RewardFnEnv(self.item, self.renderer) for _ in range(self.group_size)]
+
+    async def compute_group_rewards(
+        self, trajectories_G: Sequence[Trajectory], envs_G: Sequence[Env]
+    ) -> list[tuple[float, Metrics]]:
+        """Each reply's weighted score (an episode a limit stopped before it replied gets 0)."""
+        replied = [env.completion for env in envs_G if isinstance(env, RewardFnEnv) and env.completion is not None]
+        scores = iter(await score_group(self.fns, self.item.prompt, replied, self.item.record))
+        optional = [fn.name for fn in self.fns if fn.batched]
+        out: list[tuple[float, Metrics]] = []
+        for env in envs_G:
+            if not isinstance(env, RewardFnEnv) or env.completion is None:
+                out.append((0.0, {}))
+                continue
+            named = next(scores)
+            metrics: Metrics = {f"score/{name}": value for name, value in named.items()}
+            out.append((weighted_total(named, self.weights, optional), metrics))
+        return out
 
     def logging_tags(self) -> list[str]:
         return [self.tag]

@@ -13,6 +13,7 @@ checkpoint hard-links that checkpoint's weights file instead of writing a second
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -91,6 +92,7 @@ def write_checkpoint(
     not depend on how many workers trained."""
     scratch = path.with_name(path.name + ".partial")
     shutil.rmtree(scratch, ignore_errors=True)
+    needed = 0 if optimizer_state is None else tensor_bytes(optimizer_state)
     try:
         scratch.mkdir(parents=True)
         source = None if same_weights_as is None else same_weights_as / _WEIGHTS
@@ -100,17 +102,59 @@ def write_checkpoint(
             except OSError:
                 shutil.copyfile(source, scratch / _WEIGHTS)
         else:
-            save_file(weights(), scratch / _WEIGHTS)
+            tensors = weights()
+            needed += tensor_bytes(tensors)
+            save_file(tensors, scratch / _WEIGHTS)
         if optimizer_state is not None:
             torch.save(optimizer_state, scratch / _OPTIMIZER)
         metadata = {**asdict(identity), "kind": kind}
         (scratch / _METADATA).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
-    except BaseException:
+    except Exception as exc:
         shutil.rmtree(scratch, ignore_errors=True)  # a full disk leaves no half-written checkpoint
+        full = disk_full_error(exc, path, needed)
+        if full is None:
+            raise
+        raise full from exc
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
         raise
+    # Only a complete checkpoint replaces one of the same name (a rerun's); other names, the
+    # previous step's checkpoint among them, are never touched here.
     shutil.rmtree(path, ignore_errors=True)
     scratch.rename(path)
     return path.resolve()
+
+
+def tensor_bytes(value: Any) -> int:
+    """Bytes of the tensors in a (nested) state dict: about what saving it writes."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, dict):
+        return sum(tensor_bytes(item) for item in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(tensor_bytes(item) for item in value)
+    return 0
+
+
+def disk_full_error(exc: Exception, path: Path, needed: int) -> OSError | None:
+    """An ENOSPC `OSError` naming `path` and the space it needed when `exc` came from a full disk:
+    an ENOSPC / EDQUOT `OSError`, or a writer's own error (torch's zip writer and safetensors raise
+    RuntimeErrors) while the file system has less room left than the checkpoint needs. None when
+    the failure is something else."""
+    errno_ = getattr(exc, "errno", None)
+    try:
+        free = shutil.disk_usage(next(p for p in (path, *path.parents) if p.exists())).free
+    except (OSError, StopIteration):
+        free = None
+    out_of_space = errno_ in (errno.ENOSPC, errno.EDQUOT) or (free is not None and needed > free)
+    if not out_of_space:
+        return None
+    room = f"; it needs about {needed:,} bytes and {free:,} are free" if needed and free is not None else ""
+    return OSError(
+        errno.ENOSPC,
+        f"no space left on device while saving a checkpoint{room}; the previous checkpoint is kept",
+        str(path),
+    )
 
 
 def read_identity(path: Path) -> ModelIdentity:

@@ -19,15 +19,17 @@ from transformers.utils import logging as hf_logging
 from adapters.common.tiny import EMBEDDED_MODELS
 from adapters.common.tokenizer import load_tokenizer
 from adapters.local.checkpoint_io import load_weights, read_identity
-from adapters.local.model_loading import load_base_model, load_model
+from adapters.local.model_loading import LoraOptions, load_base_model, load_model
 from kitchen.errors import ConfigError
 
-EXPORT_INFO = "kitchen_export.json"
 
-
-def export_hf(checkpoint: str, out_dir: Path, merge_lora: bool = False) -> dict[str, Any]:
+def export_hf(
+    checkpoint: str, out_dir: Path, merge_lora: bool = False, lora: LoraOptions | None = None
+) -> dict[str, Any]:
     """Write the model of `checkpoint` (a `save_state` or `save_weights_for_sampler` directory) to
-    `out_dir`; returns what was written (also saved as `kitchen_export.json`)."""
+    `out_dir`; returns what was written (kitchen records it in `kitchen_export.json`). `lora`: the adapters'
+    alpha and target modules as the run trained them (its `local` section); the adapter config
+    and the merged weights follow them."""
     path = Path(checkpoint)
     identity = read_identity(path)
     if merge_lora and identity.lora_rank is None:
@@ -35,7 +37,7 @@ def export_hf(checkpoint: str, out_dir: Path, merge_lora: bool = False) -> dict[
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ConfigError(f"export directory {out_dir} exists and is not empty")
-    model: Any = load_model(identity.base_model, identity.lora_rank, identity.seed, torch.device("cpu"))
+    model: Any = load_model(identity.base_model, identity.lora_rank, identity.seed, torch.device("cpu"), lora=lora)
     load_weights(path, model)
     tokenizer: Any = load_tokenizer(identity.base_model)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -45,6 +47,10 @@ def export_hf(checkpoint: str, out_dir: Path, merge_lora: bool = False) -> dict[
         "base_model": identity.base_model,
         "lora_rank": identity.lora_rank,
     }
+    if lora is not None and identity.lora_rank is not None:
+        targets = lora.target_modules
+        info["lora_alpha"] = lora.alpha
+        info["lora_target_modules"] = targets if isinstance(targets, str) else list(targets)
     if identity.lora_rank is None:
         info["format"] = "full"
         model.save_pretrained(out_dir, safe_serialization=True)
@@ -64,7 +70,6 @@ def export_hf(checkpoint: str, out_dir: Path, merge_lora: bool = False) -> dict[
         _set_adapter_base(out_dir, base)
         info["adapter_base_model"] = base
     tokenizer.save_pretrained(out_dir)
-    (out_dir / EXPORT_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return info
 
 

@@ -100,7 +100,6 @@ def create(config: Any, settings: LocalSettings, checkpoint_dir: Path) -> Servic
     from adapters.local.model_loading import LoraOptions
     from adapters.local.training_client import TrainingOptions
 
-    targets = settings.lora_target_modules
     distributed = None
     if settings.num_workers > 1:
         distributed = DistributedOptions(settings.num_workers, settings.ray_address, settings.worker_timeout_s, threads)
@@ -115,21 +114,28 @@ def create(config: Any, settings: LocalSettings, checkpoint_dir: Path) -> Servic
             train_mode=settings.lora_dropout > 0,
             always_grad_norm=settings.always_grad_norm,
         ),
-        lora=LoraOptions(
-            alpha=settings.lora_alpha,
-            dropout=settings.lora_dropout,
-            target_modules=targets if isinstance(targets, str) else tuple(targets),
-        ),
+        lora=lora_options(settings, LoraOptions),
         distributed=distributed,
         vllm=settings.vllm if settings.sampler == "vllm" else None,
         lora_rank=config.lora_rank,
     )
 
 
-def export_hf(checkpoint: str, out_dir: Path, merge_lora: bool) -> dict[str, Any]:
-    from adapters.local.export import export_hf as export
+def lora_options(settings: LocalSettings, options: Any) -> Any:
+    """The `LoraOptions` (passed in: this module imports no torch) of the `local` section."""
+    targets = settings.lora_target_modules
+    return options(
+        alpha=settings.lora_alpha,
+        dropout=settings.lora_dropout,
+        target_modules=targets if isinstance(targets, str) else tuple(targets),
+    )
 
-    return export(checkpoint, out_dir, merge_lora)
+
+def export_hf(checkpoint: str, out_dir: Path, merge_lora: bool, settings: LocalSettings) -> dict[str, Any]:
+    from adapters.local.export import export_hf as export
+    from adapters.local.model_loading import LoraOptions
+
+    return export(checkpoint, out_dir, merge_lora, lora_options(settings, LoraOptions))
 
 
 BACKEND = BackendSpec(

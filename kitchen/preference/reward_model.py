@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from kitchen.completers import AsyncJudge, PreferenceModelJudge, as_async_judge
 from kitchen.context import Context
+from kitchen.datasets import load_records
 from kitchen.errors import DataError
 from kitchen.ports import SamplingClient, TrainingClient
 from kitchen.preference.settings import ComparisonSettings, JudgeEvalSettings
@@ -34,10 +35,19 @@ from train_core.renderers.base import Message, Renderer
 ExampleKind = Literal["preference_model", "chosen", "both"]
 
 
+def comparison_records(source: str) -> list[tuple[int, dict[str, Any]]] | None:
+    """The records of a comparison source that is not a JSONL file (a `datasets.save_to_disk`
+    folder, JSON, parquet), numbered from 1; None for JSONL, which `load_comparisons` reads itself
+    (naming lines)."""
+    if Path(source).suffix == ".jsonl":
+        return None
+    return [(number, dict(record)) for number, record in enumerate(load_records(source), start=1)]
+
+
 def read_comparisons(path: str, layout: str, max_length: int | None = None) -> list[LabeledComparison]:
     """A comparison file's usable comparisons, each message cut for `max_length` tokens."""
     try:
-        comparisons, _ = load_comparisons(path, layout, max_length=max_length)  # type: ignore[arg-type]
+        comparisons, _ = load_comparisons(path, layout, max_length=max_length, records=comparison_records(path))  # type: ignore[arg-type]
     except DataFormatError as exc:
         raise DataError(str(exc)) from None
     return comparisons

@@ -14,7 +14,7 @@ from kitchen.completers import AsyncJudge
 from kitchen.context import Context
 from kitchen.errors import DataError
 from kitchen.ports import SamplingClient, TrainingClient
-from kitchen.preference.reward_model import check_comparison_files
+from kitchen.preference.reward_model import check_comparison_files, comparison_records
 from kitchen.preference.settings import PreferenceSettings, WinRateSettings
 from kitchen.requests import score_targets
 from kitchen.stage import Stage
@@ -105,6 +105,7 @@ def load_preference_split(
             config.dataset_layout,
             prompt_length=prompt_length if max_length is not None else None,
             max_length=max_length,
+            records=comparison_records(path),
         )
         data_D = preference_datums(comparisons, renderer, max_length)
     except RendererError as exc:

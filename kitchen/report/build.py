@@ -9,10 +9,13 @@ from kitchen.report.charts import build_charts
 from kitchen.report.html import render_report
 from kitchen.report.rundata import load_run
 from kitchen.report.samples import Caps, read_preference_examples, read_transcripts
+from kitchen.secrets import redact
 
 
 def write_report(run_path: Path, out: Path | None, now: float, caps: Caps | None = None) -> Path:
-    """Write the report of `run_path` to `out` (default RUN_DIR/report.html) and return its path."""
+    """Write the report of `run_path` to `out` (default RUN_DIR/report.html) and return its path.
+    The page is redacted as a whole: a run dir written by an older kitchen, or a transcript, may
+    hold what the run's own files would now redact."""
     caps = caps or Caps()
     run = load_run(run_path, now)
     page = render_report(
@@ -24,6 +27,7 @@ def write_report(run_path: Path, out: Path | None, now: float, caps: Caps | None
         now,
         read_run_evals(run_path),
     )
+    page = redact(page)
     target = out if out is not None else run_path / "report.html"
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(target.name + ".tmp")

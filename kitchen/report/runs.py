@@ -8,16 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from kitchen.errors import KitchenError
+from kitchen.metrics import HEADLINES
 from kitchen.report.rundata import RunData, is_run_dir, load_run, metric_value
-
-# (label, train key, eval key), first match wins: RL reward, DPO accuracy, supervised NLL, any loss.
-HEADLINES: tuple[tuple[str, str, str], ...] = (
-    ("reward", "env/all/reward/total", "eval/all/reward/total"),
-    ("accuracy", "accuracy", "eval/accuracy"),
-    ("nll", "train_mean_nll", "eval/nll"),
-    ("loss", "loss", "eval/loss"),
-    ("dpo_loss", "dpo_loss", "eval/dpo_loss"),
-)
 
 
 @dataclass(frozen=True)
@@ -40,7 +32,7 @@ def _last(rows: list[dict[str, Any]], key: str) -> float | None:
 
 def headline(rows: list[dict[str, Any]]) -> str:
     """The run family's main metric, last logged value: `reward 0.13 (eval 0.14)`."""
-    for label, train_key, eval_key in HEADLINES:
+    for label, train_key, eval_key, _ in HEADLINES:
         train, held_out = _last(rows, train_key), _last(rows, eval_key)
         if train is None and held_out is None:
             continue

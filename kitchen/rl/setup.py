@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kitchen.context import Context
 from kitchen.errors import ConfigError, DataError
+from kitchen.hooks import report_progress
 from kitchen.ports import ServiceBackend, TrainingClient
 from kitchen.rl.settings import RLSettings
 from kitchen.stage import Stage
@@ -18,7 +20,7 @@ from kitchen.stages.training import adam_params, train_in_chunks
 from train_core.renderers.base import Renderer
 from train_core.rl.task import DataCheck, RLTask, RLTaskFactory
 from train_core.supervised import datum_from_tokens_weights, mean_nll
-from train_core.types import Datum
+from train_core.types import Datum, ForwardBackwardOutput, OptimStepOutput
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,26 @@ def demonstration_data(task: RLTask, renderer: Renderer, rng: random.Random, cou
     return data
 
 
+def batch_nll(batch: Sequence[Datum], fb: ForwardBackwardOutput) -> float:
+    """The mean NLL of a cross-entropy step's batch, from its forward_backward output."""
+    return mean_nll(
+        [out["logprobs"].to_torch() for out in fb.loss_fn_outputs],
+        [datum.loss_fn_inputs["weights"].to_torch() for datum in batch],
+    )
+
+
+def step_progress(
+    ctx: Context, phase: str, batches: Sequence[Sequence[Datum]]
+) -> Callable[[int, tuple[ForwardBackwardOutput, OptimStepOutput]], None]:
+    """A `train_in_chunks` callback that reports each finished step (and its NLL) to the run's
+    progress display: a warm start of hundreds of steps is otherwise silent."""
+
+    def report(index: int, result: tuple[ForwardBackwardOutput, OptimStepOutput]) -> None:
+        report_progress(ctx, phase, index + 1, len(batches), {"nll": batch_nll(batches[index], result[0])})
+
+    return report
+
+
 class WarmStart(Stage):
     """A short supervised phase on the task's demonstrations before RL, in the same run.
 
@@ -93,16 +115,11 @@ class WarmStart(Stage):
             for _ in range(config.warm_start_steps)
         ]
         adam = dataclasses.replace(adam_params(ctx, config), learning_rate=config.warm_start_learning_rate)
-        results = await train_in_chunks(training_client, batches, "cross_entropy", None, adam)
+        progress = step_progress(ctx, "warm_start", batches)
+        results = await train_in_chunks(training_client, batches, "cross_entropy", None, adam, on_result=progress)
         path = await (await training_client.save_state("warm_start"))
         rl_client = await service.create_training_client_from_state(path, with_optimizer=False)
-        nll_by_step = [
-            mean_nll(
-                [out["logprobs"].to_torch() for out in fb.loss_fn_outputs],
-                [datum.loss_fn_inputs["weights"].to_torch() for datum in batch],
-            )
-            for batch, (fb, _) in zip(batches, results, strict=True)
-        ]
+        nll_by_step = [batch_nll(batch, fb) for batch, (fb, _) in zip(batches, results, strict=True)]
         ctx.record({"warm_start/nll_first": nll_by_step[0], "warm_start/nll_last": nll_by_step[-1]})
         ctx.log.info("warm_start.done", steps=len(batches), nll_last=nll_by_step[-1], state_path=path)
         return TrainingClientOut(rl_client)

@@ -185,8 +185,10 @@ async def train_in_chunks(
     loss_fn: str,
     loss_fn_config: dict[str, float] | None,
     adam: AdamParams,
+    on_result: Callable[[int, tuple[ForwardBackwardOutput, OptimStepOutput]], None] | None = None,
 ) -> list[tuple[ForwardBackwardOutput, OptimStepOutput]]:
-    """One optimizer step per chunk, in order; the results of every chunk.
+    """One optimizer step per chunk, in order; the results of every chunk (each also given to
+    `on_result(index, result)` as it arrives, e.g. for progress).
 
     Each chunk's forward_backward + optim_step pair is submitted before the previous one's results
     are awaited, so the backend never waits for the client between substeps (requests run in
@@ -204,4 +206,6 @@ async def train_in_chunks(
             submitted.append(await submit(chunks[index + 1]))
         fb, optim = submitted.pop(0)
         results.append((await fb, await optim))
+        if on_result is not None:
+            on_result(index, results[-1])
     return results

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from kitchen.errors import DataError
 from kitchen.ports import Tokenizer
@@ -28,6 +28,11 @@ def text_field(record: Mapping[str, Any], key: str, max_chars: int | None = None
     """`record[key]` if it is a string (cut to `max_chars`), else a RecordFieldError: a number or
     object is never silently turned into text."""
     value = record[key]
+    if isinstance(value, list) and all(isinstance(item, dict) and "role" in item for item in value):
+        raise RecordFieldError(
+            f"{key!r} is a list of messages (a conversational record): train it with chat_sl, which renders it "
+            "with a chat renderer"
+        )
     if not isinstance(value, str):
         raise RecordFieldError(f"{key!r} must be a string, got {type(value).__name__}")
     return value if max_chars is None else value[:max_chars]
@@ -78,19 +83,33 @@ class PromptCompletion:
 
 @dataclass(frozen=True)
 class Conversation:
-    """`{messages: [...]}` records rendered by the chat renderer; weights by `train_on_what`."""
+    """`{messages: [...]}` records rendered by the chat renderer, weights by `train_on_what`; or
+    TRL's conversational prompt-completion records, `{prompt: [...], completion: [...]}` (both
+    lists of messages), which train the completion's messages only (as TRL does by default)."""
 
     train_on_what: TrainOnWhat = TrainOnWhat.LAST_ASSISTANT_MESSAGE
     messages_key: str = "messages"
 
     @property
     def required_any(self) -> tuple[tuple[str, ...], ...]:
-        return ((self.messages_key,),)
+        return ((self.messages_key, "completion"),)
 
     def check(self, record: Mapping[str, Any], roles: frozenset[str]) -> list[Message]:
         """The record's messages, each a {role, content} object with a role in `roles` and string
         content (a MessageFormatError otherwise); needs no tokenizer (see `Stage.check_inputs`)."""
-        return check_messages(record[self.messages_key], roles, self.messages_key)
+        return self.conversation(record, roles)[0]
+
+    def conversation(self, record: Mapping[str, Any], roles: frozenset[str]) -> tuple[list[Message], TrainOnWhat]:
+        """The messages to render and what to train of them."""
+        if record.get(self.messages_key) is not None or record.get("completion") is None:
+            return check_messages(record[self.messages_key], roles, self.messages_key), self.train_on_what
+        if record.get("prompt") is None:
+            raise RecordFieldError("a prompt-completion record needs a 'prompt' (a list of messages)")
+        prompt = check_messages(record["prompt"], roles, "prompt")
+        completion = check_messages(record["completion"], roles, "completion")
+        marked = [cast(Message, {**m, "trainable": False}) for m in prompt]
+        marked += [cast(Message, {**m, "trainable": True}) for m in completion]
+        return marked, TrainOnWhat.CUSTOMIZED
 
     def __call__(
         self,
@@ -101,8 +120,8 @@ class Conversation:
     ) -> Example:
         if renderer is None:
             raise ValueError("conversation examples need a renderer")
-        messages = cut_messages(self.check(record, getattr(renderer, "roles", STANDARD_ROLES)), max_length)
-        model_input, weights = renderer.build_supervised_example(messages, self.train_on_what)
+        messages, train_on_what = self.conversation(record, getattr(renderer, "roles", STANDARD_ROLES))
+        model_input, weights = renderer.build_supervised_example(cut_messages(messages, max_length), train_on_what)
         return model_input.to_ints(), [float(w) for w in weights]
 
 

@@ -11,7 +11,7 @@ from kitchen.config import load_config
 from kitchen.launch import run_recipe
 from kitchen.metrics import read_metrics
 from kitchen.recipe import get_recipe
-from kitchen.stages.checkpoint import checkpoints_to_delete
+from kitchen.stages.checkpoint import best_checkpoint, checkpoints_to_delete
 
 
 def _record(step: int, name: str | None = None) -> CheckpointRecord:
@@ -66,3 +66,29 @@ def test_keep_last_on_disk_and_resume(tmp_path: Path, backend: str) -> None:
             if record.name in present:
                 asyncio.run(service.create_training_client_from_state(str(record.state_path)))
         asyncio.run(service.close())
+
+
+def test_best_evaluated_checkpoint_is_kept() -> None:
+    records = [_record(step) for step in range(1, 9)]
+    # checkpoint N is saved at the end of the step whose row is N - 1
+    nll = [5, 4, 1.5, 3, 3, 3, 3, 3]
+    rows = [{"step": step - 1, "eval/nll": value} for step, value in zip(range(1, 9), nll, strict=True)]
+    assert best_checkpoint(records, rows) == "000003"
+    assert "000003" not in [r.name for r in checkpoints_to_delete(records, 2, None, best="000003")]
+    assert "000003" in [r.name for r in checkpoints_to_delete(records, 2, None)]
+    # Higher is better for a reward, and the family's headline (the reward) wins over an NLL.
+    rows = [{"step": 1, "eval/all/reward/total": 0.9, "eval/nll": 9.0}, {"step": 4, "eval/all/reward/total": 0.2}]
+    assert best_checkpoint(records, rows) == "000002"
+    assert best_checkpoint([*records, _record(8, "final")], [{"step": 7, "eval/accuracy": 1.0}]) == "000008"
+    assert best_checkpoint(records, [{"step": 0, "train_mean_nll": 1.0}]) is None  # nothing evaluated
+
+
+@pytest.mark.slow
+def test_default_keeps_five_step_checkpoints(tmp_path: Path) -> None:
+    """Checkpoints used to be all kept (disk use growing with the run): the default is keep_last=5."""
+    recipe = get_recipe("sl_basic")
+    overrides = [f"log_path={tmp_path}", "save_every=1", "eval_every=0", "batch_size=4", "max_steps=8"]
+    run_dir = run_recipe(recipe, load_config(recipe.config_cls, None, overrides), progress=False)
+    records = read_records(run_dir.checkpoints)
+    present = {r.name for r in records if r.state_path and Path(r.state_path).exists()}
+    assert present == {"000004", "000005", "000006", "000007", "000008", "final"}

@@ -13,7 +13,7 @@ import pytest
 from kitchen.cli import main
 from kitchen.context import Context
 from kitchen.errors import ConfigError
-from kitchen.hooks import ProgressHook
+from kitchen.hooks import ProgressHook, _summary, report_progress
 from kitchen.metrics import MetricsRecorder, read_metrics
 from kitchen.runner import Runner
 from kitchen.stage import Stage
@@ -135,3 +135,43 @@ def test_custom_workflow_example_keeps_some_examples(tmp_path: Path) -> None:
     rows = read_metrics(run_dir.metrics)
     dropped = [row["filter/dropped"] for row in rows]
     assert all(d < 8 for d in dropped) and sum(dropped) > 0
+
+
+class LongPhase(Stage):
+    async def run(self, ctx: Context) -> None:
+        for done in range(1, 6):
+            report_progress(ctx, "long_phase", done, 5, {"nll": 3.0 - done / 2})
+
+
+def test_a_long_stage_reports_its_progress(capsys: pytest.CaptureFixture[str]) -> None:
+    ctx = Context(config=Cfg(), ports={}, state={}, metrics=MetricsRecorder())  # type: ignore[arg-type]
+    asyncio.run(Runner(Workflow("p", [LongPhase()]), [ProgressHook(interactive=False, progress_every_s=0)]).run(ctx))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "[long_phase] 1/5 nll=2.5" and re.fullmatch(r"\[long_phase\] 2/5 nll=2 eta \d+s", lines[2])
+    assert lines[5] == "[long_phase] 5/5 nll=0.5"
+    ctx = Context(config=Cfg(), ports={}, state={}, metrics=MetricsRecorder())  # type: ignore[arg-type]
+    asyncio.run(Runner(Workflow("p", [LongPhase()]), [ProgressHook(interactive=False)]).run(ctx))
+    shown = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[long_phase] ")]
+    assert [line.split()[1] for line in shown] == ["1/5", "5/5"]  # at most every 10 s, and the end
+    ctx = Context(config=Cfg(), ports={}, state={}, metrics=MetricsRecorder())  # type: ignore[arg-type]
+    asyncio.run(Runner(Workflow("p", [LongPhase()]), [ProgressHook(interactive=True)]).run(ctx))
+
+
+def test_rl_warm_start_is_not_silent(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The warm start used to print `[warm_start]` once and nothing for its whole length (655 s)."""
+    argv = ["run", "math_rl", "backend=noop", "warm_start_steps=3", "num_batches=1", "eval_every=0"]
+    assert main([*argv, f"log_path={tmp_path}"]) == 0
+    out = capsys.readouterr().out
+    assert "[warm_start] 1/3 nll=" in out and "[warm_start] 3/3 nll=" in out
+
+
+def test_each_family_shows_what_its_users_watch() -> None:
+    rl = {"step": 0, "env/all/reward/total": 0.5, "env/all/correct": 0.25, "optim/kl_sample_train_v1": 0.001}
+    rl["eval/all/reward/total"] = 0.75
+    assert _summary(rl) == "reward=0.5 correct=0.25 kl_mismatch=0.001 eval/reward=0.75"
+    distill = {"step": 0, "env/all/reward/total": 0.0, "teacher_kl": 0.3, "eval/teacher_kl": 0.4}
+    assert _summary(distill) == "teacher_kl=0.3 eval/teacher_kl=0.4"  # its reward is always 0
+    assert _summary({"step": 0, "dpo_loss": 0.69, "accuracy": 0.5, "eval/accuracy": 1.0}) == (
+        "dpo_loss=0.69 accuracy=0.5 eval/accuracy=1"
+    )
+    assert _summary({"step": 0, "env/all/pass": 1.0}) == "pass=1"

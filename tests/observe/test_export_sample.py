@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -48,7 +49,13 @@ def full_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def lora_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _train(tmp_path_factory.mktemp("lora") / "run", "lora_rank=4")
+    # Not the defaults (alpha 32, all-linear): the export must build the adapters the run trained.
+    return _train(
+        tmp_path_factory.mktemp("lora") / "run",
+        "lora_rank=4",
+        "local.lora_alpha=8",
+        "local.lora_target_modules=[q_proj,v_proj]",
+    )
 
 
 def _kitchen_logprobs(run_dir: Path) -> list[float]:
@@ -85,7 +92,9 @@ def test_full_export_round_trip(full_run: Path, tmp_path: Path) -> None:
     for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
         assert (out / name).is_file(), name
     tokenizer = AutoTokenizer.from_pretrained(out)
-    assert tokenizer.chat_template
+    assert tokenizer.chat_template is None  # sl_basic trains plain text: no chat format to claim
+    info = json.loads((out / "kitchen_export.json").read_text())
+    assert info["renderer"] is None and info["chat_template"].startswith("none")
     model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
     _assert_close(_hf_logprobs(model), _kitchen_logprobs(full_run))
     recorded = resolve_checkpoint(str(full_run)).model_path
@@ -99,8 +108,9 @@ def test_lora_adapter_and_merged_exports(lora_run: Path, tmp_path: Path) -> None
     expected = _kitchen_logprobs(lora_run)
     adapter = tmp_path / "adapter"
     assert main(["export", str(lora_run), "--out", str(adapter)]) == 0
-    assert (adapter / "adapter_config.json").is_file()
-    base_dir = json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"]
+    adapter_config = json.loads((adapter / "adapter_config.json").read_text())
+    assert adapter_config["lora_alpha"] == 8 and sorted(adapter_config["target_modules"]) == ["q_proj", "v_proj"]
+    base_dir = adapter_config["base_model_name_or_path"]
     base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
     _assert_close(_hf_logprobs(PeftModel.from_pretrained(base, adapter).eval()), expected)
 
@@ -108,6 +118,29 @@ def test_lora_adapter_and_merged_exports(lora_run: Path, tmp_path: Path) -> None
     assert main(["export", str(lora_run), "--out", str(merged), "--merge-lora"]) == 0
     assert not (merged / "adapter_config.json").exists()
     _assert_close(_hf_logprobs(AutoModelForCausalLM.from_pretrained(merged, dtype=torch.float32).eval()), expected)
+
+
+def test_export_writes_the_renderer_the_run_trained_with(tmp_path: Path) -> None:
+    """chat_sl trained with role_colon; the export used to ship the tokenizer's ChatML template."""
+    from transformers import AutoTokenizer
+
+    from recipes.chat_sl import RECIPE as CHAT
+    from train_core.renderers import get_renderer
+
+    config = load_config(
+        CHAT.config_cls, None, ["max_steps=1", "batch_size=4", "eval_dataset=null", f"log_path={tmp_path / 'run'}"]
+    )
+    run_dir = run_recipe(CHAT, config, progress=False).path
+    out = tmp_path / "hf"
+    assert main(["export", str(run_dir), "--out", str(out)]) == 0
+    assert json.loads((out / "kitchen_export.json").read_text())["renderer"] == "role_colon"
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    renderer = get_renderer("role_colon", tokenizer)
+    messages: Any = [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "4"}]
+    prompt = tokenizer.apply_chat_template(messages[:1], tokenize=False, add_generation_prompt=True)
+    assert prompt == tokenizer.decode(renderer.build_generation_prompt(messages[:1]).to_ints())
+    full = tokenizer.apply_chat_template(messages, tokenize=False)
+    assert full == tokenizer.decode(renderer.build_supervised_example(messages)[0].to_ints())
 
 
 def test_export_refusals(full_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -173,3 +173,21 @@ def test_overwrite_starts_over(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert code == 0, err
     assert [row["step"] for row in read_metrics(log / "metrics.jsonl")] == [0, 1, 2]
     assert [r.name for r in read_records(log / "checkpoints.jsonl")] == ["000002", "final"]
+
+
+def test_finished_run_with_a_changed_config_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It used to print "already complete" and exit 0, as if the changed run had been trained."""
+    log = tmp_path / "run"
+    before = finished_run(capsys, log)
+    code, out, err = cli(capsys, "run", "sl_basic", *FAST, f"log_path={log}", "learning_rate=0.01", "batch_size=8")
+    assert_one_error_line(code, err, "already complete", "batch_size: 32 -> 8", "learning_rate:")
+    assert "resume_allow_changes=[batch_size,learning_rate]" in err and "already complete" not in out
+    assert snapshot(log) == before
+    code, _, err = cli(capsys, "validate", "sl_basic", *FAST, f"log_path={log}", "learning_rate=0.01")
+    assert_one_error_line(code, err, "already complete", "learning_rate:")
+    code, _, err = cli(capsys, "run", "chat_sl", *FAST, f"log_path={log}")  # another recipe, same directory
+    assert_one_error_line(code, err, "already complete", "recipe: 'sl_basic' -> 'chat_sl'")
+    assert snapshot(log) == before
+    allow = "resume_allow_changes=[learning_rate]"
+    code, out, err = cli(capsys, "run", "sl_basic", *FAST, f"log_path={log}", "learning_rate=0.01", allow)
+    assert code == 0 and "already complete" in out, err

@@ -102,3 +102,20 @@ def test_huge_comparison_is_cut_before_tokenizing(tmp_path: Path) -> None:
     full, _ = renderer.build_supervised_example([*comparisons[0].comparison.prompt_conversation, *chosen])
     assert full.length <= 2 * bound
     assert [d.model_input.length for d in preference_datums(comparisons, renderer, max_length)] == [31, 31]
+
+
+def test_model_dir_without_a_tokenizer_fails_validate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It used to pass `validate` and fail only when the run's first stage loaded the tokenizer."""
+    from adapters.common.tiny import TINY_DIR
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_bytes((TINY_DIR / "config.json").read_bytes())
+    (model / "model.safetensors").write_bytes(b"")  # never read: the check is on the folder
+    code, _, err = cli(capsys, "validate", "sl_basic", "backend=local", f"model_name={model}")
+    assert_one_error_line(code, err, "model_name", str(model), "no tokenizer")
+    (model / "tokenizer.json").write_bytes((TINY_DIR / "tokenizer.json").read_bytes())
+    code, _, err = cli(capsys, "validate", "sl_basic", "backend=local", f"model_name={model}")
+    assert code == 0, err
+    code, _, err = cli(capsys, "validate", "sl_basic", "backend=local", f"model_name={tmp_path / 'missing'}")
+    assert_one_error_line(code, err, "no such model directory")

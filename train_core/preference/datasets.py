@@ -9,7 +9,10 @@ One JSON object per line; blank lines are ignored. Three layouts:
   ``prompt`` is a string (one user message) or a list of messages ``{"role": ..., "content": ...}``
   (e.g. a system message, earlier turns, then the user's question). ``chosen`` and ``rejected``
   hold the completions only: a string (one assistant message) or a list of messages. Other keys
-  are ignored.
+  are ignored. Without ``prompt`` (TRL's implicit prompt), ``chosen`` and ``rejected`` are whole
+  texts or conversations and the prompt is what they share: leading messages, or leading text
+  up to the space before the first difference (``{"chosen": "The sky is blue.", "rejected":
+  "The sky is green."}`` is prompt ``"The sky is"``, completions ``" blue."`` / ``" green."``).
 * ``"hh_rlhf"`` — Anthropic HH-RLHF: ``chosen`` and ``rejected`` are whole transcripts
   ``"\\n\\nHuman: ...\\n\\nAssistant: ..."`` ending in an Assistant turn. The last Assistant turn
   is the completion; everything before it is the prompt, which both transcripts must share.
@@ -35,7 +38,7 @@ counted in the `SkipReport` (per reason: the count and the first line numbers):
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -113,20 +116,23 @@ def load_comparisons(
     *,
     prompt_length: PromptLengthFn | None = None,
     max_length: int | None = None,
+    records: Sequence[tuple[int, dict[str, Any]]] | None = None,
 ) -> tuple[list[LabeledComparison], SkipReport]:
     """Read a comparison file in `layout`; return its usable comparisons and what was skipped.
 
     With `max_length`, every message is cut to `char_limit(max_length)` characters before any
-    tokenization, so a huge record costs memory in proportion to `max_length`."""
+    tokenization, so a huge record costs memory in proportion to `max_length`. `records`: the
+    (number, object) pairs when they were read elsewhere (a saved HF dataset); `path` then only
+    names them in messages."""
     if prompt_length is not None and max_length is None:
         raise ValueError("prompt_length needs max_length (a prompt is too long for it)")
     if layout not in _PARSERS:
         raise ValueError(f"unknown comparison layout {layout!r}; expected one of {sorted(_PARSERS)}")
     parse = _PARSERS[layout]
-    records = _read_records(Path(path))
-    report = SkipReport(str(path), num_records=len(records))
+    rows = _read_records(Path(path)) if records is None else [_Record(Path(path), n, v) for n, v in records]
+    report = SkipReport(str(path), num_records=len(rows))
     comparisons: list[LabeledComparison] = []
-    for record in records:
+    for record in rows:
         parsed = parse(record)
         if isinstance(parsed, str):
             report.add(parsed, record.line)
@@ -188,10 +194,47 @@ def _messages(record: _Record, key: str, value: Any, default_role: str) -> list[
 
 
 def _parse_comparisons(record: _Record) -> _Parsed:
+    if record.values.get("prompt") is None and "chosen" in record.values and "rejected" in record.values:
+        return _implicit_prompt(record)
     prompt = _messages(record, "prompt", record.require("prompt"), "user")
     chosen = _messages(record, "chosen", record.require("chosen"), "assistant")
     rejected = _messages(record, "rejected", record.require("rejected"), "assistant")
     return prompt, chosen, rejected
+
+
+def _implicit_prompt(record: _Record) -> _Parsed:
+    """TRL's implicit-prompt preference record: no `prompt`; `chosen` and `rejected` are whole
+    texts or conversations, and the prompt is what they share. Conversations share leading
+    messages; texts share leading characters, up to (not including) the space before the first
+    difference, so each completion starts with its space (" blue." / " green.")."""
+    chosen, rejected = record.require("chosen"), record.require("rejected")
+    if isinstance(chosen, str) and isinstance(rejected, str):
+        shared = _shared_prefix(chosen, rejected)
+        if 0 < shared < min(len(chosen), len(rejected)) and chosen[shared - 1] == " ":
+            shared -= 1
+        if shared == 0:
+            return "mismatched_prompts"
+        return (
+            [Message(role="user", content=chosen[:shared])],
+            [Message(role="assistant", content=chosen[shared:])],
+            [Message(role="assistant", content=rejected[shared:])],
+        )
+    if not (isinstance(chosen, list) and isinstance(rejected, list)):
+        raise record.error(
+            "without a 'prompt', 'chosen' and 'rejected' must both be texts or both be lists of messages "
+            "(an implicit-prompt comparison)"
+        )
+    chosen_messages = _messages(record, "chosen", chosen, "assistant")
+    rejected_messages = _messages(record, "rejected", rejected, "assistant")
+    shared = _shared_prefix(chosen_messages, rejected_messages)
+    if shared == 0:
+        return "mismatched_prompts"
+    return chosen_messages[:shared], chosen_messages[shared:], rejected_messages[shared:]
+
+
+def _shared_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """How many leading items (characters, messages) `a` and `b` share."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
 _HH_TURN = re.compile(r"(?:^|\n\n)(Human|Assistant):")
