@@ -15,6 +15,7 @@ from adapters.local.model_loading import LoraOptions, load_model, resolve_device
 from adapters.local.request_batcher import DEFAULT_BATCH_LIMITS, BatchLimits
 from adapters.local.sampling_client import LocalSamplingClient
 from adapters.local.serial_executor import SerialExecutor
+from adapters.local.token_scoring import liger_available
 from adapters.local.training_client import LocalTrainingClient, TrainingOptions
 from kitchen.errors import ConfigError
 from kitchen.ports import Tokenizer
@@ -63,6 +64,13 @@ class LocalBackend:
         self._sampling_executor = SerialExecutor("local-sampling")
         self._batch_limits = batch_limits
         self._training_options = training or TrainingOptions()
+        if self._training_options.logprob_method == "liger" and not (self.device.type == "cuda" and liger_available()):
+            raise ConfigError(
+                f"local.logprob_method=liger needs a CUDA device and the liger-kernel package "
+                f"(pip install 'kitchen[liger]'); this backend runs on {self.device}"
+                + ("" if self.device.type != "cuda" else " without liger-kernel")
+                + ": use chunked (the same values, in plain torch)"
+            )
         self._lora = lora or LoraOptions()
         self._distributed = distributed
         # Distributed training clients take worker groups from a pool: this backend's own
@@ -125,7 +133,8 @@ class LocalBackend:
             if checkpoint is not None:
                 load_weights(checkpoint, model)
             tokenizer = load_tokenizer(identity.base_model)
-            return LocalSamplingClient(model, tokenizer, self._sampling_executor, seed, self._batch_limits)
+            method = self._training_options.logprob_method
+            return LocalSamplingClient(model, tokenizer, self._sampling_executor, seed, self._batch_limits, method)
 
         return await asyncio.to_thread(build)
 

@@ -514,7 +514,9 @@ class DistributedTrainingClient:
 
         lease = await self._executor.submit(snapshot)
         seed = self._seeds.getrandbits(63)
-        return LocalSamplingClient(lease, self._tokenizer, self._sampling_executor, seed, self._batch_limits)
+        return LocalSamplingClient(
+            lease, self._tokenizer, self._sampling_executor, seed, self._batch_limits, self._training.logprob_method
+        )
 
     async def close(self) -> None:
         """Finish queued jobs, then give the workers back to the pool (once)."""

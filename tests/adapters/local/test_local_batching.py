@@ -25,7 +25,7 @@ VOCAB = json.loads((TINY_DIR / "config.json").read_text())["vocab_size"]
 
 @dataclass
 class CountedModel:
-    """The tiny model with a count of its forward passes (each batch costs one)."""
+    """The tiny model with a count of its body's forward passes (each batch costs one)."""
 
     model: torch.nn.Module
     forwards: int = 0
@@ -37,7 +37,7 @@ class CountedModel:
 @pytest.fixture(scope="module")
 def counted() -> CountedModel:
     counted = CountedModel(load_model("tiny", None, seed=0, device=torch.device("cpu")))
-    counted.model.register_forward_hook(counted.count)
+    counted.model.get_decoder().register_forward_hook(counted.count)  # the body: scoring runs it without the head
     return counted
 
 
