@@ -91,15 +91,26 @@ class Result:
     last_loss: float
     tokens_per_sequence: float
     breakdown: str = ""
+    cpu_items_per_second: float = 0.0
+    """Items per second of process CPU time."""
     peak_mib: float | None = None
     """Peak CUDA memory allocated during the run (None on the CPU)."""
 
 
-def items_per_second(settings: Settings, step_ends: list[float]) -> float:
+StepEnd = tuple[float, float]
+"""When a step ended: (wall clock, process CPU time of every thread)."""
+
+
+def step_end() -> StepEnd:
+    return time.perf_counter(), time.process_time()
+
+
+def items_per_second(settings: Settings, step_ends: list[StepEnd], clock: int = 0) -> float:
     """Batch items (pairs, sequences) of the steps after warm-up, over the time from the end of
-    warm-up to the last step's end."""
+    warm-up to the last step's end: wall-clock time (`clock` 0), or the process's CPU time (1:
+    steadier on a loaded machine, and fair when the process is pinned to its thread count)."""
     timed = step_ends[settings.warmup_steps - 1 :]
-    return (len(timed) - 1) * settings.batch_size / (timed[-1] - timed[0])
+    return (len(timed) - 1) * settings.batch_size / (timed[-1][clock] - timed[0][clock])
 
 
 def model_dtype(settings: Settings) -> Any:
@@ -144,10 +155,10 @@ def trl_step_clock() -> Any:
 
     class StepClock(TrainerCallback):
         def __init__(self) -> None:
-            self.ends: list[float] = []
+            self.ends: list[StepEnd] = []
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self.ends.append(time.perf_counter())
+            self.ends.append(step_end())
 
     return StepClock()
 
@@ -159,16 +170,16 @@ class KitchenStepClock(Hooks):
 
     def __init__(self, data_stage: str) -> None:
         self.data_stage = data_stage
-        self.ends: list[float] = []
+        self.ends: list[StepEnd] = []
         self.lengths: list[int] = []
 
     def on_step_end(self, ctx: Context, step: int) -> None:
         if step > 0:
-            self.ends.append(time.perf_counter())  # step-1 is done; step is in flight
+            self.ends.append(step_end())  # step-1 is done; step is in flight
 
     def after_stage(self, ctx: Context, stage: Stage, seconds: float) -> None:
         if stage.name == "await_last_step":
-            self.ends.append(time.perf_counter())
+            self.ends.append(step_end())
         if stage.name == self.data_stage:
             self.lengths = [datum.model_input.length + 1 for datum in ctx.state["train_data"]]
 
@@ -214,11 +225,14 @@ def run_alternating(contenders: dict[str, Callable[[int], Result]], repeats: int
             result = run(repeat)
             runs[name].append(replace(result, peak_mib=torch.cuda.max_memory_allocated() / 2**20))
     best = {name: max(results, key=lambda r: r.items_per_second) for name, results in runs.items()}
+    best_cpu = {name: max(r.cpu_items_per_second for r in results) for name, results in runs.items()}
+    best = {name: replace(result, cpu_items_per_second=best_cpu[name]) for name, result in best.items()}
     print(f"load average {os.getloadavg()[0]:.1f}")
     for result in best.values():
         every = ", ".join(f"{r.items_per_second:.2f}" for r in runs[result.name])
+        cpu = ", ".join(f"{r.cpu_items_per_second:.2f}" for r in runs[result.name])
         print(
-            f"{result.name:>9}: {result.items_per_second:8.2f}/s (runs: {every})   loss "
+            f"{result.name:>9}: {result.items_per_second:8.2f}/s (runs: {every}; per CPU second: {cpu})   loss "
             f"{result.first_loss:.4f} -> {result.last_loss:.4f}   {result.tokens_per_sequence:.1f} tokens/sequence"
         )
         if result.peak_mib is not None:
