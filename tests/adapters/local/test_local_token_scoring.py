@@ -22,9 +22,7 @@ from adapters.local.prompt_scoring import ScoreRequest, score_prompts
 from adapters.local.token_scoring import Entropy, chunked_scores, logits_scores, output_head
 from adapters.local.training_client import TrainingOptions
 from kitchen.errors import ConfigError
-from train_core import losses
-from train_core.losses import LossSpec
-from train_core.types import Datum
+from train_core.types import AdamParams, Datum
 
 ENTROPIES: tuple[Entropy, ...] = ("none", "value", "grad")
 
@@ -190,26 +188,19 @@ def test_a_model_that_transforms_its_logits_is_scored_from_its_whole_logits() ->
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
 
 
-def _entropy_bonus(logprobs_T: torch.Tensor, entropy_T: torch.Tensor, weights_T: torch.Tensor) -> torch.Tensor:
-    return -(logprobs_T * weights_T).sum() - 0.5 * entropy_T.sum()
-
-
-async def _fb(backend: LocalBackend, data: Sequence[Datum], loss_fn: str) -> tuple[list[dict[str, list[float]]], float]:
+async def _fb(backend: LocalBackend, data: Sequence[Datum], loss_fn: str) -> list[dict[str, list[float]]]:
     client = await backend.create_training_client("tiny")
     result = await (await client.forward_backward(data, loss_fn))
-    outputs = [
-        {key: [float(v) for v in value.tolist()] for key, value in output.items()} for output in result.loss_fn_outputs
-    ]
-    return outputs, result.metrics["loss:sum"]
+    return [{key: [float(v) for v in value.tolist()] for key, value in out.items()} for out in result.loss_fn_outputs]
 
 
-def test_the_training_client_returns_entropy_for_rl_losses_and_passes_it_to_losses_that_read_it(
-    backend: LocalBackend, rl_batch: list[Datum], sl_batch: list[Datum], monkeypatch: pytest.MonkeyPatch
+def test_rl_losses_get_the_entropy_of_every_token_and_supervised_ones_skip_it(
+    backend: LocalBackend, rl_batch: list[Datum], sl_batch: list[Datum]
 ) -> None:
-    rl_outputs, _ = asyncio.run(_fb(backend, rl_batch, "ppo"))
-    sl_outputs, _ = asyncio.run(_fb(backend, sl_batch, "cross_entropy"))
+    rl_outputs = asyncio.run(_fb(backend, rl_batch, "ppo"))
+    sl_outputs = asyncio.run(_fb(backend, sl_batch, "cross_entropy"))
     assert all(set(output) == {"logprobs", "entropy"} for output in rl_outputs)
-    assert all(set(output) == {"logprobs"} for output in sl_outputs)  # supervised steps skip it
+    assert all(set(output) == {"logprobs"} for output in sl_outputs)
     model = load_base_model("tiny", torch.float32)
     for datum, output in zip(rl_batch, rl_outputs, strict=True):
         with torch.no_grad():
@@ -218,16 +209,26 @@ def test_the_training_client_returns_entropy_for_rl_losses_and_passes_it_to_loss
         expected = -(logprobs_LV.exp() * logprobs_LV).sum(-1)
         torch.testing.assert_close(torch.tensor(output["entropy"]), expected, rtol=0, atol=1e-5)
 
-    spec = LossSpec("entropy_bonus", _entropy_bonus, ("weights",), reads_entropy=True)
-    assert spec.config_defaults == {}
-    monkeypatch.setitem(losses.LOSS_SPECS, "entropy_bonus", spec)
-    outputs, loss_sum = asyncio.run(_fb(backend, sl_batch, "entropy_bonus"))
-    expected_loss = sum(
-        -sum(lp * w for lp, w in zip(o["logprobs"], d.loss_fn_inputs["weights"].tolist(), strict=True))
-        - 0.5 * sum(o["entropy"])
-        for o, d in zip(outputs, sl_batch, strict=True)
-    )
-    assert loss_sum == pytest.approx(expected_loss, rel=1e-5)
+
+def test_a_custom_loss_that_takes_entropy_gets_it_with_gradients(backend: LocalBackend, sl_batch: list[Datum]) -> None:
+    """An entropy bonus: `entropy_D` comes from the same pass as the logprobs and carries gradients
+    (a loss of the entropy alone still trains the model)."""
+    seen: list[list[torch.Tensor]] = []
+
+    def bonus(
+        data: Sequence[Datum], logprobs_D: list[torch.Tensor], entropy_D: list[torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        seen.append([e.detach().clone() for e in entropy_D])
+        return -torch.cat(entropy_D).sum(), {}
+
+    async def run() -> float:
+        client = await backend.create_training_client("tiny")
+        await (await client.forward_backward_custom(sl_batch, bonus))
+        return (await (await client.optim_step(AdamParams(learning_rate=0.0, grad_clip_norm=1e9)))).metrics["grad_norm"]
+
+    grad_norm = asyncio.run(run())
+    assert grad_norm > 0
+    assert [len(e) for e in seen[0]] == [d.model_input.length for d in sl_batch]
 
 
 def test_liger_is_refused_where_it_cannot_run(tmp_path: Path) -> None:
