@@ -126,7 +126,8 @@ def backward_custom_loss(
     """`loss_fn(data, logprobs_D)` (with `entropy_D=` when given), checked and differentiated (the
     gradients flow to whatever the logprobs were computed from): its metrics with `loss:sum`, and
     whether the loss was finite."""
-    loss, metrics = loss_fn(data, logprobs_D) if entropy_D is None else loss_fn(data, logprobs_D, entropy_D=entropy_D)
+    call: Any = loss_fn  # `entropy_D` is beyond the port's CustomLossFn type: only `reads_entropy` losses get it
+    loss, metrics = call(data, logprobs_D) if entropy_D is None else call(data, logprobs_D, entropy_D=entropy_D)
     if not (isinstance(loss, torch.Tensor) and loss.dim() == 0 and loss.requires_grad):
         raise KitchenError("a custom loss must return a scalar tensor computed from the logprobs it was given")
     loss.backward()

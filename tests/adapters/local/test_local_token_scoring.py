@@ -216,8 +216,9 @@ def test_a_custom_loss_that_takes_entropy_gets_it_with_gradients(backend: LocalB
     seen: list[list[torch.Tensor]] = []
 
     def bonus(
-        data: Sequence[Datum], logprobs_D: list[torch.Tensor], entropy_D: list[torch.Tensor]
+        data: Sequence[Datum], logprobs_D: list[torch.Tensor], entropy_D: list[torch.Tensor] | None = None
     ) -> tuple[torch.Tensor, dict[str, float]]:
+        assert entropy_D is not None
         seen.append([e.detach().clone() for e in entropy_D])
         return -torch.cat(entropy_D).sum(), {}
 
