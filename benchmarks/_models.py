@@ -32,7 +32,31 @@ QWEN3_32M = {
 }
 """With the tiny tokenizer's 1500-token vocabulary: about 32M parameters."""
 
-SIZES = {"32m": QWEN3_32M, "50m": QWEN3_50M}
+QWEN3_BIG_VOCAB = {
+    "hidden_size": 256,
+    "intermediate_size": 768,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "vocab_size": 151_936,
+}
+"""A small body under Qwen's 151,936-token vocabulary (39M parameters, nearly all of them the tied
+embedding): the logits, not the body, set its training memory."""
+
+QWEN3_0_6B = {
+    "hidden_size": 1024,
+    "intermediate_size": 3072,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "vocab_size": 151_936,
+    "max_position_embeddings": 8192,
+}
+"""Qwen3-0.6B's shape (tied embeddings, 0.6B parameters), random weights: the GPU benchmarks' model."""
+
+SIZES = {"32m": QWEN3_32M, "50m": QWEN3_50M, "big-vocab": QWEN3_BIG_VOCAB, "0.6b": QWEN3_0_6B}
 
 
 def build_qwen3_50m(directory: Path, seed: int = 0) -> str:
@@ -57,7 +81,7 @@ def build_qwen3(directory: Path, size: str, seed: int = 0) -> str:
 
 
 def model_name(size: str, scratch: Path) -> str:
-    """`tiny` or a path to the freshly built 32M or 50M model."""
+    """`tiny` or a path to the freshly built model of that size (a key of SIZES)."""
     if size == "tiny":
         return "tiny"
     return build_qwen3(scratch / f"qwen3-{size}", size)

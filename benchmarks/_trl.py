@@ -8,7 +8,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,9 @@ class Settings:
     threads: int
     model: str
     profile: bool
+    device: str = "cpu"
+    bf16: bool = False
+    """Both sides train bfloat16 weights (no autocast, no float32 master copy), else float32."""
 
 
 def benchmark_parser(description: str, items: str, default_model: str) -> argparse.ArgumentParser:
@@ -41,7 +44,9 @@ def benchmark_parser(description: str, items: str, default_model: str) -> argpar
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads, for both")
     parser.add_argument("--repeats", type=int, default=2, help="alternate TRL and kitchen runs; keep each's best")
-    parser.add_argument("--model", choices=("tiny", "32m", "50m"), default=default_model)
+    parser.add_argument("--model", choices=("tiny", "32m", "50m", "0.6b"), default=default_model)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--bf16", action="store_true", help="both sides train bfloat16 weights")
     parser.add_argument("--no-pin", action="store_true", help="do not pin the process to --threads cores")
     parser.add_argument("--profile", action="store_true", help="print each run's top torch ops by self CPU time")
     return parser
@@ -54,6 +59,13 @@ def settings_fields(parser: argparse.ArgumentParser, args: argparse.Namespace, s
 
     if not 1 <= args.warmup_steps < args.steps:
         parser.error("need 1 <= --warmup-steps < --steps")
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            print(f"{parser.prog} --device cuda needs a CUDA GPU; none here (nothing measured)")
+            raise SystemExit(0)
+        print(f"GPU: {torch.cuda.get_device_name()}")
     if not args.no_pin:
         pin_cores(args.threads)
     return {
@@ -66,6 +78,8 @@ def settings_fields(parser: argparse.ArgumentParser, args: argparse.Namespace, s
         "threads": args.threads,
         "model": model_name(args.model, scratch),
         "profile": args.profile,
+        "device": args.device,
+        "bf16": args.bf16,
     }
 
 
@@ -77,18 +91,39 @@ class Result:
     last_loss: float
     tokens_per_sequence: float
     breakdown: str = ""
+    cpu_items_per_second: float = 0.0
+    """Items per second of process CPU time."""
+    peak_mib: float | None = None
+    """Peak CUDA memory allocated during the run (None on the CPU)."""
 
 
-def items_per_second(settings: Settings, step_ends: list[float]) -> float:
+StepEnd = tuple[float, float]
+"""When a step ended: (wall clock, process CPU time of every thread)."""
+
+
+def step_end() -> StepEnd:
+    return time.perf_counter(), time.process_time()
+
+
+def items_per_second(settings: Settings, step_ends: list[StepEnd], clock: int = 0) -> float:
     """Batch items (pairs, sequences) of the steps after warm-up, over the time from the end of
-    warm-up to the last step's end."""
+    warm-up to the last step's end: wall-clock time (`clock` 0), or the process's CPU time (1:
+    steadier on a loaded machine, and fair when the process is pinned to its thread count)."""
     timed = step_ends[settings.warmup_steps - 1 :]
-    return (len(timed) - 1) * settings.batch_size / (timed[-1] - timed[0])
+    return (len(timed) - 1) * settings.batch_size / (timed[-1][clock] - timed[0][clock])
+
+
+def model_dtype(settings: Settings) -> Any:
+    """The dtype both sides hold the weights in."""
+    import torch
+
+    return torch.bfloat16 if settings.bf16 else torch.float32
 
 
 def trl_arguments(settings: Settings, output_dir: str) -> dict[str, Any]:
     """TRL config fields matching kitchen's defaults: AdamW betas 0.9/0.95, no weight decay, no
-    clipping, linear schedule without warm-up, float32 on the CPU, no checkpointing or saving."""
+    clipping, linear schedule without warm-up, the benchmark's device and dtype, no checkpointing
+    or saving."""
     return {
         "output_dir": output_dir,
         "per_device_train_batch_size": settings.batch_size,
@@ -102,9 +137,9 @@ def trl_arguments(settings: Settings, output_dir: str) -> dict[str, Any]:
         "weight_decay": 0.0,
         "max_grad_norm": 0.0,
         "max_length": settings.max_length,
-        "bf16": False,
+        "bf16": False,  # the model itself is loaded in `model_dtype(settings)`: no autocast on either side
         "gradient_checkpointing": False,
-        "use_cpu": True,
+        "use_cpu": settings.device == "cpu",
         "seed": settings.seed,
         "logging_steps": 1,
         "save_strategy": "no",
@@ -120,10 +155,10 @@ def trl_step_clock() -> Any:
 
     class StepClock(TrainerCallback):
         def __init__(self) -> None:
-            self.ends: list[float] = []
+            self.ends: list[StepEnd] = []
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self.ends.append(time.perf_counter())
+            self.ends.append(step_end())
 
     return StepClock()
 
@@ -135,16 +170,16 @@ class KitchenStepClock(Hooks):
 
     def __init__(self, data_stage: str) -> None:
         self.data_stage = data_stage
-        self.ends: list[float] = []
+        self.ends: list[StepEnd] = []
         self.lengths: list[int] = []
 
     def on_step_end(self, ctx: Context, step: int) -> None:
         if step > 0:
-            self.ends.append(time.perf_counter())  # step-1 is done; step is in flight
+            self.ends.append(step_end())  # step-1 is done; step is in flight
 
     def after_stage(self, ctx: Context, stage: Stage, seconds: float) -> None:
         if stage.name == "await_last_step":
-            self.ends.append(time.perf_counter())
+            self.ends.append(step_end())
         if stage.name == self.data_stage:
             self.lengths = [datum.model_input.length + 1 for datum in ctx.state["train_data"]]
 
@@ -177,18 +212,31 @@ def pin_cores(threads: int) -> None:
 def run_alternating(contenders: dict[str, Callable[[int], Result]], repeats: int) -> dict[str, Result]:
     """Run each contender once per repeat, in turn, and keep each one's best run (shared machines
     are noisy); print every run's figure."""
+    import torch
+
     runs: dict[str, list[Result]] = {name: [] for name in contenders}
     for repeat in range(repeats):
         for name, run in contenders.items():
-            runs[name].append(run(repeat))
+            if not torch.cuda.is_available():
+                runs[name].append(run(repeat))
+                continue
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+            result = run(repeat)
+            runs[name].append(replace(result, peak_mib=torch.cuda.max_memory_allocated() / 2**20))
     best = {name: max(results, key=lambda r: r.items_per_second) for name, results in runs.items()}
+    best_cpu = {name: max(r.cpu_items_per_second for r in results) for name, results in runs.items()}
+    best = {name: replace(result, cpu_items_per_second=best_cpu[name]) for name, result in best.items()}
     print(f"load average {os.getloadavg()[0]:.1f}")
     for result in best.values():
         every = ", ".join(f"{r.items_per_second:.2f}" for r in runs[result.name])
+        cpu = ", ".join(f"{r.cpu_items_per_second:.2f}" for r in runs[result.name])
         print(
-            f"{result.name:>9}: {result.items_per_second:8.2f}/s (runs: {every})   loss "
+            f"{result.name:>9}: {result.items_per_second:8.2f}/s (runs: {every}; per CPU second: {cpu})   loss "
             f"{result.first_loss:.4f} -> {result.last_loss:.4f}   {result.tokens_per_sequence:.1f} tokens/sequence"
         )
+        if result.peak_mib is not None:
+            print(f"{'':>11}peak CUDA memory {result.peak_mib:.0f} MiB")
         if result.breakdown:
             print(f"{'':>11}{result.breakdown}")
     return best
@@ -208,7 +256,8 @@ def run_kitchen_recipe(
     shared = {
         "backend": "local",
         "model_name": settings.model,
-        "local.device": "cpu",
+        "local.device": settings.device,
+        "local.dtype": "bfloat16" if settings.bf16 else "float32",
         "eval_dataset": "null",
         "batch_size": settings.batch_size,
         "max_steps": settings.steps,
@@ -227,3 +276,36 @@ def run_kitchen_recipe(
     with op_profile(settings.profile, "kitchen"):
         run_dir = run_recipe(recipe, config, hooks=[clock], progress=False)
     return run_dir.metrics, clock
+
+
+PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 125.0, "L4": 121.0}
+"""Dense bfloat16 tensor-core peaks from the vendor's data sheets (SXM parts), by card name."""
+
+
+def training_flops_per_token(model: str, context: float) -> float:
+    """Model FLOPs of one trained token (forward and backward): 6 x the matmul parameters (every
+    layer's projections and the output head) + the causal attention's 6 x layers x width x context."""
+    from transformers import AutoConfig
+
+    c = AutoConfig.from_pretrained(model)
+    attention_width = c.num_attention_heads * c.head_dim
+    kv_width = c.num_key_value_heads * c.head_dim
+    per_layer = c.hidden_size * (2 * attention_width + 2 * kv_width) + 3 * c.hidden_size * c.intermediate_size
+    matmul_parameters = c.num_hidden_layers * per_layer + c.hidden_size * c.vocab_size
+    return 6.0 * matmul_parameters + 6.0 * c.num_hidden_layers * attention_width * context
+
+
+def print_mfu(settings: Settings, tokens_per_second: dict[str, float], context: float, passes: float = 1.0) -> None:
+    """Each contender's model FLOPs utilisation on this GPU (`passes`: training-token equivalents
+    per token, e.g. 4/3 for DPO, whose reference forward is a third of a training step)."""
+    import torch
+
+    if settings.device != "cuda":
+        return
+    card = torch.cuda.get_device_name()
+    peak = next((tflops for name, tflops in PEAK_BF16_TFLOPS.items() if name in card), None)
+    flops = training_flops_per_token(settings.model, context) * passes
+    for name, rate in tokens_per_second.items():
+        achieved = rate * flops / 1e12
+        share = f"MFU {100 * achieved / peak:.1f}% of {peak:.0f}" if peak else "MFU unknown (no peak on file)"
+        print(f"{card}: {name} {rate:.0f} tokens/s = {achieved:.1f} TFLOP/s, {share} bf16 TFLOP/s")

@@ -16,6 +16,7 @@ from adapters.local.request_batcher import DEFAULT_BATCH_LIMITS, BatchLimits
 from adapters.local.sampler_pool import ModelLease
 from adapters.local.sampling_client import LocalSamplingClient
 from adapters.local.serial_executor import SerialExecutor
+from adapters.local.token_scoring import liger_available
 from adapters.local.training_client import LocalTrainingClient, TrainingOptions
 from kitchen.errors import ConfigError
 from kitchen.ports import SamplingClient, Tokenizer
@@ -73,6 +74,13 @@ class LocalBackend:
         self._sampling_executor = SerialExecutor("local-sampling")
         self._batch_limits = batch_limits
         self._training_options = training or TrainingOptions()
+        if self._training_options.logprob_method == "liger" and not (self.device.type == "cuda" and liger_available()):
+            raise ConfigError(
+                f"local.logprob_method=liger needs a CUDA device and the liger-kernel package "
+                f"(pip install 'kitchen[liger]'); this backend runs on {self.device}"
+                + ("" if self.device.type != "cuda" else " without liger-kernel")
+                + ": use chunked (the same values, in plain torch)"
+            )
         self._lora = lora or LoraOptions()
         self._distributed = distributed
         # Distributed training clients take worker groups from a pool: this backend's own
@@ -156,7 +164,8 @@ class LocalBackend:
         tokenizer = load_tokenizer(identity.base_model)
         if self._vllm is not None:
             return await self._vllm.snapshot_client(ModelLease(model), identity, tokenizer, seed)
-        return LocalSamplingClient(model, tokenizer, self._sampling_executor, seed, self._batch_limits)
+        method = self._training_options.logprob_method
+        return LocalSamplingClient(model, tokenizer, self._sampling_executor, seed, self._batch_limits, method)
 
     async def close(self) -> None:
         """Let queued work finish and stop every worker thread."""

@@ -524,7 +524,9 @@ class DistributedTrainingClient:
         seed = self._seeds.getrandbits(63)
         if self._make_sampler is not None:
             return await self._make_sampler(lease, self._identity, self._tokenizer, seed)
-        return LocalSamplingClient(lease, self._tokenizer, self._sampling_executor, seed, self._batch_limits)
+        return LocalSamplingClient(
+            lease, self._tokenizer, self._sampling_executor, seed, self._batch_limits, self._training.logprob_method
+        )
 
     async def close(self) -> None:
         """Finish queued jobs, then give the workers back to the pool (once)."""

@@ -2,7 +2,9 @@
 
 Training, `compute_logprobs` and sampling all go through `log_softmax_f32`, in float32, on a model
 that is always in eval mode; that shared path is what makes their logprobs agree on the same
-weights (so `kl_sample_train` is ~0 on-policy).
+weights (so `kl_sample_train` is ~0 on-policy). Training and scoring take the logprobs from the
+final hidden states a chunk of tokens at a time (`adapters.local.token_scoring`), never from the
+whole [tokens, vocab] logits.
 
 Training and `compute_logprobs` score whole batches of sequences (`sequence_logprobs`) packed
 into rows: sequences that share a long prefix (a DPO pair's chosen and rejected replies after one
@@ -22,6 +24,7 @@ from typing import cast
 import torch
 
 from adapters.common.training_batch import right_pad
+from adapters.local.token_scoring import Entropy, LogprobMethod, score_tokens
 from kitchen.ports import Tokenizer
 
 MIN_SHARED_PREFIX = 8
@@ -29,16 +32,6 @@ MIN_SHARED_PREFIX = 8
 MIN_PACKING_SAVING = 0.1
 """Pack only when it saves at least this fraction of the right-padded batch's token slots: the
 mask costs memory and keeps GPU attention off its fastest (mask-free causal) kernel."""
-
-
-def log_softmax_f32(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """Log-probabilities over the last axis, in float32 (float64 for a float64 model), of
-    `logits / temperature`."""
-    if logits.dtype != torch.float64:
-        logits = logits.float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    return torch.log_softmax(logits, dim=-1)
 
 
 def left_pad(
@@ -64,12 +57,6 @@ def pad_token_id(tokenizer: Tokenizer) -> int:
     """The tokenizer's pad id, else 0: pads are never scored nor attended to, so any id serves."""
     pad_id = getattr(tokenizer, "pad_token_id", None)
     return int(pad_id) if pad_id is not None else 0
-
-
-def target_logprobs(model: torch.nn.Module, input_ids_BL: torch.Tensor, targets_BL: torch.Tensor) -> torch.Tensor:
-    """Logprob of each target token given the inputs up to and including its position: [B, L]."""
-    logits_BLV = model(input_ids=input_ids_BL, use_cache=False).logits
-    return log_softmax_f32(logits_BLV).gather(-1, targets_BL.unsqueeze(-1)).squeeze(-1)
 
 
 Group = tuple[int, list[int]]
@@ -225,38 +212,49 @@ def takes_packed_mask(model: torch.nn.Module) -> bool:
 
 @dataclass(frozen=True)
 class ScoredSequences:
-    """Each sequence's target logprobs [L_d], and what the pass cost: the token slots that went
-    through the model and how many of them held a token (a shared prefix counts once)."""
+    """Each sequence's target logprobs [L_d] (and each target position's entropy [L_d], when asked
+    for), and what the pass cost: the token slots that went through the model and how many of
+    them held a token (a shared prefix counts once)."""
 
     logprobs_D: list[torch.Tensor]
     slots: int
     filled: int
+    entropy_D: list[torch.Tensor] | None = None
 
 
 def sequence_logprobs(
-    model: torch.nn.Module, inputs_D: Sequence[Sequence[int]], targets_D: Sequence[Sequence[int]], pad_id: int
+    model: torch.nn.Module,
+    inputs_D: Sequence[Sequence[int]],
+    targets_D: Sequence[Sequence[int]],
+    pad_id: int,
+    method: LogprobMethod = "chunked",
+    entropy: Entropy = "none",
 ) -> ScoredSequences:
-    """Logprob of each sequence's target tokens (target t given inputs[: t + 1]): [L_d] each.
-    Sequences are packed (see the module docstring) where that pays and the model attends fully;
-    otherwise they are right-padded, which needs no mask."""
+    """Logprob of each sequence's target tokens (target t given inputs[: t + 1]): [L_d] each, and,
+    unless `entropy` is "none", the entropy of each of those next-token distributions. Sequences are packed
+    (see the module docstring) where that pays and the model attends fully; otherwise they are
+    right-padded, which needs no mask. Either way only real tokens reach the output head."""
     parameter = next(model.parameters())
+    device = parameter.device
     lengths_D = [len(tokens) for tokens in inputs_D]
-    packed = pack_sequences(inputs_D, pad_id, parameter.dtype, parameter.device) if takes_packed_mask(model) else None
+    packed = pack_sequences(inputs_D, pad_id, parameter.dtype, device) if takes_packed_mask(model) else None
+    model_inputs: dict[str, torch.Tensor]
     if packed is None:
-        targets_BL = right_pad(targets_D, pad_id, parameter.device)
-        logprobs_BL = target_logprobs(model, right_pad(inputs_D, pad_id, parameter.device), targets_BL)
-        logprobs_D = [logprobs_BL[row, :length] for row, length in enumerate(lengths_D)]
-        return ScoredSequences(logprobs_D, logprobs_BL.numel(), sum(lengths_D))
-    logits_BWV = model(
-        input_ids=packed.input_ids_BW,
-        position_ids=packed.position_ids_BW,
-        attention_mask=packed.attention_mask_B1WW,
-        use_cache=False,
-    ).logits
-    logits_NV = logits_BWV.flatten(0, 1).index_select(0, packed.slots_N)
-    targets_N = torch.tensor([t for targets in targets_D for t in targets], dtype=torch.long, device=parameter.device)
-    logprobs_N = log_softmax_f32(logits_NV).gather(-1, targets_N.unsqueeze(-1)).squeeze(-1)
-    return ScoredSequences(list(logprobs_N.split(lengths_D)), packed.input_ids_BW.numel(), packed.filled)
+        input_ids_BL = right_pad(inputs_D, pad_id, device)
+        width = input_ids_BL.shape[1]
+        slots_N = torch.cat([torch.arange(length) + row * width for row, length in enumerate(lengths_D)]).to(device)
+        model_inputs, slots, filled = {"input_ids": input_ids_BL}, input_ids_BL.numel(), sum(lengths_D)
+    else:
+        model_inputs = {
+            "input_ids": packed.input_ids_BW,
+            "position_ids": packed.position_ids_BW,
+            "attention_mask": packed.attention_mask_B1WW,
+        }
+        slots_N, slots, filled = packed.slots_N, packed.input_ids_BW.numel(), packed.filled
+    targets_N = torch.tensor([t for targets in targets_D for t in targets], dtype=torch.long, device=device)
+    logprobs_N, entropy_N = score_tokens(model, model_inputs, slots_N, targets_N, method, entropy)
+    entropy_D = None if entropy_N is None else list(entropy_N.split(lengths_D))
+    return ScoredSequences(list(logprobs_N.split(lengths_D)), slots, filled, entropy_D)
 
 
 def vocab_size(model: torch.nn.Module) -> int:

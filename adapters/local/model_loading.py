@@ -128,3 +128,12 @@ def load_model(
     if lora_rank is not None:
         model = add_lora(model, lora_rank, seed, lora)
     return model.to(device).eval()
+
+
+def compile_body(model: torch.nn.Module) -> None:
+    """`torch.compile` the model's body (token ids to final hidden states) in place, so the chunked
+    scoring pass and the whole forward both run it compiled; each new batch shape compiles once
+    more (then shapes are treated as dynamic). The output head and softmax stay eager."""
+    get_decoder = getattr(model, "get_decoder", None)
+    body = get_decoder() if callable(get_decoder) else None
+    (body if isinstance(body, torch.nn.Module) else model).compile()

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from adapters.local.forward_pass import sequence_logprobs
+from adapters.local.token_scoring import LogprobMethod
 
 
 @dataclass(frozen=True)
@@ -31,9 +32,11 @@ class ScoreRequest:
 
 
 @torch.no_grad()
-def score_prompts(model: torch.nn.Module, requests_B: Sequence[ScoreRequest], pad_id: int) -> list[list[float | None]]:
+def score_prompts(
+    model: torch.nn.Module, requests_B: Sequence[ScoreRequest], pad_id: int, method: LogprobMethod = "chunked"
+) -> list[list[float | None]]:
     """Each request's token logprobs given the tokens before them (None for the first); every
     request gets what it would get alone (see `sequence_logprobs`)."""
     inputs_D, targets_D = [r.tokens[:-1] for r in requests_B], [r.tokens[1:] for r in requests_B]
-    scored = sequence_logprobs(model, inputs_D, targets_D, pad_id)
+    scored = sequence_logprobs(model, inputs_D, targets_D, pad_id, method)
     return [[None, *logprobs.tolist()] for logprobs in scored.logprobs_D]

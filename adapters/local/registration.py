@@ -43,6 +43,18 @@ class LocalSettings(BaseModel):
     lora_target_modules: str | list[str] = Field(
         "all-linear", description="layers that get LoRA adapters: 'all-linear' or a list of module names"
     )
+    logprob_method: Literal["chunked", "full", "liger"] = Field(
+        "chunked",
+        description="how token logprobs (and entropy) come from the model's final hidden states: chunked (the "
+        "output head and softmax a chunk of tokens at a time, never the whole [tokens, vocab] logits), full (the "
+        "whole logits at once: more memory, same values), liger (Liger's fused linear cross-entropy kernel: CUDA "
+        "and the 'liger' extra; entropy, when asked for, still comes from the chunked path)",
+    )
+    compile: bool = Field(
+        False,
+        description="torch.compile the trained model's body: the first step of each new batch shape compiles "
+        "(seconds to minutes), later ones may run faster; on the CPU it needs a C++ compiler",
+    )
     always_grad_norm: bool = Field(
         False, description="report optim/grad_norm every step; by default only when grad_clip_norm > 0 needs it"
     )
@@ -113,6 +125,8 @@ def create(config: Any, settings: LocalSettings, checkpoint_dir: Path) -> Servic
             gradient_checkpointing=settings.gradient_checkpointing,
             train_mode=settings.lora_dropout > 0,
             always_grad_norm=settings.always_grad_norm,
+            logprob_method=settings.logprob_method,
+            compile=settings.compile,
         ),
         lora=lora_options(settings, LoraOptions),
         distributed=distributed,

@@ -23,8 +23,9 @@ import torch
 from transformers.cache_utils import Cache
 
 from adapters.common.stop_matcher import StopMatcher
-from adapters.local.forward_pass import left_pad, log_softmax_f32, takes_packed_mask
+from adapters.local.forward_pass import left_pad, takes_packed_mask
 from adapters.local.kv_cache import packed_inputs, unpacked_cache
+from adapters.local.token_scoring import log_softmax_f32
 from train_core.types import SamplingParams, StopReason, TokensWithLogprobs
 
 

@@ -14,6 +14,7 @@ from adapters.local.request_batcher import DEFAULT_BATCH_LIMITS, BatchLimits, Re
 from adapters.local.sampler import SampleRequest, sample_batch
 from adapters.local.sampler_pool import ModelLease
 from adapters.local.serial_executor import SerialExecutor
+from adapters.local.token_scoring import LogprobMethod
 from kitchen.errors import DataError
 from kitchen.ports import Tokenizer
 from train_core.types import ModelInput, SampleResult, SamplingParams, TokensWithLogprobs
@@ -35,6 +36,7 @@ class LocalSamplingClient:
         executor: SerialExecutor,
         seed: int,
         batch_limits: BatchLimits = DEFAULT_BATCH_LIMITS,
+        logprob_method: LogprobMethod = "chunked",
     ) -> None:
         # The lease keeps the model from being reused by a newer snapshot while this client, or a
         # job it queued, is alive: the batchers' jobs reach the model only through it (and hold no
@@ -50,7 +52,7 @@ class LocalSamplingClient:
         self._seeds = random.Random(seed)
         pad_id = pad_token_id(tokenizer)
         self._scoring: RequestBatcher[ScoreRequest, list[float | None]] = RequestBatcher(
-            executor, lambda requests: score_prompts(lease.model, requests, pad_id), batch_limits
+            executor, lambda requests: score_prompts(lease.model, requests, pad_id, logprob_method), batch_limits
         )
         self._sampling: RequestBatcher[SampleRequest, list[TokensWithLogprobs]] = RequestBatcher(
             executor, lambda requests: sample_batch(lease.model, requests, pad_id), batch_limits

@@ -13,6 +13,7 @@ the result is that of one big batch, up to float rounding.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import random
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -34,14 +35,16 @@ from adapters.local.checkpoint_io import (
     trainable_parameters,
 )
 from adapters.local.forward_pass import ScoredSequences, pad_token_id, sequence_logprobs, vocab_size
+from adapters.local.model_loading import compile_body
 from adapters.local.request_batcher import DEFAULT_BATCH_LIMITS, BatchLimits
 from adapters.local.sampler_pool import ModelLease, SamplerPool
 from adapters.local.sampling_client import LocalSamplingClient
 from adapters.local.serial_executor import SerialExecutor
+from adapters.local.token_scoring import Entropy, LogprobMethod, output_head
 from kitchen.errors import ConfigError, KitchenError
 from kitchen.losses import get_loss_fn
 from kitchen.ports import CustomLossFn, SamplingClient, Tokenizer
-from train_core.losses import TARGET_TOKENS, LossSpec, merge_loss_metrics
+from train_core.losses import TARGET_TOKENS, LossSpec, is_policy_gradient, merge_loss_metrics
 from train_core.types import AdamParams, Datum, ForwardBackwardOutput, OptimStepOutput, TensorData
 
 
@@ -68,6 +71,10 @@ class TrainingOptions:
     """Run forward_backward in train mode (LoRA dropout > 0); forward and sampling stay in eval."""
     always_grad_norm: bool = False
     """Compute the gradient norm every step; else only when clipping needs it."""
+    logprob_method: LogprobMethod = "chunked"
+    """How logprobs come from the final hidden states (see `adapters.local.token_scoring`)."""
+    compile: bool = False
+    """`torch.compile` the model's body (`compile_body`)."""
 
 
 SamplerFactory = Callable[[ModelLease, ModelIdentity, Tokenizer, int], Awaitable[SamplingClient]]
@@ -100,12 +107,32 @@ def microbatches(lengths_D: Sequence[int], max_tokens: int | None) -> list[list[
     return batches
 
 
+def loss_entropy(spec: LossSpec) -> Entropy:
+    """What a built-in loss needs of the policy's per-token entropy: its value for the
+    policy-gradient losses (returned per token, for RL to log), else nothing."""
+    return "value" if is_policy_gradient(spec) else "none"
+
+
+def reads_entropy(loss_fn: CustomLossFn) -> bool:
+    """Whether a custom loss takes the policy's per-token entropies (`entropy_D`, with gradients,
+    computed in the same pass as the logprobs) besides `(data, logprobs_D)`."""
+    try:
+        return "entropy_D" in inspect.signature(loss_fn).parameters
+    except (TypeError, ValueError):  # a callable without a signature
+        return False
+
+
 def backward_custom_loss(
-    loss_fn: CustomLossFn, data: Sequence[Datum], logprobs_D: list[torch.Tensor]
+    loss_fn: CustomLossFn,
+    data: Sequence[Datum],
+    logprobs_D: list[torch.Tensor],
+    entropy_D: list[torch.Tensor] | None = None,
 ) -> tuple[dict[str, float], bool]:
-    """`loss_fn(data, logprobs_D)`, checked and differentiated (the gradients flow to whatever the
-    logprobs were computed from): its metrics with `loss:sum`, and whether the loss was finite."""
-    loss, metrics = loss_fn(data, logprobs_D)
+    """`loss_fn(data, logprobs_D)` (with `entropy_D=` when given), checked and differentiated (the
+    gradients flow to whatever the logprobs were computed from): its metrics with `loss:sum`, and
+    whether the loss was finite."""
+    call: Any = loss_fn  # `entropy_D` is beyond the port's CustomLossFn type: only `reads_entropy` losses get it
+    loss, metrics = call(data, logprobs_D) if entropy_D is None else call(data, logprobs_D, entropy_D=entropy_D)
     if not (isinstance(loss, torch.Tensor) and loss.dim() == 0 and loss.requires_grad):
         raise KitchenError("a custom loss must return a scalar tensor computed from the logprobs it was given")
     loss.backward()
@@ -142,6 +169,10 @@ class LocalTrainingClient:
                 legacy(gradient_checkpointing_kwargs={"use_reentrant": False})
             else:
                 raise ConfigError("local.gradient_checkpointing: this model does not support it")
+        if options.logprob_method != "full":
+            output_head(model)  # checks (once, now) whether logprobs may come from the hidden states
+        if options.compile:
+            compile_body(model)
         self._tokenizer = tokenizer
         self._identity = identity
         self._checkpoint_dir = checkpoint_dir
@@ -204,10 +235,11 @@ class LocalTrainingClient:
     ) -> TrainingBatch:
         return build_training_batch(data, required, user, float_keys, self._pad_id, self._vocab_size, self._device)
 
-    def _score(self, batch: TrainingBatch) -> ScoredSequences:
+    def _score(self, batch: TrainingBatch, entropy: Entropy = "none") -> ScoredSequences:
         inputs_D = [row.tolist() for row in batch.split(batch.input_ids_BL)]
         targets_D = [row.tolist() for row in batch.split(batch.targets_BL)]
-        return sequence_logprobs(self._model, inputs_D, targets_D, self._pad_id)
+        method = self._options.logprob_method
+        return sequence_logprobs(self._model, inputs_D, targets_D, self._pad_id, method, entropy)
 
     @contextmanager
     def _training_mode(self, backward: bool) -> Iterator[None]:
@@ -228,7 +260,7 @@ class LocalTrainingClient:
         """One micro-batch through a built-in loss (gradients accumulate when `backward`): its
         per-datum logprobs and its loss metrics. A NaN/inf loss is remembered for the optim step."""
         with torch.set_grad_enabled(backward):
-            scored = self._score(batch)
+            scored = self._score(batch, loss_entropy(spec))
             loss, metrics = spec(torch.cat(scored.logprobs_D), batch.loss_inputs, config, batch.lengths_D)
         if backward:
             loss.backward()
@@ -251,8 +283,10 @@ class LocalTrainingClient:
                 scored, metrics = self._loss_pass(spec, batch, config, backward)
                 part_metrics.append(metrics)
                 slots, filled = slots + scored.slots, filled + scored.filled
-                for index, logprobs in zip(group, scored.logprobs_D, strict=True):
-                    outputs[index] = {"logprobs": TensorData.from_torch(logprobs)}
+                for k, index in enumerate(group):
+                    outputs[index] = {"logprobs": TensorData.from_torch(scored.logprobs_D[k])}
+                    if scored.entropy_D is not None:
+                        outputs[index]["entropy"] = TensorData.from_torch(scored.entropy_D[k])
         metrics = {**merge_loss_metrics(part_metrics), "padding_fraction:mean": 1.0 - filled / slots}
         return ForwardBackwardOutput(outputs, metrics)
 
@@ -261,8 +295,9 @@ class LocalTrainingClient:
         do), so it is never split into micro-batches. The backward runs in the forward's mode: a
         gradient-checkpointed layer recomputes its forward then, dropout included."""
         with self._training_mode(backward=True):
-            logprobs_D = self._score(batch).logprobs_D
-            metrics, finite = backward_custom_loss(loss_fn, data, logprobs_D)
+            scored = self._score(batch, "grad" if reads_entropy(loss_fn) else "none")
+            logprobs_D = scored.logprobs_D
+            metrics, finite = backward_custom_loss(loss_fn, data, logprobs_D, scored.entropy_D)
         self._nonfinite_loss |= not finite
         return ForwardBackwardOutput([{"logprobs": TensorData.from_torch(lp)} for lp in logprobs_D], metrics)
 
@@ -353,7 +388,9 @@ class LocalTrainingClient:
         seed = self._seeds.getrandbits(63)
         if self._make_sampler is not None:
             return await self._make_sampler(lease, self._identity, self._tokenizer, seed)
-        return LocalSamplingClient(lease, self._tokenizer, self._sampling_executor, seed, self._batch_limits)
+        return LocalSamplingClient(
+            lease, self._tokenizer, self._sampling_executor, seed, self._batch_limits, self._options.logprob_method
+        )
 
     async def close(self) -> None:
         """Finish queued jobs and stop the worker thread."""

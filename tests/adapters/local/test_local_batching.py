@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from typing import cast
 
 import pytest
 import torch
@@ -25,7 +26,7 @@ VOCAB = json.loads((TINY_DIR / "config.json").read_text())["vocab_size"]
 
 @dataclass
 class CountedModel:
-    """The tiny model with a count of its forward passes (each batch costs one)."""
+    """The tiny model with a count of its body's forward passes (each batch costs one)."""
 
     model: torch.nn.Module
     forwards: int = 0
@@ -37,7 +38,8 @@ class CountedModel:
 @pytest.fixture(scope="module")
 def counted() -> CountedModel:
     counted = CountedModel(load_model("tiny", None, seed=0, device=torch.device("cpu")))
-    counted.model.register_forward_hook(counted.count)
+    body = cast(Callable[[], torch.nn.Module], counted.model.get_decoder)()  # scoring runs it without the head
+    body.register_forward_hook(counted.count)
     return counted
 
 

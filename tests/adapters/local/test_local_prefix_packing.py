@@ -19,7 +19,6 @@ from adapters.local.forward_pass import (
     prefix_groups,
     sequence_logprobs,
     takes_packed_mask,
-    target_logprobs,
 )
 from adapters.local.model_loading import load_base_model
 
@@ -42,7 +41,9 @@ def _sequences(seed: int) -> list[list[int]]:
 
 
 def _plain(model: torch.nn.Module, inputs_D: list[list[int]], targets_D: list[list[int]]) -> list[torch.Tensor]:
-    logprobs_BL = target_logprobs(model, right_pad(inputs_D, 0, CPU), right_pad(targets_D, 0, CPU))
+    """Right-padded, from the whole logits: the reference."""
+    logits_BLV = model(input_ids=right_pad(inputs_D, 0, CPU), use_cache=False).logits
+    logprobs_BL = torch.log_softmax(logits_BLV.float(), -1).gather(-1, right_pad(targets_D, 0, CPU)[..., None])[..., 0]
     return [logprobs_BL[row, : len(tokens)] for row, tokens in enumerate(inputs_D)]
 
 
