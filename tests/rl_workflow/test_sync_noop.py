@@ -153,14 +153,17 @@ def test_warm_start_trains_on_demonstrations_then_resets_the_optimizer(tmp_path:
     backend = noop_backend(tmp_path)
     _, rows = run_toy(tmp_path, "warm_start_steps=3", "warm_start_batch_size=5", backend=backend)
     first_sample = next(i for i, c in enumerate(backend.calls) if c.method == "sample")
-    before_rl = [c for c in backend.calls[:first_sample] if c.client_kind == "training"]
-    assert [(c.method, c.summary.get("loss_fn"), c.summary.get("num_data")) for c in before_rl[:6]] == [
+    before_rl = [c for c in backend.calls[:first_sample] if c.client_kind != "sampling"]
+    warm = next(i for i, c in enumerate(before_rl) if c.summary.get("loss_fn") == "cross_entropy")
+    assert [(c.method, c.summary.get("loss_fn"), c.summary.get("num_data")) for c in before_rl[warm : warm + 6]] == [
         ("forward_backward", "cross_entropy", 5),
         ("optim_step", None, None),
     ] * 3
-    save, load = before_rl[6:8]
+    save, reload = before_rl[warm + 6 : warm + 8]
     assert (save.method, save.summary["name"]) == ("save_state", "warm_start")
-    assert (load.method, load.summary["with_optimizer"]) == ("load_state", False)
+    # RL starts on a new client made from the warm-started weights, without their optimizer state
+    assert (reload.method, reload.summary["with_optimizer"]) == ("create_training_client_from_state", False)
+    assert reload.summary["path"].endswith("warm_start")
     assert rows[0]["warm_start/nll_first"] > 0
 
 

@@ -302,7 +302,7 @@ def test_local_settings_reach_the_backend(tmp_path: Path) -> None:
             "lora_dropout": 0.05,
         }
     )
-    backend = create(SimpleNamespace(model_name="tiny", seed=0), settings, tmp_path)
+    backend = create(SimpleNamespace(model_name="tiny", seed=0, lora_rank=32), settings, tmp_path)
     assert isinstance(backend, LocalBackend)
     assert backend._dtype == torch.bfloat16
     assert backend._training_options == TrainingOptions(64, True, True, False)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import filecmp
+import json
 from pathlib import Path
 
 import pytest
@@ -57,5 +57,15 @@ def test_build_script_reproduces_the_shipped_assets(tmp_path: Path) -> None:
     shipped = sorted(p.name for p in TINY_DIR.iterdir() if p.suffix in {".json", ".jinja"})
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*shipped, TINY32_MODEL_NAME])
     files = [*shipped, f"{TINY32_MODEL_NAME}/config.json"]  # tiny32: a config of its own, tiny's tokenizer
-    _, mismatch, errors = filecmp.cmpfiles(TINY_DIR, tmp_path, files, shallow=False)
-    assert mismatch == [] and errors == []
+    for name in files:
+        assert comparable(TINY_DIR / name) == comparable(tmp_path / name), name
+
+
+def comparable(path: Path) -> object:
+    """A built file's content, less the transformers version that wrote a config (it changes with
+    every transformers release and does not change the model)."""
+    if path.name != "config.json":
+        return path.read_bytes()
+    config = json.loads(path.read_text())
+    config.pop("transformers_version", None)
+    return config

@@ -2,7 +2,7 @@
 runs without vLLM: the settings, the config error naming the extra and the install command, a real
 engine process that fails to start (here: vLLM is missing) and the restart accounting.
 
-The engine itself is tested by `tests/adapters/vllm` (`bash scripts/test_vllm.sh`)."""
+The engine itself is tested by `tests/adapters/vllm_engine` (`bash scripts/test_vllm.sh`)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from adapters.local.vllm_engine import EngineDied
 from adapters.local.vllm_ray import RayEngine
 from adapters.local.vllm_sampling_client import VllmSamplingClient
 from adapters.local.vllm_settings import VllmSettings
-from tests.adapters.vllm.engine_checks import SKIP_REASON, run, sample_and_compare, sampled_datum
+from tests.adapters.vllm_engine.engine_checks import SKIP_REASON, run, sample_and_compare, sampled_datum
 from train_core.types import AdamParams, ModelInput, SamplingParams
 
 pytest.importorskip("vllm", reason=SKIP_REASON)

@@ -10,7 +10,7 @@ import pytest
 from adapters.common.tiny import TINY32_MODEL_NAME
 from adapters.local import LocalBackend
 from adapters.local.vllm_settings import VllmSettings
-from tests.adapters.vllm.engine_checks import SKIP_REASON, run, sample_and_compare
+from tests.adapters.vllm_engine.engine_checks import SKIP_REASON, run, sample_and_compare
 from train_core.types import ModelInput
 
 pytest.importorskip("vllm", reason=SKIP_REASON)

@@ -1,0 +1,30 @@
+"""Test folders must not shadow the optional packages tests probe for.
+
+pytest's default import mode puts each test module's folder on `sys.path`, so a folder
+`tests/adapters/vllm` made `import vllm` succeed as an empty namespace package where vLLM is
+not installed: `pytest.importorskip("vllm")` then ran the vLLM tests instead of skipping them.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parents[1]
+PROBE = re.compile(r"""importorskip\(\s*["']([A-Za-z_][\w.]*)["']""")
+
+
+def probed_top_level_modules() -> set[str]:
+    return {m.group(1).split(".")[0] for path in TESTS.rglob("*.py") for m in PROBE.finditer(path.read_text())}
+
+
+def test_the_probe_finds_the_optional_packages() -> None:
+    assert {"vllm", "ray", "trl"} <= probed_top_level_modules()
+
+
+def test_no_test_folder_is_named_like_a_probed_package() -> None:
+    probed = probed_top_level_modules()
+    clashes = sorted(
+        str(path.relative_to(TESTS)) for path in TESTS.rglob("*") if path.is_dir() and path.name in probed
+    )
+    assert clashes == [], f"rename these test folders, they shadow optional packages: {clashes}"
