@@ -23,7 +23,7 @@ from kitchen.workflow import render_tree
 from train_core.errors import InvalidInputError
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kitchen", description="LLM post-training as stage pipelines")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -120,7 +120,7 @@ def _error(message: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = _parser()
+    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv  # accepted anywhere on the line
     args, extra = parser.parse_known_args([arg for arg in argv if arg != "--debug"])

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import enum
-import re
 import shutil
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any, get_args
 from pydantic import BaseModel
 
 from kitchen.errors import ConfigError
+from kitchen.typecompat import type_name
 
 
 def add_commands(commands: Any) -> None:
@@ -216,16 +216,7 @@ def copy_config(name: str, dest: Path) -> Path:
     return target
 
 
-def _type_name(annotation: Any) -> str:
-    if isinstance(annotation, type) and not get_args(annotation):
-        return annotation.__name__
-    text = str(annotation)
-    for prefix in ("typing.", "pathlib.", "train_core.renderers.train_on_what.", "kitchen."):
-        text = text.replace(prefix, "")
-    return re.sub(r"<class '(?:[\w.]+\.)?(\w+)'>", r"\1", text)
-
-
-def _sections(annotation: Any) -> list[type[BaseModel]]:
+def config_sections(annotation: Any) -> list[type[BaseModel]]:
     """Config models a field holds (a section, or an optional one)."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return [annotation]
@@ -237,7 +228,7 @@ def config_keys(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str
     rows: list[tuple[str, str, str, str]] = []
     for name, info in model.model_fields.items():
         key = f"{prefix}{name}"
-        sections = _sections(info.annotation)
+        sections = config_sections(info.annotation)
         if info.is_required():
             default = "required"
         elif info.default_factory is not None:
@@ -253,7 +244,7 @@ def config_keys(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str
             for section in sections:
                 rows.extend(config_keys(section, f"{key}."))
             continue
-        rows.append((key, _type_name(info.annotation), default, description))
+        rows.append((key, type_name(info.annotation), default, description))
     return rows
 
 

@@ -33,14 +33,18 @@ from train_core.rl.task import RLTask
     warm_start_steps=300,
 )
 class Config(RLSettings):
-    env: Literal["arithmetic", "gsm8k"] = "arithmetic"
+    env: Literal["arithmetic", "gsm8k"] = Field(
+        "arithmetic", description="arithmetic: generated additions; gsm8k: word problems from dataset"
+    )
     max_operand: int = Field(4, ge=0, description="arithmetic: operands are drawn from [0, max_operand]")
     num_eval_problems: int = Field(32, ge=0, description="arithmetic: size of the held-out set")
     dataset: str = Field(
         default_factory=lambda: shipped_data("gsm8k_sample/train.jsonl"),
         description="gsm8k: JSONL with 'question' and 'answer' (final answer after '####')",
     )
-    eval_dataset: str | None = Field(default_factory=lambda: shipped_data("gsm8k_sample/test.jsonl"))
+    eval_dataset: str | None = Field(
+        default_factory=lambda: shipped_data("gsm8k_sample/test.jsonl"), description="gsm8k: held-out problems"
+    )
     format_coef: float = Field(0.0, ge=0, description="reward penalty for a reply with no final answer")
     teacher_error_rate: float = Field(
         0.4, ge=0, le=1, description="arithmetic: share of warm-start answers that are off by one"
