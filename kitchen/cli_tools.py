@@ -85,6 +85,12 @@ def add_commands(commands: Any) -> None:
     evaluate.add_argument("--harness", choices=["lm-eval"], help="run the tasks through lm-evaluation-harness")
     evaluate.add_argument("overrides", nargs="*", metavar="TASK.key=value", help="task settings")
 
+    docs = commands.add_parser(
+        "docs", help="serve the docs site locally (mkdocs serve; needs a checkout and the dev extra)"
+    )
+    docs.add_argument("--addr", default="127.0.0.1:8000", metavar="HOST:PORT", help="where to serve the site")
+    docs.add_argument("--build", type=Path, metavar="DIR", help="write the site to DIR (mkdocs build --strict) instead")
+
     cp = commands.add_parser("cp", help="copy a shipped config to edit (kitchen cp dpo my_dpo.yaml)")
     cp.add_argument("config", metavar="CONFIG", help="a shipped config name (see kitchen ls)")
     cp.add_argument("dest", type=Path, metavar="DEST", help="file to write, or a folder to copy into")
@@ -186,6 +192,27 @@ def _serve(args: argparse.Namespace) -> None:
     )
 
 
+def _docs(args: argparse.Namespace) -> None:
+    """`mkdocs serve` (or `build --strict`) on the checkout's mkdocs.yml, with this interpreter."""
+    import importlib.util
+    import subprocess
+
+    config = Path(__file__).resolve().parents[1] / "mkdocs.yml"
+    if not config.is_file():
+        raise ConfigError(f"the docs site's sources are not here ({config} is missing): run kitchen docs in a checkout")
+    if importlib.util.find_spec("mkdocs") is None:
+        raise ConfigError("kitchen docs needs mkdocs: pip install -e '.[dev]'")
+    command = (
+        ["build", "--strict", "--site-dir", str(args.build.resolve())]
+        if args.build
+        else ["serve", "--dev-addr", args.addr]
+    )
+    if subprocess.run([sys.executable, "-m", "mkdocs", *command, "--config-file", str(config)], check=False).returncode:
+        raise ConfigError(f"mkdocs {command[0]} failed (its messages are above)")
+    if args.build:
+        print(f"docs site written: {args.build}")
+
+
 def dispatch(args: argparse.Namespace) -> bool:
     """Run the command if it is one of these; False when it is not."""
     handlers = {
@@ -196,6 +223,7 @@ def dispatch(args: argparse.Namespace) -> bool:
         "cp": _cp,
         "serve": _serve,
         "eval": _eval,
+        "docs": _docs,
     }
     handler = handlers.get(args.command)
     if handler is None:

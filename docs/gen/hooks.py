@@ -32,7 +32,16 @@ def _generators(page_dir: Path) -> dict[str, Callable[[], str]]:
         "error-index": reference.error_index,
         "rl-step-dataflow": reference.rl_step_dataflow,
         "page-list": lambda: reference.page_list(page_dir),
+        "contributing": lambda: root_page("CONTRIBUTING.md"),
     }
+
+
+def root_page(name: str) -> str:
+    """A Markdown file of the repository root, its links made relative to docs/ (where the page
+    that shows it sits)."""
+    text = (REPO / name).read_text(encoding="utf-8")
+    text = text.replace("](docs/", "](").replace("](CHANGELOG.md)", "](changelog.md)")
+    return text.replace("](CONTRIBUTING.md)", "](contributing.md)").replace("](README.md)", "](index.md)")
 
 
 def expand(markdown: str, page_dir: Path) -> str:

@@ -97,11 +97,12 @@ def _readers(recipe: Any) -> dict[str, str]:
                     models[key].add(model.__name__)
     described = {}
     for key, names in readers.items():
-        if len(names) <= MAX_READERS_LISTED:
-            described[key] = ", ".join(sorted(names))
-        else:
+        builder = ["workflow builder"] if "workflow builder" in names else []
+        stages = sorted(names - {"workflow builder"})
+        if len(stages) > MAX_READERS_LISTED:
             settings = ", ".join(f"`{name}`" for name in sorted(models[key]))
-            described[key] = f"{len(names)} stages taking {settings}"
+            stages = [f"{len(stages)} stages taking {settings}"]
+        described[key] = ", ".join(builder + stages)
     return described
 
 
@@ -255,7 +256,7 @@ def api_groups() -> dict[str, list[str]]:
     import kitchen
 
     groups: dict[str, list[str]] = {}
-    text = re.sub(r"\n\s+", " ", kitchen.__doc__ or "")
+    text = re.sub(r"\n[ \t]+", " ", kitchen.__doc__ or "")
     for match in re.finditer(r"^- ([\w ]+): (.+)$", text, flags=re.MULTILINE):
         names = [name for name in re.findall(r"`(\w+)`", match.group(2)) if name in kitchen._EXPORTS]
         if names:
@@ -282,52 +283,58 @@ def api_reference() -> str:
 # --- error index ----------------------------------------------------------------------------
 
 
-def _class_defs() -> Iterator[tuple[str, ast.ClassDef]]:
+TOP_LEVEL_CLASS = re.compile(r"^class (\w+)\(([^)]*)\)", re.MULTILINE)
+
+
+def _sources() -> Iterator[tuple[str, Path, str]]:
+    """(module, path, text) of every Python file in kitchen's packages."""
     for package in ERROR_PACKAGES:
         for path in sorted((REPO / package).rglob("*.py")):
-            module = ".".join(path.relative_to(REPO).with_suffix("").parts)
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                if isinstance(node, ast.ClassDef):
-                    yield module, node
+            yield ".".join(path.relative_to(REPO).with_suffix("").parts), path, path.read_text(encoding="utf-8")
 
 
-def _base_names(node: ast.ClassDef) -> list[str]:
-    return [base.id if isinstance(base, ast.Name) else ast.unparse(base).rsplit(".", 1)[-1] for base in node.bases]
+def _docstring(path: Path, name: str) -> str:
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            return (ast.get_docstring(node) or "").split("\n\n")[0].replace("\n", " ")
+    return ""
 
 
 def error_classes() -> list[dict[str, str]]:
-    """Every exception class defined in kitchen's packages (found in the source, so optional
-    dependencies need not import): name, module, base, first docstring line, modules raising it."""
+    """Every exception class defined at the top of a module of kitchen's packages (read from the
+    source, so optional dependencies need not import): name, module, bases, first docstring line
+    and the modules that construct it."""
     exceptions = {name for name, obj in vars(builtins).items() if isinstance(obj, type) and issubclass(obj, Exception)}
-    defs = [(module, node) for module, node in _class_defs() if not node.name.startswith("_")]
-    found: dict[str, tuple[str, ast.ClassDef]] = {}
+    sources = list(_sources())
+    defs = [
+        (module, path, name, [base.strip().rsplit(".", 1)[-1] for base in bases.split(",") if base.strip()])
+        for module, path, text in sources
+        for name, bases in TOP_LEVEL_CLASS.findall(text)
+        if not name.startswith("_")
+    ]
+    found: dict[str, tuple[str, Path, list[str]]] = {}
     changed = True
     while changed:
         changed = False
-        for module, node in defs:
-            if node.name not in found and any(b in exceptions or b in found for b in _base_names(node)):
-                found[node.name] = (module, node)
+        for module, path, name, bases in defs:
+            if name not in found and any(base in exceptions or base in found for base in bases):
+                found[name] = (module, path, bases)
                 changed = True
     raised: dict[str, set[str]] = defaultdict(set)
-    for package in ERROR_PACKAGES:
-        for path in (REPO / package).rglob("*.py"):
-            text = path.read_text(encoding="utf-8")
-            for name in found:
-                if re.search(rf"(?<!class )\b{name}\(", text):  # constructed there
-                    raised[name].add(".".join(path.relative_to(REPO).with_suffix("").parts))
-    rows = []
-    for name, (module, node) in sorted(found.items()):
-        doc = (ast.get_docstring(node) or "").split("\n\n")[0].replace("\n", " ")
-        rows.append(
-            {
-                "name": name,
-                "module": module,
-                "base": ", ".join(_base_names(node)),
-                "doc": doc,
-                "raised_in": ", ".join(sorted(raised[name])),
-            }
-        )
-    return rows
+    constructed = re.compile(rf"(?<!class )\b({'|'.join(found)})\(")
+    for module, _, text in sources:
+        for name in constructed.findall(text):
+            raised[name].add(module)
+    return [
+        {
+            "name": name,
+            "module": module,
+            "base": ", ".join(bases),
+            "doc": _docstring(path, name),
+            "raised_in": ", ".join(sorted(raised[name])),
+        }
+        for name, (module, path, bases) in sorted(found.items())
+    ]
 
 
 def error_index() -> str:

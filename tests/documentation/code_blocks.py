@@ -1,0 +1,88 @@
+"""Code blocks of Markdown pages, and a scratch workspace to run them in as a reader would."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.helpers import REPO
+
+MARKER = re.compile(r"^<!-- runnable(?::(?P<args>[^>]*))? -->$")
+KITCHEN_CONFIG_COMMAND = re.compile(r"^(?:\.venv/bin/)?kitchen (?:run|validate) ")
+
+
+@dataclass(frozen=True)
+class Block:
+    path: Path
+    line: int
+    language: str
+    text: str
+    runnable: bool = False
+    args: str = ""
+    """`<!-- runnable: ARGS -->`: appended to each `kitchen run` / `kitchen validate` line."""
+
+    @property
+    def id(self) -> str:
+        return f"{self.path.relative_to(REPO)}:{self.line}"
+
+    def commands(self) -> list[str]:
+        """The shell lines, each with the marker's arguments added where it configures a run."""
+        lines = [line.strip() for line in self.text.splitlines()]
+        commands = []
+        for line in lines:
+            if not line or line.startswith("#"):
+                continue
+            command = re.sub(r"\s+#\s.*$", "", line)
+            if self.args and KITCHEN_CONFIG_COMMAND.match(command):
+                command = f"{command} {self.args}"
+            commands.append(command)
+        return commands
+
+
+def code_blocks(path: Path) -> list[Block]:
+    """Every fenced block of a Markdown file, with whether a runnable marker precedes it."""
+    blocks: list[Block] = []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    marker: re.Match[str] | None = None
+    index = 0
+    while index < len(lines):
+        line = lines[index]
+        if line.startswith("```"):
+            end = next(i for i in range(index + 1, len(lines)) if lines[i].startswith("```"))
+            text = "\n".join(lines[index + 1 : end])
+            args = (marker.group("args") or "").strip() if marker else ""
+            blocks.append(Block(path, index + 1, line[3:].strip(), text, marker is not None, args))
+            marker, index = None, end + 1
+            continue
+        found = MARKER.match(line.strip())
+        if found:
+            marker = found
+        elif line.strip():
+            marker = None
+        index += 1
+    return blocks
+
+
+def workspace(tmp_path: Path) -> Path:
+    """A scratch directory that looks like a checkout to the commands (recipes/, examples/ and
+    .venv/ link to this one's), so their runs/ and outputs land in it."""
+    for name in ("recipes", "examples", "scripts"):
+        (tmp_path / name).symlink_to(REPO / name)
+    (tmp_path / ".venv").symlink_to(Path(sys.prefix))
+    return tmp_path
+
+
+def run_shell(command: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYTHONPATH": str(REPO),
+        "PYTHONUNBUFFERED": "1",
+    }
+    return subprocess.run(
+        ["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
