@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
+import runpy
+import shlex
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,6 +79,54 @@ def workspace(tmp_path: Path) -> Path:
         (tmp_path / name).symlink_to(REPO / name)
     (tmp_path / ".venv").symlink_to(Path(sys.prefix))
     return tmp_path
+
+
+def run_command(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run one shell line from `cwd`. `kitchen ...` goes through the CLI's `main` and
+    `python script.py ...` through runpy, in this process (the entry points the commands call,
+    without paying the interpreter's start-up and imports again for every line); anything else
+    runs in bash."""
+    argv = shlex.split(command)
+    if argv[0] in ("kitchen", ".venv/bin/kitchen"):
+        from kitchen.cli import main
+
+        def call() -> int:
+            return main(argv[1:])
+    elif argv[0] in ("python", ".venv/bin/python") and len(argv) > 1 and argv[1].endswith(".py"):
+
+        def call() -> int:
+            with _argv(argv[1:]):
+                runpy.run_path(argv[1], run_name="__main__")
+            return 0
+    else:
+        return run_shell(command, cwd)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = call()
+        except SystemExit as exc:  # argparse errors, sys.exit in a script
+            code = exc.code if isinstance(exc.code, int) else 1
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
+
+
+@contextlib.contextmanager
+def _argv(args: list[str]) -> Iterator[None]:
+    saved = sys.argv
+    sys.argv = args
+    try:
+        yield
+    finally:
+        sys.argv = saved
+
+
+def run_python(text: str, cwd: Path) -> str:
+    """Run a Python block as a script in `cwd`, in this process; return what it printed."""
+    script = cwd / "block.py"
+    script.write_text(text)
+    out = io.StringIO()
+    with contextlib.chdir(cwd), contextlib.redirect_stdout(out):
+        runpy.run_path(str(script), run_name="__main__")
+    return out.getvalue()
 
 
 def run_shell(command: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:

@@ -4,13 +4,11 @@ directory (`<!-- runnable: ARGS -->` adds ARGS, e.g. `backend=noop max_steps=3`,
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.documentation.code_blocks import Block, code_blocks, run_shell, workspace
+from tests.documentation.code_blocks import Block, code_blocks, run_command, run_python, workspace
 from tests.helpers import REPO
 
 RUNNABLE = [block for page in sorted((REPO / "docs").rglob("*.md")) for block in code_blocks(page) if block.runnable]
@@ -26,12 +24,8 @@ def test_the_docs_have_runnable_blocks_in_known_languages() -> None:
 def test_runnable_block_runs(block: Block, tmp_path: Path) -> None:
     cwd = workspace(tmp_path)
     if block.language == "python":
-        (cwd / "block.py").write_text(block.text)
-        result = subprocess.run(
-            [sys.executable, "block.py"], cwd=cwd, capture_output=True, text=True, timeout=300, check=False
-        )
-        assert result.returncode == 0, result.stderr[-2000:]
+        run_python(block.text, cwd)
         return
     for command in block.commands():
-        result = run_shell(command, cwd)
+        result = run_command(command, cwd)
         assert result.returncode == 0, f"{block.id}: {command}\n{result.stderr[-2000:]}"

@@ -4,13 +4,11 @@ set-up and the whole test suite, by CI's `.ci/run`, which must run them exactly 
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.documentation.code_blocks import code_blocks, run_shell, workspace
+from tests.documentation.code_blocks import code_blocks, run_command, run_python, workspace
 from tests.helpers import REPO
 
 README = REPO / "README.md"
@@ -59,7 +57,7 @@ def test_readme_kitchen_commands_run_on_the_noop_backend(tmp_path: Path) -> None
     cwd = workspace(tmp_path)
     for command in [c for c in readme_commands() if c.startswith(".venv/bin/kitchen ")]:
         extra = " backend=noop" if command.startswith(".venv/bin/kitchen run ") else ""
-        result = run_shell(command + extra, cwd)
+        result = run_command(command + extra, cwd)
         assert result.returncode == 0, f"{command}: {result.stderr[-2000:]}"
     assert list((cwd / "runs").glob("sl_basic-*/checkpoints.jsonl"))
 
@@ -68,10 +66,6 @@ def test_readme_kitchen_commands_run_on_the_noop_backend(tmp_path: Path) -> None
 def test_readme_python_example_runs_as_shown(tmp_path: Path) -> None:
     (python,) = [block for block in code_blocks(README) if block.language == "python"]
     cwd = workspace(tmp_path)
-    (cwd / "example.py").write_text(python.text)
-    result = subprocess.run(
-        [sys.executable, "example.py"], cwd=cwd, capture_output=True, text=True, timeout=300, check=False
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert int(float(result.stdout.strip().splitlines()[-1])) > 0  # the longest sequence of the last batch
+    printed = run_python(python.text, cwd)
+    assert int(float(printed.strip().splitlines()[-1])) > 0  # the longest sequence of the last batch
     assert list(cwd.glob("runs/sft_plus-*/metrics.jsonl"))
