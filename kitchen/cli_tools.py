@@ -28,8 +28,8 @@ def add_commands(commands: Any) -> None:
         sub.add_argument("--renderer", help="chat renderer (default: the run's)")
 
     def sampling_args(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("--temperature", type=float, default=1.0)
-        sub.add_argument("--max-tokens", type=int, default=256)
+        sub.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (0: greedy)")
+        sub.add_argument("--max-tokens", type=int, default=256, help="most tokens of one reply")
         sub.add_argument("--seed", type=int, default=None, help="same seed, same reply")
 
     sample = commands.add_parser("sample", help="sample one reply from a checkpoint")
@@ -52,12 +52,12 @@ def add_commands(commands: Any) -> None:
     serve = commands.add_parser("serve", help="serve a backend behind the Tinker API (for tinker SDK programs)")
     serve.add_argument("--backend", default="local", help="registered backend to serve (default local)")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (non-loopback needs --api-keys)")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--port", type=int, default=8000, help="port to listen on")
     serve.add_argument("--models", type=Path, metavar="FILE", help="YAML: model name -> local folder or 'tiny'")
     serve.add_argument("--api-keys", type=Path, metavar="FILE", help="one API key (tml-...) per line")
     serve.add_argument("--store", type=Path, default=Path("serve-store"), metavar="DIR", help="checkpoints and records")
     serve.add_argument("--full-finetune", action="store_true", help="train all weights, not the requested LoRA")
-    serve.add_argument("--seed", type=int, default=0)
+    serve.add_argument("--seed", type=int, default=0, help="seed of the served models' sampling and initial weights")
     serve.add_argument("--max-body-mb", type=int, default=256, help="largest request body accepted (MiB)")
     serve.add_argument("overrides", nargs="*", metavar="key=value", help="backend settings, e.g. local.device=cuda")
 

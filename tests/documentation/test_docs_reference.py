@@ -81,6 +81,8 @@ def test_cli_reference_covers_every_subcommand_and_option() -> None:
         section = _section(page, f"## `kitchen {name}`")
         options = [opt for action in sub._actions for opt in action.option_strings if opt not in ("-h", "--help")]
         assert [opt for opt in options if f"`{opt}" not in section] == [], name
+        undocumented = [action.dest for action in sub._actions if not action.help]
+        assert undocumented == [], f"kitchen {name}: give these arguments a help text"
 
 
 def test_api_reference_documents_every_public_name_at_its_module() -> None:
