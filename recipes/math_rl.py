@@ -8,19 +8,20 @@ RL on the sum alone, which unlearns the teacher's slips: the sampled reward rise
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
 from kitchen.config import defaults
 from kitchen.recipe import Recipe
+from kitchen.rl.envs import EnvSpec
 from kitchen.rl.settings import RLSettings
 from kitchen.rl.workflow import rl_workflow_for
-from recipes.data import shipped_data
-from recipes.envs.arithmetic import arithmetic_task
-from recipes.envs.gsm8k import load_word_problems, word_problem_task
+from recipes.envs import arithmetic, gsm8k
 from train_core.renderers.base import Renderer
 from train_core.rl.task import RLTask
+
+ENVS: dict[str, EnvSpec[Any]] = {"arithmetic": arithmetic.ENV, "gsm8k": gsm8k.ENV}
 
 
 @defaults(
@@ -32,55 +33,23 @@ from train_core.rl.task import RLTask
     eval_every=10,
     warm_start_steps=300,
 )
-class Config(RLSettings):
+class Config(RLSettings, arithmetic.ArithmeticSettings, gsm8k.WordProblemSettings):
+    """RL settings and both environments' settings (the keys of the one not chosen are unused)."""
+
     env: Literal["arithmetic", "gsm8k"] = Field(
         "arithmetic", description="arithmetic: generated additions; gsm8k: word problems from dataset"
-    )
-    max_operand: int = Field(4, ge=0, description="arithmetic: operands are drawn from [0, max_operand]")
-    num_eval_problems: int = Field(32, ge=0, description="arithmetic: size of the held-out set")
-    dataset: str = Field(
-        default_factory=lambda: shipped_data("gsm8k_sample/train.jsonl"),
-        description="gsm8k: JSONL with 'question' and 'answer' (final answer after '####')",
-    )
-    eval_dataset: str | None = Field(
-        default_factory=lambda: shipped_data("gsm8k_sample/test.jsonl"), description="gsm8k: held-out problems"
-    )
-    format_coef: float = Field(0.0, ge=0, description="reward penalty for a reply with no final answer")
-    teacher_error_rate: float = Field(
-        0.4, ge=0, le=1, description="arithmetic: share of warm-start answers that are off by one"
     )
 
 
 def build_task(config: Config, renderer: Renderer) -> RLTask:
-    if config.env == "gsm8k":
-        return word_problem_task(
-            renderer,
-            dataset=config.dataset,
-            eval_dataset=config.eval_dataset,
-            groups_per_batch=config.groups_per_batch,
-            group_size=config.group_size,
-            seed=config.seed,
-            format_coef=config.format_coef,
-        )
-    return arithmetic_task(
-        renderer,
-        num_batches=config.num_batches,
-        groups_per_batch=config.groups_per_batch,
-        group_size=config.group_size,
-        max_operand=config.max_operand,
-        num_eval_problems=config.num_eval_problems,
-        seed=config.seed,
-        format_coef=config.format_coef,
-        teacher_error_rate=config.teacher_error_rate,
-    )
+    return ENVS[config.env].build_task(config, config, renderer)
 
 
 def check_problems(config: Config, roles: frozenset[str]) -> None:
     """GSM8K problem files, before anything starts (arithmetic problems are generated)."""
-    if config.env == "gsm8k":
-        for path in (config.dataset, config.eval_dataset):
-            if path:
-                load_word_problems(path)
+    check = ENVS[config.env].check
+    if check is not None:
+        check(config)
 
 
 RECIPE = Recipe(

@@ -54,7 +54,7 @@ class Config(RLSettings):
     split: str = Field("train", description="hub datasets: the split to read")
     reward_fn: list[str] = Field(
         default_factory=lambda: ["recipes.rewards.examples:keyword_reward"],
-        description="reward functions as module:function (one, or a list)",
+        description="reward functions: registered names (kitchen.rewards) or module:function; one, or a list",
     )
     reward_weights: dict[str, float] = Field(default_factory=dict, description="weight of each named score (default 1)")
 

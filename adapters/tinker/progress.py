@@ -13,13 +13,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import threading
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 T = TypeVar("T")
+
+_RESPONSE = re.compile(r'^HTTP Request: \S+ \S+ "\S+ (?P<status>\d{3}) (?P<reason>[^"]*)"')
+"""httpx's line for each response: `HTTP Request: POST URL "HTTP/1.1 503 Service Unavailable"`."""
+_RETRY = re.compile(r"^Retrying request to \S+ in (?P<delay>[\d.]+) seconds")
+"""The SDK's line for each retry it schedules."""
 
 log = logging.getLogger("kitchen.tinker")
 
@@ -42,15 +48,17 @@ class _ResponseWatch(logging.Filter):
         self._lock = threading.Lock()
 
     def filter(self, record: logging.LogRecord) -> bool:
-        args: tuple[Any, ...] = record.args if isinstance(record.args, tuple) else ()
-        message = str(record.msg)
+        # Read from the formatted message, never `record.args`: kitchen's secret redaction
+        # (kitchen.secrets) formats every record at creation and drops its args.
+        message = record.getMessage()
         with self._lock:
-            if message.startswith("HTTP Request:") and len(args) >= 5 and int(args[3]) >= 400:
-                self.observed.failures += 1
-                self.observed.last_failure = f"{args[3]} {args[4]}"
-                self.observed.last_failure_at = time.monotonic()
-            elif message.startswith("Retrying request to") and len(args) >= 2:
-                self.observed.next_delay_s = float(args[1])
+            if response := _RESPONSE.match(message):
+                if int(response["status"]) >= 400:
+                    self.observed.failures += 1
+                    self.observed.last_failure = f"{response['status']} {response['reason']}"
+                    self.observed.last_failure_at = time.monotonic()
+            elif retry := _RETRY.match(message):
+                self.observed.next_delay_s = float(retry["delay"])
             elif message.startswith("Encountered httpx.TimeoutException"):
                 self.observed.failures += 1
                 self.observed.last_failure = "timed out"

@@ -10,6 +10,11 @@ import random
 from dataclasses import dataclass
 from functools import partial
 
+from pydantic import Field
+
+from kitchen.rl.envs import EnvSpec
+from kitchen.rl.settings import RLSettings
+from recipes.envs.settings import ProblemSettings
 from train_core.renderers.base import Renderer
 from train_core.renderers.messages import Message
 from train_core.rl.math_grading import extract_answer, grade_answer
@@ -138,3 +143,30 @@ def arithmetic_task(
         eval_builders=eval_builders,
         demonstrations=AdditionDemonstrations(max_operand, teacher_error_rate),
     )
+
+
+class ArithmeticSettings(ProblemSettings):
+    max_operand: int = Field(4, ge=0, description="arithmetic: operands are drawn from [0, max_operand]")
+    num_eval_problems: int = Field(32, ge=0, description="arithmetic: size of the held-out set")
+    teacher_error_rate: float = Field(
+        0.4, ge=0, le=1, description="arithmetic: share of warm-start answers that are off by one"
+    )
+
+
+def build_arithmetic_task(settings: ArithmeticSettings, rl: RLSettings, renderer: Renderer) -> RLTask:
+    return arithmetic_task(
+        renderer,
+        num_batches=rl.num_batches,
+        groups_per_batch=rl.groups_per_batch,
+        group_size=rl.group_size,
+        max_operand=settings.max_operand,
+        num_eval_problems=settings.num_eval_problems,
+        seed=rl.seed,
+        format_coef=settings.format_coef,
+        teacher_error_rate=settings.teacher_error_rate,
+    )
+
+
+ENV = EnvSpec(
+    "generated additions 'What is a + b?', graded on the final number", ArithmeticSettings, build_arithmetic_task
+)

@@ -9,6 +9,12 @@ import re
 from dataclasses import dataclass
 from functools import partial
 
+from pydantic import Field
+
+from kitchen.rl.envs import EnvSpec
+from kitchen.rl.settings import RLSettings
+from recipes.data import shipped_data
+from recipes.envs.settings import ProblemSettings
 from train_core.errors import DataFormatError
 from train_core.jsonl import read_jsonl
 from train_core.renderers.base import Renderer
@@ -137,3 +143,40 @@ def word_problem_task(
         eval_builders=[problem_group(p, renderer, group_size, format_coef) for p in eval_problems],
         demonstrations=SolutionDemonstrations(problems),
     )
+
+
+class WordProblemSettings(ProblemSettings):
+    dataset: str = Field(
+        default_factory=lambda: shipped_data("gsm8k_sample/train.jsonl"),
+        description="gsm8k: JSONL with 'question' and 'answer' (final answer after '####')",
+    )
+    eval_dataset: str | None = Field(
+        default_factory=lambda: shipped_data("gsm8k_sample/test.jsonl"), description="gsm8k: held-out problems"
+    )
+
+
+def build_word_problem_task(settings: WordProblemSettings, rl: RLSettings, renderer: Renderer) -> RLTask:
+    return word_problem_task(
+        renderer,
+        dataset=settings.dataset,
+        eval_dataset=settings.eval_dataset,
+        groups_per_batch=rl.groups_per_batch,
+        group_size=rl.group_size,
+        seed=rl.seed,
+        format_coef=settings.format_coef,
+    )
+
+
+def check_word_problems(settings: WordProblemSettings) -> None:
+    """The problem files, before anything starts."""
+    for path in (settings.dataset, settings.eval_dataset):
+        if path:
+            load_word_problems(path)
+
+
+ENV = EnvSpec(
+    "grade-school word problems in GSM8K's JSONL format",
+    WordProblemSettings,
+    build_word_problem_task,
+    check_word_problems,
+)

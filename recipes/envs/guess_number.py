@@ -12,6 +12,10 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from pydantic import Field
+
+from kitchen.rl.envs import EnvSettings, EnvSpec
+from kitchen.rl.settings import RLSettings
 from train_core.renderers.base import Renderer
 from train_core.renderers.messages import Message
 from train_core.rl.math_grading import extract_last_number
@@ -179,3 +183,27 @@ def guess_number_task(
         ],
         demonstrations=TeacherGames(max_number, max_turns, teacher_bisect_rate),
     )
+
+
+class GuessNumberSettings(EnvSettings):
+    max_number: int = Field(10, ge=1, description="the secret is drawn from [1, max_number]")
+    max_turns: int = Field(4, ge=1, description="guesses per game")
+    teacher_bisect_rate: float = Field(
+        0.5, ge=0, le=1, description="share of warm-start guesses that halve the range (the rest are random)"
+    )
+
+
+def build_guess_number_task(settings: GuessNumberSettings, rl: RLSettings, renderer: Renderer) -> RLTask:
+    return guess_number_task(
+        renderer,
+        num_batches=rl.num_batches,
+        groups_per_batch=rl.groups_per_batch,
+        group_size=rl.group_size,
+        max_number=settings.max_number,
+        max_turns=settings.max_turns,
+        seed=rl.seed,
+        teacher_bisect_rate=settings.teacher_bisect_rate,
+    )
+
+
+ENV = EnvSpec("multi-turn: guess a number from higher/lower hints", GuessNumberSettings, build_guess_number_task)

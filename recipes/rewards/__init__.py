@@ -1,5 +1,6 @@
-"""Reward functions named in a config as `module:function` (TRL's `reward_funcs`): resolving the
-names, calling them (sync or async) and weighting their scores.
+"""Reward functions named in a config (TRL's `reward_funcs`) as `module:function` or by a name
+registered in the `kitchen.rewards` entry-point group: resolving the names, calling them (sync
+or async) and weighting their scores.
 
 Two kinds, told apart by the signature: per-sample `fn(prompt, completion, record)` returning a
 number or a dict of named numbers; and TRL's batched `fn(completions, **kwargs)` (a parameter
@@ -13,22 +14,20 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kitchen.callables import import_callable
-from kitchen.errors import DataError
-
-RewardCallable = Callable[..., Any]
-"""`fn(prompt, completion, record)`, or TRL's batched `fn(completions, **kwargs)`."""
+from kitchen.errors import ConfigError, DataError
+from kitchen.rewards import REWARDS, RewardCallable
 
 
 @dataclass(frozen=True)
 class RewardFn:
     spec: str
-    """As configured: `module:function`."""
+    """As configured: `module:function`, or a registered name."""
     fn: RewardCallable
 
     @property
@@ -46,9 +45,15 @@ class RewardFn:
 
 
 def resolve_reward_fn(spec: str, config_dir: Path | None = None) -> RewardFn:
-    """The callable `spec` names, its module looked for beside the config file (`config_dir`) and
-    in the working directory when it is not importable as it is (`kitchen.callables`); a
-    ValueError (a config error) saying what is wrong otherwise."""
+    """The callable `spec` names: a reward function registered under that name, or a
+    `module:function` whose module is looked for beside the config file (`config_dir`) and in the
+    working directory when it is not importable as it is (`kitchen.callables`); a ValueError (a
+    config error) saying what is wrong otherwise."""
+    if ":" not in spec:
+        try:
+            return RewardFn(spec, REWARDS.get(spec))
+        except ConfigError as exc:
+            raise ValueError(f"{exc}; or name one as module:function") from None
     folders = [*([config_dir] if config_dir else []), Path.cwd()]
     return RewardFn(spec, import_callable(spec, "recipes.rewards.examples:length_reward", folders))
 

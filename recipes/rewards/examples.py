@@ -1,4 +1,5 @@
-"""Example reward functions for `reward_fn_rl` (`reward_fn=recipes.rewards.examples:<name>`).
+"""Example reward functions for `reward_fn_rl`, registered as `length`, `keyword` and
+`length_and_keyword` (or by path: `reward_fn=recipes.rewards.examples:<name>`).
 
 A reward function is called as `fn(prompt, completion, record)`: the prompt (its text, or its
 messages for a chat-format record), the sampled reply's text and the whole data set record

@@ -1,4 +1,5 @@
-"""Extension without editing kitchen: recipes, losses, renderers and backends come from
+"""Extension without editing kitchen: recipes, losses, renderers, backends, RL environments and
+reward functions come from
 entry-point groups, kitchen's own built-ins included. The registries are tested by their
 properties (each entry loads, names are unique, each says what it is), never by their exact
 lists, and each extension point is shown working with a throwaway distribution."""
@@ -18,11 +19,13 @@ from kitchen.losses import LOSSES
 from kitchen.plugins import ExtensionPoint
 from kitchen.recipe import RECIPES
 from kitchen.renderers import RENDERERS
+from kitchen.rewards import REWARDS
+from kitchen.rl.envs import ENVS
 from tests.testing.distributions import run_python, write_distribution
 from train_core.losses import LOSS_SPECS
 from train_core.renderers.registry import BUILTIN_RENDERERS
 
-POINTS: list[ExtensionPoint[object]] = [RECIPES, LOSSES, RENDERERS, BACKENDS]  # type: ignore[list-item]
+POINTS: list[ExtensionPoint[object]] = [RECIPES, LOSSES, RENDERERS, BACKENDS, ENVS, REWARDS]  # type: ignore[list-item]
 
 
 def _doc(obj: object) -> str:
@@ -53,12 +56,18 @@ def test_the_built_ins_go_through_the_same_entry_points_as_plugins() -> None:
 
 PLUGIN = textwrap.dedent(
     '''
-    """A third party's package adding a recipe, a loss and a renderer to kitchen."""
+    """A third party's package adding a recipe, a loss, a renderer, an RL environment and a
+    reward function to kitchen."""
     from functools import partial
+
+    from pydantic import Field
+
+    from kitchen.rl.envs import EnvSettings, EnvSpec
 
     from kitchen.recipe import Recipe
     from kitchen.supervised.examples import PromptCompletion
     from kitchen.supervised.workflow import supervised_workflow
+    from recipes.envs.guess_number import guess_number_task
     from recipes.sl_basic import Config
     from train_core.losses import LossSpec, importance_sampling
     from train_core.renderers.role_colon import RoleColonRenderer
@@ -72,6 +81,25 @@ PLUGIN = textwrap.dedent(
     HALVED = LossSpec("halved_is", halved_importance_sampling, ("logprobs", "advantages"), builtin=False)
     RECIPE = Recipe("plugin_sl", "sl_basic, from a plugin", Config, lambda c: supervised_workflow(PromptCompletion()))
     SHOUTY = partial(RoleColonRenderer)
+
+
+    class CoinSettings(EnvSettings):
+        sides: int = Field(2, ge=2, description="the coin's sides")
+
+
+    def coin_task(settings, rl, renderer):
+        return guess_number_task(
+            renderer, num_batches=rl.num_batches, groups_per_batch=rl.groups_per_batch,
+            group_size=rl.group_size, max_number=settings.sides, max_turns=1, seed=rl.seed,
+        )
+
+
+    COIN = EnvSpec("guess a coin's side in one try", CoinSettings, coin_task)
+
+
+    def shortness(prompt, completion, record):
+        """Shorter replies score higher."""
+        return -len(completion)
     '''
 )
 
@@ -87,6 +115,10 @@ CHECKS = textwrap.dedent(
         "loss_local": ["validate", "math_rl", "loss_fn=halved_is"],
         "loss_tinker": ["validate", "math_rl", "loss_fn=halved_is", "backend=tinker", "lora_rank=8"],
         "renderer": ["validate", "chat_sl", "renderer=shouty"],
+        "env": ["run", "env_rl", "env=coin", "env_args.sides=3", "backend=noop", "num_batches=1",
+                "warm_start_steps=1", "groups_per_batch=2", "group_size=2", "log_path=env_run"],
+        "env_bad_args": ["validate", "env_rl", "env=coin", "env_args.sides=1"],
+        "reward": ["validate", "reward_fn_rl", "reward_fn=shortness"],
     }.items():
         try:
             results[name] = main(argv)
@@ -98,7 +130,7 @@ CHECKS = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_a_throwaway_distribution_adds_a_recipe_a_loss_and_a_renderer(tmp_path: Path) -> None:
+def test_a_throwaway_distribution_adds_a_recipe_a_loss_a_renderer_an_env_and_a_reward(tmp_path: Path) -> None:
     site = write_distribution(
         tmp_path / "site",
         "kitchen-plugin-demo",
@@ -107,15 +139,28 @@ def test_a_throwaway_distribution_adds_a_recipe_a_loss_and_a_renderer(tmp_path: 
             "kitchen.recipes": {"plugin_sl": "plugin_demo:RECIPE"},
             "kitchen.losses": {"halved_is": "plugin_demo:HALVED"},
             "kitchen.renderers": {"shouty": "plugin_demo:SHOUTY"},
+            "kitchen.envs": {"coin": "plugin_demo:COIN"},
+            "kitchen.rewards": {"shortness": "plugin_demo:shortness"},
         },
     )
     result = run_python(["-c", CHECKS], site, tmp_path)
     codes = json.loads(result.stdout.strip().splitlines()[-1])
-    assert codes == {"ls": 0, "run_recipe": 0, "loss_local": 0, "loss_tinker": 2, "renderer": 0}
+    assert codes == {
+        "ls": 0,
+        "run_recipe": 0,
+        "loss_local": 0,
+        "loss_tinker": 2,
+        "renderer": 0,
+        "env": 0,
+        "env_bad_args": 2,
+        "reward": 0,
+    }
     assert "plugin_sl" in result.stdout and "sl_basic, from a plugin" in result.stdout
     assert (tmp_path / "run" / "checkpoints.jsonl").exists()
     assert "does not run loss_fn 'halved_is'" in result.stderr  # refused before any work, by name
-    assert result.stderr.count("kitchen: error") == 1
+    assert (tmp_path / "env_run" / "checkpoints.jsonl").exists()
+    assert "env_args.sides: Input should be greater than or equal to 2" in result.stderr
+    assert result.stderr.count("kitchen: error") == 2
 
 
 @pytest.mark.slow

@@ -24,7 +24,5 @@ def test_the_probe_finds_the_optional_packages() -> None:
 
 def test_no_test_folder_is_named_like_a_probed_package() -> None:
     probed = probed_top_level_modules()
-    clashes = sorted(
-        str(path.relative_to(TESTS)) for path in TESTS.rglob("*") if path.is_dir() and path.name in probed
-    )
+    clashes = sorted(str(path.relative_to(TESTS)) for path in TESTS.rglob("*") if path.is_dir() and path.name in probed)
     assert clashes == [], f"rename these test folders, they shadow optional packages: {clashes}"

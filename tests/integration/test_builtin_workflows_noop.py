@@ -31,6 +31,7 @@ SMOKE_OVERRIDES: dict[str, list[str]] = {
         "rl.group_size=3",
         "rl.win_rate_prompts=4",
     ],
+    "env_rl": ["env=guess_number", "env_args.max_number=4", "num_batches=4", "save_every=2", "warm_start_steps=2"],
     "guess_number": ["num_batches=4", "save_every=2", "eval_every=2", "warm_start_steps=2", "max_number=4"],
     # The shipped teacher is local weights; on noop the teachers are base models.
     "distill_on_policy": [

@@ -15,6 +15,7 @@ from adapters.tinker.backend import TinkerBackend
 from adapters.tinker.errors import TinkerCallError
 from adapters.tinker.redaction import Redactor
 from adapters.tinker.retry import RetryPolicy
+from kitchen.secrets import install_logging_filter
 from tests.serve.faulty_server import Fault, faulty_server
 from tests.serve.server_process import API_KEY
 from train_core.types import AdamParams, Datum, ModelInput, TensorData
@@ -79,6 +80,9 @@ def test_a_broken_endpoint_says_so_and_gives_up_at_the_deadline(
     """Issue 29: an endpoint that answers only 503 is reported while the SDK retries, and the call
     fails after `tinker.request_timeout_s` instead of staying silent for many minutes."""
     caplog.set_level(logging.WARNING, logger="kitchen.tinker")
+    # As in any run: kitchen's redaction formats each log record when it is made (it used to hide
+    # the SDK's answers from the watch when an earlier test in the process had run a recipe).
+    install_logging_filter()
     # A deadline long enough that even a loaded machine sees the SDK's first 503s before it.
     policy = RetryPolicy(max_retries=0, request_timeout_s=20.0, progress_interval_s=1.0)
     with faulty_server(tmp_path / "store", [Fault("/api/v1/", 503, times=-1)]) as (url, _):

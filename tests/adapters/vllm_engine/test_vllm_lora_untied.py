@@ -19,7 +19,13 @@ from adapters.local import LocalBackend
 from adapters.local.vllm_sampling_client import VllmSamplingClient
 from adapters.local.vllm_settings import VllmSettings
 from kitchen.ports import SamplingClient, TrainingClient
-from tests.adapters.vllm_engine.engine_checks import SKIP_REASON, run, sample_and_compare, sampled_datum, training_logprobs
+from tests.adapters.vllm_engine.engine_checks import (
+    SKIP_REASON,
+    run,
+    sample_and_compare,
+    sampled_datum,
+    training_logprobs,
+)
 from train_core.types import AdamParams, Datum, ModelInput, TokensWithLogprobs
 
 pytest.importorskip("vllm", reason=SKIP_REASON)

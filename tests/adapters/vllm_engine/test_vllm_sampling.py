@@ -25,7 +25,13 @@ from adapters.local.vllm_engine import EngineDied
 from adapters.local.vllm_sampling_client import VllmSamplingClient
 from adapters.local.vllm_settings import VllmSettings
 from kitchen.errors import ConfigError, DataError
-from tests.adapters.vllm_engine.engine_checks import SKIP_REASON, run, sample_and_compare, sampled_datum, training_logprobs
+from tests.adapters.vllm_engine.engine_checks import (
+    SKIP_REASON,
+    run,
+    sample_and_compare,
+    sampled_datum,
+    training_logprobs,
+)
 from train_core.types import AdamParams, ModelInput, SamplingParams, TokensWithLogprobs
 
 pytest.importorskip("vllm", reason=SKIP_REASON)
