@@ -207,7 +207,9 @@ def _docs(args: argparse.Namespace) -> None:
         if args.build
         else ["serve", "--dev-addr", args.addr]
     )
-    if subprocess.run([sys.executable, "-m", "mkdocs", *command, "--config-file", str(config)], check=False).returncode:
+    # from the checkout's root: the pages include files (examples, CHANGELOG.md) by paths relative to it
+    mkdocs = [sys.executable, "-m", "mkdocs", *command, "--config-file", str(config)]
+    if subprocess.run(mkdocs, cwd=config.parent, check=False).returncode:
         raise ConfigError(f"mkdocs {command[0]} failed (its messages are above)")
     if args.build:
         print(f"docs site written: {args.build}")
