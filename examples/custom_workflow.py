@@ -28,6 +28,7 @@ from recipes.sl_basic import Config
 from train_core.types import Datum
 
 
+# --8<-- [start:stage]
 class DropLongExamples(Stage):
     """Keep only examples of at most `max_tokens` input tokens; log how many were dropped."""
 
@@ -41,6 +42,10 @@ class DropLongExamples(Stage):
         return Batch(kept or batch[:1])
 
 
+# --8<-- [end:stage]
+
+
+# --8<-- [start:workflow]
 def build_workflow(config: Config) -> Workflow:
     return Workflow(
         name="sft_with_filter",
@@ -67,6 +72,7 @@ def build_workflow(config: Config) -> Workflow:
 
 
 RECIPE = Recipe("sft_with_filter", "sl_basic plus a batch filter", Config, build_workflow)
+# --8<-- [end:workflow]
 
 
 def main(overrides: list[str]) -> RunDir:

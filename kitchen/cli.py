@@ -23,13 +23,13 @@ from kitchen.workflow import render_tree
 from train_core.errors import InvalidInputError
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kitchen", description="LLM post-training as stage pipelines")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     commands = parser.add_subparsers(dest="command", required=True)
 
     def with_config(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("recipe")
+        sub.add_argument("recipe", help="a recipe name (kitchen ls), or a Python file that defines RECIPE")
         sub.add_argument("--config", help="YAML config file, or a shipped config by name (e.g. dpo)")
         sub.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides (dotted keys)")
 
@@ -40,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--keys", action="store_true", help="list the recipe's config keys instead")
     with_config(commands.add_parser("validate", help="check config and workflow wiring; calls no backend"))
     report = commands.add_parser("report", help="write a self-contained HTML report of a run directory")
-    report.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    report.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run directory (log_path)")
     report.add_argument("--out", type=Path, help="HTML file to write (default RUN_DIR/report.html)")
     runs = commands.add_parser("runs", help="list the runs under a folder, newest first")
     runs.add_argument("folder", type=Path, nargs="?", default=Path("runs"), metavar="DIR", help="default: runs/")
@@ -120,7 +120,7 @@ def _error(message: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = _parser()
+    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv  # accepted anywhere on the line
     args, extra = parser.parse_known_args([arg for arg in argv if arg != "--debug"])

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import enum
-import re
 import shutil
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any, get_args
 from pydantic import BaseModel
 
 from kitchen.errors import ConfigError
+from kitchen.typecompat import type_name
 
 
 def add_commands(commands: Any) -> None:
@@ -28,8 +28,8 @@ def add_commands(commands: Any) -> None:
         sub.add_argument("--renderer", help="chat renderer (default: the run's)")
 
     def sampling_args(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("--temperature", type=float, default=1.0)
-        sub.add_argument("--max-tokens", type=int, default=256)
+        sub.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (0: greedy)")
+        sub.add_argument("--max-tokens", type=int, default=256, help="most tokens of one reply")
         sub.add_argument("--seed", type=int, default=None, help="same seed, same reply")
 
     sample = commands.add_parser("sample", help="sample one reply from a checkpoint")
@@ -52,12 +52,12 @@ def add_commands(commands: Any) -> None:
     serve = commands.add_parser("serve", help="serve a backend behind the Tinker API (for tinker SDK programs)")
     serve.add_argument("--backend", default="local", help="registered backend to serve (default local)")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (non-loopback needs --api-keys)")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--port", type=int, default=8000, help="port to listen on")
     serve.add_argument("--models", type=Path, metavar="FILE", help="YAML: model name -> local folder or 'tiny'")
     serve.add_argument("--api-keys", type=Path, metavar="FILE", help="one API key (tml-...) per line")
     serve.add_argument("--store", type=Path, default=Path("serve-store"), metavar="DIR", help="checkpoints and records")
     serve.add_argument("--full-finetune", action="store_true", help="train all weights, not the requested LoRA")
-    serve.add_argument("--seed", type=int, default=0)
+    serve.add_argument("--seed", type=int, default=0, help="seed of the served models' sampling and initial weights")
     serve.add_argument("--max-body-mb", type=int, default=256, help="largest request body accepted (MiB)")
     serve.add_argument("overrides", nargs="*", metavar="key=value", help="backend settings, e.g. local.device=cuda")
 
@@ -84,6 +84,12 @@ def add_commands(commands: Any) -> None:
     evaluate.add_argument("--base", action="store_true", help="TARGET is a base model name (tiny, a hub id)")
     evaluate.add_argument("--harness", choices=["lm-eval"], help="run the tasks through lm-evaluation-harness")
     evaluate.add_argument("overrides", nargs="*", metavar="TASK.key=value", help="task settings")
+
+    docs = commands.add_parser(
+        "docs", help="serve the docs site locally (mkdocs serve; needs a checkout and the dev extra)"
+    )
+    docs.add_argument("--addr", default="127.0.0.1:8000", metavar="HOST:PORT", help="where to serve the site")
+    docs.add_argument("--build", type=Path, metavar="DIR", help="write the site to DIR (mkdocs build --strict) instead")
 
     cp = commands.add_parser("cp", help="copy a shipped config to edit (kitchen cp dpo my_dpo.yaml)")
     cp.add_argument("config", metavar="CONFIG", help="a shipped config name (see kitchen ls)")
@@ -186,6 +192,29 @@ def _serve(args: argparse.Namespace) -> None:
     )
 
 
+def _docs(args: argparse.Namespace) -> None:
+    """`mkdocs serve` (or `build --strict`) on the checkout's mkdocs.yml, with this interpreter."""
+    import importlib.util
+    import subprocess
+
+    config = Path(__file__).resolve().parents[1] / "mkdocs.yml"
+    if not config.is_file():
+        raise ConfigError(f"the docs site's sources are not here ({config} is missing): run kitchen docs in a checkout")
+    if importlib.util.find_spec("mkdocs") is None:
+        raise ConfigError("kitchen docs needs mkdocs: pip install -e '.[dev]'")
+    command = (
+        ["build", "--strict", "--site-dir", str(args.build.resolve())]
+        if args.build
+        else ["serve", "--dev-addr", args.addr]
+    )
+    # from the checkout's root: the pages include files (examples, CHANGELOG.md) by paths relative to it
+    mkdocs = [sys.executable, "-m", "mkdocs", *command, "--config-file", str(config)]
+    if subprocess.run(mkdocs, cwd=config.parent, check=False).returncode:
+        raise ConfigError(f"mkdocs {command[0]} failed (its messages are above)")
+    if args.build:
+        print(f"docs site written: {args.build}")
+
+
 def dispatch(args: argparse.Namespace) -> bool:
     """Run the command if it is one of these; False when it is not."""
     handlers = {
@@ -196,6 +225,7 @@ def dispatch(args: argparse.Namespace) -> bool:
         "cp": _cp,
         "serve": _serve,
         "eval": _eval,
+        "docs": _docs,
     }
     handler = handlers.get(args.command)
     if handler is None:
@@ -216,16 +246,7 @@ def copy_config(name: str, dest: Path) -> Path:
     return target
 
 
-def _type_name(annotation: Any) -> str:
-    if isinstance(annotation, type) and not get_args(annotation):
-        return annotation.__name__
-    text = str(annotation)
-    for prefix in ("typing.", "pathlib.", "train_core.renderers.train_on_what.", "kitchen."):
-        text = text.replace(prefix, "")
-    return re.sub(r"<class '(?:[\w.]+\.)?(\w+)'>", r"\1", text)
-
-
-def _sections(annotation: Any) -> list[type[BaseModel]]:
+def config_sections(annotation: Any) -> list[type[BaseModel]]:
     """Config models a field holds (a section, or an optional one)."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return [annotation]
@@ -237,7 +258,7 @@ def config_keys(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str
     rows: list[tuple[str, str, str, str]] = []
     for name, info in model.model_fields.items():
         key = f"{prefix}{name}"
-        sections = _sections(info.annotation)
+        sections = config_sections(info.annotation)
         if info.is_required():
             default = "required"
         elif info.default_factory is not None:
@@ -253,7 +274,7 @@ def config_keys(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str
             for section in sections:
                 rows.extend(config_keys(section, f"{key}."))
             continue
-        rows.append((key, _type_name(info.annotation), default, description))
+        rows.append((key, type_name(info.annotation), default, description))
     return rows
 
 

@@ -50,12 +50,16 @@ class RunConfig(BaseModel):
     model_name: str = Field("tiny", description="'tiny' or 'tiny32' (embedded), a local HF model dir, or a hub name")
     backend: str = Field("local", description="a registered backend: " + ", ".join(_backend_names()))
     log_path: str | None = Field(None, description="run directory; default runs/<recipe>-<timestamp>")
-    seed: Annotated[int, Field(strict=True)] = 0
+    seed: Annotated[int, Field(strict=True)] = Field(
+        0, description="seed of data order, sampling and the tiny model's initial weights: same seed, same run"
+    )
     lora_rank: Annotated[int, Field(strict=True)] | None = Field(
         None, ge=1, description="LoRA rank; full fine-tune when unset (local)"
     )
     load_checkpoint_path: str | None = Field(None, description="start from these weights, fresh optimizer")
-    resume: Literal["auto", "never"] = "auto"
+    resume: Literal["auto", "never"] = Field(
+        "auto", description="auto: continue from the run directory's last checkpoint; never: refuse an existing run"
+    )
     loggers: list[LoggerName] = Field(
         default_factory=list,
         description="metric sinks beside the JSONL files: tensorboard, wandb, mlflow (each an optional extra)",

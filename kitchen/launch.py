@@ -54,7 +54,7 @@ DATA_KEYS = ("dataset", "eval_dataset")
 
 @dataclass(frozen=True)
 class RunDir:
-    """The files of one run (see README, 'Runs on disk')."""
+    """The files of one run (see docs/reference/run-directory.md)."""
 
     path: Path
     already_complete: str | None = None

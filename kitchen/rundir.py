@@ -2,7 +2,7 @@
 directories, the config fingerprint a checkpoint was trained with, checkpoint file integrity,
 and config history.
 
-See README "Runs on disk" / "Run safety".
+See docs/reference/run-directory.md and docs/explanation/run-safety.md.
 """
 
 from __future__ import annotations

@@ -42,13 +42,15 @@ def check_renderer_name(name: str | None) -> str | None:
 class OptimizerSettings(RunConfig):
     """AdamW and the learning-rate schedule."""
 
-    learning_rate: Rate = 1e-4
-    lr_schedule: Literal["linear", "cosine", "constant"] = "linear"
-    warmup_steps: NonNegative = 0
-    adam_beta1: float = Field(0.9, ge=0, lt=1)
-    adam_beta2: float = Field(0.95, ge=0, lt=1)
-    adam_eps: float = Field(1e-8, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
+    learning_rate: Rate = Field(1e-4, description="AdamW learning rate (peak, after warmup)")
+    lr_schedule: Literal["linear", "cosine", "constant"] = Field(
+        "linear", description="learning rate after warmup: linear or cosine decay to 0 at the last step, or constant"
+    )
+    warmup_steps: NonNegative = Field(0, description="steps of linear warmup from 0 to learning_rate")
+    adam_beta1: float = Field(0.9, ge=0, lt=1, description="AdamW first-moment decay")
+    adam_beta2: float = Field(0.95, ge=0, lt=1, description="AdamW second-moment decay")
+    adam_eps: float = Field(1e-8, gt=0, description="AdamW denominator epsilon")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW decoupled weight decay")
     grad_clip_norm: float = Field(0.0, ge=0, description="0 disables clipping")
 
 
@@ -86,11 +88,11 @@ class DatasetSettings(RunConfig):
     """A train file (and optional held-out file) read in epochs of shuffled batches."""
 
     dataset: str = Field(..., description="JSONL / JSON / parquet file, or a hub dataset name")
-    dataset_split: str = "train"
+    dataset_split: str = Field("train", description="hub datasets and multi-split folders: the split to train on")
     eval_dataset: str | None = Field(None, description="held-out file; none = no evaluation")
-    eval_split: str = "test"
-    batch_size: Count = 32
-    num_epochs: Count = 1
+    eval_split: str = Field("test", description="hub datasets and multi-split folders: the held-out split")
+    batch_size: Count = Field(32, description="records per optimizer step")
+    num_epochs: Count = Field(1, description="passes over the data set (max_steps stops earlier)")
     max_steps: int | None = Field(None, ge=1, description="stop after this many steps")
     max_length: int | None = Field(1024, ge=2, description="tokens per sequence; longer ones are cut from the right")
     save_every: NonNegative = Field(20, description="checkpoint every N steps; 0 = only the final one")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from pydantic import Field
+
 from kitchen.config import defaults
 from kitchen.recipe import Recipe
 from kitchen.rl.envs import EnvSpec
@@ -34,7 +36,9 @@ ENVS: dict[str, EnvSpec[Any]] = {"arithmetic": arithmetic.ENV, "gsm8k": gsm8k.EN
 class Config(RLSettings, arithmetic.ArithmeticSettings, gsm8k.WordProblemSettings):
     """RL settings and both environments' settings (the keys of the one not chosen are unused)."""
 
-    env: Literal["arithmetic", "gsm8k"] = "arithmetic"
+    env: Literal["arithmetic", "gsm8k"] = Field(
+        "arithmetic", description="arithmetic: generated additions; gsm8k: word problems from dataset"
+    )
 
 
 def build_task(config: Config, renderer: Renderer) -> RLTask:

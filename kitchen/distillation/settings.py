@@ -55,9 +55,11 @@ class PromptDistillationSettings(ChatSupervisedSettings):
     """Fine-tune on a teacher's answers to `dataset`'s prompts, given without `system_prompt`."""
 
     system_prompt: str = Field(..., description="what the teacher is told and the student must learn without")
-    teacher: OtherModel = OtherModel.model_validate({})
-    teacher_max_tokens: Count = 64
-    teacher_temperature: float = Field(1.0, ge=0)
+    teacher: OtherModel = Field(
+        default_factory=lambda: OtherModel.model_validate({}), description="the model that answers; default: model_name"
+    )
+    teacher_max_tokens: Count = Field(64, description="most tokens of one teacher answer")
+    teacher_temperature: float = Field(1.0, ge=0, description="sampling temperature of the teacher's answers")
     generated_dataset: str | None = Field(
         None, description="a directory with train.jsonl (and eval.jsonl) from an earlier generation: skip generating"
     )

@@ -60,21 +60,29 @@ class RLSettings(RendererSettings, OptimizerSettings):
     groups_per_batch: Count = Field(16, description="problems (env groups) trained per step, in every mode")
     num_batches: Count = Field(40, description="RL steps; datasets shorter than this cycle")
     max_tokens: Count = Field(16, description="sampled tokens per turn")
-    temperature: float = Field(1.0, ge=0)
+    temperature: float = Field(1.0, ge=0, description="sampling temperature of rollouts")
     loss_fn: str = Field(
         "importance_sampling",
         description="policy-gradient loss: importance_sampling, ppo, cispo, dro, gspo, or a plugin's (kitchen.losses)",
     )
     loss_fn_config: dict[str, float] | None = Field(None, description="e.g. ppo/gspo clip thresholds, dro beta")
     kl_penalty_coef: float = Field(0.0, ge=0, description="KL penalty against the reference model; 0 = off")
-    kl_discount_factor: float = Field(0.0, ge=0, lt=1)
+    kl_discount_factor: float = Field(
+        0.0, ge=0, lt=1, description="KL penalty as a discounted sum over later tokens; 0 = per token"
+    )
     num_substeps: Count = Field(1, description="optimizer steps per batch")
-    remove_constant_reward_groups: bool = False
+    remove_constant_reward_groups: bool = Field(
+        False, description="leave out groups whose samples all got the same reward (no advantage to learn from)"
+    )
     save_every: NonNegative = Field(20, description="checkpoint every N steps; 0 = only the final one")
     eval_every: NonNegative = Field(20, description="held-out reward every N steps (and at the last); 0 = never")
     transcript_groups: NonNegative = Field(2, description="groups per step written to rollouts/step_*.jsonl")
-    stream_minibatch: StreamMinibatch | None = None
-    async_config: AsyncMode | None = None
+    stream_minibatch: StreamMinibatch | None = Field(
+        None, description="stream-minibatch mode: train each minibatch as soon as its groups are sampled"
+    )
+    async_config: AsyncMode | None = Field(
+        None, description="async mode: sampling workers run beside the trainer, off-policy up to a bound"
+    )
     max_episode_turns: Count | None = Field(None, description="stop an episode after this many turns (max_turns)")
     max_episode_tokens: Count | None = Field(
         None, description="stop an episode once its turns sampled this many tokens (max_tokens)"
@@ -88,7 +96,9 @@ class RLSettings(RendererSettings, OptimizerSettings):
         description="for limit-stopped episodes: a number added to the total reward, or 'zero': the total "
         "becomes min(total, 0) (a positive total is zeroed, a negative one kept)",
     )
-    rollout_failure: RolloutFailureSettings = Field(default_factory=RolloutFailureSettings)
+    rollout_failure: RolloutFailureSettings = Field(
+        default_factory=RolloutFailureSettings, description="what an exception in a group's env or sampling does"
+    )
     parse_error_policy: Literal["train", "mask"] = Field(
         "train", description="mask: turns whose reply failed to parse get advantage 0 and are not trained"
     )
@@ -96,8 +106,8 @@ class RLSettings(RendererSettings, OptimizerSettings):
         False, description="log optim/kl_pre_post: the step's tokens scored again with the updated sampler"
     )
     warm_start_steps: NonNegative = Field(0, description="supervised steps on demonstrations before RL (fresh runs)")
-    warm_start_batch_size: Count = 32
-    warm_start_learning_rate: Rate = 3e-3
+    warm_start_batch_size: Count = Field(32, description="demonstrations per warm-start step")
+    warm_start_learning_rate: Rate = Field(3e-3, description="learning rate of the warm start")
 
     @field_validator("loss_fn")
     @classmethod

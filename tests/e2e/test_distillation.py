@@ -1,5 +1,5 @@
 """Acceptance (lean): the distillation recipes' defaults on the embedded tiny model, offline, with
-the shipped arithmetic teacher. The full-length figures are in the README and the closing note."""
+the shipped arithmetic teacher. The full-length figures are in docs/tutorials/distillation.md and the closing note."""
 
 from __future__ import annotations
 

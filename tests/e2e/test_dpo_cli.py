@@ -1,4 +1,4 @@
-"""The DPO acceptance run, as the README runs it: `kitchen run dpo --config recipes/configs/dpo.yaml`
+"""The DPO acceptance run, as docs/tutorials/dpo.md runs it: `kitchen run dpo --config recipes/configs/dpo.yaml`
 on the embedded tiny model, offline, in under three minutes, to held-out accuracy >= 0.9."""
 
 from __future__ import annotations
