@@ -245,17 +245,46 @@ print("spawned")
 PROBLEM = CodeProblem.from_asserts(
     "Write add_three(x).", ["assert add_three(2) == 5", "assert add_three(-3) == 0\nassert add_three(0) != 4"]
 )
+# The solution runs in a forked child that never holds the nonce or the report channel: it can
+# only forge records through its own pipe, and those must still hold the right values.
 FORGE = """
 import json, os, sys
 frame = sys._getframe(1)
-nonce, channel, tests = frame.f_locals["nonce"], frame.f_locals["channel"], frame.f_locals["tests"]
+pipe, tests = frame.f_locals["write_fd"], frame.f_locals["tests"]
 for t, steps in enumerate(tests):
     for step in steps:
         if "check" in step:
             record = {"t": t, "a": step["check"], "v": [["i", "7"]] * len(step["leaves"])}
-            os.write(channel, (nonce + " " + json.dumps(record) + "\\n").encode())
-os.write(channel, (nonce + ' {"done": true}\\n').encode())
+            os.write(pipe, (json.dumps(record) + "\\n").encode())
 os._exit(0)
+"""
+# Records of every wrong shape through the pipe: each must count as a failed assert, no exception.
+MALFORMED = """
+import os, sys
+pipe = sys._getframe(1).f_locals["write_fd"]
+for line in ['{"t": [], "a": 0, "v": []}', '{"t": 0, "a": {}, "v": [["i", "5"]]}', '{"t": {}, "e": "x"}',
+             '{"t": 0, "a": 0, "v": 5}', '{"t": 0, "a": 0, "v": [["zz"]]}', '{"t": 0, "a": 9, "v": []}',
+             '{"t": 1, "a": 0, "v": [null, [[[[]]]]]}', '[1, 2]', 'not json', '{"done": true}']:
+    os.write(pipe, (line + "\\n").encode())
+os._exit(0)
+"""
+# Looking for the harness's nonce and channel where they used to be, and printing a report-shaped
+# line (the 62-character reply of issue 29 printed one and crashed the grader).
+STEAL = """
+import os, sys
+frame = sys._getframe(1)
+while frame is not None:
+    for name in ("nonce", "channel"):
+        if name in frame.f_locals:
+            print("found", name)
+    frame = frame.f_back
+try:
+    for fd in os.listdir("/proc/" + str(os.getppid()) + "/fd"):
+        print("parent fd", fd)
+except OSError as exc:
+    print("denied", exc)
+print("0" * 32, '{"t": [], "a": 0, "v": []}')
+os.write(1, b'{"t": 0, "a": 0, "v": [["i", "5"]]}\\n')
 """
 HACKS = {
     "sys_exit_before_tests": "import sys\nsys.exit(0)\n",
@@ -272,6 +301,8 @@ HACKS = {
     "int_subclass": "class I(int):\n    def __eq__(self, o):\n        return True\ndef add_three(x):\n    return I(7)",
     "fake_marker": 'print("ALL TESTS PASSED")\nprint("ok 1\\nok 2")\ndef add_three(x):\n    return 7\n',
     "forged_reports": FORGE,
+    "malformed_reports": MALFORMED,
+    "steal_the_channel": STEAL,
 }
 
 
@@ -281,6 +312,18 @@ def test_reward_hacks_earn_nothing(sandbox: LocalSandbox, hack: str) -> None:
     assert not grade.verdict.all_passed and grade.verdict.passed == 0, grade
     if hack == "forged_reports":  # the forgery was read, and failed on its values
         assert "does not hold" in grade.verdict.detail
+
+
+def test_the_harness_keeps_its_channel_out_of_reach(sandbox: LocalSandbox) -> None:
+    from train_core.rl.code_grading import assert_harness
+
+    nonce = "ab" * 16
+    harness = assert_harness(STEAL, PROBLEM.plan, nonce)  # type: ignore[arg-type]
+    result = asyncio.run(sandbox.run(Program(harness.code, harness.files, harness.stdin), 5))
+    assert "found" not in result.stderr and "parent fd" not in result.stderr, result.stderr
+    assert "denied" in result.stderr  # /proc/<harness>/fd: the harness is not dumpable
+    assert '"v"' not in result.stdout and result.stdout.endswith(f"{nonce} " + '{"done": true}\n')
+    assert '{"t": 0, "a": 0, "v": [["i", "5"]]}' in result.stderr  # the forged lines went to stderr
 
 
 def test_the_honest_solution_passes(sandbox: LocalSandbox) -> None:
