@@ -72,6 +72,7 @@ class Grade:
     timeout: bool = False
     sandbox_error: bool = False
     sandbox_seconds: float = 0.0
+    memory_killed: bool = False
 
 
 async def grade_code(sandbox: Sandbox, problem: CodeProblem, code: str, timeout_s: float) -> Grade:
@@ -82,7 +83,13 @@ async def grade_code(sandbox: Sandbox, problem: CodeProblem, code: str, timeout_
             harness = assert_harness(code, problem.plan, nonce)
             result = await sandbox.run(Program(harness.code, harness.files, harness.stdin), timeout_s)
             verdict = grade_assert_reports(problem.plan, read_reports(result.stdout, nonce))
-            return Grade(verdict, result.status == "timeout", result.status == "sandbox_error", result.elapsed_s)
+            return Grade(
+                verdict,
+                result.status == "timeout",
+                result.status == "sandbox_error",
+                result.elapsed_s,
+                result.memory_killed,
+            )
         seconds, total = 0.0, len(problem.cases)
         for passed, case in enumerate(problem.cases):
             result = await sandbox.run(Program(code, stdin=case.input), timeout_s)
@@ -90,7 +97,8 @@ async def grade_code(sandbox: Sandbox, problem: CodeProblem, code: str, timeout_
             if result.status != "ok" or not outputs_match(result.stdout, case.output):
                 detail = f"case {passed}: {result.status} {result.detail}".strip()
                 failed = TestVerdict(passed, total, detail)
-                return Grade(failed, result.status == "timeout", result.status == "sandbox_error", seconds)
+                timeout, broke = result.status == "timeout", result.status == "sandbox_error"
+                return Grade(failed, timeout, broke, seconds, result.memory_killed)
         return Grade(TestVerdict(total, total), sandbox_seconds=seconds)
     except SandboxUnavailableError as exc:
         return Grade(TestVerdict(0, 1, str(exc)), sandbox_error=True)
@@ -121,6 +129,7 @@ class CodeEnv(Env):
         message, parsed = self.renderer.parse_response(action)
         code = extract_code(message["content"]) if parsed else None
         metrics: Metrics = {"format": float(code is not None), "pass": 0.0, "timeout": 0.0, "sandbox_error": 0.0}
+        metrics["memory_kill"] = 0.0
         metrics["sandbox_seconds"] = 0.0
         if code is None:
             reward = -self.format_coef
@@ -132,6 +141,7 @@ class CodeEnv(Env):
                 "timeout": float(grade.timeout),
                 "sandbox_error": float(grade.sandbox_error),
                 "sandbox_seconds": grade.sandbox_seconds,
+                "memory_kill": float(grade.memory_killed),
             }
         return StepResult(
             reward=reward,
