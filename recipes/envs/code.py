@@ -34,6 +34,7 @@ from train_core.rl.code_grading import (
     extract_code,
     grade_assert_reports,
     outputs_match,
+    passes_returning_none,
     plan_assert_tests,
     read_reports,
 )
@@ -245,6 +246,25 @@ def load_code_problems(path: str | Path) -> list[CodeProblem]:
         except InvalidInputError as exc:
             raise DataFormatError(path, line_no, str(exc)) from None
     return problems
+
+
+def passes_trivially(problem: CodeProblem) -> bool:
+    """Whether a program that prints nothing and whose functions return None passes every test."""
+    if problem.plan is not None:
+        return passes_returning_none(problem.plan)
+    return all(outputs_match("", case.output) for case in problem.cases)
+
+
+def weak_tests_warning(path: str | Path, problems: Sequence[CodeProblem]) -> str | None:
+    """A warning naming the problems whose tests pass on a trivial program, or None."""
+    weak = [number for number, problem in enumerate(problems, start=1) if passes_trivially(problem)]
+    if not weak:
+        return None
+    shown = ", ".join(map(str, weak[:20])) + (", ..." if len(weak) > 20 else "")
+    return (
+        f"{path}: {len(weak)} of {len(problems)} problems have tests that a program printing nothing and "
+        f"returning None passes (they reward wrong programs); problems {shown}"
+    )
 
 
 def fenced(code: str) -> str:

@@ -294,6 +294,31 @@ def grade_assert_reports(plan: AssertPlan, reports: Sequence[dict[str, Any]]) ->
     return TestVerdict(passed, total, first_failure)
 
 
+def _bare_call(leaf: str) -> bool:
+    try:
+        return isinstance(ast.parse(leaf, mode="eval").body, ast.Call)
+    except SyntaxError:
+        return False
+
+
+def passes_returning_none(plan: AssertPlan) -> bool:
+    """Whether every assert holds for a program whose functions all return None (`assert f(2) is
+    None`, `assert not f(3)`): such tests pay for a program that does nothing. Decided on the
+    grader's side, without running anything; an assert with other sandbox-side parts than bare
+    calls is taken to fail."""
+    for checks, steps in zip(plan.checks, plan.steps, strict=True):
+        leaves = {step["check"]: step["leaves"] for step in steps if "check" in step}
+        for index, check in enumerate(checks):
+            if not all(_bare_call(leaf) for leaf in leaves[index]):
+                return False
+            try:
+                if not _evaluate(check, [None] * len(leaves[index])):
+                    return False
+            except Exception:  # None compared with a number, say: the assert fails
+                return False
+    return True
+
+
 # ---- assert tests: the program that runs in the sandbox -----------------------------------------
 
 ASSERT_HARNESS = r"""
