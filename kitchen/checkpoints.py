@@ -78,7 +78,7 @@ def read_records(path: Path) -> list[CheckpointRecord]:
             continue
         try:
             records.append(CheckpointRecord.from_dict(json.loads(line)))
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError, RecursionError):
             continue
     return records
 

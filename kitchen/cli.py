@@ -80,8 +80,10 @@ def _report(args: argparse.Namespace) -> None:
 def _runs(args: argparse.Namespace) -> None:
     from kitchen.report.runs import format_runs, list_runs
 
-    lines = list_runs(args.folder, time.time())
-    print(format_runs(lines) if lines else f"no runs under {args.folder}")
+    listing = list_runs(args.folder, time.time())
+    for warning in listing.skipped:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(format_runs(listing.lines) if listing.lines else f"no runs under {args.folder}")
 
 
 def _dispatch(args: argparse.Namespace) -> None:

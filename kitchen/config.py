@@ -20,6 +20,7 @@ from kitchen.backends import backend_specs, get_backend_spec
 from kitchen.errors import ConfigError
 from kitchen.secrets import looks_like_secret_key, redact, redact_value
 from kitchen.sinks import LoggerName, MlflowSettings, WandbSettings, missing_logger_problem
+from kitchen.yaml_bounded import load_yaml, load_yaml_document
 
 C = TypeVar("C", bound=BaseModel)
 Path_ = tuple[str | int, ...]
@@ -150,7 +151,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
             "not shown or stored); set them in the environment, e.g. TINKER_API_KEY"
         )
     try:
-        value = _safe_load(raw) if raw.strip() else ""
+        value = load_yaml(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
     return key.split("."), value
@@ -186,50 +187,6 @@ def _yaml_lines(root: yaml.Node | None) -> dict[Path_, int]:
     return lines
 
 
-MAX_NODES = 100_000
-"""How many values a config file may expand to, aliases (`*name`) counted at every use: a few
-nested aliases can expand nine lines into billions of nodes (a "YAML bomb")."""
-
-
-def _expanded_size(root: yaml.Node) -> int:
-    sizes: dict[int, int] = {}
-
-    def size(node: yaml.Node) -> int:
-        if id(node) in sizes:
-            return sizes[id(node)]
-        sizes[id(node)] = 1  # a recursive alias counts once
-        if isinstance(node, yaml.MappingNode):
-            total = 1 + sum(size(k) + size(v) for k, v in node.value)
-        elif isinstance(node, yaml.SequenceNode):
-            total = 1 + sum(size(item) for item in node.value)
-        else:
-            total = 1
-        sizes[id(node)] = min(total, MAX_NODES + 1)
-        return sizes[id(node)]
-
-    return size(root)
-
-
-def _load_yaml(text: str) -> tuple[Any, yaml.Node | None]:
-    """The document and its node tree, refusing one that expands beyond MAX_NODES values."""
-    loader = yaml.SafeLoader(text)
-    try:
-        root = loader.get_single_node()
-        if root is None:
-            return None, None
-        if _expanded_size(root) > MAX_NODES:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"expands to more than {MAX_NODES} values through aliases (refused)", root.start_mark
-            )
-        return loader.construct_document(root), root
-    finally:
-        loader.dispose()
-
-
-def _safe_load(text: str) -> Any:
-    return _load_yaml(text)[0]
-
-
 def _read_text(path: Path) -> str:
     if not path.exists():
         raise ConfigError(f"config file not found: {path}")
@@ -249,7 +206,7 @@ def _read_text(path: Path) -> str:
 def read_yaml(path: Path) -> tuple[dict[str, Any], dict[Path_, int]]:
     text = _read_text(path)
     try:
-        data, root = _load_yaml(text)
+        data, root = load_yaml_document(text)
         lines = _yaml_lines(root)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)

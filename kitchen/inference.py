@@ -24,6 +24,7 @@ from kitchen.config import RunConfig
 from kitchen.errors import ConfigError
 from kitchen.ports import SamplingClient, ServiceBackend, Tokenizer
 from kitchen.renderers import get_renderer
+from kitchen.yaml_bounded import load_yaml
 from train_core.renderers.base import Message, Renderer
 from train_core.renderers.exported_templates import exported_chat_template
 from train_core.renderers.registry import FALLBACK_RENDERER, recommended_renderer
@@ -74,9 +75,9 @@ def _read_run_config(run_dir: Path) -> dict[str, Any]:
     if not file.is_file():
         raise ConfigError(f"{run_dir}: no {CONFIG_FILE} (not a kitchen run directory)")
     try:
-        raw = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{file}: invalid YAML ({exc})") from None
+        raw = load_yaml(file.read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{file}: cannot read it ({exc})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{file}: the top level must be a mapping")
     return raw

@@ -103,7 +103,7 @@ def _rows(path: Path) -> list[tuple[str, dict[str, Any]]]:
         try:
             row = json.loads(line)
             int(row["step"])
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             continue
         if isinstance(row, dict):
             rows.append((line, row))

@@ -312,7 +312,7 @@ class MetricSinksHook(Hooks):
             for line in text.splitlines():
                 try:
                     records.append(json.loads(line))
-                except json.JSONDecodeError:
+                except (json.JSONDecodeError, RecursionError):
                     continue
             for sink in list(self.sinks):
                 try:

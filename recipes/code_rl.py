@@ -21,8 +21,17 @@ from kitchen.recipe import Recipe
 from kitchen.rl.settings import RLSettings
 from kitchen.rl.workflow import rl_workflow_for
 from kitchen.sandbox import SandboxKind, make_sandbox
+from kitchen.sandbox.factory import UNSAFE_SANDBOX_SETTING
+from kitchen.sandbox.process import PROCESS_SANDBOX_WARNING, ProcessSandbox
 from recipes.data import shipped_data
-from recipes.envs.code import CodeDataset, CodeDemonstrations, CodeGroupBuilder, CodeProblem, load_code_problems
+from recipes.envs.code import (
+    CodeDataset,
+    CodeDemonstrations,
+    CodeGroupBuilder,
+    CodeProblem,
+    load_code_problems,
+    weak_tests_warning,
+)
 from train_core.renderers.base import Renderer
 from train_core.rl.task import RLTask
 
@@ -46,6 +55,10 @@ class Config(RLSettings):
     sandbox_url: str | None = Field(None, description="the SandboxFusion server (sandbox=sandboxfusion only)")
     sandbox_concurrency: Count = Field(8, description="programs run at once")
     sandbox_timeout_s: float = Field(10.0, gt=0, description="wall-clock limit of one program")
+    allow_unsafe_sandbox: bool = Field(
+        False,
+        description="let RL run on the process sandbox (no network or filesystem isolation); otherwise refused",
+    )
     format_coef: float = Field(0.1, ge=0, description="reward penalty for a reply without a ```python block")
     teacher_error_rate: float = Field(0.6, ge=0, le=1, description="warm start: share of demonstrations that are wrong")
 
@@ -66,7 +79,9 @@ def check_problems(config: Config, roles: frozenset[str]) -> None:
 
 
 def build_task(config: Config, renderer: Renderer) -> RLTask:
-    sandbox = make_sandbox(config.sandbox, config.sandbox_url, config.sandbox_concurrency)
+    sandbox = make_sandbox(
+        config.sandbox, config.sandbox_url, config.sandbox_concurrency, allow_process=config.allow_unsafe_sandbox
+    )
     group = partial(
         CodeGroupBuilder,
         renderer=renderer,
@@ -76,10 +91,14 @@ def build_task(config: Config, renderer: Renderer) -> RLTask:
         timeout_s=config.sandbox_timeout_s,
     )
     problems, held_out = load_problem_sets(config)
+    warnings = [weak_tests_warning(config.dataset, problems)]
+    if isinstance(sandbox, ProcessSandbox):
+        warnings.append(f"{UNSAFE_SANDBOX_SETTING}: programs run in the process sandbox. {PROCESS_SANDBOX_WARNING}")
     return RLTask(
         train=CodeDataset(problems, config.groups_per_batch, config.seed, group),
         eval_builders=[group(problem) for problem in held_out],
         demonstrations=CodeDemonstrations(problems, config.teacher_error_rate),
+        warnings=[warning for warning in warnings if warning],
     )
 
 

@@ -58,6 +58,9 @@ def read_jsonl(path: str | Path) -> list[tuple[int, JsonRecord]]:
             raise DataFormatError(path, number, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
         except _DuplicateKeyError as exc:
             raise DataFormatError(path, number, f"duplicate key {exc.key!r} in a JSON object") from None
+        except RecursionError:
+            # json recurses once per level of nesting: a record nested ~1000 deep overflows it.
+            raise DataFormatError(path, number, "JSON nested too deeply (refused)") from None
         if not isinstance(value, dict):
             raise DataFormatError(path, number, f"expected one JSON object per line, got {type(value).__name__}")
         records.append((number, value))

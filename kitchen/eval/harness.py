@@ -22,6 +22,7 @@ from kitchen.errors import ConfigError
 from kitchen.eval.results import TaskOutcome, result_rows, write_results
 from kitchen.eval.task import SampleRecord, TaskResult
 from kitchen.inference import CheckpointTarget
+from kitchen.yaml_bounded import load_yaml
 from train_core.eval_stats import Estimate
 
 INSTALL_HINT = (
@@ -49,7 +50,10 @@ def _task_names(specs: Sequence[str]) -> tuple[list[str], list[str]]:
         if path.suffix in (".yaml", ".yml"):
             if not path.is_file():
                 raise ConfigError(f"task YAML not found: {spec}")
-            document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            try:
+                document = load_yaml(path.read_text(encoding="utf-8")) or {}
+            except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+                raise ConfigError(f"task YAML {spec}: cannot read it ({exc})") from None
             if not isinstance(document, dict) or not isinstance(document.get("task"), str):
                 raise ConfigError(f"{spec}: a task YAML needs a 'task' name")
             names.append(document["task"])

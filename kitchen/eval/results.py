@@ -102,7 +102,7 @@ def read_run_evals(run_dir: Path) -> list[dict[str, Any]]:
     for path in sorted((run_dir / EVALS_DIR).glob(f"*/{RESULTS_FILE}")):
         try:
             document = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             continue
         if isinstance(document, dict) and isinstance(document.get("results"), list):
             found.append({**document, "dir": path.parent.name})

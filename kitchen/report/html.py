@@ -204,7 +204,8 @@ def _events(run: RunData) -> str:
 
 def _config(run: RunData) -> str:
     if not run.config:
-        return '<section id="config"><h2>Config</h2><p class="muted">No readable config.yaml.</p></section>'
+        why = f" ({escape(run.config_problem)})" if run.config_problem else ""
+        return f'<section id="config"><h2>Config</h2><p class="muted">No readable config.yaml{why}.</p></section>'
     rows = "".join(
         f'<tr><td class="key">{escape(k)}</td><td class="path">{escape(v)}</td></tr>' for k, v in flatten(run.config)
     )

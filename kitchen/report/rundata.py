@@ -19,6 +19,7 @@ import yaml
 from kitchen.checkpoints import CheckpointRecord
 from kitchen.errors import KitchenError
 from kitchen.launch import RunDir
+from kitchen.yaml_bounded import load_yaml
 
 State = Literal["finished", "failed", "interrupted", "running"]
 
@@ -48,7 +49,7 @@ def read_jsonl(path: Path) -> JsonlFile:
                 continue
             try:
                 record = json.loads(line)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 bad += 1
                 continue
             if isinstance(record, dict):
@@ -161,6 +162,8 @@ class RunData:
     timing: Timing
     last_write: float | None
     bad_lines: dict[str, int] = field(default_factory=dict)
+    config_problem: str | None = None
+    """Why config.yaml could not be read (not UTF-8, invalid or refused YAML); None when it was."""
 
     @property
     def steps_done(self) -> int:
@@ -191,14 +194,21 @@ def is_run_dir(path: Path) -> bool:
     return path.is_dir() and any(p.is_file() for p in (files.config, files.metrics, files.events))
 
 
-def _read_config(path: Path) -> dict[str, Any]:
+def _read_config(path: Path) -> tuple[dict[str, Any], str | None]:
+    """The run's config and, when it cannot be read, why (a missing file is no problem)."""
     if not path.is_file():
-        return {}
+        return {}, None
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError:
-        return {}
-    return data if isinstance(data, dict) else {}
+        data = load_yaml(path.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        return {}, f"cannot be read: {exc.strerror}"
+    except UnicodeDecodeError as exc:
+        return {}, f"not UTF-8 text (byte offset {exc.start})"
+    except yaml.YAMLError as exc:
+        return {}, f"invalid YAML: {getattr(exc, 'problem', None) or exc}"
+    if not isinstance(data, dict):
+        return {}, "the top level is not a mapping"
+    return data, None
 
 
 def _read_checkpoints(path: Path) -> tuple[list[CheckpointRecord], int]:
@@ -224,11 +234,12 @@ def load_run(path: Path, now: float) -> RunData:
     mtimes = [p.stat().st_mtime for p in (files.config, files.metrics, files.events, files.checkpoints) if p.is_file()]
     last_write = max(mtimes) if mtimes else None
     recipe = next((str(e["recipe"]) for e in events.records if isinstance(e.get("recipe"), str)), None)
+    config, config_problem = _read_config(files.config)
     bad = {"metrics.jsonl": metrics.bad_lines, "events.jsonl": events.bad_lines, "checkpoints.jsonl": bad_checkpoints}
     return RunData(
         path=path,
         recipe=recipe,
-        config=_read_config(files.config),
+        config=config,
         rows=merge_metric_rows(metrics.records),
         events=events.records,
         checkpoints=checkpoints,
@@ -236,4 +247,5 @@ def load_run(path: Path, now: float) -> RunData:
         timing=run_timing(events.records),
         last_write=last_write,
         bad_lines={name: count for name, count in bad.items() if count},
+        config_problem=config_problem,
     )

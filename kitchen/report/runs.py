@@ -54,12 +54,28 @@ def run_line(run: RunData) -> RunLine:
     )
 
 
-def list_runs(folder: Path, now: float) -> list[RunLine]:
-    """Run directories directly under `folder`, most recently written first."""
+@dataclass(frozen=True)
+class RunListing:
+    lines: list[RunLine]
+    skipped: list[str]
+    """One warning per run directory left out because its config.yaml cannot be read."""
+
+
+def list_runs(folder: Path, now: float) -> RunListing:
+    """Run directories directly under `folder`, most recently written first; one whose config.yaml
+    cannot be read (not UTF-8, invalid YAML) is skipped with a warning rather than failing the list."""
     if not folder.is_dir():
         raise KitchenError(f"{folder} is not a directory")
-    lines = [run_line(load_run(path, now)) for path in folder.iterdir() if is_run_dir(path)]
-    return sorted(lines, key=lambda line: line.updated, reverse=True)
+    lines, skipped = [], []
+    for path in sorted(folder.iterdir()):
+        if not is_run_dir(path):
+            continue
+        run = load_run(path, now)
+        if run.config_problem is not None:
+            skipped.append(f"skipped {path}: config.yaml {run.config_problem}")
+            continue
+        lines.append(run_line(run))
+    return RunListing(sorted(lines, key=lambda line: line.updated, reverse=True), skipped)
 
 
 def format_runs(lines: list[RunLine]) -> str:

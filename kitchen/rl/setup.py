@@ -46,6 +46,8 @@ class BuildRLTask(Stage):
         task = self.factory(config, renderer)
         if len(task.train) == 0:
             raise DataError("the RL dataset has no batches")
+        for warning in task.warnings:
+            ctx.log.warning("rl_task.warning", message=warning)
         ctx.log.info("rl_task.built", batches=len(task.train), eval_groups=len(task.eval_builders))
         return Task(task, config.num_batches)
 

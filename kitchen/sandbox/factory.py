@@ -25,13 +25,19 @@ def bubblewrap_unavailable_reason() -> str | None:
     return None
 
 
+UNSAFE_SANDBOX_SETTING = "allow_unsafe_sandbox"
+
+
 def make_sandbox(
     kind: SandboxKind = "auto",
     url: str | None = None,
     concurrency: int = 4,
     limits: ResourceLimits | None = None,
+    allow_process: bool = True,
 ) -> Sandbox:
-    """A sandbox of `kind`; `url` is the SandboxFusion server (and only for that kind)."""
+    """A sandbox of `kind`; `url` is the SandboxFusion server (and only for that kind). With
+    `allow_process` false the process sandbox (asked for, or auto's fallback) is refused: RL
+    optimizes against whatever it lets a program get away with."""
     if kind not in ("auto", "bubblewrap", "process", "sandboxfusion"):
         raise ValueError(f"unknown sandbox kind {kind!r}; expected auto, bubblewrap, process or sandboxfusion")
     if (url is not None) != (kind == "sandboxfusion"):
@@ -45,5 +51,16 @@ def make_sandbox(
         reason = bubblewrap_unavailable_reason()
         if reason is None:
             return BubblewrapSandbox(concurrency, limits)
+        if not allow_process:
+            raise SandboxUnavailableError(
+                f"sandbox auto: bubblewrap unavailable ({reason}), and the process sandbox is not safe for RL "
+                f"(no network or filesystem isolation; its programs' children can outlive the trainer): install "
+                f"bubblewrap, use sandbox=sandboxfusion, or set {UNSAFE_SANDBOX_SETTING}: true to accept the risk"
+            )
         warnings.warn(f"sandbox auto: bubblewrap unavailable ({reason}); falling back to processes", stacklevel=2)
+    elif not allow_process:
+        raise SandboxUnavailableError(
+            "sandbox=process is not safe for RL (no network or filesystem isolation; its programs' children can "
+            f"outlive the trainer): use bubblewrap or sandboxfusion, or set {UNSAFE_SANDBOX_SETTING}: true"
+        )
     return ProcessSandbox(concurrency, limits)

@@ -12,16 +12,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from kitchen.sandbox.types import (
@@ -33,12 +37,19 @@ from kitchen.sandbox.types import (
     SandboxUnavailableError,
 )
 
-# Per-process uid block far above any real account: base + (pid mod 10000) * 10000 + slot.
+# Uid blocks far above any real account: base + block * UID_BLOCK_SIZE + slot.
 UID_BASE = 2_000_000_000
+UID_BLOCKS = 10_000
+UID_BLOCK_SIZE = 10_000
+UID_LOCK_DIR = "kitchen-sandbox-uid-blocks"
+"""Under the temp dir: one lock file per block, flock-ed by the pool that uses it, so no two pools
+(in one process or in several) ever share a uid; the kernel drops a dead process's locks."""
 UID_SETTLE_S = 5.0
 """How long to wait for a run's killed processes to be reaped before its uid is reused."""
 READER_GRACE_S = 2.0
 """How long output may still drain after the program and its leftovers were killed."""
+MEMORY_POLL_S = 0.05
+"""How often the run's total resident memory is measured against `ResourceLimits.memory_bytes`."""
 
 
 @dataclass(frozen=True)
@@ -51,11 +62,25 @@ class ResourceLimits:
     """Tasks (processes and threads) of the run's uid; only enforced for a non-root uid."""
     file_size_bytes: int = 64 << 20
     open_files: int = 64
+    memory_bytes: int = 2 << 30
+    """Resident memory of all the run's processes together. Without cgroups (v1 machines, no
+    delegation) it is enforced by a watchdog that sums the resident memory of the run's uid
+    (root trainer) or session (otherwise) every MEMORY_POLL_S and kills the run above it; the
+    hard bound stays `processes x address_space_bytes`, which `total_bound` states."""
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
             if value < 1:
                 raise ValueError(f"sandbox limit {name} must be at least 1, got {value}")
+
+    def total_bound(self) -> str:
+        """The limits on the run's memory as a whole, in words."""
+        hard = self.processes * self.address_space_bytes
+        return (
+            f"{self.memory_bytes / 2**30:.3g} GiB resident in total (watchdog, every {MEMORY_POLL_S:g} s); "
+            f"at most {self.processes} processes x {self.address_space_bytes / 2**30:.3g} GiB address space "
+            f"= {hard / 2**30:.3g} GiB"
+        )
 
     def prlimit_args(self) -> list[str]:
         return [
@@ -83,13 +108,42 @@ def require_tool(name: str) -> str:
     return path
 
 
+def claim_uid_block() -> tuple[int, int]:
+    """(block, lock fd): the first free uid block, starting from one picked by the pid; the block is
+    this caller's while the fd stays open."""
+    folder = Path(tempfile.gettempdir()) / UID_LOCK_DIR
+    with contextlib.suppress(FileExistsError):
+        folder.mkdir(mode=0o700)
+    info = folder.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
+        raise SandboxUnavailableError(f"sandbox uid locks: {folder} must be a directory only this user can write")
+    start = os.getpid() % UID_BLOCKS
+    for offset in range(UID_BLOCKS):
+        block = (start + offset) % UID_BLOCKS
+        fd = os.open(folder / f"{block}.lock", os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        return block, fd
+    raise SandboxUnavailableError(f"sandbox uid locks: all {UID_BLOCKS} uid blocks are in use")
+
+
 class UidPool:
-    """One unprivileged uid per concurrent run, or none when the trainer is not root."""
+    """One unprivileged uid per concurrent run, or none when the trainer is not root. Each pool
+    holds a uid block of its own (see UID_LOCK_DIR) for as long as it lives."""
 
     def __init__(self, size: int) -> None:
         self.enabled = os.geteuid() == 0
-        first = UID_BASE + (os.getpid() % 10_000) * 10_000
-        self._free = [first + slot for slot in range(size)] if self.enabled else []
+        self._free: list[int] = []
+        if self.enabled:
+            if size > UID_BLOCK_SIZE:
+                raise ValueError(f"sandbox concurrency {size} exceeds the uid block size {UID_BLOCK_SIZE}")
+            block, fd = claim_uid_block()
+            weakref.finalize(self, os.close, fd)
+            first = UID_BASE + block * UID_BLOCK_SIZE
+            self._free = [first + slot for slot in range(size)]
 
     def take(self) -> int | None:
         """A free uid; callers hold the sandbox's concurrency gate, so one is always free."""
@@ -184,6 +238,32 @@ def _holds_uid(pid: str, uid: int) -> bool:
     return False
 
 
+def _resident_bytes(pid: str, uid: int | None, session: int) -> int:
+    """`pid`'s resident memory when it holds `uid` (or, without a uid, is in `session`), else 0."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as status:
+            text = status.read()
+        if uid is None:
+            with open(f"/proc/{pid}/stat", "rb") as stat_file:
+                fields = stat_file.read().rsplit(b")", 1)[1].split()
+            if int(fields[3]) != session:  # after the comm: state, ppid, pgrp, session
+                return 0
+    except (OSError, IndexError, ValueError):
+        return 0
+    rss = 0
+    for line in text.splitlines():
+        if line.startswith(b"Uid:") and uid is not None and str(uid).encode() not in line.split()[1:4]:
+            return 0
+        if line.startswith(b"VmRSS:"):
+            rss = int(line.split()[1]) * 1024
+    return rss
+
+
+def resident_bytes(uid: int | None, session: int) -> int:
+    """Resident memory of every process of `uid` (root trainer) or of `session` (otherwise)."""
+    return sum(_resident_bytes(name, uid, session) for name in os.listdir("/proc") if name.isdigit())
+
+
 def uid_processes(uid: int) -> list[str]:
     """The pids (zombies included) that hold `uid`."""
     return [name for name in os.listdir("/proc") if name.isdigit() and _holds_uid(name, uid)]
@@ -235,6 +315,18 @@ class Outcome:
     stderr: _CappedOutput
     elapsed_s: float
     timed_out: bool
+    memory_killed: int | None = None
+    """The run's total resident bytes when the memory watchdog killed it; None when it did not."""
+
+
+async def _watch_memory(exited: asyncio.Future[None], usage: Callable[[], int], limit: int) -> int | None:
+    """Poll `usage` until the child exits; the first reading above `limit`, or None."""
+    while not exited.done():
+        used = await asyncio.to_thread(usage)
+        if used > limit:
+            return used
+        await asyncio.wait([exited], timeout=MEMORY_POLL_S)
+    return None
 
 
 async def supervise(
@@ -244,22 +336,34 @@ async def supervise(
     stdin: str,
     timeout_s: float,
     sweep: Callable[[], Awaitable[None]],
+    memory: tuple[Callable[[int], int], int] | None = None,
 ) -> Outcome:
-    """Run `argv` in its own session; on exit, the deadline or cancellation SIGKILL its process
-    group and `sweep` what escaped the group, then give the output pipes a moment to drain."""
+    """Run `argv` in its own session; on exit, the deadline, cancellation or (with `memory`, a
+    function of the session id giving the run's resident bytes, and their limit) too much memory,
+    SIGKILL its process group and `sweep` what escaped the group, then give the output pipes a
+    moment to drain."""
     loop = asyncio.get_running_loop()
     start = time.monotonic()
     transport, child = await loop.subprocess_exec(_Child, *argv, cwd=cwd, env=env, start_new_session=True)
     timed_out = False
+    memory_killed: int | None = None
     try:
         stdin_pipe = transport.get_pipe_transport(0)
         assert isinstance(stdin_pipe, asyncio.WriteTransport)
         stdin_pipe.write(stdin.encode("utf-8"))
         stdin_pipe.write_eof()
-        try:
-            await asyncio.wait_for(asyncio.shield(child.exited), timeout_s)
-        except TimeoutError:
+        waits: list[asyncio.Future[object]] = [asyncio.shield(child.exited)]
+        if memory is not None:
+            usage, limit = memory
+            session = transport.get_pid()
+            waits.append(asyncio.ensure_future(_watch_memory(child.exited, lambda: usage(session), limit)))
+        done, pending = await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        if not done:
             timed_out = True
+        elif memory is not None and waits[1] in done:
+            memory_killed = waits[1].result()  # type: ignore[assignment]
     finally:
         with contextlib.suppress(ProcessLookupError, PermissionError):  # the group may already be empty
             os.killpg(transport.get_pid(), signal.SIGKILL)
@@ -267,7 +371,7 @@ async def supervise(
         elapsed = time.monotonic() - start
         await asyncio.wait([child.exited, child.pipes_closed], timeout=READER_GRACE_S)
         transport.close()
-    return Outcome(transport.get_returncode(), child.stdout, child.stderr, elapsed, timed_out)
+    return Outcome(transport.get_returncode(), child.stdout, child.stderr, elapsed, timed_out, memory_killed)
 
 
 def classify(outcome: Outcome, cpu_limit_codes: set[int], launcher_prefixes: Sequence[str], cpu_s: int) -> RunResult:
@@ -276,6 +380,8 @@ def classify(outcome: Outcome, cpu_limit_codes: set[int], launcher_prefixes: Seq
     stderr = outcome.stderr.text()
     if outcome.timed_out:
         status, detail = "timeout", f"wall-clock limit of {outcome.elapsed_s:.1f} s reached"
+    elif outcome.memory_killed is not None:
+        status, detail = "failed", f"memory limit reached: killed at {outcome.memory_killed / 2**20:.0f} MiB resident"
     elif code in cpu_limit_codes:
         status, detail = "timeout", f"CPU limit of {cpu_s} s reached"
     elif code != 0 and stderr.startswith(tuple(launcher_prefixes)):
@@ -291,6 +397,7 @@ def classify(outcome: Outcome, cpu_limit_codes: set[int], launcher_prefixes: Seq
         stdout_truncated=outcome.stdout.truncated,
         stderr_truncated=outcome.stderr.truncated,
         detail=detail,
+        memory_killed=outcome.memory_killed is not None,
     )
 
 
@@ -307,6 +414,8 @@ class LocalSandbox(Sandbox):
         self.prlimit = require_tool("prlimit")
         self.uids = UidPool(concurrency)
         self.setpriv = require_tool("setpriv") if self.uids.enabled else ""
+        self.memory_kills = 0
+        """Runs killed for holding more than `limits.memory_bytes` resident in total."""
 
     @abstractmethod
     def command(self, workdir: Path, uid: int | None) -> list[str]:
@@ -359,10 +468,14 @@ class LocalSandbox(Sandbox):
         try:
             workdir = await asyncio.to_thread(make_workdir, program, uid)
             argv = self.command(workdir, uid)
+            memory = (partial(resident_bytes, uid), self.limits.memory_bytes)
+            env = minimal_env(str(workdir))
             try:
-                outcome = await supervise(argv, workdir, minimal_env(str(workdir)), program.stdin, timeout_s, sweep)
+                outcome = await supervise(argv, workdir, env, program.stdin, timeout_s, sweep, memory)
             except OSError as exc:
                 return RunResult("sandbox_error", None, "", "", 0.0, detail=f"could not start the sandbox: {exc}")
+            if outcome.memory_killed is not None:
+                self.memory_kills += 1
             return classify(outcome, self.cpu_limit_codes(), self.launcher_prefixes, self.limits.cpu_s)
         finally:
             if workdir is not None:

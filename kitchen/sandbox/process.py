@@ -1,7 +1,10 @@
 """The fallback sandbox: a child process under rlimits, in its own session, as its own uid.
 
-It contains CPU, memory, process count, file size, wall time, leftover processes and (when the
-trainer is root) signals to the trainer. It does NOT block the network, and it does not hide the
+It contains CPU, memory (per process and in total), process count, file size, wall time,
+leftover processes and (when the trainer is root) signals to the trainer. The program runs with
+no-new-privileges and is killed if the trainer dies (but children it forked are not: only the
+trainer's sweep after each run finds those, so a killed trainer can leave them behind). RL
+refuses it unless `allow_unsafe_sandbox: true`. It does NOT block the network, and it does not hide the
 filesystem: the program can read whatever its uid may read and write to world-writable places
 such as /tmp. When the trainer is not root there is no uid drop: the program then runs as the
 trainer's user and can write to the user's files, read `/proc/<trainer>/environ`, signal the
@@ -15,7 +18,7 @@ import signal
 import warnings
 from pathlib import Path
 
-from kitchen.sandbox.local import LocalSandbox, ResourceLimits, default_pythons
+from kitchen.sandbox.local import LocalSandbox, ResourceLimits, default_pythons, require_tool
 from kitchen.sandbox.types import SandboxUnavailableError
 
 PROCESS_SANDBOX_WARNING = (
@@ -31,6 +34,7 @@ class ProcessSandbox(LocalSandbox):
     def __init__(self, concurrency: int = 4, limits: ResourceLimits | None = None, python: str | None = None) -> None:
         super().__init__(concurrency, limits or ResourceLimits())
         warnings.warn(PROCESS_SANDBOX_WARNING, stacklevel=2)
+        self.guard = require_tool("setpriv")
         failures = []
         for candidate in [python] if python else default_pythons():
             self.python = candidate
@@ -44,7 +48,11 @@ class ProcessSandbox(LocalSandbox):
         )
 
     def command(self, workdir: Path, uid: int | None) -> list[str]:
-        return self.launcher(uid)
+        # After the uid drop (a credential change clears the parent-death signal): the program is
+        # SIGKILLed when the trainer dies, and neither it nor its children gain privileges.
+        argv = self.launcher(uid)
+        at = argv.index(self.python)
+        return [*argv[:at], self.guard, "--pdeathsig=KILL", "--no-new-privs", "--", *argv[at:]]
 
     def cpu_limit_codes(self) -> set[int]:
         return {-signal.SIGXCPU}

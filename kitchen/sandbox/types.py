@@ -59,6 +59,8 @@ class RunResult:
     stderr_truncated: bool = False
     detail: str = ""
     """Why, for `timeout` and `sandbox_error` (which limit was hit, what broke)."""
+    memory_killed: bool = False
+    """Killed for holding more resident memory, all its processes together, than the sandbox allows."""
 
 
 class Sandbox(ABC):

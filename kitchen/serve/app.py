@@ -237,6 +237,8 @@ def _json_object(body: bytes) -> dict[str, Any]:
         value = json.loads(body or b"{}")
     except ValueError:
         raise WireError("the body is not JSON") from None
+    except RecursionError:
+        raise WireError("the body's JSON is nested too deeply") from None
     if not isinstance(value, dict):
         raise WireError("the body must be a JSON object")
     return value

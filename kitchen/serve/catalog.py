@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from kitchen.errors import ConfigError
+from kitchen.yaml_bounded import load_yaml
 
 TINY = "tiny"
 
@@ -39,7 +40,7 @@ def read_models_file(path: Path | None) -> ModelCatalog:
     if path is None:
         return ModelCatalog({TINY: TINY})
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = load_yaml(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ConfigError(f"models file {path}: cannot read it ({exc})") from None
     if not isinstance(raw, dict) or not raw:

@@ -34,6 +34,7 @@ from train_core.rl.code_grading import (
     extract_code,
     grade_assert_reports,
     outputs_match,
+    passes_returning_none,
     plan_assert_tests,
     read_reports,
 )
@@ -72,6 +73,7 @@ class Grade:
     timeout: bool = False
     sandbox_error: bool = False
     sandbox_seconds: float = 0.0
+    memory_killed: bool = False
 
 
 async def grade_code(sandbox: Sandbox, problem: CodeProblem, code: str, timeout_s: float) -> Grade:
@@ -82,7 +84,13 @@ async def grade_code(sandbox: Sandbox, problem: CodeProblem, code: str, timeout_
             harness = assert_harness(code, problem.plan, nonce)
             result = await sandbox.run(Program(harness.code, harness.files, harness.stdin), timeout_s)
             verdict = grade_assert_reports(problem.plan, read_reports(result.stdout, nonce))
-            return Grade(verdict, result.status == "timeout", result.status == "sandbox_error", result.elapsed_s)
+            return Grade(
+                verdict,
+                result.status == "timeout",
+                result.status == "sandbox_error",
+                result.elapsed_s,
+                result.memory_killed,
+            )
         seconds, total = 0.0, len(problem.cases)
         for passed, case in enumerate(problem.cases):
             result = await sandbox.run(Program(code, stdin=case.input), timeout_s)
@@ -90,7 +98,8 @@ async def grade_code(sandbox: Sandbox, problem: CodeProblem, code: str, timeout_
             if result.status != "ok" or not outputs_match(result.stdout, case.output):
                 detail = f"case {passed}: {result.status} {result.detail}".strip()
                 failed = TestVerdict(passed, total, detail)
-                return Grade(failed, result.status == "timeout", result.status == "sandbox_error", seconds)
+                timeout, broke = result.status == "timeout", result.status == "sandbox_error"
+                return Grade(failed, timeout, broke, seconds, result.memory_killed)
         return Grade(TestVerdict(total, total), sandbox_seconds=seconds)
     except SandboxUnavailableError as exc:
         return Grade(TestVerdict(0, 1, str(exc)), sandbox_error=True)
@@ -121,6 +130,7 @@ class CodeEnv(Env):
         message, parsed = self.renderer.parse_response(action)
         code = extract_code(message["content"]) if parsed else None
         metrics: Metrics = {"format": float(code is not None), "pass": 0.0, "timeout": 0.0, "sandbox_error": 0.0}
+        metrics["memory_kill"] = 0.0
         metrics["sandbox_seconds"] = 0.0
         if code is None:
             reward = -self.format_coef
@@ -132,6 +142,7 @@ class CodeEnv(Env):
                 "timeout": float(grade.timeout),
                 "sandbox_error": float(grade.sandbox_error),
                 "sandbox_seconds": grade.sandbox_seconds,
+                "memory_kill": float(grade.memory_killed),
             }
         return StepResult(
             reward=reward,
@@ -235,6 +246,25 @@ def load_code_problems(path: str | Path) -> list[CodeProblem]:
         except InvalidInputError as exc:
             raise DataFormatError(path, line_no, str(exc)) from None
     return problems
+
+
+def passes_trivially(problem: CodeProblem) -> bool:
+    """Whether a program that prints nothing and whose functions return None passes every test."""
+    if problem.plan is not None:
+        return passes_returning_none(problem.plan)
+    return all(outputs_match("", case.output) for case in problem.cases)
+
+
+def weak_tests_warning(path: str | Path, problems: Sequence[CodeProblem]) -> str | None:
+    """A warning naming the problems whose tests pass on a trivial program, or None."""
+    weak = [number for number, problem in enumerate(problems, start=1) if passes_trivially(problem)]
+    if not weak:
+        return None
+    shown = ", ".join(map(str, weak[:20])) + (", ..." if len(weak) > 20 else "")
+    return (
+        f"{path}: {len(weak)} of {len(problems)} problems have tests that a program printing nothing and "
+        f"returning None passes (they reward wrong programs); problems {shown}"
+    )
 
 
 def fenced(code: str) -> str:

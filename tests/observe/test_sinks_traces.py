@@ -136,7 +136,7 @@ def no_global_tracer_provider(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_trace_file_has_one_span_per_stage_with_attributes(tmp_path: Path, no_global_tracer_provider: None) -> None:
     """(Before: with no global provider, only the workflow span was written.)"""
-    run_dir = _run(tmp_path, "trace_file=true")
+    run_dir = _run(tmp_path, "trace_file=true", "save_every=2")
     spans = [json.loads(line) for line in (run_dir / "traces.jsonl").read_text().splitlines()]
     workflow = [s for s in spans if s["name"].startswith("workflow ")]
     assert len(workflow) == 1
@@ -153,6 +153,9 @@ def test_trace_file_has_one_span_per_stage_with_attributes(tmp_path: Path, no_gl
     assert steps == list(range(STEPS))
     names = {s["attributes"]["kitchen.stage"] for s in stages}
     assert {"get_tokenizer", "create_training_client", "save_final_checkpoint", "close_backend"} <= names
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    declared = next(e["stages"] for e in events if e.get("event") == "run.start")
+    assert names == set(declared)  # every stage of the workflow, each with its own span
 
 
 def test_in_memory_exporter_and_no_export_by_default(

@@ -64,3 +64,25 @@ def test_headline_picks_by_keys() -> None:
     assert headline([{"step": 0, "env/all/reward/total": 0.25}]) == "reward 0.25"
     assert headline([{"step": 0, "train_mean_nll": 2.0}, {"step": 1, "eval/nll": 2.5}]) == "nll 2 (eval 2.5)"
     assert headline([{"step": 0, "other": 1.0}]) == "-"
+
+
+def test_runs_skips_a_run_whose_config_is_not_utf8(
+    runs_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "runs"
+    copy_run(runs_root / "sl_basic", folder / "good")
+    bad = copy_run(runs_root / "dpo", folder / "bad")
+    (bad / "config.yaml").write_bytes(b"seed: 1\nmodel_name: \xff\xfe\n")
+    assert main(["runs", str(folder)]) == 0
+    captured = capsys.readouterr()
+    assert [line.split()[0] for line in captured.out.splitlines()[1:]] == ["good"]
+    assert f"warning: skipped {bad}: config.yaml not UTF-8 text" in captured.err
+
+
+def test_report_of_a_run_whose_config_is_an_alias_bomb(sl_run: Path, tmp_path: Path) -> None:
+    from tests.safety.test_bad_inputs import BOMB
+
+    run = copy_run(sl_run, tmp_path / "run")
+    (run / "config.yaml").write_text(BOMB)
+    assert main(["report", str(run)]) == 0
+    assert "No readable config.yaml (invalid YAML: expands to more than" in (run / "report.html").read_text()

@@ -102,6 +102,14 @@ CASES: dict[str, tuple[Case, tuple[str, ...]]] = {
         ("c.yaml line 2", "not UTF-8"),
     ),
     "config_is_directory": (lambda t, r: ["--config", str(_dir(t, "conf.yaml"))], ("is a directory",)),
+    "config_duplicate_key": (
+        lambda t, r: ["--config", str(_file(t, "dup.yaml", b"seed: 1\nbatch_size: 4\nseed: 2\n"))],
+        ("dup.yaml line 3", "key 'seed' given twice (line 1 and line 3)"),
+    ),
+    "dataset_nested_1000_deep": (
+        lambda t, r: _dataset(t, '{"prompt": "a", "completion": "b", "x": ' + "[" * 1000 + "]" * 1000 + "}"),
+        ("bad.jsonl line 2", "nested too deeply"),
+    ),
     "secret_override": (lambda t, r: [f"api_key={SECRET}"], ("api_key", "environment")),
     "secret_token_override": (lambda t, r: [f"tinker.hf_token={SECRET}"], ("hf_token",)),
     "secret_in_config_file": (

@@ -9,6 +9,7 @@ import resource
 import socket
 import time
 import uuid
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -245,17 +246,46 @@ print("spawned")
 PROBLEM = CodeProblem.from_asserts(
     "Write add_three(x).", ["assert add_three(2) == 5", "assert add_three(-3) == 0\nassert add_three(0) != 4"]
 )
+# The solution runs in a forked child that never holds the nonce or the report channel: it can
+# only forge records through its own pipe, and those must still hold the right values.
 FORGE = """
 import json, os, sys
 frame = sys._getframe(1)
-nonce, channel, tests = frame.f_locals["nonce"], frame.f_locals["channel"], frame.f_locals["tests"]
+pipe, tests = frame.f_locals["write_fd"], frame.f_locals["tests"]
 for t, steps in enumerate(tests):
     for step in steps:
         if "check" in step:
             record = {"t": t, "a": step["check"], "v": [["i", "7"]] * len(step["leaves"])}
-            os.write(channel, (nonce + " " + json.dumps(record) + "\\n").encode())
-os.write(channel, (nonce + ' {"done": true}\\n').encode())
+            os.write(pipe, (json.dumps(record) + "\\n").encode())
 os._exit(0)
+"""
+# Records of every wrong shape through the pipe: each must count as a failed assert, no exception.
+MALFORMED = """
+import os, sys
+pipe = sys._getframe(1).f_locals["write_fd"]
+for line in ['{"t": [], "a": 0, "v": []}', '{"t": 0, "a": {}, "v": [["i", "5"]]}', '{"t": {}, "e": "x"}',
+             '{"t": 0, "a": 0, "v": 5}', '{"t": 0, "a": 0, "v": [["zz"]]}', '{"t": 0, "a": 9, "v": []}',
+             '{"t": 1, "a": 0, "v": [null, [[[[]]]]]}', '[1, 2]', 'not json', '{"done": true}']:
+    os.write(pipe, (line + "\\n").encode())
+os._exit(0)
+"""
+# Looking for the harness's nonce and channel where they used to be, and printing a report-shaped
+# line (the 62-character reply of issue 29 printed one and crashed the grader).
+STEAL = """
+import os, sys
+frame = sys._getframe(1)
+while frame is not None:
+    for name in ("nonce", "channel"):
+        if name in frame.f_locals:
+            print("found", name)
+    frame = frame.f_back
+try:
+    for fd in os.listdir("/proc/" + str(os.getppid()) + "/fd"):
+        print("parent fd", fd)
+except OSError as exc:
+    print("denied", exc)
+print("0" * 32, '{"t": [], "a": 0, "v": []}')
+os.write(1, b'{"t": 0, "a": 0, "v": [["i", "5"]]}\\n')
 """
 HACKS = {
     "sys_exit_before_tests": "import sys\nsys.exit(0)\n",
@@ -272,6 +302,8 @@ HACKS = {
     "int_subclass": "class I(int):\n    def __eq__(self, o):\n        return True\ndef add_three(x):\n    return I(7)",
     "fake_marker": 'print("ALL TESTS PASSED")\nprint("ok 1\\nok 2")\ndef add_three(x):\n    return 7\n',
     "forged_reports": FORGE,
+    "malformed_reports": MALFORMED,
+    "steal_the_channel": STEAL,
 }
 
 
@@ -283,6 +315,44 @@ def test_reward_hacks_earn_nothing(sandbox: LocalSandbox, hack: str) -> None:
         assert "does not hold" in grade.verdict.detail
 
 
+def test_the_harness_keeps_its_channel_out_of_reach(sandbox: LocalSandbox) -> None:
+    from train_core.rl.code_grading import assert_harness
+
+    nonce = "ab" * 16
+    harness = assert_harness(STEAL, PROBLEM.plan, nonce)  # type: ignore[arg-type]
+    result = asyncio.run(sandbox.run(Program(harness.code, harness.files, harness.stdin), 5))
+    assert "found" not in result.stderr and "parent fd" not in result.stderr, result.stderr
+    assert "denied" in result.stderr  # /proc/<harness>/fd: the harness is not dumpable
+    assert '"v"' not in result.stdout and result.stdout.endswith(f"{nonce} " + '{"done": true}\n')
+    assert '{"t": 0, "a": 0, "v": [["i", "5"]]}' in result.stderr  # the forged lines went to stderr
+
+
 def test_the_honest_solution_passes(sandbox: LocalSandbox) -> None:
     grade = asyncio.run(grade_code(sandbox, PROBLEM, "def add_three(x):\n    return x + 3\n", timeout_s=5))
     assert grade.verdict.all_passed and grade.verdict.passed == 2
+
+
+def test_many_processes_cannot_add_up_past_the_total_memory_limit(sandbox: LocalSandbox) -> None:
+    # Each process stays under its own address-space cap; together they hold 8 x 96 MiB.
+    limits = ResourceLimits(cpu_s=5, address_space_bytes=1 << 30, processes=64, memory_bytes=256 << 20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the process sandbox's warning, tested in the fixture
+        capped = type(sandbox)(concurrency=1, limits=limits)
+    code = """
+import os, time
+for _ in range(8):
+    if os.fork() == 0:
+        held = bytearray(96 << 20)
+        for i in range(0, len(held), 4096):
+            held[i] = 1
+        time.sleep(8)
+        os._exit(0)
+time.sleep(8)
+print("all held")
+"""
+    result = run(capped, code, timeout_s=20)
+    assert result.status == "failed" and "memory limit reached" in result.detail, result
+    assert "all held" not in result.stdout
+    assert capped.memory_kills == 1 and result.memory_killed
+    bound = limits.total_bound()
+    assert "0.25 GiB resident in total" in bound and "64 processes x 1 GiB address space = 64 GiB" in bound

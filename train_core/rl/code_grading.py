@@ -13,8 +13,14 @@ verdict. Each top-level `assert` is split here, outside the sandbox: the parts t
 (`f(2)`) are evaluated there and *reported* as plain values (exact built-in types only, so no
 always-equal objects). The grader then evaluates the comparison itself on those values. A program
 that exits early reports nothing and fails; a forged report must hold the right values, which is
-solving the problem. Reports carry a per-run nonce only to tell them apart from the program's
-own output (they go to the original stdout, the program's prints are moved to stderr).
+solving the problem.
+
+The report channel is out of the program's reach: the harness forks, the solution runs in the
+child (stdin on /dev/null, its prints moved to stderr) and sends its records through a pipe; the
+parent, made non-dumpable so the child cannot read its memory or open its fds through /proc,
+reads the per-run nonce from stdin only after the fork and relays each well-formed record to the
+original stdout prefixed with the nonce. Whatever reaches the grader is still checked field by
+field: a malformed report is a failed assert, never an exception in the trainer.
 
 Tests must therefore be top-level `assert` statements (other statements, e.g. setup, are fine),
 and an assert is only as strong as its literal parts: `assert f(x) == g(y)` with both sides
@@ -242,19 +248,28 @@ def read_reports(stdout: str, nonce: str) -> list[dict[str, Any]]:
     return reports
 
 
+def _index(value: Any) -> int | None:
+    """A report's test or assert number: a plain int, or None for anything else."""
+    return value if type(value) is int else None
+
+
 def grade_assert_reports(plan: AssertPlan, reports: Sequence[dict[str, Any]]) -> TestVerdict:
-    """A test passes when each of its asserts was reported exactly once and holds on the values."""
+    """A test passes when each of its asserts was reported exactly once and holds on the values.
+    Reports of the wrong shape count for nothing, so the assert they claim to answer fails."""
     total = len(plan.checks)
     load_errors = [r["load"] for r in reports if "load" in r]
     if load_errors:
-        return TestVerdict(0, total, f"solution failed to load: {load_errors[0]}")
-    values: dict[tuple[Any, Any], list[Any]] = {}
-    errors: dict[Any, str] = {}
+        return TestVerdict(0, total, f"solution failed to load: {str(load_errors[0])[:300]}")
+    values: dict[tuple[int, int], list[list[Any]]] = {}
+    errors: dict[int, str] = {}
     for report in reports:
+        test = _index(report.get("t"))
+        if test is None:
+            continue
         if "e" in report:
-            errors.setdefault(report.get("t"), str(report["e"]))
-        elif "v" in report:
-            values.setdefault((report.get("t"), report.get("a")), []).append(report["v"])
+            errors.setdefault(test, str(report["e"])[:300])
+        elif (number := _index(report.get("a"))) is not None and isinstance(report.get("v"), list):
+            values.setdefault((test, number), []).append(report["v"])
     passed, first_failure = 0, ""
     for test, checks in enumerate(plan.checks):
         failure = errors.get(test, "")
@@ -277,6 +292,31 @@ def grade_assert_reports(plan: AssertPlan, reports: Sequence[dict[str, Any]]) ->
         else:
             passed += 1
     return TestVerdict(passed, total, first_failure)
+
+
+def _bare_call(leaf: str) -> bool:
+    try:
+        return isinstance(ast.parse(leaf, mode="eval").body, ast.Call)
+    except SyntaxError:
+        return False
+
+
+def passes_returning_none(plan: AssertPlan) -> bool:
+    """Whether every assert holds for a program whose functions all return None (`assert f(2) is
+    None`, `assert not f(3)`): such tests pay for a program that does nothing. Decided on the
+    grader's side, without running anything; an assert with other sandbox-side parts than bare
+    calls is taken to fail."""
+    for checks, steps in zip(plan.checks, plan.steps, strict=True):
+        leaves = {step["check"]: step["leaves"] for step in steps if "check" in step}
+        for index, check in enumerate(checks):
+            if not all(_bare_call(leaf) for leaf in leaves[index]):
+                return False
+            try:
+                if not _evaluate(check, [None] * len(leaves[index])):
+                    return False
+            except Exception:  # None compared with a number, say: the assert fails
+                return False
+    return True
 
 
 # ---- assert tests: the program that runs in the sandbox -----------------------------------------
@@ -312,13 +352,28 @@ def encode(value, depth=0, type=type, int_repr=int.__repr__, hexf=float.hex, hex
     return [tag, [encode(item, depth + 1) for item in value]]
 
 
-def main(write=os.write, dumps=json.dumps, BaseException=BaseException, repr=repr):
-    nonce = sys.stdin.readline().strip()
-    channel = os.dup(1)
-    os.dup2(2, 1)  # the program's own prints go to stderr; reports alone use the original stdout
+def relay(read_fd, channel, nonce, loads=json.loads, dumps=json.dumps):
+    # Forward the solution process's records to the grader: one JSON object per line, anything
+    # else dropped (the grader treats a missing report as a failed assert).
+    with os.fdopen(read_fd, "rb") as pipe:
+        for line in pipe:
+            try:
+                record = loads(line)
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(record, dict) and "done" not in record:
+                os.write(channel, (nonce + " " + dumps(record) + "\n").encode())
+
+
+def run_solution(write_fd, BaseException=BaseException, repr=repr, dumps=json.dumps):
+    # In the forked solution process: run the solution and the sandbox-side parts of each test,
+    # sending records through the pipe. It never holds the nonce or the report channel.
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)  # the nonce arrives on stdin after the fork, for the relay only
+    os.dup2(2, 1)  # the program's own prints go to stderr
 
     def report(record):
-        write(channel, (nonce + " " + dumps(record) + "\n").encode())
+        os.write(write_fd, (dumps(record) + "\n").encode())
 
     with open(TESTS_FILE) as handle:
         tests = json.load(handle)
@@ -340,7 +395,34 @@ def main(write=os.write, dumps=json.dumps, BaseException=BaseException, repr=rep
                     report({"t": number, "a": step["check"], "v": [encode(v) for v in values]})
         except BaseException as exc:
             report({"t": number, "e": type(exc).__name__ + ": " + repr(exc)[:300]})
-    report({"done": True})
+
+
+def main():
+    # Not dumpable: the solution process (same uid) cannot read this one's memory or open its fds
+    # through /proc, so the nonce and the report channel stay out of its reach.
+    import ctypes
+
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_fd)
+        try:
+            run_solution(write_fd)
+        finally:
+            for stream in (sys.__stdout__, sys.__stderr__):
+                try:
+                    stream.flush()
+                except BaseException:
+                    pass
+            os._exit(0)
+    os.close(write_fd)
+    nonce = sys.stdin.readline().strip()
+    channel = os.dup(1)
+    os.dup2(2, 1)
+    relay(read_fd, channel, nonce)
+    os.waitpid(pid, 0)
+    os.write(channel, (nonce + ' {"done": true}\n').encode())
 
 
 main()

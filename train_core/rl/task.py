@@ -29,6 +29,9 @@ class RLTask:
     eval_builders: Sequence[EnvGroupBuilder] = ()
     demonstrations: DemonstrationSource | None = None
     demonstration_weights: TrainOnWhat = TrainOnWhat.ALL_ASSISTANT_MESSAGES
+    warnings: Sequence[str] = ()
+    """What the user should know before training starts (weak data, an unsafe setting): logged
+    as warnings, so they reach stderr and the report."""
 
 
 RLTaskFactory = Callable[[Any, Renderer], RLTask]

@@ -109,3 +109,23 @@ def test_outputs_match() -> None:
 def test_outputs_match_ignores_surrounding_whitespace(lines: list[str], pads: list[str]) -> None:
     padded = "\n".join(pads[i % 5] + line + pads[(i + 1) % 5] for i, line in enumerate(lines)) + "\n\n"
     assert outputs_match(padded, "\n".join(lines))
+
+
+@pytest.mark.parametrize(
+    "report",
+    [
+        {"t": [], "a": 0, "v": []},
+        {"t": 0, "a": {}, "v": [["i", "5"]]},
+        {"t": {}, "e": "x"},
+        {"t": 0, "a": 0, "v": 5},
+        {"t": 0, "a": 0, "v": [["zz"]]},
+        {"t": 0, "a": 9, "v": []},
+        {"t": True, "a": 0, "v": [["i", "5"]]},
+        {"t": 0, "a": 0, "v": [None, [[[[]]]]]},
+        {"load": ["not", "a", "string"]},
+    ],
+)
+def test_a_malformed_report_fails_the_assert_never_raises(report: dict[str, object]) -> None:
+    plan = plan_assert_tests(["assert f(2) == 5"])
+    verdict = grade_assert_reports(plan, [report])
+    assert verdict.passed == 0 and verdict.total == 1
