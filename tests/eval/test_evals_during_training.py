@@ -1,0 +1,159 @@
+"""Evaluation during training (`evals:` and `best_checkpoint` in any recipe's config), on the noop
+backend with a scripted fake model: metrics rows, the best-checkpoint pointer and its protection
+from pruning, `--checkpoint best`, and config and grader errors."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kitchen.best_checkpoint import BEST_FILE
+from kitchen.config import load_config
+from kitchen.errors import ConfigError
+from kitchen.eval.target import resolve_target
+from kitchen.eval.training import FinishEvals, StartEvals
+from kitchen.recipe import get_recipe
+from kitchen.runner import StageFailure
+from kitchen.stages.checkpoint import SaveCheckpoint
+from kitchen.testing import RunResult
+from kitchen.workflow import Loop, _iter_nodes, _iter_stages
+from recipes.math_rl import Config as MathConfig
+
+RL = ("warm_start_steps=0", "groups_per_batch=2", "group_size=2", "eval_every=0", "max_operand=3")
+GRADERS = "tests.eval.graders_for_tests"
+GRADER = f"{GRADERS}:by_length"
+
+
+def right_answers(prompt: str) -> str:
+    """The fake model answers every addition correctly."""
+    found = re.findall(r"What is (\d+) \+ (\d+)\?", prompt)
+    x, y = found[-1]
+    return f" {int(x) + int(y)}"
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    """Prompts for the `jsonl` task."""
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"Say {n}.", "answer": str(n)}) + "\n" for n in range(4)))
+    return path
+
+
+def raw_rows(run: RunResult) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run.path / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_evals_log_eval_task_metric_after_every_n_steps_and_the_last(kitchen_run: Any) -> None:
+    run = kitchen_run(
+        "math_rl",
+        *RL,
+        "num_batches=5",
+        "evals=[{task: arithmetic, every: 2, limit: 6, temperature: 0.0}]",
+        replies=right_answers,
+    )
+    rows = raw_rows(run)
+    # one row per step, in step order: a background eval holds its step's row until it is in
+    assert [row["step"] for row in rows] == [0, 1, 2, 3, 4]
+    evaluated = {row["step"]: row["eval/arithmetic/accuracy"] for row in rows if "eval/arithmetic/accuracy" in row}
+    assert evaluated == {1: 1.0, 3: 1.0, 4: 1.0}  # after steps 2, 4 and the last (5)
+    assert all("env/all/reward/total" in rows[step] for step in evaluated)  # the same row as the step's own
+    samples = (run.path / "evals" / "training" / "arithmetic" / "000002.jsonl").read_text().splitlines()
+    assert len(samples) == 6
+    assert all(json.loads(line)["correct"] for line in samples)
+
+
+def test_wrong_answers_score_zero_and_waiting_evals_match_background_ones(kitchen_run: Any) -> None:
+    def wrong(prompt: str) -> str:
+        return " 99"
+
+    evals = "evals=[{task: arithmetic, every: 1, limit: 4, background: %s}]"
+    background = kitchen_run("math_rl", *RL, "num_batches=2", evals % "true", replies=wrong)
+    waiting = kitchen_run("math_rl", *RL, "num_batches=2", evals % "false", replies=wrong)
+    assert background.column("eval/arithmetic/accuracy") == [0.0, 0.0]
+    assert waiting.column("eval/arithmetic/accuracy") == [0.0, 0.0]
+
+
+def test_the_best_checkpoint_pointer_is_what_checkpoint_best_evaluates(kitchen_run: Any, data: Path) -> None:
+    run = kitchen_run(
+        "math_rl",
+        *RL,
+        "num_batches=6",
+        "save_every=1",
+        f"evals=[{{task: jsonl, name: lengthy, every: 1, settings: {{dataset: '{data}', grader: '{GRADER}'}}}}]",
+        "best_checkpoint={metric: eval/lengthy/mean_reward, mode: max}",
+    )
+    values = run.column("eval/lengthy/mean_reward")
+    assert len(values) == 6 and len(set(values)) > 1  # the pseudo-random replies change as the weights do
+    best_step = max(range(6), key=lambda s: (values[s], s))  # ties go to the later step
+    pointer = json.loads((run.path / BEST_FILE).read_text())
+    assert pointer["name"] == f"{best_step + 1:06d}"
+    assert pointer["value"] == values[best_step]
+    assert pointer["state_path"] == next(r.state_path for r in run.checkpoints if r.name == pointer["name"])
+    target = resolve_target(str(run.path), checkpoint="best")
+    assert target.record is not None and target.record.name == pointer["name"]
+
+
+def test_evals_appear_in_every_step_loop_family(kitchen_run: Any, data: Path) -> None:
+    evals = f"evals=[{{task: jsonl, every: 2, settings: {{dataset: '{data}', grader: '{GRADERS}:by_length'}}}}]"
+    for recipe in ("sl_basic", "dpo"):
+        run = kitchen_run(recipe, "max_steps=3", "eval_every=0", evals)
+        assert [row["step"] for row in raw_rows(run)] == [0, 1, 2]
+        assert len(run.column("eval/jsonl/accuracy")) == 2, recipe  # after steps 2 and 3
+
+
+@pytest.mark.parametrize(
+    ("recipe", "overrides"),
+    [
+        ("math_rl", []),
+        ("math_rl", ["stream_minibatch={num_minibatches: 2}"]),
+        ("math_rl", ["async_config={max_steps_off_policy: 1}"]),
+        ("sl_basic", []),
+        ("dpo", []),
+    ],
+)
+def test_every_step_loop_starts_evals_after_its_step_and_waits_for_them_after(
+    recipe: str, overrides: list[str]
+) -> None:
+    found = get_recipe(recipe)
+    config = load_config(found.config_cls, None, ["evals=[{task: arithmetic, every: 3}]", *overrides])
+    workflow = found.workflow(config)
+    stages = [type(stage) for stage in workflow.stages()]
+    (loop,) = [node for node in _iter_nodes(workflow.steps) if isinstance(node, Loop) and node.step]
+    assert StartEvals in [type(stage) for stage in _iter_stages(loop.body)]
+    assert stages.index(FinishEvals) > stages.index(StartEvals)
+    assert stages.index(FinishEvals) < max(i for i, kind in enumerate(stages) if kind is SaveCheckpoint)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("evals=[{task: arithmetc, every: 2}]", "unknown task 'arithmetc'; did you mean 'arithmetic'?"),
+        ("evals=[{task: arithmetic, every: 2, settings: {max_operandd: 3}}]", "has no setting 'max_operandd'"),
+        ("evals=[{task: arithmetic, every: 0}]", "evals.0.every"),
+        ("evals=[{task: jsonl, every: 2, settings: {dataset: x.jsonl}}]", "task 'jsonl': grader: Field required"),
+        (
+            f"evals=[{{task: jsonl, every: 2, settings: {{dataset: x.jsonl, grader: '{GRADERS}:gone'}}}}]",
+            "grader 'tests.eval.graders_for_tests:gone': module 'tests.eval.graders_for_tests' has no 'gone'",
+        ),
+        ("evals=[{task: arithmetic, every: 2}, {task: arithmetic, every: 3}]", "two evals are named 'arithmetic'"),
+        (
+            "evals=[{task: arithmetic, every: 2}]\nbest_checkpoint={metric: eval/arithmetc/accuracy}",
+            "did you mean 'arithmetic'?",
+        ),
+    ],
+)
+def test_bad_evals_config_is_a_config_error_naming_the_key(override: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(MathConfig, None, override.split("\n"))
+
+
+def test_a_grader_that_raises_stops_the_run_naming_grader_and_item(kitchen_run: Any, data: Path) -> None:
+    evals = f"evals=[{{task: jsonl, every: 1, settings: {{dataset: '{data}', grader: '{GRADERS}:explodes'}}}}]"
+    raised = r"grader .*:explodes on .*prompts.jsonl line 1 raised ZeroDivisionError"
+    with pytest.raises(StageFailure, match=raised) as failure:
+        kitchen_run("math_rl", *RL, "num_batches=2", evals)
+    assert failure.value.is_user_error
