@@ -12,10 +12,13 @@ from typing import Any
 import pytest
 
 from kitchen.best_checkpoint import BEST_FILE
+from kitchen.checkpoints import read_records
+from kitchen.cli import main
 from kitchen.config import load_config
 from kitchen.errors import ConfigError
 from kitchen.eval.target import resolve_target
 from kitchen.eval.training import FinishEvals, StartEvals
+from kitchen.launch import run_recipe
 from kitchen.recipe import get_recipe
 from kitchen.runner import StageFailure
 from kitchen.stages.checkpoint import SaveCheckpoint
@@ -157,3 +160,32 @@ def test_a_grader_that_raises_stops_the_run_naming_grader_and_item(kitchen_run: 
     with pytest.raises(StageFailure, match=raised) as failure:
         kitchen_run("math_rl", *RL, "num_batches=2", evals)
     assert failure.value.is_user_error
+
+
+@pytest.mark.slow
+def test_on_the_local_backend_the_last_eval_is_kitchen_eval_of_the_final_checkpoint(tmp_path: Path, data: Path) -> None:
+    """The tiny model fine-tuned by sl_basic: the eval after the last step samples the same replies
+    as `kitchen eval RUN --tasks arithmetic` on the final checkpoint (same weights, settings,
+    seeds), and keep_last=1 keeps the best checkpoint's files while deleting the other older ones'."""
+    recipe = get_recipe("sl_basic")
+    lengthy = (
+        f"{{task: jsonl, name: lengthy, every: 1, max_tokens: 8, settings: {{dataset: '{data}', grader: '{GRADER}'}}}}"
+    )
+    overrides = ["max_steps=4", "max_length=64", "eval_every=0", "save_every=1", "keep_last=1"]
+    overrides += [
+        f"log_path={tmp_path / 'run'}",
+        f"evals=[{{task: arithmetic, every: 1, limit: 8, max_tokens: 8}}, {lengthy}]",
+    ]
+    overrides += ["best_checkpoint={metric: eval/lengthy/mean_reward, mode: max}"]
+    run = run_recipe(recipe, load_config(recipe.config_cls, None, overrides), progress=False).path
+    out = tmp_path / "eval"
+    assert (
+        main(["eval", str(run), "--tasks", "arithmetic", "--limit", "8", "--max-tokens", "8", "--out", str(out)]) == 0
+    )
+    evaluated = (out / "samples" / "arithmetic.jsonl").read_text().splitlines()
+    during = (run / "evals" / "training" / "arithmetic" / "000004.jsonl").read_text().splitlines()
+    assert [json.loads(line)["response"] for line in evaluated] == [json.loads(line)["response"] for line in during]
+    pointer = json.loads((run / BEST_FILE).read_text())
+    assert pointer["name"] != "000004"  # the case under test: the best is not the newest
+    on_disk = {r.name for r in read_records(run / "checkpoints.jsonl") if r.state_path and Path(r.state_path).exists()}
+    assert on_disk == {pointer["name"], "000004", "final"}
