@@ -100,12 +100,18 @@ def test_the_best_checkpoint_pointer_is_what_checkpoint_best_evaluates(kitchen_r
     assert target.record is not None and target.record.name == pointer["name"]
 
 
-def test_evals_appear_in_every_step_loop_family(kitchen_run: Any, data: Path) -> None:
-    evals = f"evals=[{{task: jsonl, every: 2, settings: {{dataset: '{data}', grader: '{GRADERS}:by_length'}}}}]"
-    for recipe in ("sl_basic", "dpo"):
-        run = kitchen_run(recipe, "max_steps=3", "eval_every=0", evals)
-        assert [row["step"] for row in raw_rows(run)] == [0, 1, 2]
-        assert len(run.column("eval/jsonl/accuracy")) == 2, recipe  # after steps 2 and 3
+def test_supervised_steps_in_flight_and_evals_share_the_steps_rows(kitchen_run: Any, data: Path) -> None:
+    """sl_basic keeps a train step in flight while evals run in the background: both hold the
+    step's row, which is written once, with both."""
+    evals = f"evals=[{{task: jsonl, every: 2, settings: {{dataset: '{data}', grader: '{GRADER}'}}}}]"
+    run = kitchen_run("sl_basic", "max_steps=3", "eval_every=0", evals)
+    rows = raw_rows(run)
+    assert [row["step"] for row in rows] == [0, 1, 2]
+    assert [("eval/jsonl/accuracy" in row, "train_mean_nll" in row) for row in rows] == [
+        (False, True),
+        (True, True),  # after step 2
+        (True, True),  # after the last
+    ]
 
 
 @pytest.mark.parametrize(
@@ -189,3 +195,20 @@ def test_on_the_local_backend_the_last_eval_is_kitchen_eval_of_the_final_checkpo
     assert pointer["name"] != "000004"  # the case under test: the best is not the newest
     on_disk = {r.name for r in read_records(run / "checkpoints.jsonl") if r.state_path and Path(r.state_path).exists()}
     assert on_disk == {pointer["name"], "000004", "final"}
+
+
+def test_from_the_command_line_bad_evals_exit_2_with_one_line(
+    tmp_path: Path, data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["run", "math_rl", "backend=noop", *RL, "num_batches=2", f"log_path={tmp_path / 'run'}"]
+    assert main([*base, "evals=[{task: arithmetc, every: 1}]"]) == 2
+    err = capsys.readouterr().err
+    assert "did you mean 'arithmetic'?" in err and "Traceback" not in err
+    explodes = f"evals=[{{task: jsonl, every: 1, settings: {{dataset: '{data}', grader: '{GRADERS}:explodes'}}}}]"
+    assert main([*base, explodes]) == 2
+    err = capsys.readouterr().err
+    assert "explodes on" in err and "raised ZeroDivisionError" in err and "Traceback" not in err
+    done = tmp_path / "done"
+    assert main(["run", "math_rl", "backend=noop", *RL, "num_batches=2", "save_every=1", f"log_path={done}"]) == 0
+    assert main(["eval", str(done), "--checkpoint", "best", "--tasks", "arithmetic"]) == 2
+    assert "no best checkpoint: no saved step checkpoint was evaluated" in capsys.readouterr().err
