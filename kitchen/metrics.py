@@ -27,7 +27,8 @@ class MetricsRecorder:
 
     A stage that submits work whose results arrive later `hold`s its step; the row is written
     only after every hold is `release`d (holds count: a pending train step and a background
-    evaluation may hold the same step), and rows are written in step order.
+    evaluation may hold the same step), and rows are written in step order. What must follow a
+    row (a checkpoint record) waits for it with `when_written`.
     """
 
     def __init__(self, path: Path | None = None, on_row: Callable[[dict[str, Any]], None] | None = None):
@@ -36,6 +37,7 @@ class MetricsRecorder:
         self._pending: dict[int, dict[str, float]] = {}
         self._held: dict[int, int] = {}
         """Step -> holds not yet released."""
+        self._after_write: dict[int, list[Callable[[], None]]] = {}
         self._written_through = -1
         self._on_row = on_row
         self.before_write: Callable[[], None] | None = None
@@ -60,15 +62,19 @@ class MetricsRecorder:
         else:
             self._held.pop(step, None)
 
-    @property
-    def held_steps(self) -> frozenset[int]:
-        """Steps whose results are still to come (their rows are not written yet)."""
-        return frozenset(self._held)
+    def when_written(self, step: int, callback: Callable[[], None]) -> None:
+        """Run `callback` once the row of `step` is written: now if it is (or has nothing to
+        write), else right after it is."""
+        if step in self._pending or step in self._held:
+            self._after_write.setdefault(step, []).append(callback)
+        else:
+            callback()
 
     def discard(self) -> None:
         """Forget every pending row (a run that failed before it started logs nothing)."""
         self._pending.clear()
         self._held.clear()
+        self._after_write.clear()
 
     def flush(self, through: int | None = None) -> None:
         """Write rows for pending steps <= `through` (all if None), stopping at the first held one."""
@@ -97,6 +103,8 @@ class MetricsRecorder:
                 raise OSError(exc.errno, exc.strerror, str(self.path)) from None
         if self._on_row is not None:
             self._on_row(row)
+        for callback in self._after_write.pop(step, []):
+            callback()
 
 
 def _json_safe(value: Any) -> Any:

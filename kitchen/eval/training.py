@@ -4,11 +4,12 @@ inside a recipe's step loop, on the same task code `kitchen eval` runs.
 After step `s` (every `every` steps and after the last), `StartEvals` snapshots the weights as a
 sampling client (a snapshot on every backend: it keeps the weights it was made with while training
 moves on) and starts each due eval on it. A background eval holds step `s`'s metrics row until
-its `eval/<name>/<metric>` values are in, so rows stay in step order and every sink sees them;
-training goes on meanwhile. At most one run of each eval is in flight: a step whose eval is due
-while the previous run of it is still going waits for that one. `FinishEvals`, after the loop,
-waits for the rest. Each run's graded samples go to `RUN_DIR/evals/training/<name>/<NNNNNN>.jsonl`
-(NNNNNN: the completed steps, the name of a checkpoint of the same weights).
+its `eval/<name>/<metric>` values are in, so rows stay in step order and every sink sees them
+(the step's checkpoint record waits for the row too); training goes on meanwhile. At most one
+run of each eval is in flight: a step whose eval is due while the previous run of it is still
+going waits for that one. `FinishEvals`, after the loop, waits for the rest. Each run's graded
+samples go to `RUN_DIR/evals/training/<name>/<NNNNNN>.jsonl` (NNNNNN: the completed steps, the
+name of a checkpoint of the same weights).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kitchen.best_checkpoint import refresh_best
 from kitchen.context import Context
 from kitchen.eval.registry import get_task
 from kitchen.eval.results import EVALS_DIR, sample_line
@@ -100,13 +100,6 @@ async def _evaluate(ctx: Context, entry: TrainingEval, model: EvalModel, step: i
         )
     finally:
         ctx.metrics.release(step)
-    if ctx.run_dir is not None:
-        run_dir, spec = ctx.run_dir, ctx.config.best_checkpoint
-
-        def refresh() -> None:
-            refresh_best(run_dir, spec)
-
-        ctx.at_step_end(refresh)  # once the step's row is written
 
 
 async def _settle(pending: Sequence[PendingEval], wait: bool) -> list[PendingEval]:
@@ -164,18 +157,12 @@ class StartEvals(Stage):
 
 
 class FinishEvals(Stage):
-    """Wait for the evals still running after the last step, write their metrics rows and
-    refresh the best checkpoint (before the final checkpoint is saved)."""
+    """Wait for the evals still running after the last step and write the rows they held (and
+    the checkpoint records waiting for those rows), before the final checkpoint is saved."""
 
-    async def run(
-        self, ctx: Context, config: TrainingEvalSettings, pending_evals: list[PendingEval] | None = None
-    ) -> EvalsInFlight:
+    async def run(self, ctx: Context, pending_evals: list[PendingEval] | None = None) -> EvalsInFlight:
         await _settle(pending_evals or [], wait=True)
-        ctx.metrics.flush(through=ctx.step)
-        for callback in ctx.take_step_end_callbacks():
-            callback()
-        if ctx.run_dir is not None:
-            refresh_best(ctx.run_dir, config.best_checkpoint)
+        ctx.metrics.flush(through=ctx.step)  # the held rows, and the checkpoint records after them
         return EvalsInFlight([])
 
 

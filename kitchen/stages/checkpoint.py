@@ -26,17 +26,17 @@ def checkpoint_files(service: Any, *paths: str | None) -> list[Path]:
 class SaveCheckpoint(Stage):
     """Save weights + optimizer state and sampler weights, then record them in checkpoints.jsonl.
 
-    Inside a step loop the record is appended when the step ends, after its metrics row is
-    written, so a resumed run never misses a logged step. Outside (the final save) it is
+    Inside a step loop the record is appended after the step's metrics row is written (which
+    waits for the step's background evaluations), so a resumed run never misses a logged step and
+    the best checkpoint is chosen knowing the step's evaluations. Outside (the final save) it is
     appended at once. Await pending training results before this stage.
 
     With `keep_last` (default 5), older step checkpoints are deleted from disk once the new record
     is written (their records stay in checkpoints.jsonl, as history): the newest `keep_last` are
     kept, and those whose step is a multiple of `keep_every`, and `final`, the best evaluated one
-    (`kitchen.best_checkpoint`), those whose step's evaluations are still running, and always the
-    newest one (the one a resume starts from). Only directories inside the run directory are ever
-    deleted (a remote backend's checkpoints are left alone). With `best_checkpoint` set, the
-    pointer `best_checkpoint.json` is refreshed first.
+    (`kitchen.best_checkpoint`), and always the newest one (the one a resume starts from). Only
+    directories inside the run directory are ever deleted (a remote backend's checkpoints are left
+    alone). With `best_checkpoint` set, the pointer `best_checkpoint.json` is refreshed first.
     """
 
     calls = (TrainingClient.save_state, TrainingClient.save_weights_for_sampler)
@@ -75,8 +75,7 @@ class SaveCheckpoint(Stage):
             append_record(path, record)
             best = refresh_best(run_dir, config.best_checkpoint)
             if keep_last is not None:
-                protect = {r.name for r in read_records(path) if r.step - 1 in ctx.metrics.held_steps}
-                protect |= {best} if best is not None else set()
+                protect = {best} if best is not None else set()
                 for old in prune_checkpoints(path, run_dir, keep_last, keep_every, protect):
                     ctx.log.info("checkpoint.deleted", name=old.name, step=old.step)
 
@@ -91,7 +90,7 @@ def checkpoints_to_delete(
     records: list[CheckpointRecord], keep_last: int, keep_every: int | None, protect: Collection[str] = ()
 ) -> list[CheckpointRecord]:
     """The step checkpoints `keep_last` / `keep_every` let go, oldest first; never `final`, those
-    named in `protect` (the best one, ones still being evaluated) nor the newest record (a resume
+    named in `protect` (the best one) nor the newest record (a resume
     starts from it). A name saved twice (a rerun) counts once, as its newest record."""
     newest: dict[str, CheckpointRecord] = {}
     for record in records:
