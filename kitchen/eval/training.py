@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from kitchen.context import Context
+from kitchen.datasets import is_hub_name
+from kitchen.errors import DataError
 from kitchen.eval.registry import get_task
 from kitchen.eval.results import EVALS_DIR, sample_line
 from kitchen.eval.schedule import EVAL_PREFIX, TrainingEval, TrainingEvalSettings
@@ -116,6 +118,13 @@ class StartEvals(Stage):
     """Start the `evals` due after this step on a snapshot of the weights (see the module doc)."""
 
     calls = (TrainingClient.save_weights_and_get_sampling_client, SamplingClient.sample)
+
+    def check_inputs(self, config: Any) -> None:
+        """Each eval's local data file exists (else the run would find out at its first eval)."""
+        for index, entry in enumerate(config.evals):
+            dataset = getattr(entry.task_settings(run_defaults(config)), "dataset", None)
+            if isinstance(dataset, str) and not is_hub_name(dataset) and not Path(dataset).is_file():
+                raise DataError(f"evals.{index} ({entry.label}): dataset {dataset}: no such file")
 
     async def run(
         self,

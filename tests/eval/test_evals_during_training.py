@@ -15,7 +15,7 @@ from kitchen.best_checkpoint import BEST_FILE
 from kitchen.checkpoints import read_records
 from kitchen.cli import main
 from kitchen.config import load_config
-from kitchen.errors import ConfigError
+from kitchen.errors import ConfigError, DataError
 from kitchen.eval.target import resolve_target
 from kitchen.eval.training import FinishEvals, StartEvals
 from kitchen.launch import run_recipe
@@ -195,6 +195,14 @@ def test_on_the_local_backend_the_last_eval_is_kitchen_eval_of_the_final_checkpo
     assert pointer["name"] != "000004"  # the case under test: the best is not the newest
     on_disk = {r.name for r in read_records(run / "checkpoints.jsonl") if r.state_path and Path(r.state_path).exists()}
     assert on_disk == {pointer["name"], "000004", "final"}
+
+
+def test_a_missing_eval_data_file_stops_the_run_before_it_starts(kitchen_run: Any, tmp_path: Path) -> None:
+    gone = tmp_path / "gone.jsonl"
+    evals = f"evals=[{{task: jsonl, every: 5, settings: {{dataset: '{gone}', grader: math}}}}]"
+    with pytest.raises(DataError, match=re.escape(f"evals.0 (jsonl): dataset {gone}: no such file")):
+        kitchen_run("math_rl", *RL, "num_batches=2", evals)
+    assert not (tmp_path / "run0" / "metrics.jsonl").exists()
 
 
 def test_from_the_command_line_bad_evals_exit_2_with_one_line(
