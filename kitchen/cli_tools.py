@@ -77,7 +77,10 @@ def add_commands(commands: Any) -> None:
     evaluate.add_argument("--temperature", type=float, help="sampling temperature (default: the run's, else 1.0)")
     evaluate.add_argument("--max-tokens", type=int, help="most tokens per reply (default: the run's, else 256)")
     evaluate.add_argument("--out", type=Path, metavar="DIR", help="results folder (default RUN_DIR/evals/<time>)")
-    evaluate.add_argument("--checkpoint", help="a run's checkpoint by name (default: its last, 'final' when finished)")
+    evaluate.add_argument(
+        "--checkpoint",
+        help="a run's checkpoint by name (default: its last, 'final' when finished), or 'best' (best_checkpoint)",
+    )
     evaluate.add_argument("--run", type=Path, metavar="RUN_DIR", help="the run that made TARGET (tinker:// paths)")
     evaluate.add_argument("--renderer", help="chat renderer (default: the run's, or the model's recommended one)")
     evaluate.add_argument("--backend", help="backend to sample on (default: the run's, or local)")

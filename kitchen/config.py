@@ -18,6 +18,7 @@ from pydantic.fields import FieldInfo
 
 from kitchen.backends import backend_specs, get_backend_spec
 from kitchen.errors import ConfigError
+from kitchen.eval.schedule import TrainingEvalSettings
 from kitchen.secrets import looks_like_secret_key, redact, redact_value
 from kitchen.sinks import LoggerName, MlflowSettings, WandbSettings, missing_logger_problem
 from kitchen.yaml_bounded import load_yaml, load_yaml_document
@@ -38,9 +39,10 @@ def _backend_names() -> list[str]:
     return sorted(backend_specs())
 
 
-class RunConfig(BaseModel):
-    """Keys every recipe shares, plus one section per registered backend (`local`, `noop`,
-    `tinker`, ...) holding that backend's own settings, with the adapter's settings model."""
+class RunConfig(TrainingEvalSettings):
+    """Keys every recipe shares (evaluation during training among them: `evals`,
+    `best_checkpoint`), plus one section per registered backend (`local`, `noop`, `tinker`, ...)
+    holding that backend's own settings, with the adapter's settings model."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 

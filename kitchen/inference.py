@@ -32,6 +32,8 @@ from train_core.types import SamplingParams
 
 CONFIG_FILE = "config.yaml"
 CHECKPOINTS_FILE = "checkpoints.jsonl"
+BEST = "best"
+"""`--checkpoint best`: the run's best checkpoint (`kitchen.best_checkpoint`)."""
 EXPORT_INFO = "kitchen_export.json"
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
 
@@ -94,12 +96,17 @@ def _shared_config(raw: Mapping[str, Any], where: Path, overrides: Mapping[str, 
 
 
 def _pick_record(run_dir: Path, name: str | None) -> CheckpointRecord:
-    """The checkpoint named `name`, or the last one (a finished run's `final`)."""
+    """The checkpoint named `name` (`best`: the run's best, `kitchen.best_checkpoint`), or the
+    last one (a finished run's `final`)."""
     records = [r for r in read_records(run_dir / CHECKPOINTS_FILE) if r.sampler_path or r.state_path]
     if not records:
         raise ConfigError(f"{run_dir}: no checkpoint recorded in {CHECKPOINTS_FILE} yet")
     if name is None:
         return records[-1]
+    if name == BEST:
+        from kitchen.best_checkpoint import best_name
+
+        name = best_name(run_dir)
     named = [r for r in records if r.name == name]
     if not named:
         names = ", ".join(dict.fromkeys(r.name for r in records))

@@ -26,14 +26,18 @@ class MetricsRecorder:
     """Collects metrics by optimizer step and appends one JSON row per step to `metrics.jsonl`.
 
     A stage that submits work whose results arrive later `hold`s its step; the row is written
-    only after it is `release`d, and rows are written in step order.
+    only after every hold is `release`d (holds count: a pending train step and a background
+    evaluation may hold the same step), and rows are written in step order. What must follow a
+    row (a checkpoint record) waits for it with `when_written`.
     """
 
     def __init__(self, path: Path | None = None, on_row: Callable[[dict[str, Any]], None] | None = None):
         self.path = path
         self.rows: list[dict[str, Any]] = []
         self._pending: dict[int, dict[str, float]] = {}
-        self._held: set[int] = set()
+        self._held: dict[int, int] = {}
+        """Step -> holds not yet released."""
+        self._after_write: dict[int, list[Callable[[], None]]] = {}
         self._written_through = -1
         self._on_row = on_row
         self.before_write: Callable[[], None] | None = None
@@ -49,15 +53,28 @@ class MetricsRecorder:
         row[key] = row.get(key, 0.0) + seconds
 
     def hold(self, step: int) -> None:
-        self._held.add(step)
+        self._held[step] = self._held.get(step, 0) + 1
 
     def release(self, step: int) -> None:
-        self._held.discard(step)
+        left = self._held.get(step, 0) - 1
+        if left > 0:
+            self._held[step] = left
+        else:
+            self._held.pop(step, None)
+
+    def when_written(self, step: int, callback: Callable[[], None]) -> None:
+        """Run `callback` once the row of `step` is written: now if it is (or has nothing to
+        write), else right after it is."""
+        if step in self._pending or step in self._held:
+            self._after_write.setdefault(step, []).append(callback)
+        else:
+            callback()
 
     def discard(self) -> None:
         """Forget every pending row (a run that failed before it started logs nothing)."""
         self._pending.clear()
         self._held.clear()
+        self._after_write.clear()
 
     def flush(self, through: int | None = None) -> None:
         """Write rows for pending steps <= `through` (all if None), stopping at the first held one."""
@@ -67,7 +84,7 @@ class MetricsRecorder:
             if step in self._held and through is not None:
                 break
             self._write(step, self._pending.pop(step))
-            self._held.discard(step)
+            self._held.pop(step, None)
 
     def _write(self, step: int, metrics: dict[str, Any]) -> None:
         row: dict[str, Any] = {"step": step, **{k: _json_safe(v) for k, v in sorted(metrics.items())}}
@@ -86,6 +103,8 @@ class MetricsRecorder:
                 raise OSError(exc.errno, exc.strerror, str(self.path)) from None
         if self._on_row is not None:
             self._on_row(row)
+        for callback in self._after_write.pop(step, []):
+            callback()
 
 
 def _json_safe(value: Any) -> Any:

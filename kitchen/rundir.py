@@ -40,6 +40,7 @@ SAFE_TO_CHANGE = frozenset(
         "num_epochs",
         "save_every",
         "eval_every",
+        "best_checkpoint",
         "log_path",
         "resume",
         "overwrite",

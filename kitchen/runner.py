@@ -366,7 +366,7 @@ class Runner:
         ctx.last_step_loops = ctx.loop_positions()
         ctx.metrics.flush(through=ctx.step)
         for callback in ctx.take_step_end_callbacks():
-            callback()
+            ctx.metrics.when_written(ctx.step, callback)  # after the row, which evals may still hold
         for hook in self.hooks:
             hook.on_step_end(ctx, ctx.step)
         flush_events()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 from kitchen.backends import get_backend_spec
@@ -21,7 +21,7 @@ from kitchen.inference import (
     resolve_base_model,
     resolve_checkpoint,
 )
-from kitchen.ports import SamplingClient
+from kitchen.ports import SamplingClient, ServiceBackend
 from train_core.renderers.registry import get_renderer
 
 EXPORT_INFO = "kitchen_export.json"
@@ -81,6 +81,17 @@ def describe(target: CheckpointTarget) -> str:
     return target.model_path or target.config.model_name
 
 
+def sampler_opener(backend: ServiceBackend) -> Callable[[str], Awaitable[SamplingClient]]:
+    """`EvalModel.open_sampler` on `backend`: a checkpoint path, or a base model name."""
+
+    async def open_sampler(model: str) -> SamplingClient:
+        if "://" in model or Path(model).exists():
+            return await backend.create_sampling_client(model_path=resolve_sampler_path(model))
+        return await backend.create_sampling_client(base_model=model)
+
+    return open_sampler
+
+
 @contextlib.asynccontextmanager
 async def open_model(target: CheckpointTarget) -> AsyncIterator[EvalModel]:
     """The target's backend, sampler, tokenizer and renderer, for the duration of the block."""
@@ -93,13 +104,14 @@ async def open_model(target: CheckpointTarget) -> AsyncIterator[EvalModel]:
         except ValueError as exc:
             raise ConfigError(f"renderer: {exc}") from None
 
-        async def open_sampler(model: str) -> SamplingClient:
-            if "://" in model or Path(model).exists():
-                return await backend.create_sampling_client(model_path=resolve_sampler_path(model))
-            return await backend.create_sampling_client(base_model=model)
-
         yield EvalModel(
-            sampler, renderer, tokenizer, describe(target), open_sampler, _reference(target), target.raw_config
+            sampler,
+            renderer,
+            tokenizer,
+            describe(target),
+            sampler_opener(backend),
+            _reference(target),
+            target.raw_config,
         )
     finally:
         await backend.close()

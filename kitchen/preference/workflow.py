@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kitchen.eval.training import finish_evals, start_evals
 from kitchen.preference.reward_model import ProvideJudge
 from kitchen.preference.stages import (
     ComputeReferenceLogprobs,
@@ -63,9 +64,11 @@ def preference_workflow(judge: Judge | None = None, judge_setup: Sequence[Node] 
                             SaveCheckpoint(),
                         ],
                     ),
+                    start_evals(),
                 ],
             ),
             CollectTrainStep(keep=0, name="await_last_step", step_metrics=loss_fn_metrics),
+            finish_evals(),
             SaveCheckpoint(final=True),
         ],
         finally_=[CloseBackend()],

@@ -1,11 +1,14 @@
 """Which plots a run gets: metric keys grouped into charts and families, series downsampled.
 
 Train and eval share a chart where their names match (`X` and `eval/X`; RL's `env/<tag>/M` and
-`eval/<tag>/M`, one series per tag); `time/<stage>` keys form one stacked chart per run.
+`eval/<tag>/M`, one series per tag); `time/<stage>` keys form one stacked chart per run. The
+metrics of a config's `evals:` (`eval/<task>/accuracy`, `.../pass@4`, ...) get a chart each in the
+Evaluation section.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -21,6 +24,8 @@ MAX_POINTS = 1000
 _TRAIN_ALIASES = {"nll": "train_mean_nll"}
 _PREFERENCE = ("accuracy", "margin", "chosen_reward", "rejected_reward")
 _OPTIMIZER = ("learning_rate", "grad_norm", "entropy")
+_TASK_METRIC = re.compile(r"^eval/[^/]+/(accuracy|mean_reward|nll|margin|pass@\d+|maj@\d+)$")
+"""An eval task's metric as evaluation during training logs it (`kitchen.eval.training`)."""
 
 
 @dataclass(frozen=True)
@@ -159,6 +164,9 @@ def build_charts(rows: list[dict[str, Any]], stages: list[str], limit: int = MAX
         env = _env_parts(key)
         if env is not None:
             _env_chart(charts, env[1]).series.append(_series(rows, key, env[0], "train", limit))
+            continue
+        if _TASK_METRIC.match(key):
+            charts[key] = Chart(key, "Evaluation", [_series(rows, key, "eval", "eval", limit)])
             continue
         if key.startswith("eval/"):
             base = key[len("eval/") :]

@@ -12,7 +12,8 @@ Variants fill slots instead of adding flags: `setup` stages run once before RL (
 reference or teacher model), `adjust` stages rewrite the assembled datums' advantages before the
 train step (a KL penalty, a teacher's KL), `after_update` stages run after each step's update,
 `evaluators` run with the held-out reward (before the step's update), `after_training` stages
-once after the last update (e.g. a final evaluation of the trained policy).
+once after the last update (e.g. a final evaluation of the trained policy). The config's `evals:`
+run after each step's update and checkpoint (`kitchen.eval.training`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kitchen.context import Context
+from kitchen.eval.training import finish_evals, start_evals
 from kitchen.rl.async_mode import CreateOffPolicyQueue, RolloutWorkers, StopRolloutWorkers, TakeFreshGroups
 from kitchen.rl.evaluation import EvaluateRewards, eval_due
 from kitchen.rl.settings import RLMode
@@ -71,6 +73,7 @@ def rl_workflow(
         When("kl_pre_post", post_update_kl_on, [PostUpdateKL()]),
         *after_update,
         When("checkpoint", every("save_every"), [SaveCheckpoint()]),
+        start_evals(),
     ]
     step: list[Node]
     if mode == "sync":
@@ -99,6 +102,7 @@ def rl_workflow(
             *setup,
             RefreshSampler(after_update=False),
             *main,
+            finish_evals(),
             *after_training,
             SaveCheckpoint(final=True),
         ],

@@ -1,14 +1,14 @@
 from __future__ import annotations
 
-import math
 import shutil
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+from kitchen.best_checkpoint import refresh_best
 from kitchen.checkpoints import CheckpointRecord, append_record, read_records
 from kitchen.config import RunConfig
 from kitchen.context import Context
-from kitchen.metrics import HEADLINES, read_metrics
 from kitchen.ports import ServiceBackend, TrainingClient
 from kitchen.rundir import record_files
 from kitchen.stage import Stage
@@ -26,15 +26,17 @@ def checkpoint_files(service: Any, *paths: str | None) -> list[Path]:
 class SaveCheckpoint(Stage):
     """Save weights + optimizer state and sampler weights, then record them in checkpoints.jsonl.
 
-    Inside a step loop the record is appended when the step ends, after its metrics row is
-    written, so a resumed run never misses a logged step. Outside (the final save) it is
+    Inside a step loop the record is appended after the step's metrics row is written (which
+    waits for the step's background evaluations), so a resumed run never misses a logged step and
+    the best checkpoint is chosen knowing the step's evaluations. Outside (the final save) it is
     appended at once. Await pending training results before this stage.
 
     With `keep_last` (default 5), older step checkpoints are deleted from disk once the new record
     is written (their records stay in checkpoints.jsonl, as history): the newest `keep_last` are
     kept, and those whose step is a multiple of `keep_every`, and `final`, the best evaluated one
-    (`best_checkpoint`), and always the newest one (the one a resume starts from). Only directories
-    inside the run directory are ever deleted (a remote backend's checkpoints are left alone).
+    (`kitchen.best_checkpoint`), and always the newest one (the one a resume starts from). Only
+    directories inside the run directory are ever deleted (a remote backend's checkpoints are left
+    alone). With `best_checkpoint` set, the pointer `best_checkpoint.json` is refreshed first.
     """
 
     calls = (TrainingClient.save_state, TrainingClient.save_weights_for_sampler)
@@ -71,8 +73,10 @@ class SaveCheckpoint(Stage):
 
         def commit() -> None:
             append_record(path, record)
+            best = refresh_best(run_dir, config.best_checkpoint)
             if keep_last is not None:
-                for old in prune_checkpoints(path, run_dir, keep_last, keep_every):
+                protect = {best} if best is not None else set()
+                for old in prune_checkpoints(path, run_dir, keep_last, keep_every, protect):
                     ctx.log.info("checkpoint.deleted", name=old.name, step=old.step)
 
         if self.final:
@@ -82,30 +86,12 @@ class SaveCheckpoint(Stage):
         ctx.log.info("checkpoint.saved", name=name, step=completed, state_path=state_path)
 
 
-def best_checkpoint(records: list[CheckpointRecord], rows: list[dict[str, Any]]) -> str | None:
-    """The step checkpoint saved at the end of the step whose held-out headline metric (`HEADLINES`:
-    eval reward, accuracy, NLL, loss) was best; None when no saved step was evaluated. Ties go to
-    the later step."""
-    by_step = {int(row["step"]): row for row in rows}
-    for _, _, eval_key, higher_is_better in HEADLINES:
-        scored = []
-        for record in records:
-            value = by_step.get(record.step - 1, {}).get(eval_key)
-            if record.name == "final" or not record.state_path or isinstance(value, bool):
-                continue
-            if isinstance(value, (int, float)) and math.isfinite(value):
-                scored.append((value if higher_is_better else -value, record.step, record.name))
-        if scored:
-            return max(scored)[2]
-    return None
-
-
 def checkpoints_to_delete(
-    records: list[CheckpointRecord], keep_last: int, keep_every: int | None, best: str | None = None
+    records: list[CheckpointRecord], keep_last: int, keep_every: int | None, protect: Collection[str] = ()
 ) -> list[CheckpointRecord]:
-    """The step checkpoints `keep_last` / `keep_every` let go, oldest first; never `final`, `best`
-    nor the newest record (a resume starts from it). A name saved twice (a rerun) counts once, as
-    its newest record."""
+    """The step checkpoints `keep_last` / `keep_every` let go, oldest first; never `final`, those
+    named in `protect` (the best one) nor the newest record (a resume
+    starts from it). A name saved twice (a rerun) counts once, as its newest record."""
     newest: dict[str, CheckpointRecord] = {}
     for record in records:
         newest.pop(record.name, None)
@@ -116,20 +102,18 @@ def checkpoints_to_delete(
         keep |= {r.name for r in steps if r.step % keep_every == 0}
     if records:
         keep.add(records[-1].name)
-    if best is not None:
-        keep.add(best)
+    keep |= set(protect)
     return [r for r in steps if r.name not in keep]
 
 
-def prune_checkpoints(path: Path, run_dir: Path, keep_last: int, keep_every: int | None) -> list[CheckpointRecord]:
+def prune_checkpoints(
+    path: Path, run_dir: Path, keep_last: int, keep_every: int | None, protect: Collection[str] = ()
+) -> list[CheckpointRecord]:
     """Delete the files or directories of the checkpoints `checkpoints_to_delete` names (those
-    inside `run_dir` only; the best evaluated one is kept); return the records whose files were
-    deleted."""
+    inside `run_dir` only); return the records whose files were deleted."""
     deleted = []
     root = run_dir.resolve()
-    records = read_records(path)
-    best = best_checkpoint(records, read_metrics(run_dir / "metrics.jsonl"))
-    for record in checkpoints_to_delete(records, keep_last, keep_every, best):
+    for record in checkpoints_to_delete(read_records(path), keep_last, keep_every, protect):
         removed = False
         for saved in (record.state_path, record.sampler_path):
             if saved is None or "://" in saved:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kitchen.eval.training import finish_evals, start_evals
 from kitchen.stage import Stage
 from kitchen.stages.checkpoint import SaveCheckpoint
 from kitchen.stages.setup import CloseBackend, CreateTrainingClient, GetTokenizer, MakeRenderer
@@ -61,9 +62,11 @@ def supervised_workflow(
                         every("save_every"),
                         [CollectTrainStep(keep=0, name="await_before_checkpoint"), SaveCheckpoint()],
                     ),
+                    start_evals(),
                 ],
             ),
             CollectTrainStep(keep=0, name="await_last_step"),
+            finish_evals(),
             SaveCheckpoint(final=True),
         ],
         finally_=[CloseBackend()],

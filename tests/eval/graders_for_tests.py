@@ -17,3 +17,9 @@ def explodes(prompt: Any, response: str, record: Mapping[str, Any]) -> bool:
 
 def returns_text(prompt: Any, response: str, record: Mapping[str, Any]) -> str:
     return "yes"
+
+
+def by_length(prompt: Any, response: str, record: Mapping[str, Any]) -> float:
+    """A score that moves with the reply (for tests where the fake model's replies change with
+    its weights): the reply's length, folded into [0, 1]."""
+    return (len(response) % 11) / 10

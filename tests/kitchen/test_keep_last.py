@@ -6,12 +6,13 @@ from pathlib import Path
 
 import pytest
 
+from kitchen.best_checkpoint import best_checkpoint
 from kitchen.checkpoints import CheckpointRecord, last_resumable, read_records
 from kitchen.config import load_config
 from kitchen.launch import run_recipe
 from kitchen.metrics import read_metrics
 from kitchen.recipe import get_recipe
-from kitchen.stages.checkpoint import best_checkpoint, checkpoints_to_delete
+from kitchen.stages.checkpoint import checkpoints_to_delete
 
 
 def _record(step: int, name: str | None = None) -> CheckpointRecord:
@@ -74,7 +75,7 @@ def test_best_evaluated_checkpoint_is_kept() -> None:
     nll = [5, 4, 1.5, 3, 3, 3, 3, 3]
     rows = [{"step": step - 1, "eval/nll": value} for step, value in zip(range(1, 9), nll, strict=True)]
     assert best_checkpoint(records, rows) == "000003"
-    assert "000003" not in [r.name for r in checkpoints_to_delete(records, 2, None, best="000003")]
+    assert "000003" not in [r.name for r in checkpoints_to_delete(records, 2, None, protect={"000003"})]
     assert "000003" in [r.name for r in checkpoints_to_delete(records, 2, None)]
     # Higher is better for a reward, and the family's headline (the reward) wins over an NLL.
     rows = [{"step": 1, "eval/all/reward/total": 0.9, "eval/nll": 9.0}, {"step": 4, "eval/all/reward/total": 0.2}]

@@ -83,3 +83,14 @@ def test_long_run_series_are_capped() -> None:
     rows = [{"step": i, "loss": float(i), "time/a": 0.1} for i in range(5000)]
     for chart in build_charts(rows, ["a"]):
         assert all(len(s.x) <= 1000 for s in chart.series)
+
+
+def test_evals_during_training_get_their_own_charts_in_the_evaluation_section() -> None:
+    """`eval/<task>/<metric>` from a config's `evals:` (kitchen.eval.training), beside RL's own."""
+    row = {"step": 1, "env/all/reward/total": 0.2, "eval/all/reward/total": 0.1, "eval/arithmetic/accuracy": 0.5}
+    row.update({"eval/arithmetic/mean_reward": 0.5, "eval/arithmetic/pass@4": 0.75})
+    charts = _charts([{"step": 0, "env/all/reward/total": 0.3}, row])
+    for metric in ("accuracy", "mean_reward", "pass@4"):
+        chart = charts[f"eval/arithmetic/{metric}"]
+        assert chart.family == "Evaluation" and [(s.role, s.x) for s in chart.series] == [("eval", [1])]
+    assert [s.name for s in charts["reward/total"].series] == ["all", "eval all"]
