@@ -3,9 +3,10 @@ policy and labelled by a judge (a rule, a learned pairwise preference model, or 
 then one DPO step on them against the frozen initial policy. Steps run one at a time: each
 step samples from the weights the previous one produced.
 
-The sampled replies are parsed into messages (what the judge reads) and rendered back for
-training, as offline comparisons are: a reply cut off at `max_tokens` is trained as if it had
-ended there."""
+The judge reads the replies parsed into messages; training uses the sampled tokens themselves
+(after the generation prompt), as TRL does, so the update acts on exactly what the policy
+produced (a re-rendered reply may tokenize differently, and would gain an end-of-turn token
+that a reply cut off at `max_tokens` never sampled)."""
 
 from __future__ import annotations
 
@@ -28,8 +29,8 @@ from kitchen.stages.training import CollectTrainStep, InFlight, PendingStep, los
 from kitchen.supervised.stages import Batch
 from kitchen.workflow import Loop, Node, When, Workflow, every
 from train_core.batching import batch_for_step, batches_per_epoch
-from train_core.preference.datums import completion_datum
 from train_core.renderers.base import Message, Renderer
+from train_core.supervised import datum_from_tokens_weights, prompt_completion_tokens
 from train_core.types import Datum, SamplingParams
 
 if TYPE_CHECKING:
@@ -69,14 +70,17 @@ class LoadOnlinePrompts(Stage):
 
 
 def judged_pair(
-    renderer: Renderer, prompt: list[Message], replies: Sequence[Message], verdict: float, max_length: int | None
+    prompt_tokens: Sequence[int], replies: Sequence[Sequence[int]], verdict: float, max_length: int | None
 ) -> list[Datum]:
-    """`[chosen, rejected]` datums of two replies by the judge's verdict (> 0 prefers the second);
-    none for a tie."""
+    """`[chosen, rejected]` datums of two sampled replies (tokens after the prompt) by the judge's
+    verdict (> 0 prefers the second); none for a tie."""
     if verdict == 0:
         return []
     chosen, rejected = (replies[1], replies[0]) if verdict > 0 else (replies[0], replies[1])
-    return [completion_datum(renderer, prompt, [reply], max_length) for reply in (chosen, rejected)]
+    return [
+        datum_from_tokens_weights(*prompt_completion_tokens(prompt_tokens, reply), max_length)
+        for reply in (chosen, rejected)
+    ]
 
 
 class SampleJudgedPairs(Stage):
@@ -98,11 +102,12 @@ class SampleJudgedPairs(Stage):
         epoch, batch_index, indices = batch_for_step(ctx.step, len(train_prompts), config.batch_size, config.seed)
         ctx.record({"epoch": epoch, "batch": batch_index, "progress": (ctx.step + 1) / (ctx.total_steps or 1)})
         prompts = [train_prompts[i] for i in indices]
+        inputs = [renderer.build_generation_prompt(prompt) for prompt in prompts]
         policy = await training_client.save_weights_and_get_sampling_client()
         results = await asyncio.gather(
             *(
                 policy.sample(
-                    renderer.build_generation_prompt(prompt),
+                    model_input,
                     2,
                     SamplingParams(
                         max_tokens=config.max_tokens,
@@ -111,15 +116,17 @@ class SampleJudgedPairs(Stage):
                         stop=renderer.get_stop_sequences(),
                     ),
                 )
-                for index, prompt in enumerate(prompts)
+                for index, model_input in enumerate(inputs)
             )
         )
         replies = [[renderer.parse_response(seq.tokens)[0] for seq in result.sequences] for result in results]
         verdicts = await asyncio.gather(*(judge(p, r[0], r[1]) for p, r in zip(prompts, replies, strict=True)))
         batch = [
             datum
-            for prompt, pair, verdict in zip(prompts, replies, verdicts, strict=True)
-            for datum in judged_pair(renderer, prompt, pair, verdict, config.max_length)
+            for model_input, result, verdict in zip(inputs, results, verdicts, strict=True)
+            for datum in judged_pair(
+                model_input.to_ints(), [seq.tokens for seq in result.sequences], verdict, config.max_length
+            )
         ]
         tokens = [len(seq.tokens) for result in results for seq in result.sequences]
         ctx.record(
