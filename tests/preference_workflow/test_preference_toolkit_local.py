@@ -1,9 +1,11 @@
 """The reward model, KTO and online DPO learn on the local backend (the embedded tiny model,
-random-init, CPU), and a reward model exports as a Hugging Face sequence-classification model
-that scores conversations as training did."""
+random-init, CPU); a trained reward model judges held-out pairs as a `RewardModelJudge` and
+exports as a Hugging Face sequence-classification model that scores conversations as training
+did."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,10 +14,14 @@ import pytest
 import torch
 
 from adapters.common.tokenizer import load_tokenizer
+from kitchen.backends import make_backend
+from kitchen.checkpoints import resolve_sampler_path
 from kitchen.cli import main
+from kitchen.completers import RewardModelJudge
 from kitchen.config import load_config
 from kitchen.launch import RunDir, run_recipe
 from kitchen.metrics import read_metrics
+from kitchen.preference.bradley_terry import score_token_ids
 from kitchen.preference.online_dpo import online_dpo_workflow
 from kitchen.preference.reward_model import read_comparisons
 from kitchen.recipe import Recipe, get_recipe
@@ -23,7 +29,8 @@ from kitchen.renderers import get_renderer
 from recipes.data import shipped_data
 from recipes.online_dpo import Config as OnlineDPOConfig
 from train_core.preference.bradley_terry import conversation_tokens
-from train_core.renderers.base import Message
+from train_core.preference.types import LabeledComparison
+from train_core.renderers.base import Message, Renderer
 
 pytestmark = pytest.mark.slow  # each trains the tiny model for 10-16 steps: 15-40 s on 2 cores
 
@@ -62,10 +69,11 @@ def test_reward_model_learns_and_exports_as_a_sequence_classifier(tmp_path: Path
 
     model = AutoModelForSequenceClassification.from_pretrained(out).eval()
     renderer = get_renderer("role_colon", load_tokenizer("tiny"))
+    comparisons = read_comparisons(str(held_out_subset), "comparisons", 64)
+    assert asyncio.run(judge_verdicts(run, renderer, comparisons[:8])) == [1] * 8
     logged = [
         json.loads(line) for line in (run.path / "reward_examples" / "step_000009.jsonl").read_text().splitlines()
     ]
-    comparisons = read_comparisons(str(held_out_subset), "comparisons", 64)
     for labeled, record in zip(comparisons[:4], logged[:4], strict=True):
         prompt = labeled.comparison.prompt_conversation
         for completion, key in (
@@ -76,6 +84,24 @@ def test_reward_model_learns_and_exports_as_a_sequence_classifier(tmp_path: Path
             with torch.no_grad():
                 score = model(input_ids=torch.tensor([tokens])).logits[0, 0].item()
             assert score == pytest.approx(record[key], abs=1e-3)
+
+
+async def judge_verdicts(run: RunDir, renderer: Renderer, comparisons: Sequence[LabeledComparison]) -> list[int]:
+    """The trained reward model as a judge (what online DPO uses) on held-out pairs asked with the
+    chosen completion as B: +1 where it prefers it."""
+    config = load_config(get_recipe("rm").config_cls, None, [f"log_path={run.path}", *LOCAL])
+    service = make_backend(config, run.path / "judge_checkpoints")
+    try:
+        client = await service.create_sampling_client(model_path=resolve_sampler_path(str(run.path)))
+        judge = RewardModelJudge(client, renderer, score_token_ids(service.get_tokenizer("tiny"), config.score_tokens))
+        verdicts = []
+        for labeled in comparisons:
+            chosen, rejected = labeled.chosen_and_rejected()
+            verdict = await judge(labeled.comparison.prompt_conversation, rejected[0], chosen[0])
+            verdicts.append(int(verdict > 0) - int(verdict < 0))
+        return verdicts
+    finally:
+        await service.close()
 
 
 def test_kto_learns_from_unpaired_examples(tmp_path: Path, held_out_subset: Path) -> None:
