@@ -8,6 +8,7 @@ on every backend (they use only the `SamplingClient` port).
 - `PreferenceModelJudge`: a model trained on `train_core.preference.comparison_prompt` examples,
   asked which of two completions is better; it answers in [-1, 1] from its probabilities of the
   answer labels, with no sampling.
+- `RewardModelJudge`: a Bradley-Terry reward model (`rm`) comparing its two completions' scores.
 - `as_async_judge`: a plain (synchronous) judge, such as a rule, as an async one.
 """
 
@@ -16,10 +17,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from kitchen.ports import SamplingClient
+from train_core.preference.bradley_terry import conversation_tokens
 from train_core.preference.comparison_prompt import answer_labels, comparison_prompt, judge_score
 from train_core.renderers.base import Message, Renderer
 from train_core.renderers.train_on_what import TrainOnWhat
@@ -82,6 +85,27 @@ class PreferenceModelJudge:
 
     async def __call__(self, prompt: Sequence[Message], completion_A: Message, completion_B: Message) -> float:
         return judge_score(await self.label_logprobs(prompt, completion_A, completion_B))
+
+
+class RewardModelJudge:
+    """A Bradley-Terry reward model (the `rm` recipe's checkpoint) as a pairwise judge: each
+    completion's score `log p(pos) - log p(neg)` after the rendered conversation (two
+    `compute_logprobs` calls, no sampling), answering `tanh((s_B - s_A) / 2)`, which is
+    P(B beats A) - P(A beats B) under the Bradley-Terry model."""
+
+    def __init__(self, client: SamplingClient, renderer: Renderer, score_tokens: tuple[int, int]) -> None:
+        self.client, self.renderer, self.score_tokens = client, renderer, score_tokens
+
+    async def score(self, prompt: Sequence[Message], completion: Message) -> float:
+        tokens = conversation_tokens(self.renderer, prompt, [completion])
+        pos, neg = await asyncio.gather(
+            *(self.client.compute_logprobs(ModelInput.from_ints([*tokens, t])) for t in self.score_tokens)
+        )
+        return float(pos[-1] or 0.0) - float(neg[-1] or 0.0)
+
+    async def __call__(self, prompt: Sequence[Message], completion_A: Message, completion_B: Message) -> float:
+        score_A, score_B = await asyncio.gather(self.score(prompt, completion_A), self.score(prompt, completion_B))
+        return math.tanh((score_B - score_A) / 2.0)
 
 
 def as_async_judge(judge: Callable[[Sequence[Message], Message, Message], Any]) -> AsyncJudge:

@@ -245,7 +245,14 @@ def export_checkpoint(
         raise ConfigError(f"backend {spec.name!r} cannot export checkpoints{hint}")
     if target.model_path is None:
         raise ConfigError(f"{target.config.model_name} is a base model, not a checkpoint: nothing to export")
+    score_tokens = target.raw_config.get("score_tokens")  # a reward model (the rm recipe)
+    if score_tokens is not None and target.config.lora_rank is not None and not merge_lora:
+        raise ConfigError("a LoRA reward model exports as merged weights with its head: add --merge-lora")
     info = dict(spec.export_hf(target.model_path, out_dir, merge_lora, getattr(target.config, spec.name)))
+    if score_tokens is not None:
+        from kitchen.preference.reward_export import export_sequence_classifier
+
+        info |= export_sequence_classifier(out_dir, tuple(score_tokens))
     chosen = renderer or target.trained_renderer
     info["renderer"] = chosen
     info["chat_template"] = set_export_chat_template(out_dir, chosen)

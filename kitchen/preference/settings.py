@@ -57,3 +57,54 @@ class PreferenceSettings(DatasetSettings, RendererSettings, OptimizerSettings, W
                 "(conservative DPO, label-smoothed sigmoid) or loss_type=robust (rDPO)"
             )
         return self
+
+
+class KTOSettings(DatasetSettings, RendererSettings, OptimizerSettings, ComparisonSettings):
+    """KTO on unpaired examples (`train_core.preference.datasets.load_unpaired`: labelled records,
+    or comparisons split into a desirable and an undesirable example); `batch_size` counts
+    examples, each with its mismatched pair for the reference point."""
+
+    kto_beta: float = Field(0.1, gt=0, description="KTO temperature: reward = beta * (logp - logp_ref)")
+    desirable_weight: float = Field(1.0, gt=0, description="weight of the desirable examples' losses")
+    undesirable_weight: float = Field(1.0, gt=0, description="weight of the undesirable examples' losses")
+
+    @model_validator(mode="after")
+    def _batch_has_mismatched_pairs(self) -> KTOSettings:
+        if self.batch_size < 2:
+            raise ValueError(
+                "batch_size: KTO needs at least 2 examples per batch (its reference point pairs "
+                "each prompt with another example's completion)"
+            )
+        return self
+
+
+class RewardModelSettings(DatasetSettings, RendererSettings, OptimizerSettings, ComparisonSettings):
+    """A Bradley-Terry reward model on comparison files (`train_core.preference.bradley_terry`);
+    `batch_size` counts pairs."""
+
+    score_tokens: tuple[str, str] = Field(
+        (" good", " bad"),
+        description="two single-token strings whose unembedding rows' difference is the scalar head "
+        "(score = log p(first) - log p(second) after the conversation)",
+    )
+    center_rewards_coefficient: float = Field(
+        0.0, ge=0, description="TRL's: adds coef * (s_c + s_r)^2, keeping scores centred on 0 (0 = off)"
+    )
+
+
+class OnlineDPOSettings(PreferenceSettings):
+    """Online DPO: each step samples two completions per prompt from the current policy, a judge
+    picks the preferred one, and the pairs train one DPO step (any `loss_type`) against the frozen
+    initial policy. `dataset` supplies prompts (its comparisons' completions are not used);
+    `batch_size` counts prompts; ties are dropped."""
+
+    max_tokens: Count = Field(24, description="tokens per sampled completion")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature of the two completions")
+
+
+class RewardJudgeSettings(RunConfig):
+    """A reward model (the `rm` recipe's checkpoint) used as a judge."""
+
+    judge_score_tokens: tuple[str, str] = Field(
+        (" good", " bad"), description="the score tokens the reward model was trained with (its score_tokens)"
+    )

@@ -21,11 +21,12 @@ from kitchen.stage import Stage
 from kitchen.stages.training import InFlight, PendingStep, adam_params, put_in_flight
 from kitchen.supervised.stages import Batch
 from train_core.batching import batch_for_step, batches_per_epoch
-from train_core.preference.datasets import SkipReport, load_comparisons
+from train_core.preference.datasets import Layout, SkipReport, load_comparisons
 from train_core.preference.datums import preference_datums
 from train_core.preference.dpo import dpo_loss, make_dpo_custom_loss, pair_sequence_logprobs
 from train_core.preference.evaluation import win_rate_both_orderings
 from train_core.preference.losses import PreferenceLossParams
+from train_core.preference.types import LabeledComparison
 from train_core.renderers.base import Message, Renderer
 from train_core.renderers.errors import RendererError
 from train_core.supervised import mean_nll
@@ -90,11 +91,11 @@ class LoadPreferenceData(Stage):
         return PreferenceData(train.data_D, held_out.data_D, held_out.prompts_P, held_out.texts_P, num_steps)
 
 
-def load_preference_split(
-    ctx: Context, renderer: Renderer, config: PreferenceSettings, path: str, split: str
-) -> PreferenceSplit:
-    """One comparison file rendered for DPO; skipped comparisons are logged and counted."""
-    max_length = config.max_length
+def read_preference_split(
+    ctx: Context, renderer: Renderer, path: str, split: str, layout: Layout, max_length: int | None
+) -> list[LabeledComparison]:
+    """One comparison file's usable comparisons, each message cut for `max_length`; skipped
+    comparisons are logged and counted under `split`."""
 
     def prompt_length(messages: list[Message]) -> int:
         return renderer.build_generation_prompt(messages).length
@@ -102,20 +103,37 @@ def load_preference_split(
     try:
         comparisons, report = load_comparisons(
             path,
-            config.dataset_layout,
+            layout,
             prompt_length=prompt_length if max_length is not None else None,
             max_length=max_length,
             records=comparison_records(path),
         )
-        data_D = preference_datums(comparisons, renderer, max_length)
     except RendererError as exc:
         raise DataError(f"{path}: a comparison cannot be rendered: {exc}") from None
     report_skipped(ctx, report, split)
+    return comparisons
+
+
+def pair_texts(comparisons: Sequence[LabeledComparison]) -> list[tuple[str, str, str]]:
+    """Each comparison's prompt, chosen and rejected completion as plain text."""
     texts_P = []
     for labeled in comparisons:
         chosen, rejected = labeled.chosen_and_rejected()
         texts_P.append((as_text(labeled.comparison.prompt_conversation), as_text(chosen), as_text(rejected)))
-    return PreferenceSplit(data_D, [labeled.comparison.prompt_conversation for labeled in comparisons], texts_P)
+    return texts_P
+
+
+def load_preference_split(
+    ctx: Context, renderer: Renderer, config: PreferenceSettings, path: str, split: str
+) -> PreferenceSplit:
+    """One comparison file rendered for DPO; skipped comparisons are logged and counted."""
+    comparisons = read_preference_split(ctx, renderer, path, split, config.dataset_layout, config.max_length)
+    try:
+        data_D = preference_datums(comparisons, renderer, config.max_length)
+    except RendererError as exc:
+        raise DataError(f"{path}: a comparison cannot be rendered: {exc}") from None
+    prompts_P = [labeled.comparison.prompt_conversation for labeled in comparisons]
+    return PreferenceSplit(data_D, prompts_P, pair_texts(comparisons))
 
 
 def report_skipped(ctx: Context, report: SkipReport, split: str) -> None:

@@ -21,6 +21,9 @@ SMOKE_OVERRIDES: dict[str, list[str]] = {
     "sl_basic": ["max_steps=6", "save_every=3", "eval_every=3", "batch_size=8"],
     "chat_sl": ["max_steps=4", "save_every=2", "eval_every=2", "batch_size=8"],
     "dpo": ["max_steps=4", "save_every=2", "eval_every=2", "batch_size=4", "max_length=64"],
+    "kto": ["max_steps=4", "save_every=2", "eval_every=2", "batch_size=4", "max_length=64"],
+    "rm": ["max_steps=4", "save_every=2", "eval_every=2", "batch_size=4", "max_length=64"],
+    "online_dpo": ["max_steps=3", "save_every=2", "eval_every=2", "batch_size=4", "win_rate_prompts=4"],
     "math_rl": ["num_batches=4", "save_every=2", "eval_every=2", "warm_start_steps=2", "groups_per_batch=4"],
     "rlhf": [
         "sft.max_steps=2",

@@ -111,6 +111,25 @@ CASES: dict[str, tuple[str, Args, tuple[str, ...]]] = {
         _at("dataset", [GOOD_CHAT, {"text": "hi"}]),
         ("line 2", "missing key 'messages'"),
     ),
+    "chat_content_image_part": (
+        "chat_sl",
+        _at(
+            "dataset",
+            [
+                GOOD_CHAT,
+                _chat(
+                    {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "what is it?"}]},
+                    {"role": "assistant", "content": "a cat"},
+                ),
+            ],
+        ),
+        ("bad.jsonl line 2", "'content' is a list of parts", "image and video parts are not supported"),
+    ),
+    "chat_content_text_parts": (
+        "chat_sl",
+        _at("dataset", [GOOD_CHAT, _chat({"role": "user", "content": [{"type": "text", "text": "hi"}]})]),
+        ("bad.jsonl line 2", "'content' is a list of parts", "give the text as one string"),
+    ),
     "chat_eval_unknown_role": (
         "chat_sl",
         lambda t: [f"eval_dataset={_jsonl(t, [GOOD_CHAT, _chat({'role': 'robot', 'content': 'x'})], 'e.jsonl')}"],

@@ -1,4 +1,5 @@
-"""Comparison datasets from local JSON Lines files (read by `train_core.jsonl`).
+"""Comparison datasets (and the unpaired examples KTO reads, see `load_unpaired`) from local
+JSON Lines files (read by `train_core.jsonl`).
 
 One JSON object per line; blank lines are ignored. Three layouts:
 
@@ -128,22 +129,93 @@ def load_comparisons(
         raise ValueError("prompt_length needs max_length (a prompt is too long for it)")
     if layout not in _PARSERS:
         raise ValueError(f"unknown comparison layout {layout!r}; expected one of {sorted(_PARSERS)}")
-    parse = _PARSERS[layout]
-    rows = _read_records(Path(path)) if records is None else [_Record(Path(path), n, v) for n, v in records]
+    rows = _rows(path, records)
     report = SkipReport(str(path), num_records=len(rows))
     comparisons: list[LabeledComparison] = []
     for record in rows:
-        parsed = parse(record)
-        if isinstance(parsed, str):
-            report.add(parsed, record.line)
-            continue
-        prompt, chosen, rejected = (cut_messages(messages, max_length) for messages in parsed)
-        reason = _skip_reason(prompt, chosen, rejected, prompt_length, max_length)
-        if reason is not None:
-            report.add(reason, record.line)
-            continue
-        comparisons.append(LabeledComparison(Comparison(prompt, chosen, rejected), "A"))
+        comparison = _comparison(record, layout, prompt_length, max_length)
+        if isinstance(comparison, str):
+            report.add(comparison, record.line)
+        else:
+            comparisons.append(comparison)
     return comparisons, report
+
+
+@dataclass(frozen=True)
+class UnpairedExample:
+    """One completion of a prompt labelled desirable or not: KTO's data."""
+
+    prompt: list[Message]
+    completion: list[Message]
+    desirable: bool
+
+
+def load_unpaired(
+    path: str | Path,
+    layout: Layout,
+    *,
+    prompt_length: PromptLengthFn | None = None,
+    max_length: int | None = None,
+    records: Sequence[tuple[int, dict[str, Any]]] | None = None,
+) -> tuple[list[UnpairedExample], SkipReport]:
+    """Read unpaired examples; return the usable ones and what was skipped.
+
+    A record with a `label` key is TRL's unpaired layout, `{"prompt": ..., "completion": ...,
+    "label": true|false}` (prompt and completion as in the `comparisons` layout, `label` true for
+    a desirable completion). Any other record is a comparison in `layout`, split into its chosen
+    (desirable) and rejected (undesirable) completion, as TRL's `unpair_preference_dataset` does;
+    so one file may mix both. Skips as `load_comparisons` (a comparison's reasons apply to it
+    whole)."""
+    if layout not in _PARSERS:
+        raise ValueError(f"unknown comparison layout {layout!r}; expected one of {sorted(_PARSERS)}")
+    rows = _rows(path, records)
+    report = SkipReport(str(path), num_records=len(rows))
+    examples: list[UnpairedExample] = []
+    for record in rows:
+        if "label" not in record.values:
+            comparison = _comparison(record, layout, prompt_length, max_length)
+            if isinstance(comparison, str):
+                report.add(comparison, record.line)
+                continue
+            prompt, chosen, rejected = (
+                comparison.comparison.prompt_conversation,
+                comparison.comparison.completion_A,
+                comparison.comparison.completion_B,
+            )
+            examples += [UnpairedExample(prompt, chosen, True), UnpairedExample(prompt, rejected, False)]
+            continue
+        label = record.values["label"]
+        if not isinstance(label, bool):
+            raise record.error(f"'label' must be true (desirable) or false (undesirable), got {label!r}")
+        prompt = cut_messages(_messages(record, "prompt", record.require("prompt"), "user"), max_length)
+        completion = cut_messages(
+            _messages(record, "completion", record.require("completion"), "assistant"), max_length
+        )
+        if _is_empty(completion):
+            report.add("empty_completion", record.line)
+        elif prompt_length is not None and max_length is not None and prompt_length(prompt) >= max_length:
+            report.add("prompt_too_long", record.line)
+        else:
+            examples.append(UnpairedExample(prompt, completion, label))
+    return examples, report
+
+
+def _rows(path: str | Path, records: Sequence[tuple[int, dict[str, Any]]] | None) -> list[_Record]:
+    return _read_records(Path(path)) if records is None else [_Record(Path(path), n, v) for n, v in records]
+
+
+def _comparison(
+    record: _Record, layout: Layout, prompt_length: PromptLengthFn | None, max_length: int | None
+) -> LabeledComparison | SkipReason:
+    """One record as a comparison in `layout`, each message cut for `max_length`, or why it is skipped."""
+    parsed = _PARSERS[layout](record)
+    if isinstance(parsed, str):
+        return parsed
+    prompt, chosen, rejected = (cut_messages(messages, max_length) for messages in parsed)
+    reason = _skip_reason(prompt, chosen, rejected, prompt_length, max_length)
+    if reason is not None:
+        return reason
+    return LabeledComparison(Comparison(prompt, chosen, rejected), "A")
 
 
 def _skip_reason(

@@ -47,10 +47,8 @@ def dpo_loss(
     return loss, pair_metrics(loss, chosen_logratio_P, rejected_logratio_P, beta)
 
 
-def pair_sequence_logprobs(
-    logprobs_D: Sequence[torch.Tensor], weights_D: Sequence[torch.Tensor]
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token logprobs of interleaved datums -> (chosen_P, rejected_P) sequence logprobs.
+def sequence_logprobs(logprobs_D: Sequence[torch.Tensor], weights_D: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Per-token logprobs of D datums -> their D sequence logprobs `sum(logprob * weight)`.
 
     Gradients flow through `logprobs_D`; the weights are constants. Sums are taken in float32.
     """
@@ -58,16 +56,23 @@ def pair_sequence_logprobs(
 
     if len(logprobs_D) != len(weights_D):
         raise ValueError(f"{len(logprobs_D)} logprob tensors but {len(weights_D)} weight tensors")
-    if len(logprobs_D) == 0 or len(logprobs_D) % 2:
-        raise ValueError(f"interleaved chosen/rejected data need an even, non-zero count, got {len(logprobs_D)}")
-    sequence_logprobs = []
+    sums = []
     for i, (logprobs_T, weights_T) in enumerate(zip(logprobs_D, weights_D, strict=True)):
         if logprobs_T.shape != weights_T.shape:
             raise ValueError(
                 f"datum {i}: logprobs shape {tuple(logprobs_T.shape)} != weights shape {tuple(weights_T.shape)}"
             )
-        sequence_logprobs.append((logprobs_T.float() * weights_T.float()).sum())
-    sequence_logprobs_D = torch.stack(sequence_logprobs)
+        sums.append((logprobs_T.float() * weights_T.float()).sum())
+    return torch.stack(sums)
+
+
+def pair_sequence_logprobs(
+    logprobs_D: Sequence[torch.Tensor], weights_D: Sequence[torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token logprobs of interleaved datums -> (chosen_P, rejected_P) sequence logprobs."""
+    if len(logprobs_D) == 0 or len(logprobs_D) % 2:
+        raise ValueError(f"interleaved chosen/rejected data need an even, non-zero count, got {len(logprobs_D)}")
+    sequence_logprobs_D = sequence_logprobs(logprobs_D, weights_D)
     return sequence_logprobs_D[0::2], sequence_logprobs_D[1::2]
 
 

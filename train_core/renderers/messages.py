@@ -78,6 +78,16 @@ def check_messages(value: object, roles: frozenset[str] = STANDARD_ROLES, key: s
             raise MessageFormatError(f"{where} needs a string 'role', got {type(role).__name__}")
         if role not in roles:
             raise MessageFormatError(f"{where} has unknown role {role!r}; this renderer supports {sorted(roles)}")
+        if isinstance(content, list):
+            raise MessageFormatError(f"{where} 'content' is a list of parts: {_parts_problem(content)}")
         if not isinstance(content, str):
             raise MessageFormatError(f"{where} 'content' must be a string, got {type(content).__name__}")
     return value
+
+
+def _parts_problem(parts: list[object]) -> str:
+    """What to do about HF-style content parts (`[{"type": "text", "text": ...}, {"type": "image"}]`)."""
+    kinds = {part.get("type") for part in parts if isinstance(part, dict)}
+    if kinds & {"image", "image_url", "video"}:
+        return "image and video parts are not supported (no renderer takes vision-language inputs yet)"
+    return "give the text as one string"

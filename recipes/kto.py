@@ -1,0 +1,38 @@
+"""kto: Kahneman-Tversky Optimization on unpaired examples, each completion labelled desirable or
+undesirable (TRL's `{"prompt", "completion", "label"}` records), or on comparison files split
+into one desirable and one undesirable example per comparison.
+
+Defaults train the embedded tiny model on the shipped `polite_arithmetic` comparisons, unpaired,
+offline on two CPU cores.
+"""
+
+from __future__ import annotations
+
+from kitchen.config import defaults
+from kitchen.preference.kto import kto_workflow
+from kitchen.preference.settings import KTOSettings
+from kitchen.recipe import Recipe
+from kitchen.workflow import Workflow
+from recipes.data import shipped_data
+
+
+@defaults(
+    dataset=shipped_data("preference/polite_arithmetic_train.jsonl"),
+    eval_dataset=shipped_data("preference/polite_arithmetic_test.jsonl"),
+    batch_size=16,
+    learning_rate=1e-3,
+)
+class Config(KTOSettings):
+    pass
+
+
+def workflow(config: Config) -> Workflow:
+    return kto_workflow()
+
+
+RECIPE = Recipe(
+    name="kto",
+    description="KTO: preference learning from unpaired desirable / undesirable examples",
+    config_cls=Config,
+    workflow=workflow,
+)
