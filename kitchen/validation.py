@@ -23,7 +23,8 @@ def backend_problems(workflow: Workflow, config: Any) -> list[str]:
         if spec.supported_calls is not None and call not in spec.supported_calls
     ]
     loss_fn = getattr(config, "loss_fn", None)
-    return problems + spec.problems([], [loss_fn] if loss_fn else [], config.lora_rank)
+    entropy_bonus = getattr(config, "entropy_coeff", 0.0) > 0
+    return problems + spec.problems([], [loss_fn] if loss_fn else [], config.lora_rank, entropy_bonus)
 
 
 def validate_recipe(recipe: Recipe, config: Any) -> Workflow:

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from kitchen.config import Count, NonNegative, Rate, defaults
 from kitchen.losses import get_loss_fn, rl_loss_names
+from kitchen.rl.algorithm_settings import RLAlgorithmSettings
 from kitchen.settings import OptimizerSettings, RendererSettings
+from train_core.rl.off_policy import RolloutCorrection
+from train_core.rl.overlong import default_buffer_tokens
+from train_core.rl.policy_objective import PolicyObjective
 from train_core.rl.rollouts import FailurePolicy
 
 RLMode = Literal["sync", "stream_minibatch", "async"]
@@ -50,7 +54,7 @@ class RolloutFailureSettings(BaseModel):
 
 
 @defaults(lr_schedule="constant")
-class RLSettings(RendererSettings, OptimizerSettings):
+class RLSettings(RendererSettings, OptimizerSettings, RLAlgorithmSettings):
     MOVED_KEYS: ClassVar[dict[str, str]] = {
         "stream_minibatch.groups_per_batch": "groups_per_batch",
         "async_config.groups_per_batch": "groups_per_batch (and async_config.num_workers for the worker count)",
@@ -140,3 +144,46 @@ class RLSettings(RendererSettings, OptimizerSettings):
         if self.async_config is not None:
             return "async"
         return "stream_minibatch" if self.stream_minibatch is not None else "sync"
+
+    @model_validator(mode="after")
+    def _algorithm_fits_the_loss(self) -> RLSettings:
+        """The loss with the clip keys, the aggregation, KL and entropy terms, and the corrections
+        are checked together when the config loads (train_core's errors are ValueErrors)."""
+        clashes = sorted(set(self.clip_config()) & set(self.loss_fn_config or {}))
+        if clashes:
+            raise ValueError(f"loss_fn_config {clashes} and clip_ratio_low/high/c set the same clip; set one of them")
+        self.policy_objective()  # checks the loss config, aggregation and terms together
+        correction = self.correction()
+        corrects = correction is not None and bool(correction.tis or correction.mis)
+        if corrects and get_loss_fn(self.loss_fn).scaled_by != "advantages":
+            raise ValueError(f"rollout_correction needs a loss scaled by the advantages, not {self.loss_fn!r}")
+        buffer = self.overlong_buffer.tokens if self.overlong_buffer is not None else None
+        if buffer is not None and buffer > self.max_tokens:
+            raise ValueError(f"overlong_buffer.tokens ({buffer}) must be at most max_tokens ({self.max_tokens})")
+        return self
+
+    def policy_loss_config(self) -> dict[str, float] | None:
+        """`loss_fn_config` with `clip_ratio_low/high/c` applied; None when neither sets anything."""
+        merged = {**(self.loss_fn_config or {}), **self.clip_config()}
+        return merged or None
+
+    def policy_objective(self, minibatches: int = 1) -> PolicyObjective:
+        """What each optimizer step minimises (`train_core.rl.policy_objective`), from these settings."""
+        return PolicyObjective(
+            self.loss_fn,
+            self.policy_loss_config(),
+            self.loss_aggregation,
+            float(self.loss_aggregation_tokens or self.max_tokens),
+            self.kl_loss_coef,
+            self.kl_loss_estimator,
+            self.entropy_coeff,
+            minibatches,
+        )
+
+    def correction(self) -> RolloutCorrection | None:
+        return None if self.rollout_correction is None else self.rollout_correction.correction()
+
+    def overlong_buffer_tokens(self) -> int:
+        """The overlong buffer L_c: as set, else DAPO's fifth of max_tokens."""
+        assert self.overlong_buffer is not None
+        return self.overlong_buffer.tokens or default_buffer_tokens(self.max_tokens)
