@@ -113,6 +113,11 @@ class RunConfig(BaseModel):
         the recipe's defaults and below the YAML and `key=value` overrides. None here."""
         return {}
 
+    def resolved_summary(self) -> list[str]:
+        """Lines `kitchen show` prints after the workflow: values resolved from several keys (e.g.
+        an RL `algorithm` preset's). None here."""
+        return []
+
     @classmethod
     def moved_keys(cls) -> dict[str, str]:
         moved = {old: f"{spec.name}.{new}" for spec in backend_specs().values() for old, new in spec.moved_keys.items()}

@@ -10,9 +10,10 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from kitchen.config import Count, NonNegative, Rate, defaults
+from kitchen.config import Count, NonNegative, Rate, RunConfig, defaults
 from kitchen.losses import get_loss_fn, rl_loss_names
 from kitchen.rl.algorithm_settings import RLAlgorithmSettings
+from kitchen.rl.presets import ALGORITHM_PRESETS
 from kitchen.settings import OptimizerSettings, RendererSettings
 from train_core.rl.off_policy import RolloutCorrection
 from train_core.rl.overlong import default_buffer_tokens
@@ -187,3 +188,18 @@ class RLSettings(RendererSettings, OptimizerSettings, RLAlgorithmSettings):
         """The overlong buffer L_c: as set, else DAPO's fifth of max_tokens."""
         assert self.overlong_buffer is not None
         return self.overlong_buffer.tokens or default_buffer_tokens(self.max_tokens)
+
+    def resolved_summary(self) -> list[str]:
+        """The RL algorithm as it will run: the preset (if any) and every algorithm key's value,
+        the loss config with the clip keys applied."""
+        source = ALGORITHM_PRESETS[self.algorithm].source if self.algorithm else "no preset"
+        lines = [f"algorithm: {self.algorithm or '-'} ({source})"]
+        values: dict[str, object] = {"loss_fn": self.loss_fn, "loss_fn_config": self.policy_loss_config()}
+        own = [key for key in RLAlgorithmSettings.model_fields if key not in RunConfig.model_fields]
+        values.update({key: getattr(self, key) for key in own if key != "algorithm"})
+        values.update(mode=self.mode, kl_penalty_coef=self.kl_penalty_coef)
+        return lines + [f"  {key} = {_shown(value)}" for key, value in values.items()]
+
+
+def _shown(value: object) -> object:
+    return value.model_dump() if isinstance(value, BaseModel) else value
