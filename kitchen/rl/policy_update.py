@@ -1,7 +1,8 @@
 """How an RL update reaches the backend: the objective's route (a built-in loss on datums with the
 aggregation folded in, or `forward_backward_custom` for a KL term, an entropy bonus, or a loss or
 config key the Tinker service does not run), the off-policy correction (TIS / MIS folded into the
-datums after one `forward` for the proximal policy's logprobs), and the metrics of the sampler /
+datums after one `forward` for the proximal policy's logprobs; decoupled PPO, AReaL's loss for
+async training, reads the same logprobs as its proximal policy), and the metrics of the sampler /
 trainer mismatch, which are logged whether or not a correction is on.
 
 Sync and async mode run it once per step over `num_substeps` chunks (each chunk an optimizer step,
@@ -18,12 +19,12 @@ from typing import TYPE_CHECKING
 from kitchen.backends import get_backend_spec
 from kitchen.ports import TrainingClient
 from kitchen.rl.settings import RLSettings
-from train_core.losses import get_loss_fn
+from train_core.losses import PROXIMAL_LOGPROBS, get_loss_fn
 from train_core.rl.metrics import training_logprobs
 from train_core.rl.off_policy import RolloutCorrection, correct_off_policy, mismatch_metrics
 from train_core.rl.policy_objective import PolicyObjective
 from train_core.rl.types import Metrics
-from train_core.types import Datum, ForwardBackwardOutput
+from train_core.types import Datum, ForwardBackwardOutput, TensorData
 
 if TYPE_CHECKING:
     import torch
@@ -50,17 +51,31 @@ class PolicyUpdate:
     def corrects(self) -> bool:
         return self.correction is not None and bool(self.correction.tis or self.correction.mis)
 
+    @property
+    def needs_proximal(self) -> bool:
+        """A correction, or a loss that keeps the update near the proximal policy (decoupled PPO)."""
+        return self.corrects or PROXIMAL_LOGPROBS in get_loss_fn(self.objective.loss_fn).input_keys
+
     async def prepare(self, client: TrainingClient, data_D: Sequence[Datum]) -> tuple[list[Datum], Metrics]:
-        """With a correction on: the proximal logprobs from one `forward` on the current weights,
-        the correction folded into the datums, and the mismatch metrics it measured. Else the
-        datums unchanged (their mismatch is measured from the update's own logprobs)."""
-        if not self.corrects or not data_D:
+        """When the update needs them: the proximal logprobs from one `forward` on the current
+        weights, a correction folded into the datums (with the mismatch metrics it measured), and
+        for decoupled PPO the logprobs as `proximal_logprobs`. Else the datums unchanged (their
+        mismatch is measured from the update's own logprobs)."""
+        if not self.needs_proximal or not data_D:
             return list(data_D), {}
-        assert self.correction is not None
         inputs = get_loss_fn(PROXIMAL_LOSS).required_inputs
         scored_D = [Datum(d.model_input, {k: d.loss_fn_inputs[k] for k in inputs}) for d in data_D]
-        out = await (await client.forward(scored_D, PROXIMAL_LOSS))
-        return correct_off_policy(data_D, training_logprobs([out]), self.correction, self.objective.loss_fn)
+        proximal_D = training_logprobs([await (await client.forward(scored_D, PROXIMAL_LOSS))])
+        metrics: Metrics = {}
+        prepared_D = list(data_D)
+        if self.correction is not None and self.corrects:
+            prepared_D, metrics = correct_off_policy(prepared_D, proximal_D, self.correction, self.objective.loss_fn)
+        if PROXIMAL_LOGPROBS in get_loss_fn(self.objective.loss_fn).input_keys:
+            prepared_D = [
+                Datum(d.model_input, {**d.loss_fn_inputs, PROXIMAL_LOGPROBS: TensorData.from_torch(lp_T.float())})
+                for d, lp_T in zip(prepared_D, proximal_D, strict=True)
+            ]
+        return prepared_D, metrics
 
     async def submit(self, client: TrainingClient, data_D: Sequence[Datum]) -> Awaitable[ForwardBackwardOutput]:
         """One forward_backward of the objective over `data_D` (one optimizer step's worth, or a

@@ -121,3 +121,11 @@ def test_clip_ratio_keys_reach_the_loss(kitchen_run: Run) -> None:
 def test_an_entropy_bonus_is_refused_before_any_work_where_the_backend_cannot_run_it(kitchen_run: Run) -> None:
     with pytest.raises(ConfigError, match="entropy_coeff: backend 'noop' does not hand a custom loss"):
         kitchen_run(TOY_RECIPE, "entropy_coeff=0.01", *FAST)
+
+
+def test_decoupled_ppo_trains_async_around_the_proximal_policy(kitchen_run: Run) -> None:
+    """AReaL's loss: one forward per step gives the proximal logprobs the update is kept near."""
+    run = kitchen_run(TOY_RECIPE, "loss_fn=decoupled_ppo", *FAST, *MODES["async"])
+    assert {summary["loss_fn"] for _, summary in trained_calls(run)} == {"decoupled_ppo"}
+    assert len([call for call in run.calls if call.method == "forward"]) == 2
+    assert all("loss/clipfrac_high" in row for row in run.metrics)
