@@ -16,7 +16,6 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kitchen.backends import get_backend_spec
 from kitchen.ports import TrainingClient
 from kitchen.rl.settings import RLSettings
 from train_core.losses import PROXIMAL_LOGPROBS, get_loss_fn
@@ -32,12 +31,6 @@ if TYPE_CHECKING:
 PROXIMAL_LOSS = "importance_sampling"
 """The built-in loss a `forward` for the proximal logprobs names (every backend runs it; its value
 is not used)."""
-
-
-def runs_only_builtin_losses(backend: str) -> bool:
-    """Whether the backend's built-in `forward_backward` takes only its own losses and config keys
-    (the Tinker service): then kitchen's extensions go through `forward_backward_custom`."""
-    return get_backend_spec(backend).supported_losses is not None
 
 
 @dataclass(frozen=True)
@@ -99,9 +92,7 @@ class PolicyUpdate:
 
 def policy_update(config: RLSettings, minibatches: int = 1) -> PolicyUpdate:
     """The update the RL settings ask for, routed for the configured backend."""
-    objective = config.policy_objective(minibatches)
-    custom = bool(objective.custom_route_reasons(service=runs_only_builtin_losses(config.backend)))
-    return PolicyUpdate(objective, custom, config.correction())
+    return PolicyUpdate(config.policy_objective(minibatches), bool(config.custom_route_reasons()), config.correction())
 
 
 def action_token_entropy(data_D: Sequence[Datum], fb_outputs: Sequence[ForwardBackwardOutput]) -> float | None:

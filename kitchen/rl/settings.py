@@ -10,6 +10,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from kitchen.backends import get_backend_spec
 from kitchen.config import Count, NonNegative, Rate, RunConfig, defaults
 from kitchen.losses import get_loss_fn, rl_loss_names
 from kitchen.rl.algorithm_settings import RLAlgorithmSettings
@@ -180,6 +181,18 @@ class RLSettings(RendererSettings, OptimizerSettings, RLAlgorithmSettings):
             self.entropy_coeff,
             minibatches,
         )
+
+    def custom_route_reasons(self) -> list[str]:
+        """Why the update goes through `forward_backward_custom` on the configured backend (a KL
+        term, an entropy bonus, or on a backend that runs only its own built-ins, such as the Tinker
+        service, a loss or config key it does not take); empty: the built-in loss runs it."""
+        builtin_only = get_backend_spec(self.backend).supported_losses is not None
+        return self.policy_objective().custom_route_reasons(service=builtin_only)
+
+    def builtin_loss_fns(self) -> list[str]:
+        """The losses sent to the backend's built-in forward_backward (what `kitchen validate`
+        checks the backend runs): the policy loss unless the custom route takes it."""
+        return [] if self.custom_route_reasons() else [self.loss_fn]
 
     def correction(self) -> RolloutCorrection | None:
         return None if self.rollout_correction is None else self.rollout_correction.correction()

@@ -156,3 +156,20 @@ def test_show_prints_the_resolved_algorithm(capsys: pytest.CaptureFixture[str]) 
     assert "algorithm: gspo (Zheng et al. 2025" in out
     assert "  loss_fn = gspo" in out and "  scale_rewards = group" in out
     assert "'clip_low_threshold': 0.999, 'clip_high_threshold': 1.0004" in out
+
+
+@pytest.mark.parametrize(
+    ("overrides", "error"),
+    [
+        (["algorithm=grpo"], None),  # KL in the loss: the custom route, which the service runs
+        (["loss_fn=decoupled_ppo"], None),  # kitchen's own loss: the custom route too
+        (["entropy_coeff=0.01"], "does not hand a custom loss the policy's per-token entropies"),
+    ],
+)
+def test_validate_on_the_tinker_service_knows_the_custom_route(
+    overrides: list[str], error: str | None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["validate", "math_rl", "backend=tinker", "lora_rank=8", *overrides])
+    assert code == (0 if error is None else 2)
+    if error is not None:
+        assert error in capsys.readouterr().err
