@@ -44,6 +44,9 @@ class BackendSpec:
     supported_losses: frozenset[str] | None = None
     """Built-in loss names it runs; None = every loss in `train_core.losses.LOSS_SPECS`."""
     requires_lora_rank: bool = False
+    custom_loss_entropy: bool = False
+    """Its `forward_backward_custom` hands a loss that takes `entropy_D` the policy's per-token
+    entropies (with gradients): what an entropy bonus in the RL loss needs."""
     moved_keys: Mapping[str, str] = field(default_factory=dict)
     """Former top-level config keys now in this backend's section: old name -> name in the section."""
     export_hf: ExportFn | None = None
@@ -54,9 +57,16 @@ class BackendSpec:
     export_hint: str = ""
     """For backends without `export_hf`: what to do instead (shown by `kitchen export`)."""
 
-    def problems(self, calls: Collection[str], loss_fns: Collection[str], lora_rank: int | None) -> list[str]:
+    def problems(
+        self, calls: Collection[str], loss_fns: Collection[str], lora_rank: int | None, entropy_bonus: bool = False
+    ) -> list[str]:
         """What this backend cannot run of a workflow's calls and losses, one line each."""
         found = []
+        if entropy_bonus and not self.custom_loss_entropy:
+            found.append(
+                f"entropy_coeff: backend {self.name!r} does not hand a custom loss the policy's per-token "
+                "entropies, which an entropy bonus needs (the local backend does)"
+            )
         if self.supported_calls is not None:
             found += [f"it does not support {call}" for call in sorted(set(calls) - self.supported_calls)]
         if self.supported_losses is not None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from kitchen.cli_tools import add_commands as add_tool_commands
 from kitchen.cli_tools import dispatch as dispatch_tool_command
 from kitchen.cli_tools import format_keys
-from kitchen.config import load_config
+from kitchen.config import RunConfig, load_config
 from kitchen.recipe import Recipe, get_recipe, recipe_names, resolve_config_path, shipped_configs
 from kitchen.runner import StageFailure, is_environment_error
 from kitchen.secrets import install_logging_filter, redact
@@ -102,7 +102,11 @@ def _dispatch(args: argparse.Namespace) -> None:
     if args.command == "show" and args.keys:
         print(format_keys(recipe.config_cls))
     elif args.command == "show":
-        print(render_tree(recipe.workflow(_config(recipe, args))))
+        config = _config(recipe, args)
+        print(render_tree(recipe.workflow(config)))
+        summary = config.resolved_summary() if isinstance(config, RunConfig) else []
+        if summary:
+            print("\n".join(["", *summary]))
     elif args.command == "validate":
         _validate(recipe, args)
     else:

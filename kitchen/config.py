@@ -6,9 +6,10 @@ override), so a typo never costs a run.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import importlib.util
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
@@ -112,6 +113,17 @@ class RunConfig(TrainingEvalSettings):
         if enabled and importlib.util.find_spec("opentelemetry.sdk") is None:
             raise ValueError("trace_file needs the opentelemetry-sdk package: pip install 'kitchen[otel]'")
         return enabled
+
+    @classmethod
+    def preset(cls, data: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Defaults a key of the config being loaded selects (e.g. RL's `algorithm`), applied above
+        the recipe's defaults and below the YAML and `key=value` overrides. None here."""
+        return {}
+
+    def resolved_summary(self) -> list[str]:
+        """Lines `kitchen show` prints after the workflow: values resolved from several keys (e.g.
+        an RL `algorithm` preset's). None here."""
+        return []
 
     @classmethod
     def moved_keys(cls) -> dict[str, str]:
@@ -247,21 +259,40 @@ def load_config(
     base: dict[str, Any] | None = None,
 ) -> C:
     """Build a validated config. `base` holds recipe-level defaults that sit under the YAML."""
-    data: dict[str, Any] = dict(base or {})
     lines: dict[Path_, int] = {}
+    file_data: dict[str, Any] = {}
     if config_file is not None:
         file_data, lines = read_yaml(config_file)
-        data.update(file_data)
     origins: dict[str, str] = {}
-    for text in overrides or []:
-        path, value = parse_override(text)
-        _set_path(data, path, value, f"override {text!r}")
-        origins[".".join(path)] = f"override {text!r}"
+    parsed = [(text, *parse_override(text)) for text in overrides or []]
+
+    def layered(preset: Mapping[str, Any]) -> dict[str, Any]:
+        data = copy.deepcopy(_merged(_merged(dict(base or {}), preset), file_data))  # overrides write into it
+        for text, path, value in parsed:
+            _set_path(data, path, value, f"override {text!r}")
+            origins[".".join(path)] = f"override {text!r}"
+        return data
+
+    data = layered({})
+    if issubclass(config_cls, RunConfig):
+        preset = config_cls.preset(data)
+        if preset:
+            data = layered(preset)
     context = {CONFIG_DIR: config_file.resolve().parent} if config_file is not None else {}
     try:
         return config_cls.model_validate(data, context=context)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, config_cls, config_file, lines, origins)) from None
+
+
+def _merged(lower: dict[str, Any], upper: Mapping[str, Any]) -> dict[str, Any]:
+    """`upper` over `lower`, nested sections merged key by key (a preset's `dynamic_sampling` keeps
+    the keys a YAML section does not set)."""
+    merged = dict(lower)
+    for key, value in upper.items():
+        below = merged.get(key)
+        merged[key] = _merged(below, value) if isinstance(below, dict) and isinstance(value, dict) else value
+    return merged
 
 
 def _describe(

@@ -22,8 +22,11 @@ def backend_problems(workflow: Workflow, config: Any) -> list[str]:
         for call in stage.spec.calls
         if spec.supported_calls is not None and call not in spec.supported_calls
     ]
+    builtin_loss_fns = getattr(config, "builtin_loss_fns", None)  # RL: the custom route may take the loss
     loss_fn = getattr(config, "loss_fn", None)
-    return problems + spec.problems([], [loss_fn] if loss_fn else [], config.lora_rank)
+    loss_fns = builtin_loss_fns() if builtin_loss_fns is not None else [loss_fn] if loss_fn else []
+    entropy_bonus = getattr(config, "entropy_coeff", 0.0) > 0
+    return problems + spec.problems([], loss_fns, config.lora_rank, entropy_bonus)
 
 
 def validate_recipe(recipe: Recipe, config: Any) -> Workflow:

@@ -461,13 +461,14 @@ LOSS_SPECS: dict[str, LossSpec] = {
 each `kitchen.losses` entry point here; the built-ins' entry points name these same objects."""
 
 
-ROLLOUT_INPUTS = frozenset({"logprobs", "advantages", SEQUENCE_RATIO_MASK})
-"""What the RL workflow's datums carry (`train_core.rl.data_processing`)."""
+ROLLOUT_INPUTS = frozenset({"logprobs", "advantages", SEQUENCE_RATIO_MASK, PROXIMAL_LOGPROBS})
+"""What the RL workflow's datums carry (`train_core.rl.data_processing`), or its update adds
+(`proximal_logprobs`: the trainer's logprobs before the update, for `decoupled_ppo`)."""
 
 
 def is_policy_gradient(spec: LossSpec) -> bool:
     """Whether the RL workflow can feed `spec`: it reads advantages and nothing beyond what the
-    workflow's datums carry (`decoupled_ppo` also needs `proximal_logprobs`)."""
+    workflow's datums carry."""
     return "advantages" in spec.input_keys and set(spec.input_keys) <= ROLLOUT_INPUTS
 
 

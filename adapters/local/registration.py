@@ -159,4 +159,5 @@ BACKEND = BackendSpec(
     create=create,
     moved_keys={"device": "device", "cpu_threads": "cpu_threads"},
     export_hf=export_hf,
+    custom_loss_entropy=True,
 )

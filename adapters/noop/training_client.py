@@ -87,7 +87,13 @@ class NoopTrainingClient:
         batch = _check_batch(data, spec.required_inputs, spec.input_keys, f"loss {loss_fn!r}")
         num_tokens = sum(batch.lengths_D)
         self.runtime.record(
-            "training", method, self.client_id, loss_fn=loss_fn, num_data=len(data), num_tokens=num_tokens
+            "training",
+            method,
+            self.client_id,
+            loss_fn=loss_fn,
+            loss_fn_config=dict(loss_fn_config or {}),
+            num_data=len(data),
+            num_tokens=num_tokens,
         )
         backward = method == "forward_backward"
         return self._submit(method, lambda: self._run_loss(batch, spec, config, backward))

@@ -2,17 +2,22 @@
 reference in the loss, entropy bonus, DAPO's dynamic sampling and overlong handling, and the
 correction for sampler/trainer mismatch (names as verl and TRL use them where they have one).
 
-Each key is read by the train_core function its description names. The defaults keep today's
-training unchanged: group-mean centring (`dr_grpo`), losses summed over tokens (`token_sum`), no
-KL or entropy term in the loss, every group trained, no correction. The presets that set them
-together are `kitchen.rl.presets`.
+Each key is read by the train_core function its description names, called from the RL step's
+stages (`kitchen.rl.step`, `kitchen.rl.policy_update`). The defaults keep the original training:
+group-mean centring (`dr_grpo`), losses summed over tokens (`token_sum`), no KL or entropy term in
+the loss, every group trained, no correction. `algorithm: NAME` sets several together from
+`kitchen.rl.presets` when the config is loaded (recipe defaults < preset < YAML < key=value).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kitchen.config import Count, RunConfig
+from kitchen.rl.presets import ALGORITHM_NAMES, ALGORITHM_PRESETS, AlgorithmName
 from train_core.rl.advantages import ADVANTAGE_ESTIMATORS, ScaleRewards, get_advantage_estimator
 from train_core.rl.aggregation import AggregationMode
 from train_core.rl.kl_estimators import KL_ESTIMATORS, kl_estimator_name
@@ -66,8 +71,15 @@ class RolloutCorrectionSettings(BaseModel):
 
 
 class RLAlgorithmSettings(RunConfig):
-    """RL algorithm knobs (issue 24). Not read by the RL workflow yet: phase 2 wires each key."""
+    """RL algorithm knobs beyond the loss name: estimator, aggregation, clipping, KL and entropy
+    terms, DAPO's data side, off-policy corrections, and the `algorithm` preset that sets them."""
 
+    algorithm: AlgorithmName | None = Field(
+        None,
+        description="a published algorithm's settings as defaults for the keys below: "
+        + ", ".join(ALGORITHM_NAMES)
+        + " (kitchen.rl.presets); any key set in the YAML or as key=value still wins",
+    )
     advantage_estimator: str = Field(
         "dr_grpo",
         description="advantages from total rewards (train_core.rl.advantages): "
@@ -88,6 +100,15 @@ class RLAlgorithmSettings(RunConfig):
     kl_loss_estimator: str = Field(
         "k3", description="per-token KL estimator: " + ", ".join(KL_ESTIMATORS) + " (or verl's low_var_kl, ...)"
     )
+    clip_ratio_low: float | None = Field(
+        None, gt=0, lt=1, description="verl's PPO clip below: sets loss_fn_config clip_low_threshold = 1 - this"
+    )
+    clip_ratio_high: float | None = Field(
+        None, gt=0, description="verl's PPO clip above (DAPO's clip-higher 0.28): clip_high_threshold = 1 + this"
+    )
+    clip_ratio_c: float | None = Field(
+        None, gt=1, description="dual-clip PPO's cap on negative-advantage tokens (loss_fn_config clip_ratio_c)"
+    )
     entropy_coeff: float = Field(0.0, ge=0, description="entropy bonus in the loss; needs the local backend")
     dynamic_sampling: DynamicSampling | None = Field(None, description="DAPO's dynamic sampling; unset = off")
     overlong_buffer: OverlongBuffer | None = Field(None, description="DAPO's soft overlong punishment; unset = off")
@@ -95,6 +116,24 @@ class RLAlgorithmSettings(RunConfig):
     rollout_correction: RolloutCorrectionSettings | None = Field(
         None, description="TIS / MIS for sampler-trainer mismatch; unset = off (the mismatch is still logged)"
     )
+
+    @classmethod
+    def preset(cls, data: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The `algorithm` preset's settings for a config being loaded (see `kitchen.config.load_config`)."""
+        name = data.get("algorithm")
+        preset = ALGORITHM_PRESETS.get(name) if isinstance(name, str) else None
+        return {} if preset is None else {"algorithm": name, **preset.settings}
+
+    def clip_config(self) -> dict[str, float]:
+        """`clip_ratio_*` as the loss's config keys (verl's epsilons as Tinker's thresholds)."""
+        clip: dict[str, float] = {}
+        if self.clip_ratio_low is not None:
+            clip["clip_low_threshold"] = 1.0 - self.clip_ratio_low
+        if self.clip_ratio_high is not None:
+            clip["clip_high_threshold"] = 1.0 + self.clip_ratio_high
+        if self.clip_ratio_c is not None:
+            clip["clip_ratio_c"] = self.clip_ratio_c
+        return clip
 
     @field_validator("advantage_estimator")
     @classmethod

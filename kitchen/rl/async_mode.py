@@ -2,27 +2,36 @@
 
 The trainer side runs the same update stages as sync mode on the groups it takes.
 
-Workers start a group only when it can still be fresh when the trainer reaches it: a group drawn
-now with weights `s` will be trained at step `next + ahead // groups_per_batch`, where `ahead`
-counts the groups the trainer will take before it. Without this gate workers that sample faster
-than the trainer trains run ever further ahead, and every other batch they draw is too old.
-The trainer still checks each group's age when it takes it (the guarantee; the gate only avoids
-waste), drops stale ones and requeues their builders, which are sampled again first.
+Admission control instead of discarding: a worker starts a group only when the trainer can consume
+it within `max_steps_off_policy` steps of the weights it samples with. Each started group holds a
+place in the trainer's consumption order, so the batch it will be trained in is known when it
+starts (`next_step + ahead // groups_per_batch`, `ahead` counting the groups taken for the current
+batch, those finished and those in flight); it starts only if that batch is at most
+`max_steps_off_policy` steps past its weights. The trainer takes groups oldest weights first
+(earliest deadline first), and waits for an unfinished group only when that group's deadline is
+this step. Weights only grow over time, so places follow deadlines and no group can miss its
+deadline: nothing sampled is thrown away for its age. (Were one ever older, e.g. after a resume
+with a smaller bound, it is trained and counted in `async/over_bound_groups`.) Workers take the
+newest sampler for every group they start (in-flight weight updates at group granularity; the
+engines here cannot switch weights inside a generation, so each group has one policy version, its
+`sampler_step`). Staleness is logged per step (`async/steps_off_policy_mean|max`), with how long
+the trainer waited for groups (`async/wait_s`) and the groups in flight when it began.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-from collections import deque
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from kitchen.context import Context
 from kitchen.errors import DataError
 from kitchen.ports import SamplingClient
+from kitchen.rl.dynamic_sampling import fill_metrics, is_informative
 from kitchen.rl.settings import RLSettings
-from kitchen.rl.step import Rollouts, note_dropped, rollout_options, rollout_params
+from kitchen.rl.step import note_dropped, rollout_options, rollout_params
 from kitchen.stage import Live, Stage
 from train_core.rl.metrics import rollout_failure_metrics
 from train_core.rl.rollouts import DroppedGroup, SampledGroup, sample_group
@@ -39,45 +48,59 @@ def steps_off_policy(step: int, sampler_step: int) -> int:
     return step - sampler_step
 
 
+@dataclass(frozen=True)
+class TakenBatch:
+    """What the trainer took for one step."""
+
+    groups: list[SampledGroup]
+    """Every group taken, in the order taken (oldest weights first)."""
+    trained: list[SampledGroup]
+    """Those trained: all of them, or with dynamic sampling the informative ones."""
+    wait_s: float
+    in_flight_at_start: int
+
+
 class OffPolicyQueue:
     def __init__(self, groups_per_batch: int, max_steps_off_policy: int, first_step: int) -> None:
         self.groups_per_batch = groups_per_batch
         self.max_steps_off_policy = max_steps_off_policy
         self.builders: asyncio.Queue[EnvGroupBuilder] = asyncio.Queue(maxsize=groups_per_batch)
         self.closed = asyncio.Event()
-        self._groups: asyncio.Queue[SampledGroup] = asyncio.Queue()
-        self._requeued: deque[EnvGroupBuilder] = deque()
+        self._finished: list[SampledGroup] = []
+        self._in_flight: dict[int, int] = {}  # sampler_step -> groups being sampled with it
         self._changed = asyncio.Condition()
         self._next_step = first_step  # the step whose batch the trainer takes next
         self._taken = 0  # groups already taken for that batch
-        self._in_flight = 0
         self.dropped: list[DroppedGroup] = []  # dropped by the failure policy since the last batch
         self._drops_in_a_row = 0
 
     # -- workers -----------------------------------------------------------------------------
 
     async def next_builder(self) -> EnvGroupBuilder:
-        """A requeued builder if there is one, else the next new one."""
-        if self._requeued:
-            return self._requeued.popleft()
         return await self.builders.get()
+
+    @property
+    def in_flight(self) -> int:
+        return sum(self._in_flight.values())
 
     def predicted_age(self, sampler_step: int) -> int:
         """Steps off-policy a group started now with weights `sampler_step` will be when trained."""
-        ahead = self._taken + self._groups.qsize() + self._in_flight
+        ahead = self._taken + len(self._finished) + self.in_flight
         return steps_off_policy(self._next_step + ahead // self.groups_per_batch, sampler_step)
 
-    async def wait_to_start(self, sampler_step: Callable[[], int]) -> None:
-        """Wait until a group drawn with the current weights would be fresh when trained, then
-        count it in flight until it is `put`."""
+    async def wait_to_start(self, sampler_step: Callable[[], int]) -> int:
+        """Wait until a group drawn with the current weights can be trained in time (admission),
+        then count it in flight until it is `put`; the weights' step it was admitted with."""
         async with self._changed:
             await self._changed.wait_for(lambda: self.predicted_age(sampler_step()) <= self.max_steps_off_policy)
-            self._in_flight += 1
+            step = sampler_step()
+            self._in_flight[step] = self._in_flight.get(step, 0) + 1
+            return step
 
-    async def put(self, group: SampledGroup | DroppedGroup) -> None:
-        """Hand over a sampled group; a dropped one (`min_viable_group`) is only counted, and its
-        problem is not sampled again."""
-        self._in_flight -= 1
+    async def put(self, group: SampledGroup | DroppedGroup, sampler_step: int) -> None:
+        """Hand over a group sampled with weights `sampler_step`; a dropped one
+        (`min_viable_group`) is only counted, and its problem is not sampled again."""
+        self._in_flight[sampler_step] -= 1
         if isinstance(group, DroppedGroup):
             self.dropped.append(group)
             self._drops_in_a_row += 1
@@ -88,30 +111,48 @@ class OffPolicyQueue:
                 )
         else:
             self._drops_in_a_row = 0
-            self._groups.put_nowait(group)
+            self._finished.append(group)
         await self._notify()
 
     # -- trainer -----------------------------------------------------------------------------
 
-    async def take_batch(self, step: int) -> tuple[list[SampledGroup], int]:
-        """Groups for `step` in arrival order, each at most `max_steps_off_policy` steps old, and
-        how many older ones were dropped (their builders are requeued)."""
+    def _due_in_flight(self, step: int) -> int:
+        """Groups still being sampled that must be trained at `step` at the latest."""
+        return sum(n for s, n in self._in_flight.items() if s + self.max_steps_off_policy <= step)
+
+    def _can_take(self, step: int) -> bool:
+        """A finished group may be taken now unless the batch's remaining places are all owed to
+        unfinished groups due this step."""
+        if not self._finished:
+            return False
+        oldest = min(g.sampler_step for g in self._finished)
+        due_now = oldest + self.max_steps_off_policy <= step
+        return due_now or self.groups_per_batch - self._taken > self._due_in_flight(step)
+
+    async def take_batch(
+        self, step: int, keep: Callable[[SampledGroup], bool] | None = None, budget: int | None = None
+    ) -> TakenBatch:
+        """Groups for `step`, oldest weights first, until `groups_per_batch` are kept (`keep`,
+        default all; dynamic sampling keeps informative ones) or `budget` groups were taken."""
+        started = time.perf_counter()
+        in_flight = self.in_flight
         self._next_step, self._taken = step, 0
         await self._notify()  # the weights may have changed since the last batch: re-check
         taken: list[SampledGroup] = []
-        dropped = 0
-        while len(taken) < self.groups_per_batch:
-            group = await self._groups.get()
-            if steps_off_policy(step, group.sampler_step) <= self.max_steps_off_policy:
-                taken.append(group)
+        trained: list[SampledGroup] = []
+        while len(trained) < self.groups_per_batch and (budget is None or len(taken) < budget):
+            async with self._changed:
+                await self._changed.wait_for(lambda: self._can_take(step))
+                group = min(self._finished, key=lambda g: g.sampler_step)
+                self._finished.remove(group)
+            taken.append(group)
+            if keep is None or keep(group):
+                trained.append(group)
                 self._taken += 1
-            else:
-                self._requeued.append(group.builder)
-                dropped += 1
             await self._notify()
         self._next_step, self._taken = step + 1, 0
         await self._notify()
-        return taken, dropped
+        return TakenBatch(taken, trained, time.perf_counter() - started, in_flight)
 
     def close(self) -> None:
         self.closed.set()
@@ -170,10 +211,10 @@ class RolloutWorkers(Stage):
         async def work(worker: int) -> None:
             for count in itertools.count():
                 builder = await queue.next_builder()
-                await queue.wait_to_start(sampler_step.get)
-                sampler, step = sampling_client.get(), sampler_step.get()
+                step = await queue.wait_to_start(sampler_step.get)
+                sampler = sampling_client.get()
                 seed_key = ("async", config.seed, worker, count)
-                await queue.put(await sample_group(builder, sampler, step, params, seed_key, options))
+                await queue.put(await sample_group(builder, sampler, step, params, seed_key, options), step)
 
         tasks = [
             asyncio.create_task(feed()),
@@ -191,26 +232,42 @@ class RolloutWorkers(Stage):
             await asyncio.gather(*tasks, closed, return_exceptions=True)
 
 
-class TakeFreshGroups(Stage):
-    """Async mode's trainer side: the step's `groups_per_batch` groups in arrival
-    order, none more than `max_steps_off_policy` steps old (older ones are dropped and their
-    problems requeued to be sampled again). Logs the ages of what it trains on."""
+@dataclass(frozen=True)
+class AsyncBatch:
+    sampled_groups: list[SampledGroup]
+    filled_groups: list[SampledGroup]
 
-    async def run(self, ctx: Context, off_policy_queue: OffPolicyQueue) -> Rollouts:
+
+class TakeFreshGroups(Stage):
+    """Async mode's trainer side: the step's `groups_per_batch` groups, oldest weights first (see
+    the module doc: admission control keeps each within `max_steps_off_policy`). Every group
+    taken is `sampled_groups` (logged); those trained `filled_groups`: with dynamic sampling, the
+    trainer leaves constant-reward groups out and takes more, up to `max_rounds` batches' worth.
+    Logs the staleness of what it trains on, its wait for groups and the groups in flight."""
+
+    async def run(self, ctx: Context, off_policy_queue: OffPolicyQueue, config: RLSettings) -> AsyncBatch:
         queue = off_policy_queue
-        taken, dropped = await queue.take_batch(ctx.step)
-        ages = [steps_off_policy(ctx.step, group.sampler_step) for group in taken]
+        dynamic = config.dynamic_sampling
+        if dynamic is None:
+            batch = await queue.take_batch(ctx.step)
+        else:
+            batch = await queue.take_batch(ctx.step, is_informative, dynamic.max_rounds * config.groups_per_batch)
+            dropped = len(batch.groups) - len(batch.trained)
+            ctx.record(fill_metrics(len(batch.groups), dropped, len(batch.trained), config.groups_per_batch))
         failed, queue.dropped = queue.dropped, []
         note_dropped(ctx, failed)
-        ctx.record(rollout_failure_metrics(taken, failed))
+        ctx.record(rollout_failure_metrics(batch.groups, failed))
+        ages = [steps_off_policy(ctx.step, group.sampler_step) for group in batch.trained] or [0]
         ctx.record(
             {
-                "async/stale_groups_dropped": dropped,
                 "async/steps_off_policy_mean": sum(ages) / len(ages),
                 "async/steps_off_policy_max": max(ages),
+                "async/over_bound_groups": sum(age > queue.max_steps_off_policy for age in ages),
+                "async/wait_s": batch.wait_s,
+                "async/in_flight": batch.in_flight_at_start,
             }
         )
-        return Rollouts(taken)
+        return AsyncBatch(batch.groups, batch.trained)
 
 
 class StopRolloutWorkers(Stage):

@@ -1,5 +1,6 @@
 """`algorithm: NAME` presets: each published RL algorithm's documented settings, as data over the
-RL settings keys (`RLSettings` and `RLAlgorithmSettings`); any key can still be overridden.
+RL settings keys (`RLSettings` and `RLAlgorithmSettings`); any key can still be overridden. Clip
+ranges are verl's `clip_ratio_low` / `clip_ratio_high` (epsilons), so overriding one keeps the other.
 
     grpo          group mean / group std; ppo (0.8, 1.2); seq_mean_token_mean; k3 KL in the loss 0.04
                   (DeepSeekMath, arXiv:2402.03300)
@@ -40,7 +41,7 @@ class AlgorithmPreset:
     settings: Mapping[str, object]
 
 
-_PPO = {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}
+_PPO = {"clip_ratio_low": 0.2, "clip_ratio_high": 0.2}
 
 ALGORITHM_PRESETS: dict[str, AlgorithmPreset] = {
     preset.name: preset
@@ -53,7 +54,7 @@ ALGORITHM_PRESETS: dict[str, AlgorithmPreset] = {
                 "advantage_estimator": "grpo",
                 "scale_rewards": "group",
                 "loss_fn": "ppo",
-                "loss_fn_config": _PPO,
+                **_PPO,
                 "loss_aggregation": "seq_mean_token_mean",
                 "kl_loss_coef": 0.04,
                 "kl_loss_estimator": "k3",
@@ -65,7 +66,7 @@ ALGORITHM_PRESETS: dict[str, AlgorithmPreset] = {
             {
                 "advantage_estimator": "dr_grpo",
                 "loss_fn": "ppo",
-                "loss_fn_config": _PPO,
+                **_PPO,
                 "loss_aggregation": "seq_mean_token_sum_norm",
                 "kl_loss_coef": 0.0,
             },
@@ -78,7 +79,8 @@ ALGORITHM_PRESETS: dict[str, AlgorithmPreset] = {
                 "advantage_estimator": "grpo",
                 "scale_rewards": "group",
                 "loss_fn": "ppo",
-                "loss_fn_config": {"clip_low_threshold": 0.8, "clip_high_threshold": 1.28},
+                "clip_ratio_low": 0.2,
+                "clip_ratio_high": 0.28,
                 "loss_aggregation": "token_mean",
                 "kl_loss_coef": 0.0,
                 "dynamic_sampling": {"max_rounds": 10},
@@ -93,7 +95,8 @@ ALGORITHM_PRESETS: dict[str, AlgorithmPreset] = {
                 "advantage_estimator": "grpo",
                 "scale_rewards": "group",
                 "loss_fn": "gspo",
-                "loss_fn_config": {"clip_low_threshold": 1 - 3e-4, "clip_high_threshold": 1 + 4e-4},
+                "clip_ratio_low": 3e-4,
+                "clip_ratio_high": 4e-4,
                 "loss_aggregation": "seq_mean_token_mean",
                 "kl_loss_coef": 0.0,
             },
@@ -116,7 +119,7 @@ ALGORITHM_PRESETS: dict[str, AlgorithmPreset] = {
             {
                 "advantage_estimator": "reinforce_pp",
                 "loss_fn": "ppo",
-                "loss_fn_config": _PPO,
+                **_PPO,
                 "loss_aggregation": "token_mean",
                 "kl_loss_coef": 0.0,
             },

@@ -8,11 +8,17 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from kitchen.config import Count, NonNegative, Rate, defaults
+from kitchen.backends import get_backend_spec
+from kitchen.config import Count, NonNegative, Rate, RunConfig, defaults
 from kitchen.losses import get_loss_fn, rl_loss_names
+from kitchen.rl.algorithm_settings import RLAlgorithmSettings
+from kitchen.rl.presets import ALGORITHM_PRESETS
 from kitchen.settings import OptimizerSettings, RendererSettings
+from train_core.rl.off_policy import RolloutCorrection
+from train_core.rl.overlong import default_buffer_tokens
+from train_core.rl.policy_objective import PolicyObjective
 from train_core.rl.rollouts import FailurePolicy
 
 RLMode = Literal["sync", "stream_minibatch", "async"]
@@ -50,7 +56,7 @@ class RolloutFailureSettings(BaseModel):
 
 
 @defaults(lr_schedule="constant")
-class RLSettings(RendererSettings, OptimizerSettings):
+class RLSettings(RendererSettings, OptimizerSettings, RLAlgorithmSettings):
     MOVED_KEYS: ClassVar[dict[str, str]] = {
         "stream_minibatch.groups_per_batch": "groups_per_batch",
         "async_config.groups_per_batch": "groups_per_batch (and async_config.num_workers for the worker count)",
@@ -150,3 +156,73 @@ class RLSettings(RendererSettings, OptimizerSettings):
         if self.async_config is not None:
             return "async"
         return "stream_minibatch" if self.stream_minibatch is not None else "sync"
+
+    @model_validator(mode="after")
+    def _algorithm_fits_the_loss(self) -> RLSettings:
+        """The loss with the clip keys, the aggregation, KL and entropy terms, and the corrections
+        are checked together when the config loads (train_core's errors are ValueErrors)."""
+        clashes = sorted(set(self.clip_config()) & set(self.loss_fn_config or {}))
+        if clashes:
+            raise ValueError(f"loss_fn_config {clashes} and clip_ratio_low/high/c set the same clip; set one of them")
+        self.policy_objective()  # checks the loss config, aggregation and terms together
+        correction = self.correction()
+        corrects = correction is not None and bool(correction.tis or correction.mis)
+        if corrects and get_loss_fn(self.loss_fn).scaled_by != "advantages":
+            raise ValueError(f"rollout_correction needs a loss scaled by the advantages, not {self.loss_fn!r}")
+        buffer = self.overlong_buffer.tokens if self.overlong_buffer is not None else None
+        if buffer is not None and buffer > self.max_tokens:
+            raise ValueError(f"overlong_buffer.tokens ({buffer}) must be at most max_tokens ({self.max_tokens})")
+        return self
+
+    def policy_loss_config(self) -> dict[str, float] | None:
+        """`loss_fn_config` with `clip_ratio_low/high/c` applied; None when neither sets anything."""
+        merged = {**(self.loss_fn_config or {}), **self.clip_config()}
+        return merged or None
+
+    def policy_objective(self, minibatches: int = 1) -> PolicyObjective:
+        """What each optimizer step minimises (`train_core.rl.policy_objective`), from these settings."""
+        return PolicyObjective(
+            self.loss_fn,
+            self.policy_loss_config(),
+            self.loss_aggregation,
+            float(self.loss_aggregation_tokens or self.max_tokens),
+            self.kl_loss_coef,
+            self.kl_loss_estimator,
+            self.entropy_coeff,
+            minibatches,
+        )
+
+    def custom_route_reasons(self) -> list[str]:
+        """Why the update goes through `forward_backward_custom` on the configured backend (a KL
+        term, an entropy bonus, or on a backend that runs only its own built-ins, such as the Tinker
+        service, a loss or config key it does not take); empty: the built-in loss runs it."""
+        builtin_only = get_backend_spec(self.backend).supported_losses is not None
+        return self.policy_objective().custom_route_reasons(service=builtin_only)
+
+    def builtin_loss_fns(self) -> list[str]:
+        """The losses sent to the backend's built-in forward_backward (what `kitchen validate`
+        checks the backend runs): the policy loss unless the custom route takes it."""
+        return [] if self.custom_route_reasons() else [self.loss_fn]
+
+    def correction(self) -> RolloutCorrection | None:
+        return None if self.rollout_correction is None else self.rollout_correction.correction()
+
+    def overlong_buffer_tokens(self) -> int:
+        """The overlong buffer L_c: as set, else DAPO's fifth of max_tokens."""
+        assert self.overlong_buffer is not None
+        return self.overlong_buffer.tokens or default_buffer_tokens(self.max_tokens)
+
+    def resolved_summary(self) -> list[str]:
+        """The RL algorithm as it will run: the preset (if any) and every algorithm key's value,
+        the loss config with the clip keys applied."""
+        source = ALGORITHM_PRESETS[self.algorithm].source if self.algorithm else "no preset"
+        lines = [f"algorithm: {self.algorithm or '-'} ({source})"]
+        values: dict[str, object] = {"loss_fn": self.loss_fn, "loss_fn_config": self.policy_loss_config()}
+        own = [key for key in RLAlgorithmSettings.model_fields if key not in RunConfig.model_fields]
+        values.update({key: getattr(self, key) for key in own if key != "algorithm"})
+        values.update(mode=self.mode, kl_penalty_coef=self.kl_penalty_coef)
+        return lines + [f"  {key} = {_shown(value)}" for key, value in values.items()]
+
+
+def _shown(value: object) -> object:
+    return value.model_dump() if isinstance(value, BaseModel) else value

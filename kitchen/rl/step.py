@@ -11,24 +11,25 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kitchen.context import Context
 from kitchen.ports import SamplingClient, Tokenizer, TrainingClient
 from kitchen.requests import score_targets
+from kitchen.rl.policy_update import policy_update
 from kitchen.rl.settings import RLSettings
 from kitchen.stage import Stage
-from kitchen.stages.training import adam_params, guard_nonfinite, train_in_chunks
+from kitchen.stages.training import adam_params, guard_nonfinite, pipelined_steps
 from kitchen.workflow import ConfigPredicate
+from train_core.batching import split_evenly
 from train_core.rl.advantages import compute_advantages
-from train_core.rl.data_processing import (
-    assemble_training_data,
-    remove_constant_reward_groups,
-    substep_chunks,
-)
+from train_core.rl.data_processing import assemble_training_data, remove_constant_reward_groups
 from train_core.rl.kl_penalty import incorporate_kl_penalty
 from train_core.rl.metrics import compute_kl_pre_post, rollout_failure_metrics, rollout_metrics, train_step_metrics
+from train_core.rl.overlong import filter_overlong, shape_overlong_rewards
+from train_core.rl.policy_objective import REFERENCE_LOGPROBS
 from train_core.rl.rollouts import (
     DroppedGroup,
     RolloutFailure,
@@ -40,7 +41,7 @@ from train_core.rl.rollouts import (
 )
 from train_core.rl.task import RLTask
 from train_core.rl.types import EnvGroupBuilder, TrajectoryGroup
-from train_core.types import Datum, SamplingParams
+from train_core.types import Datum, ForwardBackwardOutput, SamplingParams, TensorData
 
 if TYPE_CHECKING:
     import torch
@@ -202,16 +203,25 @@ class Advantages:
 
 
 class ComputeAdvantages(Stage):
-    """Group-centred advantages over the groups kept for training (constant-reward groups are
-    dropped when `remove_constant_reward_groups`)."""
+    """Advantages over the groups kept for training by `advantage_estimator` (with `scale_rewards`
+    for grpo): constant-reward groups are dropped first when `remove_constant_reward_groups`, and
+    with `overlong_buffer` each trajectory's reward takes DAPO's soft overlong penalty before the
+    estimator sees it (`overlong/*` metrics; the rollout metrics keep the env's own reward).
+    Batch-level estimators see the groups given (in stream mode, the minibatch's)."""
 
-    async def run(self, sampled_groups: list[SampledGroup], config: RLSettings) -> Advantages:
+    async def run(self, ctx: Context, sampled_groups: list[SampledGroup], config: RLSettings) -> Advantages:
         groups_P = [g.trajectories for g in sampled_groups]
         if config.remove_constant_reward_groups:
             groups_P = remove_constant_reward_groups(groups_P)
         kept = {id(group) for group in groups_P}
         tags_P = [g.builder.logging_tags() for g in sampled_groups if id(g.trajectories) in kept]
-        return Advantages(groups_P, tags_P, compute_advantages(groups_P))
+        if config.overlong_buffer is not None:
+            buffer, factor = config.overlong_buffer_tokens(), config.overlong_buffer.penalty_factor
+            groups_P, metrics = shape_overlong_rewards(groups_P, config.max_tokens, buffer, factor)
+            ctx.record(metrics)
+        options = {"scale_rewards": config.scale_rewards} if config.scale_rewards is not None else {}
+        advantages_P = compute_advantages(groups_P, config.advantage_estimator, options) if groups_P else []
+        return Advantages(groups_P, tags_P, advantages_P)
 
 
 # -- 4. datum assembly -------------------------------------------------------------------------
@@ -231,9 +241,11 @@ class AssembledData:
 
 class AssembleData(Stage):
     """Datums for the policy-gradient loss: action tokens carry their sampling logprobs and the
-    trajectory's advantage; the mask stays on for the KL terms and metrics. With
+    trajectory's advantage; the mask stays on for the KL terms, the aggregation and metrics. With
     `parse_error_policy=mask`, turns whose reply failed to parse are not trained (advantage and
-    mask 0; `num_masked_parse_error_turns` counts them)."""
+    mask 0; `num_masked_parse_error_turns` counts them); with `overlong_filter`, neither are
+    trajectories cut at `max_tokens` (`overlong/filtered_fraction`), which still count in their
+    group's baseline."""
 
     async def run(
         self,
@@ -245,6 +257,9 @@ class AssembleData(Stage):
     ) -> AssembledData:
         mask = config.parse_error_policy == "mask"
         data_D, metadata_D = assemble_training_data(trained_groups, advantages, mask_parse_errors=mask)
+        if config.overlong_filter:
+            data_D, metrics = filter_overlong(data_D, metadata_D, trained_groups)
+            ctx.record(metrics)
         if mask:
             masked = sum(not t.parse_ok for g in trained_groups for traj in g.trajectories_G for t in traj.transitions)
             ctx.record({"num_masked_parse_error_turns": float(masked)})
@@ -276,6 +291,23 @@ class ApplyKLPenalty(Stage):
         return RLData(data_D)
 
 
+class AddReferenceLogprobs(Stage):
+    """For a KL term in the loss (`kl_loss_coef`): each datum's target tokens scored by the frozen
+    reference, as its `reference_logprobs` (the objective's KL estimator compares them with the
+    policy's logprobs inside the loss)."""
+
+    calls = (SamplingClient.compute_logprobs,)
+
+    async def run(self, rl_data: list[Datum], reference_client: SamplingClient) -> RLData:
+        reference_D = await score_targets(reference_client, rl_data)
+        return RLData([with_reference(datum, ref_T) for datum, ref_T in zip(rl_data, reference_D, strict=True)])
+
+
+def with_reference(datum: Datum, reference_T: torch.Tensor) -> Datum:
+    inputs = {**datum.loss_fn_inputs, REFERENCE_LOGPROBS: TensorData.from_torch(reference_T.float())}
+    return Datum(datum.model_input, inputs)
+
+
 # -- 6. the update -----------------------------------------------------------------------------
 
 
@@ -285,16 +317,24 @@ class TrainedData:
 
 
 class RLTrainStep(Stage):
-    """Train on the step's datums with the configured `loss_fn` / `loss_fn_config`, in
-    `num_substeps` pipelined optimizer steps; then compare the training logprobs with the
-    sampling ones (`optim/kl_sample_train_v1|v2`, `optim/entropy`).
+    """Train on the step's datums: the RL settings' objective (`loss_fn` with its clip keys,
+    `loss_aggregation`, a KL term and entropy bonus) in `num_substeps` pipelined optimizer steps,
+    each chunk aggregated alone, through the route the backend runs (`kitchen.rl.policy_update`);
+    with a `rollout_correction`, one `forward` first for the proximal logprobs. Then compare the
+    training logprobs with the sampling ones (`optim/kl_sample_train_v1|v2`, `optim/entropy`,
+    `mismatch/*`, `optim/token_entropy`).
 
     A batch with no datums (no trajectory had a token to train) skips the update. The datums
     trained become `trained_data` (for `PostUpdateKL`). A step the optimizer did not apply because
     its loss or gradient was NaN/inf counts towards `max_bad_steps` (`guard_nonfinite`).
     """
 
-    calls = (TrainingClient.forward_backward, TrainingClient.optim_step)
+    calls = (
+        TrainingClient.forward,
+        TrainingClient.forward_backward,
+        TrainingClient.forward_backward_custom,
+        TrainingClient.optim_step,
+    )
 
     async def run(
         self, ctx: Context, rl_data: list[Datum], training_client: TrainingClient, config: RLSettings
@@ -302,14 +342,20 @@ class RLTrainStep(Stage):
         if not rl_data:
             ctx.log.warning("train_step.skipped", step=ctx.step, reason="no datums: no trajectory had a token to train")
             return TrainedData(rl_data)
-        chunks = substep_chunks(rl_data, config.loss_fn, config.num_substeps)
-        results = await train_in_chunks(
-            training_client, chunks, config.loss_fn, config.loss_fn_config, adam_params(ctx, config)
-        )
+        update = policy_update(config)
+        data_D, metrics = await update.prepare(training_client, rl_data)
+        ctx.record(metrics)
+        chunks = split_evenly(data_D, config.num_substeps)
+
+        async def forward_backward(chunk: Sequence[Datum]) -> Awaitable[ForwardBackwardOutput]:
+            return await update.submit(training_client, chunk)
+
+        results = await pipelined_steps(training_client, chunks, forward_backward, adam_params(ctx, config))
         fb_outputs, optim_outputs = [fb for fb, _ in results], [optim for _, optim in results]
-        ctx.record(train_step_metrics(rl_data, fb_outputs, optim_outputs))
+        ctx.record(train_step_metrics(data_D, fb_outputs, optim_outputs))
+        ctx.record(update.metrics(data_D, fb_outputs))
         guard_nonfinite(ctx, ctx.step, config.max_bad_steps, optim_outputs, fb_outputs)
-        return TrainedData(rl_data)
+        return TrainedData(data_D)
 
 
 # -- 7. the next step's sampler ----------------------------------------------------------------

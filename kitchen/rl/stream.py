@@ -5,44 +5,68 @@ for the rest. After `num_minibatches` minibatches one optim_step closes the subs
 `num_substeps` substeps make the step.
 
 Advantages are per group, so a minibatch needs no other group's rollouts; a penalty's baseline
-(e.g. the KL penalty's mean log-ratio) is the minibatch's.
+(e.g. the KL penalty's mean log-ratio), a batch-level advantage estimator's statistics and the
+loss aggregation are the minibatch's (each minibatch weighted 1 / num_minibatches, see
+`PolicyObjective`). With dynamic sampling a constant-reward group is replaced, as it finishes, by
+a new one from the following batches, within `max_rounds` batches' worth per step.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from kitchen.context import Context
 from kitchen.errors import ConfigError
 from kitchen.ports import SamplingClient, TrainingClient
+from kitchen.rl.dynamic_sampling import extra_round_builders, fill_metrics, is_informative
+from kitchen.rl.policy_update import policy_update
 from kitchen.rl.settings import RLSettings
 from kitchen.rl.step import Rollouts, note_dropped, rollout_options, rollout_params
 from kitchen.stage import Stage
 from kitchen.stages.training import adam_params, guard_nonfinite
-from train_core.rl.data_processing import remove_mask
 from train_core.rl.metrics import rollout_failure_metrics, train_step_metrics
 from train_core.rl.rollouts import DroppedGroup, SampledGroup, sample_group
+from train_core.rl.task import RLTask
 from train_core.rl.types import EnvGroupBuilder
 from train_core.types import Datum, ForwardBackwardOutput, OptimStepOutput
+
+GroupTask = asyncio.Task[SampledGroup | DroppedGroup]
 
 
 @dataclass
 class RolloutStream:
     """One step's rollouts in finishing order, and what has been submitted for them so far."""
 
-    tasks: list[asyncio.Task[SampledGroup | DroppedGroup]]
-    finished: Iterator[Awaitable[SampledGroup | DroppedGroup]]
     per_minibatch: int
     num_minibatches: int
+    start_more: Callable[[], GroupTask | None] | None = None
+    """Dynamic sampling: start one more group (None when the step's budget is spent)."""
+    tasks: list[GroupTask] = field(default_factory=list)
+    done: asyncio.Queue[GroupTask] = field(default_factory=asyncio.Queue)
     sampled: list[SampledGroup] = field(default_factory=list)
     dropped: list[DroppedGroup] = field(default_factory=list)
+    constant: int = 0
+    """Dynamic sampling: finished groups left out for constant rewards."""
     trained_D: list[Datum] = field(default_factory=list)
     substep: list[Awaitable[ForwardBackwardOutput]] = field(default_factory=list)
     forward_backward: list[Awaitable[ForwardBackwardOutput]] = field(default_factory=list)
     optim: list[Awaitable[OptimStepOutput]] = field(default_factory=list)
     submitted: int = 0
+    taken: int = 0
+
+    def add(self, task: GroupTask) -> None:
+        """Follow a started group; it is handed out when it finishes, in finishing order."""
+        self.tasks.append(task)
+        task.add_done_callback(self.done.put_nowait)
+
+    async def next_finished(self) -> SampledGroup | DroppedGroup | None:
+        """The next group to finish sampling; None when every started one was handed out."""
+        if self.taken == len(self.tasks):
+            return None
+        self.taken += 1
+        return (await self.done.get()).result()
 
 
 @dataclass(frozen=True)
@@ -61,6 +85,7 @@ class StartRollouts(Stage):
         self,
         ctx: Context,
         env_group_builders: list[EnvGroupBuilder],
+        rl_task: RLTask,
         sampling_client: SamplingClient,
         sampler_step: int,
         config: RLSettings,
@@ -75,27 +100,53 @@ class StartRollouts(Stage):
                 f"num_substeps x num_minibatches = {count} minibatches"
             )
         params, options = rollout_params(config), rollout_options(config)
-        tasks = [
-            asyncio.create_task(
-                sample_group(b, sampling_client, sampler_step, params, ("train", config.seed, ctx.step, i), options)
+        stream = RolloutStream(len(builders) // count, num_minibatches)
+        for i, b in enumerate(builders):
+            key = ("train", config.seed, ctx.step, i)
+            stream.add(asyncio.create_task(sample_group(b, sampling_client, sampler_step, params, key, options)))
+        if config.dynamic_sampling is not None:
+            extra = (
+                (round_index, i, builder)
+                for round_index in range(1, config.dynamic_sampling.max_rounds)
+                for i, builder in enumerate(extra_round_builders(rl_task, ctx.step, round_index))
             )
-            for i, b in enumerate(builders)
-        ]
-        stream = RolloutStream(tasks, asyncio.as_completed(tasks), len(builders) // count, num_minibatches)
+
+            def start_more() -> GroupTask | None:
+                round_index, i, builder = next(extra, (None, None, None))
+                if builder is None:
+                    return None
+                key = ("dynamic_sampling", config.seed, ctx.step, round_index, i)
+                return asyncio.create_task(sample_group(builder, sampling_client, sampler_step, params, key, options))
+
+            stream.start_more = start_more
         return StreamStarted(stream, count)
 
 
 class TakeMinibatch(Stage):
     """The next `groups_per_batch / minibatches` groups to finish sampling, as `sampled_groups`
-    (less those dropped under `min_viable_group`)."""
+    (less those dropped under `min_viable_group`; with dynamic sampling, constant-reward groups
+    are left out and replaced while the step's budget lasts)."""
 
     async def run(self, ctx: Context, rollout_stream: RolloutStream) -> Rollouts:
         stream = rollout_stream
-        results = [await next(stream.finished) for _ in range(stream.per_minibatch)]
-        minibatch = [r for r in results if isinstance(r, SampledGroup)]
-        dropped = [r for r in results if isinstance(r, DroppedGroup)]
+        minibatch: list[SampledGroup] = []
+        dropped: list[DroppedGroup] = []
+        while len(minibatch) + len(dropped) < stream.per_minibatch:
+            result = await stream.next_finished()
+            if result is None:
+                break
+            if isinstance(result, DroppedGroup):
+                dropped.append(result)
+                continue
+            stream.sampled.append(result)
+            if stream.start_more is None or is_informative(result):
+                minibatch.append(result)
+                continue
+            stream.constant += 1
+            task = stream.start_more()
+            if task is not None:
+                stream.add(task)
         note_dropped(ctx, dropped)
-        stream.sampled += minibatch
         stream.dropped += dropped
         return Rollouts(minibatch)
 
@@ -105,7 +156,12 @@ class SubmitMinibatch(Stage):
     last minibatch, its optim_step (none when the substep had no datums: an Adam step with no
     gradient would still move the weights)."""
 
-    calls = (TrainingClient.forward_backward, TrainingClient.optim_step)
+    calls = (
+        TrainingClient.forward,
+        TrainingClient.forward_backward,
+        TrainingClient.forward_backward_custom,
+        TrainingClient.optim_step,
+    )
 
     async def run(
         self,
@@ -117,11 +173,11 @@ class SubmitMinibatch(Stage):
     ) -> None:
         stream = rollout_stream
         if rl_data:
-            future = await training_client.forward_backward(
-                [remove_mask(d, config.loss_fn) for d in rl_data], config.loss_fn, config.loss_fn_config
-            )
-            stream.substep.append(future)
-            stream.trained_D += rl_data
+            update = policy_update(config, stream.num_minibatches)
+            data_D, metrics = await update.prepare(training_client, rl_data)
+            ctx.record(metrics)
+            stream.substep.append(await update.submit(training_client, data_D))
+            stream.trained_D += data_D
         stream.submitted += 1
         if stream.submitted % stream.num_minibatches == 0 and stream.substep:
             stream.optim.append(await training_client.optim_step(adam_params(ctx, config)))
@@ -146,7 +202,11 @@ class FinishStreamStep(Stage):
         fb_outputs = [await future for future in stream.forward_backward]
         optim_outputs = [await future for future in stream.optim]
         ctx.record(rollout_failure_metrics(stream.sampled, stream.dropped))
+        if config.dynamic_sampling is not None:
+            kept = len(stream.sampled) - stream.constant
+            ctx.record(fill_metrics(len(stream.tasks), stream.constant, kept, config.groups_per_batch))
         if stream.trained_D:
             ctx.record(train_step_metrics(stream.trained_D, fb_outputs, optim_outputs))
+            ctx.record(policy_update(config, stream.num_minibatches).metrics(stream.trained_D, fb_outputs))
             guard_nonfinite(ctx, ctx.step, config.max_bad_steps, optim_outputs, fb_outputs)
         return StreamFinished(stream.sampled, stream.trained_D)

@@ -5,8 +5,13 @@ stages.
 
 - sync: roll out the whole batch with the current weights, then run the update on it.
 - stream_minibatch: run the update on each minibatch as soon as its groups finish sampling.
-- async: sampling workers and the trainer run concurrently (a Parallel node); the trainer runs
-  the update on groups up to `max_steps_off_policy` steps old (older ones are resampled).
+- async: sampling workers and the trainer run concurrently (a Parallel node); workers start only
+  groups the trainer can consume within `max_steps_off_policy` steps (admission control).
+
+The algorithm's keys (`RLAlgorithmSettings`) enter as stages and settings: dynamic sampling adds
+`FillInformativeBatch` in sync mode (stream and async fill as they take groups), a KL term in the
+loss a reference client and `AddReferenceLogprobs`; the estimator, overlong handling, aggregation,
+clip keys, entropy bonus and corrections are read by the advantage, assembly and update stages.
 
 Variants fill slots instead of adding flags: `setup` stages run once before RL (a warm start, a
 reference or teacher model), `adjust` stages rewrite the assembled datums' advantages before the
@@ -24,10 +29,12 @@ from typing import Any
 from kitchen.context import Context
 from kitchen.eval.training import finish_evals, start_evals
 from kitchen.rl.async_mode import CreateOffPolicyQueue, RolloutWorkers, StopRolloutWorkers, TakeFreshGroups
+from kitchen.rl.dynamic_sampling import FillInformativeBatch
 from kitchen.rl.evaluation import EvaluateRewards, eval_due
 from kitchen.rl.settings import RLMode
 from kitchen.rl.setup import BuildRLTask, WarmStart
 from kitchen.rl.step import (
+    AddReferenceLogprobs,
     ApplyKLPenalty,
     AssembleData,
     ComputeAdvantages,
@@ -63,10 +70,13 @@ def rl_workflow(
     evaluators: Sequence[Node] = (),
     after_training: Sequence[Node] = (),
     check_data: DataCheck | None = None,
+    dynamic_sampling: bool = False,
 ) -> Workflow:
     """The RL workflow for a recipe's task in `mode`, with the slots filled (see the module doc);
-    `check_data` reads the recipe's data before anything starts (see `DataCheck`)."""
+    `check_data` reads the recipe's data before anything starts (see `DataCheck`);
+    `dynamic_sampling` adds sync mode's batch filling."""
     prepare: list[Node] = [ComputeAdvantages(), AssembleData(), *adjust]
+    filled: list[Node] = [ComputeAdvantages(keys={"sampled_groups": "filled_groups"}), AssembleData(), *adjust]
     evaluate = When("eval", eval_due, [EvaluateRewards(), *evaluators])
     finish: list[Node] = [
         RefreshSampler(),
@@ -78,7 +88,8 @@ def rl_workflow(
     step: list[Node]
     if mode == "sync":
         step = [GetEnvGroups(), evaluate, DoRollouts(), RecordRolloutMetrics(), WriteTranscripts()]
-        main: list[Node] = [Loop("rl", "num_steps", [*step, *prepare, RLTrainStep(), *finish], step=True)]
+        update = [FillInformativeBatch(), *filled] if dynamic_sampling else prepare
+        main: list[Node] = [Loop("rl", "num_steps", [*step, *update, RLTrainStep(), *finish], step=True)]
     elif mode == "stream_minibatch":
         minibatches = Loop(
             "minibatch", "stream_minibatches", [TakeMinibatch(), *prepare, SubmitMinibatch()], reduce_metrics=True
@@ -87,7 +98,7 @@ def rl_workflow(
         main = [Loop("rl", "num_steps", [*step, RecordRolloutMetrics(), WriteTranscripts(), *finish], step=True)]
     else:
         step = [evaluate, TakeFreshGroups(), RecordRolloutMetrics(), WriteTranscripts()]
-        trainer = Loop("rl", "num_steps", [*step, *prepare, RLTrainStep(), *finish], step=True)
+        trainer = Loop("rl", "num_steps", [*step, *filled, RLTrainStep(), *finish], step=True)
         main = [
             CreateOffPolicyQueue(),
             Parallel("sample_and_train", [[RolloutWorkers()], [trainer, StopRolloutWorkers()]]),
@@ -120,9 +131,17 @@ def rl_workflow_for(factory: RLTaskFactory, check_data: DataCheck | None = None)
         adjust: list[Node] = []
         if config.warm_start_steps > 0:
             setup.append(When("fresh_start", fresh_run, [WarmStart()]))
-        if config.kl_penalty_coef > 0:
+        if config.kl_penalty_coef > 0 or config.kl_loss_coef > 0:
             setup.append(CreateReferenceClient())
+        if config.kl_penalty_coef > 0:
             adjust.append(ApplyKLPenalty())
-        return rl_workflow(factory, config.mode, setup=setup, adjust=adjust, check_data=check_data)
+        if config.kl_loss_coef > 0:
+            adjust.append(AddReferenceLogprobs())
+        dynamic = config.dynamic_sampling is not None
+        return rl_workflow(
+            factory, config.mode, setup=setup, adjust=adjust, check_data=check_data, dynamic_sampling=dynamic
+        )
 
-    return WorkflowBuilder("rl", ("mode", "warm_start_steps", "kl_penalty_coef"), build)
+    return WorkflowBuilder(
+        "rl", ("mode", "warm_start_steps", "kl_penalty_coef", "kl_loss_coef", "dynamic_sampling"), build
+    )

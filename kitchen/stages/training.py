@@ -177,6 +177,8 @@ def guard_nonfinite(
 
 
 _Submitted = tuple[Awaitable[ForwardBackwardOutput], Awaitable[OptimStepOutput]]
+SubmitForwardBackward = Callable[[Sequence[Datum]], Awaitable[Awaitable[ForwardBackwardOutput]]]
+"""Submits one chunk's forward_backward (a built-in loss, or a custom one) and returns its future."""
 
 
 async def train_in_chunks(
@@ -184,6 +186,21 @@ async def train_in_chunks(
     chunks: Sequence[Sequence[Datum]],
     loss_fn: str,
     loss_fn_config: dict[str, float] | None,
+    adam: AdamParams,
+    on_result: Callable[[int, tuple[ForwardBackwardOutput, OptimStepOutput]], None] | None = None,
+) -> list[tuple[ForwardBackwardOutput, OptimStepOutput]]:
+    """One optimizer step per chunk with the built-in `loss_fn` (see `pipelined_steps`)."""
+
+    async def forward_backward(chunk: Sequence[Datum]) -> Awaitable[ForwardBackwardOutput]:
+        return await client.forward_backward(chunk, loss_fn, loss_fn_config)
+
+    return await pipelined_steps(client, chunks, forward_backward, adam, on_result)
+
+
+async def pipelined_steps(
+    client: TrainingClient,
+    chunks: Sequence[Sequence[Datum]],
+    forward_backward: SubmitForwardBackward,
     adam: AdamParams,
     on_result: Callable[[int, tuple[ForwardBackwardOutput, OptimStepOutput]], None] | None = None,
 ) -> list[tuple[ForwardBackwardOutput, OptimStepOutput]]:
@@ -195,7 +212,7 @@ async def train_in_chunks(
     submission order)."""
 
     async def submit(chunk: Sequence[Datum]) -> _Submitted:
-        return await client.forward_backward(chunk, loss_fn, loss_fn_config), await client.optim_step(adam)
+        return await forward_backward(chunk), await client.optim_step(adam)
 
     if not chunks:
         return []

@@ -48,6 +48,8 @@ class RLShapeOnly(NoRLKeys):
 
     warm_start_steps: int = 0
     kl_penalty_coef: float = 0.0
+    kl_loss_coef: float = 0.0
+    dynamic_sampling: None = None
 
     @property
     def mode(self) -> str:
@@ -64,7 +66,7 @@ CASES = [
         "stage 'load_preference_data' needs setting 'dataset_layout' (PreferenceSettings)",
     ),
     (Recipe("rl", "", NoRLKeys, rl_workflow_for(build_task)), "workflow builder reads config key 'mode'"),
-    (Recipe("rl", "", RLShapeOnly, rl_workflow_for(build_task)), "stage 'build_rl_task' needs setting 'group_size'"),
+    (Recipe("rl", "", RLShapeOnly, rl_workflow_for(build_task)), "stage 'build_rl_task' needs setting 'algorithm'"),
 ]
 
 
@@ -86,7 +88,7 @@ def test_a_setting_of_another_type_fails_validation_naming_both_types() -> None:
 
 def test_run_fails_on_it_before_any_work(tmp_path: Path) -> None:
     recipe, _ = CASES[3]
-    with pytest.raises(WiringError, match="group_size"):
+    with pytest.raises(WiringError, match="needs setting 'algorithm'"):
         run_recipe(recipe, recipe.config_cls(backend="noop", log_path=str(tmp_path / "run")), progress=False)
     assert not (tmp_path / "run").exists()
 

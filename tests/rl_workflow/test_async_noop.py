@@ -1,9 +1,11 @@
 """Async off-policy mode: sampling and training overlap, and no group older than
-`max_steps_off_policy` optimizer steps is ever trained on (stale ones are resampled)."""
+`max_steps_off_policy` optimizer steps is ever trained on, by admission control: nothing is
+thrown away for its age."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from pathlib import Path
 
 import pytest
@@ -33,6 +35,7 @@ def test_no_group_older_than_max_steps_off_policy_is_trained(tmp_path: Path, max
     assert [row["step"] for row in rows] == list(range(6))
     ages = [row["async/steps_off_policy_max"] for row in rows]
     assert max(ages) <= max_off
+    assert all(row["async/over_bound_groups"] == 0 for row in rows)
     assert all(row["env/all/total_episodes"] == 4 * 4 for row in rows)
     if max_off == 1:
         # With one step of slack the trainer uses groups sampled during the previous update.
@@ -50,19 +53,40 @@ def sampled(sampler_step: int, name: str) -> SampledGroup:
     return SampledGroup(builder, TrajectoryGroup([], [], []), sampler_step)
 
 
-def test_take_batch_drops_stale_groups_and_requeues_their_builders() -> None:
-    async def run() -> tuple[list[str], int, list[str]]:
-        queue = OffPolicyQueue(groups_per_batch=2, max_steps_off_policy=1, first_step=5)
-        for sampler_step, name in [(3, "too old"), (4, "one off"), (2, "older"), (5, "on policy")]:
-            await queue.wait_to_start(lambda: 5)
-            await queue.put(sampled(sampler_step, name))
-        taken, dropped = await queue.take_batch(5)
-        first, second = await queue.next_builder(), await queue.next_builder()
-        return [g.builder.prompt for g in taken], dropped, [first.prompt, second.prompt]  # type: ignore[attr-defined]
+def test_take_batch_takes_oldest_weights_first_and_throws_nothing_away() -> None:
+    """Finished groups are taken earliest deadline first; none is dropped, the rest wait."""
 
-    taken, dropped, requeued = asyncio.run(run())
-    assert taken == ["one off", "on policy"] and dropped == 2
-    assert requeued == ["too old", "older"]
+    async def run() -> tuple[list[str], list[str]]:
+        queue = OffPolicyQueue(groups_per_batch=2, max_steps_off_policy=3, first_step=5)
+        for sampler_step, name in [(5, "on policy"), (4, "one off"), (3, "two off")]:
+            admitted = await asyncio.wait_for(queue.wait_to_start(functools.partial(int, sampler_step)), timeout=1)
+            await queue.put(sampled(sampler_step, name), admitted)
+        first = await queue.take_batch(5)
+        second = await asyncio.wait_for(queue.take_batch(6, budget=1), timeout=1)
+        return [g.builder.prompt for g in first.trained], [g.builder.prompt for g in second.trained]  # type: ignore[attr-defined]
+
+    first, second = asyncio.run(run())
+    assert first == ["two off", "one off"]
+    assert second == ["on policy"]
+
+
+def test_the_trainer_waits_for_an_unfinished_group_due_this_step() -> None:
+    """A group in flight with weights 3 (bound 1) must be trained at step 4: the trainer leaves
+    its place free and waits for it instead of filling the batch with younger groups."""
+
+    async def run() -> list[int]:
+        queue = OffPolicyQueue(groups_per_batch=2, max_steps_off_policy=1, first_step=4)
+        due = await queue.wait_to_start(lambda: 3)
+        young = await queue.wait_to_start(lambda: 4)
+        await queue.put(sampled(young, "young"), young)
+        await queue.put(sampled(4, "young 2"), await queue.wait_to_start(lambda: 4))
+        taking = asyncio.create_task(asyncio.wait_for(queue.take_batch(4), timeout=5))
+        await asyncio.sleep(0.01)
+        assert not taking.done()  # one young group taken; the other place is owed to the due one
+        await queue.put(sampled(due, "due"), due)
+        return [g.sampler_step for g in (await taking).trained]
+
+    assert sorted(asyncio.run(run())) == [3, 4]
 
 
 @given(st.integers(0, 3), st.integers(1, 4), st.integers(0, 12))
@@ -73,8 +97,8 @@ def test_workers_wait_while_a_new_group_would_be_stale(max_off: int, per_batch: 
     async def can_start() -> bool:
         queue = OffPolicyQueue(per_batch, max_off, first_step=0)
         for index in range(ahead):
-            await queue.wait_to_start(lambda: 10**6)  # weights far ahead: never too old to start
-            await queue.put(sampled(0, str(index)))
+            step = await queue.wait_to_start(lambda: 10**6)  # weights far ahead: never too old to start
+            await queue.put(sampled(0, str(index)), step)
         try:
             await asyncio.wait_for(queue.wait_to_start(lambda: 0), timeout=0.01)
         except TimeoutError:

@@ -31,6 +31,16 @@ def test_first_step_is_on_policy(tmp_path: Path, turns: int) -> None:
     assert first["optim/kl_sample_train_v2"] < 1e-3
     assert abs(first["optim/kl_sample_train_v1"]) < 1e-3
     assert first["optim/entropy"] > 0.1  # a random-init model samples with real uncertainty
+    assert first["optim/token_entropy"] > 0.1  # the full distribution's entropy, from the training pass
+    assert abs(first["mismatch/kl"]) < 1e-3 and first["mismatch/ratio_max"] < 1.01
+
+
+def test_entropy_bonus_and_kl_in_the_loss_take_the_custom_route(tmp_path: Path) -> None:
+    """The local backend hands the objective per-token entropies; the reference is the policy
+    as RL starts, so the first step's KL in the loss is ~0."""
+    rows = run_local(tmp_path, "num_batches=1", "entropy_coeff=0.01", "kl_loss_coef=0.1", "loss_aggregation=token_mean")
+    assert rows[0]["loss/entropy"] > 0.1
+    assert abs(rows[0]["loss/kl"]) < 1e-4
 
 
 def test_second_substep_trains_off_policy(tmp_path: Path) -> None:

@@ -77,15 +77,17 @@ def aggregate_loss(
     return torch.where(scales_BT != 0, loss_BT * scales_BT, torch.zeros_like(loss_BT)).sum()
 
 
-def fold_aggregation(data_D: Sequence[Datum], loss_fn: str, mode: str, norm_tokens: float | None = None) -> list[Datum]:
-    """The datums with `mode`'s token factors multiplied into the input that scales `loss_fn`
-    token by token, so the built-in (summing) loss computes the aggregated loss.
+def fold_aggregation(
+    data_D: Sequence[Datum], loss_fn: str, mode: str, norm_tokens: float | None = None, weight: float = 1.0
+) -> list[Datum]:
+    """The datums with `mode`'s token factors (times `weight`) multiplied into the input that
+    scales `loss_fn` token by token, so the built-in (summing) loss computes the aggregated loss.
 
-    The datums must still hold their `mask`. `token_sum` changes nothing. A loss with no such
-    input (dro, whose drift term does not scale with the advantage) is an InvalidInputError.
+    The datums must still hold their `mask`. `token_sum` with weight 1 changes nothing. A loss with
+    no such input (dro, whose drift term does not scale with the advantage) is an InvalidInputError.
     """
     _check(mode, norm_tokens)
-    if mode == "token_sum":
+    if mode == "token_sum" and weight == 1.0:
         return list(data_D)
     key = get_loss_fn(loss_fn).scaled_by
     if key is None:
@@ -96,7 +98,7 @@ def fold_aggregation(data_D: Sequence[Datum], loss_fn: str, mode: str, norm_toke
     masks_D = [datum.loss_fn_inputs["mask"].to_torch() for datum in data_D]
     folded_D = []
     for datum, scale_T in zip(data_D, token_scales(masks_D, mode, norm_tokens), strict=True):
-        scaled_T = datum.loss_fn_inputs[key].to_torch().double() * scale_T
+        scaled_T = datum.loss_fn_inputs[key].to_torch().double() * scale_T * weight
         folded_D.append(
             Datum(datum.model_input, {**datum.loss_fn_inputs, key: TensorData.from_torch(scaled_T.float())})
         )

@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from train_core.batching import split_evenly
 from train_core.losses import SEQUENCE_RATIO_MASK, get_loss_fn
 from train_core.rl.dynamic_sampling import has_reward_spread
 from train_core.rl.types import Trajectory, TrajectoryGroup, Transition
@@ -142,9 +141,3 @@ def remove_mask(datum: Datum, loss_fn: str | None = None) -> Datum:
     if loss_fn is not None and SEQUENCE_RATIO_MASK in get_loss_fn(loss_fn).input_keys:
         inputs[SEQUENCE_RATIO_MASK] = datum.loss_fn_inputs["mask"]
     return Datum(datum.model_input, inputs)
-
-
-def substep_chunks(data_D: Sequence[Datum], loss_fn: str, num_substeps: int) -> list[list[Datum]]:
-    """The step's datums as `loss_fn` reads them (`remove_mask`), split evenly into
-    `num_substeps` chunks, one optimizer step each."""
-    return split_evenly([remove_mask(datum, loss_fn) for datum in data_D], num_substeps)

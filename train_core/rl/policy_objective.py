@@ -17,10 +17,16 @@ Two routes run it:
   the logprobs the backend returns. Needed for a KL term in the loss, and on the Tinker service for
   kitchen's own losses and config keys (dual clip, decoupled PPO).
 
-The entropy bonus needs the policy's full distribution at each token, which neither route hands
-to the loss (`forward_backward_custom` gives only the target tokens' logprobs, and the Tinker
-service linearises the custom loss in them): it takes per-token entropies from the local forward
-pass (`loss(..., entropy_D=...)`); `custom_loss_fn` refuses it.
+The entropy bonus needs the policy's full distribution at each token, which the port's custom
+loss does not get (`forward_backward_custom` gives only the target tokens' logprobs, and the Tinker
+service linearises the custom loss in them): its custom loss takes `entropy_D=`, per-token
+entropies with gradients that the local backend computes in the same forward pass (and hands to
+any custom loss with that parameter); a backend that does not is refused when the loss runs.
+
+Stream-minibatch mode trains an optimizer step's datums in `minibatches` parts submitted as they
+arrive: each part is aggregated alone and weighted `1 / minibatches` (gradient accumulation, as
+verl does); `token_sum` needs no weight (sums add up), and with equal parts the seq_mean modes are
+exact, token_mean exact when the parts have equal action-token counts.
 """
 
 from __future__ import annotations
@@ -57,11 +63,15 @@ class PolicyObjective:
     kl_coef: float = 0.0
     kl_estimator: str = "k3"
     entropy_coeff: float = 0.0
+    minibatches: int = 1
+    """The optimizer step's datums come in this many parts (see the module doc)."""
 
     def __post_init__(self) -> None:
         get_loss_fn(self.loss_fn).resolve_config(self.loss_fn_config)
         token_scales([], self.aggregation, self.norm_tokens)  # checks the mode and its normaliser
         kl_estimator_name(self.kl_estimator)
+        if self.minibatches < 1:
+            raise InvalidInputError(f"minibatches must be >= 1, got {self.minibatches}")
         if self.kl_coef < 0 or self.entropy_coeff < 0:
             raise InvalidInputError(
                 f"kl_coef and entropy_coeff must be >= 0, got {self.kl_coef} and {self.entropy_coeff}"
@@ -83,9 +93,19 @@ class PolicyObjective:
             reasons.append(f"an entropy bonus (entropy_coeff {self.entropy_coeff})")
         return reasons
 
+    @property
+    def part_weight(self) -> float:
+        """What one part's aggregated loss is multiplied by (1 unless stream minibatches)."""
+        return 1.0 if self.aggregation == "token_sum" else 1.0 / self.minibatches
+
+    def token_scales(self, data_D: Sequence[Datum]) -> list[torch.Tensor]:
+        """Each datum's per-token factors: the aggregation over these datums, times `part_weight`."""
+        masks_D = [datum.loss_fn_inputs["mask"].to_torch().double() for datum in data_D]
+        return [scale_T * self.part_weight for scale_T in token_scales(masks_D, self.aggregation, self.norm_tokens)]
+
     def builtin_data(self, data_D: Sequence[Datum]) -> list[Datum]:
         """The datums for the built-in route: the aggregation folded into them, the mask removed."""
-        folded_D = fold_aggregation(data_D, self.loss_fn, self.aggregation, self.norm_tokens)
+        folded_D = fold_aggregation(data_D, self.loss_fn, self.aggregation, self.norm_tokens, self.part_weight)
         return [remove_mask(datum, self.loss_fn) for datum in folded_D]
 
     def loss(
@@ -103,7 +123,7 @@ class PolicyObjective:
             raise InvalidInputError("entropy_coeff > 0 needs the policy's per-token entropy (entropy_D)")
         spec = get_loss_fn(self.loss_fn)
         masks_D = [datum.loss_fn_inputs["mask"].to_torch().double() for datum in data_D]
-        scales_D = token_scales(masks_D, self.aggregation, self.norm_tokens)
+        scales_D = self.token_scales(data_D)
         total = torch.zeros((), dtype=torch.float64)
         parts: list[dict[str, float]] = []
         kl_sum = entropy_sum = 0.0
@@ -134,12 +154,21 @@ class PolicyObjective:
         return total, merge_loss_metrics([*parts, sums])
 
     def custom_loss_fn(self) -> CustomLoss:
-        """The objective as a `forward_backward_custom` loss `(data, logprobs_D) -> (loss, metrics)`."""
+        """The objective as a `forward_backward_custom` loss `(data, logprobs_D) -> (loss, metrics)`;
+        with an entropy bonus it also takes `entropy_D=` (the local backend hands it over)."""
         if self.entropy_coeff > 0:
-            raise InvalidInputError(
-                "an entropy bonus cannot run through forward_backward_custom: it gets only the target "
-                "tokens' logprobs, not the per-token entropy"
-            )
+
+            def with_entropy(
+                data_D: Sequence[Datum], logprobs_D: list[torch.Tensor], entropy_D: list[torch.Tensor] | None = None
+            ) -> tuple[torch.Tensor, dict[str, float]]:
+                if entropy_D is None:
+                    raise InvalidInputError(
+                        f"entropy_coeff {self.entropy_coeff}: this backend's forward_backward_custom does not "
+                        "hand the loss per-token entropies (entropy_D); the local backend does"
+                    )
+                return self.loss(data_D, logprobs_D, entropy_D)
+
+            return with_entropy
 
         def objective(data_D: Sequence[Datum], logprobs_D: list[torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
             return self.loss(data_D, logprobs_D)

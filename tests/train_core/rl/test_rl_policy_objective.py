@@ -179,9 +179,9 @@ def test_routes_and_refusals() -> None:
     assert kl.custom_route_reasons(service=False) == ["a KL term in the loss (kl_coef 0.04, estimator k3)"]
     entropy = PolicyObjective("ppo", entropy_coeff=0.01)
     assert entropy.custom_route_reasons(service=False) == ["an entropy bonus (entropy_coeff 0.01)"]
-    with pytest.raises(InvalidInputError, match="an entropy bonus cannot run through forward_backward_custom"):
-        entropy.custom_loss_fn()
     datum = _datum([-1.0], [1.0], [1.0], [-1.0])
+    with pytest.raises(InvalidInputError, match="does not hand the loss per-token entropies"):
+        entropy.custom_loss_fn()([datum], [torch.zeros(1)])
     with pytest.raises(InvalidInputError, match="needs the policy's per-token entropy"):
         entropy.loss([datum], [torch.zeros(1)])
     no_reference = Datum(datum.model_input, {k: v for k, v in datum.loss_fn_inputs.items() if k != REFERENCE_LOGPROBS})
@@ -226,3 +226,26 @@ def test_aggregate_of_the_token_terms_is_the_objective_on_a_padded_batch() -> No
     mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]], dtype=torch.float64)
     expected = aggregate_loss(torch.stack(rows), mask, "seq_mean_token_mean")
     assert float(loss.detach()) == pytest.approx(float(expected), abs=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["token_sum", "seq_mean_token_sum", "seq_mean_token_mean", "seq_mean_token_sum_norm"])
+def test_minibatches_weighted_add_up_to_the_whole_step(mode: str) -> None:
+    """Stream mode: two equal halves, each aggregated alone and weighted 1/2, give the whole
+    batch's loss in the modes whose normaliser counts sequences (token_sum needs no weight)."""
+    datums = [
+        _datum([-1.0, -0.5, -2.0], [1.0, 1.0, 1.0], [0.0, 1.0, 1.0], [0.0] * 3),
+        _datum([-0.3, -0.2], [-1.0, -1.0], [1.0, 1.0], [0.0] * 2),
+        _datum([-0.7, -0.1, -0.4, -0.9], [0.5] * 4, [0.0, 0.0, 1.0, 1.0], [0.0] * 4),
+        _datum([-1.2], [2.0], [1.0], [0.0]),
+    ]
+    current = [
+        torch.tensor([-0.9, -0.6, -1.5]),
+        torch.tensor([-0.25, -0.3]),
+        torch.tensor([-0.8, 0, -0.5, -1]),
+        torch.tensor([-1.0]),
+    ]
+    whole, _ = PolicyObjective("ppo", aggregation=mode, norm_tokens=4).loss(datums, current)
+    half = PolicyObjective("ppo", aggregation=mode, norm_tokens=4, minibatches=2)
+    first, _ = half.loss(datums[:2], current[:2])
+    second, _ = half.loss(datums[2:], current[2:])
+    assert float(first + second) == pytest.approx(float(whole), rel=1e-9)
