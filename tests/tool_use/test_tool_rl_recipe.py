@@ -42,7 +42,7 @@ def test_the_teacher_slips_with_an_invalid_call_then_guesses() -> None:
     for episode in episodes:
         assert episode[0]["role"] == "system" and '"name": "calculator"' in episode[0]["content"]
         problem = episode[1]["content"].removeprefix("What is ").removesuffix("?")
-        correct = str(eval(problem))  # noqa: S307 - the test's own generated "a op b"
+        correct = str(eval(problem))
         slipped = episode in slips
         assert episode[3]["content"].startswith("Error: invalid arguments") == slipped
         assert (episode[4]["content"] == correct) != slipped

@@ -56,7 +56,7 @@ def test_the_schema_comes_from_the_signature_and_docstring() -> None:
 
 
 def test_a_parameter_without_annotation_is_refused_by_name() -> None:
-    def f(x):  # type: ignore[no-untyped-def]
+    def f(x):
         return x
 
     with pytest.raises(TypeError, match="parameter 'x' needs a type annotation"):
@@ -157,7 +157,7 @@ def test_the_loop_runs_a_call_then_grades_the_answer(tokenizer: PreTrainedTokeni
         first = await env.step(_reply(tokenizer, CALL))
         assert not first.episode_done and first.reward == 0.0
         assert first.metrics["tools/call_valid"] == 1.0 and first.metrics["tools/add/calls"] == 1.0
-        shown = tokenizer.decode(first.next_observation.to_ints())
+        shown = str(tokenizer.decode(first.next_observation.to_ints()))
         assert shown.endswith("<tool_response>\n7\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
         # the next observation extends the last one and its action: the episode is one datum
         assert first.next_observation.to_ints()[: ob.length] == ob.to_ints()
@@ -176,7 +176,7 @@ def test_a_malformed_call_is_answered_with_an_error_and_counted(tokenizer: PreTr
         bad = await env.step(_reply(tokenizer, CALL.replace("}}", "}")))
         assert not bad.episode_done and not bad.parse_ok
         assert bad.metrics["tools/parse_errors"] == 1.0 and bad.metrics["tools/call_valid"] == 0.0
-        assert tokenizer.decode(bad.next_observation.to_ints()).endswith(
+        assert str(tokenizer.decode(bad.next_observation.to_ints())).endswith(
             PARSE_ERROR_MESSAGE + "<|im_end|>\n<|im_start|>assistant\n"
         )
         last = await env.step(_reply(tokenizer, CALL))  # the turn limit: graded as it stands
