@@ -58,6 +58,7 @@ def add_commands(commands: Any) -> None:
     serve.add_argument("--store", type=Path, default=Path("serve-store"), metavar="DIR", help="checkpoints and records")
     serve.add_argument("--full-finetune", action="store_true", help="train all weights, not the requested LoRA")
     serve.add_argument("--seed", type=int, default=0, help="seed of the served models' sampling and initial weights")
+    serve.add_argument("--renderer", default=None, help="chat renderer of /v1/chat/completions (default: recommended)")
     serve.add_argument("--max-body-mb", type=int, default=256, help="largest request body accepted (MiB)")
     serve.add_argument("overrides", nargs="*", metavar="key=value", help="backend settings, e.g. local.device=cuda")
 
@@ -190,6 +191,7 @@ def _serve(args: argparse.Namespace) -> None:
             full_finetune=args.full_finetune,
             seed=args.seed,
             max_body_mb=args.max_body_mb,
+            renderer=args.renderer,
             overrides=list(args.overrides),
         )
     )

@@ -13,15 +13,17 @@ import ipaddress
 import logging
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kitchen.backends import get_backend_spec, make_backend
 from kitchen.errors import ConfigError
-from kitchen.serve.app import create_app
+from kitchen.serve.app import create_app, tinker_router
 from kitchen.serve.catalog import read_models_file
 from kitchen.serve.keys import KeyCheck, read_keys_file
+from kitchen.serve.openai_router import openai_router_for
 from kitchen.serve.records import RecordStore
 from kitchen.serve.service import TinkerService
+from kitchen.settings import check_renderer_name
 
 log = logging.getLogger("kitchen.serve")
 
@@ -41,7 +43,15 @@ class ServeSettings(BaseModel):
     max_body_mb: int = Field(256, ge=1, description="largest request body accepted, in MiB")
     long_poll_s: float = Field(20.0, gt=0, le=40, description="how long /retrieve_future waits before try_again")
     seed: int = Field(0, description="the backend's seed")
+    renderer: str | None = Field(
+        None, description="chat renderer of /v1/chat/completions; default: the one recommended for each model"
+    )
     overrides: list[str] = Field(default_factory=list, description="backend settings, e.g. local.device=cuda")
+
+    @field_validator("renderer")
+    @classmethod
+    def _registered_renderer(cls, name: str | None) -> str | None:
+        return check_renderer_name(name)
 
 
 def is_loopback(host: str) -> bool:
@@ -79,7 +89,8 @@ def serve(settings: ServeSettings) -> None:
     import uvicorn
 
     service, keys = build_service(settings)
-    app = create_app(service, keys, max_body_bytes=settings.max_body_mb * 1024 * 1024)
+    routers = (tinker_router, openai_router_for(settings.renderer))
+    app = create_app(service, keys, max_body_bytes=settings.max_body_mb * 1024 * 1024, routers=routers)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", access_log=False)
     server = uvicorn.Server(config)
     print(

@@ -55,6 +55,7 @@ SMOKE_OVERRIDES: dict[str, list[str]] = {
         "max_tokens=16",
     ],
     "reward_fn_rl": ["num_batches=3", "save_every=2", "eval_every=2", "warm_start_steps=2", "groups_per_batch=4"],
+    "tool_rl": ["num_batches=3", "save_every=2", "eval_every=2", "warm_start_steps=2", "groups_per_batch=2"],
     "distill_prompt": ["teacher.checkpoint=null", "max_steps=4", "save_every=2", "eval_every=2", "batch_size=8"],
 }
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from train_core.renderers.errors import RendererError
 from train_core.renderers.messages import STANDARD_ROLES, Message, ToolCall
 from train_core.renderers.tokenizer import Tokenizer
+from train_core.renderers.tool_declarations import ToolSpec
 from train_core.renderers.train_on_what import TrainOnWhat
 from train_core.types import ModelInput, StopCondition
 
@@ -22,6 +23,9 @@ class Renderer(ABC):
     message roles it has a format for (data with another role is rejected before rendering)."""
 
     roles: frozenset[str] = STANDARD_ROLES
+    declares_tools: bool = False
+    """Whether the format has a native way to declare tools (`declare_tools`) and to write and
+    parse the model's calls to them; tool-use envs refuse a renderer without one."""
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
@@ -43,6 +47,10 @@ class Renderer(ABC):
     @abstractmethod
     def get_stop_sequences(self) -> StopCondition:
         """What ends a sampled message: token ids, or strings for text-only formats."""
+
+    def declare_tools(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> list[Message]:
+        """The conversation with `tools` declared where the model's own template declares them."""
+        raise RendererError(f"{type(self).__name__} has no native tool format to declare tools in")
 
     @abstractmethod
     def parse_response(self, tokens: Sequence[int]) -> tuple[Message, bool]:

@@ -39,6 +39,7 @@ from train_core.renderers.responses import assistant_message, split_at_stop, unp
 from train_core.renderers.span_renderer import Span, SpanRenderer
 from train_core.renderers.tokenizer import Part, Special, Tokenizer
 from train_core.renderers.tool_calls import decode_named_call, encode_named_call, match_calls
+from train_core.renderers.tool_declarations import ToolSpec, qwen3_tools_prompt, with_system_text
 from train_core.types import StopCondition
 
 IM_START = Special("<|im_start|>")
@@ -61,6 +62,8 @@ _NAMES: dict[ThinkingMode, str] = {
 
 
 class Qwen3Renderer(SpanRenderer):
+    declares_tools = True
+
     def __init__(
         self, tokenizer: Tokenizer, mode: ThinkingMode = "thinking", strip_thinking_from_history: bool = True
     ) -> None:
@@ -112,6 +115,9 @@ class Qwen3Renderer(SpanRenderer):
             body += [TOOL_CALL, f"\n{encode_named_call(call)}\n", END_TOOL_CALL]
         body.append(IM_END)
         return [Span.header(i, *header), Span.body(i, *body)]
+
+    def declare_tools(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> list[Message]:
+        return with_system_text(messages, qwen3_tools_prompt(tools), before_system=False)
 
     def generation_header(self, messages: Sequence[Message], role: str) -> list[Part]:
         header: list[Part] = ["\n"] if messages else []

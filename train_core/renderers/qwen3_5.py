@@ -45,6 +45,7 @@ from train_core.renderers.responses import assistant_message, split_at_stop, unp
 from train_core.renderers.span_renderer import Span, SpanRenderer
 from train_core.renderers.tokenizer import Part, Special, Tokenizer
 from train_core.renderers.tool_calls import decode_argument_value, encode_argument_value, match_calls
+from train_core.renderers.tool_declarations import ToolSpec, qwen3_5_tools_prompt, with_system_text
 from train_core.types import StopCondition
 
 IM_START = Special("<|im_start|>")
@@ -72,6 +73,8 @@ _PARAMETER_RE = re.compile(r"<parameter=([^>\n]+)>\n(.*?)\n</parameter>\n", re.D
 
 class Qwen3_5Renderer(SpanRenderer):
     """`version` "3.5" (Qwen3.5 / 3.6) or "3.8"; `reasoning_effort` only for 3.8 (default xhigh)."""
+
+    declares_tools = True
 
     def __init__(
         self,
@@ -114,6 +117,9 @@ class Qwen3_5Renderer(SpanRenderer):
             else:
                 raise RendererError(f"{self.name} has no role {role!r} (message {i})")
         return spans
+
+    def declare_tools(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> list[Message]:
+        return with_system_text(messages, qwen3_5_tools_prompt(tools), before_system=True)
 
     def _system_spans(self, content: str) -> list[Span]:
         if self.version == "3.8" and not content:

@@ -160,6 +160,26 @@ def renderer_roles(name: str) -> frozenset[str]:
     return roles if isinstance(roles, frozenset) else STANDARD_ROLES
 
 
+def renderer_declares_tools(name: str) -> bool:
+    """Whether renderer `name` has a native tool format (declares tools, writes and parses calls),
+    known without a tokenizer from its class's `declares_tools`."""
+    factory = _factory(name)
+    return bool(getattr(getattr(factory, "func", factory), "declares_tools", False))
+
+
+def tool_renderer_names() -> list[str]:
+    return [name for name in renderer_names() if renderer_declares_tools(name)]
+
+
+def check_tool_renderer(name: str) -> None:
+    """Refuses, naming it, a renderer with no native tool format for a run that declares tools."""
+    if not renderer_declares_tools(name):
+        raise RendererError(
+            f"renderer {name!r} has no native tool format, so it cannot declare tools or parse tool calls; "
+            f"use one that has: {', '.join(tool_renderer_names())}"
+        )
+
+
 def recommended_renderer(model_name: str) -> str:
     """The renderer for a known model family; others render through their own chat template."""
     lowered = model_name.lower()

@@ -1,0 +1,120 @@
+"""The OpenAI-compatible server RL rollouts give agents: uvicorn on 127.0.0.1 (a free port),
+in the rollouts' own event loop, routing each request by its API key (one key per episode) to
+that episode's `AgentEnv`. It runs while any episode is live and stops when the last one ends, so
+a run leaves no server behind; episodes of one step share it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import socket
+import weakref
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from kitchen.serve.app import parse
+from kitchen.serve.openai_chat import ChatRequest, ChatRequestError
+from kitchen.serve.openai_router import bearer_or_header, openai_error
+from kitchen.serve.wire import WireError
+
+if TYPE_CHECKING:
+    from kitchen.agents.env import AgentEnv
+
+KEY_PREFIX = "kitchen-episode-"
+
+
+class UnknownEpisode(ChatRequestError):
+    status = 401
+
+
+class AgentServer:
+    """One per event loop (`for_running_loop`); episodes `open` and `close` their keys."""
+
+    _by_loop: ClassVar[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AgentServer]] = weakref.WeakKeyDictionary()
+
+    def __init__(self, model_name: str) -> None:
+        self.model_name = model_name
+        self.episodes: dict[str, AgentEnv] = {}
+        self.port = 0
+        self._task: asyncio.Task[None] | None = None
+        self._starting: asyncio.Future[None] | None = None
+        self._server: Any = None
+
+    @classmethod
+    def for_running_loop(cls, model_name: str = "policy") -> AgentServer:
+        loop = asyncio.get_running_loop()
+        if loop not in cls._by_loop:
+            cls._by_loop[loop] = cls(model_name)
+        return cls._by_loop[loop]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def open(self, env: AgentEnv) -> str:
+        """A fresh key routed to `env`; starts the server if it is not running."""
+        key = KEY_PREFIX + secrets.token_hex(12)
+        self.episodes[key] = env
+        if self._starting is None:
+            self._starting = asyncio.ensure_future(self._start())
+        await asyncio.shield(self._starting)
+        return key
+
+    async def close(self, key: str) -> None:
+        """Forget `key`; the last episode out stops the server."""
+        self.episodes.pop(key, None)
+        if not self.episodes and self._task is not None:
+            task, self._task, self._starting = self._task, None, None
+            self._server.should_exit = True
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _start(self) -> None:
+        import uvicorn
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = int(sock.getsockname()[1])
+        config = uvicorn.Config(self._app(), host="127.0.0.1", port=self.port, log_level="warning", access_log=False)
+        self._server = uvicorn.Server(config)
+        self._task = asyncio.create_task(self._server.serve())
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()  # raises why it could not start
+                raise RuntimeError("the agent server stopped before it started")
+            await asyncio.sleep(0.01)
+
+    def _app(self) -> FastAPI:
+        app = FastAPI(title="kitchen agent rollouts", docs_url=None, redoc_url=None, openapi_url=None)
+
+        def episode(request: Request) -> AgentEnv:
+            key = bearer_or_header(request) or ""
+            env = self.episodes.get(key)
+            if env is None:
+                raise UnknownEpisode("unknown or finished episode key")
+            return env
+
+        @app.get("/v1/models", response_model=None)
+        async def models(request: Request) -> dict[str, Any] | JSONResponse:
+            try:
+                episode(request)
+            except ChatRequestError as error:
+                return openai_error(error)
+            return {
+                "object": "list",
+                "data": [{"id": self.model_name, "object": "model", "created": 0, "owned_by": "kitchen"}],
+            }
+
+        @app.post("/v1/chat/completions", response_model=None)
+        async def chat(request: Request) -> dict[str, Any] | JSONResponse:
+            try:
+                env = episode(request)
+                body = parse(ChatRequest, await request.body())
+                return await env.answer(body)
+            except (ChatRequestError, WireError) as error:
+                return openai_error(error)
+
+        return app

@@ -1,0 +1,183 @@
+"""Arithmetic with numbers too big to do by heart, and a `calculator` tool to do it with.
+
+"What is 482 * 917?": the policy should call `calculator(expression="482 * 917")`, read the
+result from the tool message, and answer with it. Reward 1 when the final answer's last number is
+the exact result, else 0. Problems are a pure function of (seed, batch index).
+
+The demonstrations come from a sloppy teacher: with probability `error_rate` its call passes
+the expression under a wrong argument name (a call the tool rejects), after which it guesses an
+answer, one too high. A model imitating it makes the same invalid calls; RL, rewarded only for
+correct answers, learns to call the tool properly: both the valid-call rate and the reward rise.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kitchen.tools import Toolbox, ToolUseEnv, tool
+from train_core.renderers.base import Renderer
+from train_core.renderers.messages import Message, ToolCall
+from train_core.rl.math_grading import extract_last_number
+from train_core.rl.task import RLTask
+from train_core.rl.types import EnvGroupBuilder, RLDataset
+
+_OPERATORS: dict[type[ast.operator], Callable[[int, int], int]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+}
+OPERATIONS = ("+", "-", "*")
+
+
+def _evaluate(node: ast.expr) -> int:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -_evaluate(node.operand)
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+        return _OPERATORS[type(node.op)](_evaluate(node.left), _evaluate(node.right))
+    raise ValueError(f"only integers with + - * are supported, not {ast.unparse(node)!r}")
+
+
+@tool(timeout_s=2.0)
+def calculator(expression: str) -> str:
+    """Evaluates an integer arithmetic expression exactly.
+
+    Args:
+        expression: integers combined with +, - and *, e.g. "482 * 917"
+    """
+    try:
+        tree = ast.parse(expression, mode="eval")
+    except SyntaxError:
+        raise ValueError(f"cannot read {expression!r} as an expression") from None
+    return str(_evaluate(tree.body))
+
+
+@dataclass(frozen=True)
+class Problem:
+    a: int
+    op: str
+    b: int
+
+    @property
+    def expression(self) -> str:
+        return f"{self.a} {self.op} {self.b}"
+
+    @property
+    def answer(self) -> int:
+        return _evaluate(ast.parse(self.expression, mode="eval").body)
+
+    def question(self) -> Message:
+        return Message(role="user", content=f"What is {self.expression}?")
+
+
+def random_problem(rng: random.Random, digits: int) -> Problem:
+    low, high = 10 ** (digits - 1), 10**digits - 1
+    return Problem(rng.randint(low, high), rng.choice(OPERATIONS), rng.randint(low, high))
+
+
+def grade(problem: Problem) -> Callable[[list[Message]], float]:
+    """1 when the final message is an answer (no call) whose last number is the exact result."""
+
+    def grader(messages: list[Message]) -> float:
+        last = messages[-1]
+        if last["role"] != "assistant" or last.get("tool_calls"):
+            return 0.0
+        number = extract_last_number(last["content"])
+        return float(number is not None and number.replace(",", "") == str(problem.answer))
+
+    return grader
+
+
+@dataclass(frozen=True)
+class CalculatorGroupBuilder(EnvGroupBuilder):
+    problem: Problem
+    renderer: Renderer
+    toolbox: Toolbox
+    group_size: int
+    max_turns: int
+
+    async def make_envs(self) -> list[ToolUseEnv]:
+        return [
+            ToolUseEnv(self.renderer, self.toolbox, [self.problem.question()], grade(self.problem), self.max_turns)
+            for _ in range(self.group_size)
+        ]
+
+    def logging_tags(self) -> list[str]:
+        return ["calculator"]
+
+
+class CalculatorDataset(RLDataset):
+    def __init__(self, make_group: Callable[[Problem], EnvGroupBuilder], num_batches: int, groups_per_batch: int,
+                 digits: int, seed: int) -> None:  # fmt: skip
+        self.make_group = make_group
+        self.num_batches = num_batches
+        self.groups_per_batch = groups_per_batch
+        self.digits = digits
+        self.seed = seed
+
+    def get_batch(self, index: int) -> list[EnvGroupBuilder]:
+        rng = random.Random(f"calculator/{self.seed}/{index}")
+        return [self.make_group(random_problem(rng, self.digits)) for _ in range(self.groups_per_batch)]
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+
+@dataclass(frozen=True)
+class TeacherEpisodes:
+    """Solved problems with the tools declared as the renderer declares them (see the module doc
+    for the teacher's slips)."""
+
+    renderer: Renderer
+    toolbox: Toolbox
+    digits: int
+    error_rate: float
+
+    def __call__(self, rng: random.Random, count: int) -> list[list[Message]]:
+        return [self._episode(rng) for _ in range(count)]
+
+    def _episode(self, rng: random.Random) -> list[Message]:
+        problem = random_problem(rng, self.digits)
+        slip = rng.random() < self.error_rate
+        key = "expr" if slip else "expression"
+        call = ToolCall(name="calculator", arguments={key: problem.expression})
+        rejected = calculator.validate(call["arguments"])
+        result = f"Error: {rejected}" if isinstance(rejected, str) else calculator.fn(problem.expression)
+        answer = problem.answer + 1 if slip else problem.answer
+        messages = [
+            problem.question(),
+            Message(role="assistant", content="", tool_calls=[call]),
+            Message(role="tool", content=result, name="calculator"),
+            Message(role="assistant", content=str(answer)),
+        ]
+        return self.renderer.declare_tools(messages, self.toolbox.specs)
+
+
+def calculator_task(
+    renderer: Renderer,
+    *,
+    num_batches: int,
+    groups_per_batch: int,
+    group_size: int,
+    digits: int,
+    max_turns: int,
+    num_eval_problems: int,
+    seed: int,
+    teacher_error_rate: float,
+) -> RLTask:
+    toolbox = Toolbox([calculator])
+
+    def make_group(problem: Problem) -> EnvGroupBuilder:
+        return CalculatorGroupBuilder(problem, renderer, toolbox, group_size, max_turns)
+
+    eval_rng = random.Random(f"calculator-eval/{seed}")
+    return RLTask(
+        train=CalculatorDataset(make_group, num_batches, groups_per_batch, digits, seed),
+        eval_builders=[make_group(random_problem(eval_rng, digits)) for _ in range(num_eval_problems)],
+        demonstrations=TeacherEpisodes(renderer, toolbox, digits, teacher_error_rate),
+    )

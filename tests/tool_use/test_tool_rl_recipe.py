@@ -1,0 +1,55 @@
+"""The tool_rl recipe's pieces: the calculator, the teacher's demonstrations, and the renderer
+check at validation."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+from transformers import AutoTokenizer
+
+from adapters.common.tiny import TINY_DIR
+from kitchen.cli import main
+from kitchen.tools import Toolbox
+from recipes.envs.calculator import Problem, TeacherEpisodes, calculator, grade
+from train_core.renderers import Message, get_renderer
+
+
+@pytest.mark.parametrize(("expression", "value"), [("482 * 917", "441994"), ("-3 + 4 - 10", "-9"), ("2*3+1", "7")])
+def test_the_calculator_is_exact(expression: str, value: str) -> None:
+    assert asyncio.run(calculator.call({"expression": expression})).text == value
+
+
+@pytest.mark.parametrize("expression", ["__import__('os')", "2 ** 99999999", "1 / 0", "4 +"])
+def test_the_calculator_refuses_anything_else(expression: str) -> None:
+    result = asyncio.run(calculator.call({"expression": expression}))
+    assert result.kind == "failed" and result.text.startswith("Error: calculator failed: ValueError")
+
+
+def test_the_grader_wants_the_exact_result_as_the_final_answer() -> None:
+    grader = grade(Problem(482, "*", 917))
+    assert grader([Message(role="assistant", content="441994")]) == 1.0
+    assert grader([Message(role="assistant", content="441995")]) == 0.0
+    assert grader([Message(role="tool", content="441994")]) == 0.0
+
+
+def test_the_teacher_slips_with_an_invalid_call_then_guesses() -> None:
+    renderer = get_renderer("qwen3_instruct", AutoTokenizer.from_pretrained(TINY_DIR))
+    episodes = TeacherEpisodes(renderer, Toolbox([calculator]), digits=3, error_rate=0.5)(random.Random(0), 40)
+    slips = [e for e in episodes if "expr" in e[2]["tool_calls"][0]["arguments"]]
+    assert 0 < len(slips) < len(episodes)
+    for episode in episodes:
+        assert episode[0]["role"] == "system" and '"name": "calculator"' in episode[0]["content"]
+        problem = episode[1]["content"].removeprefix("What is ").removesuffix("?")
+        correct = str(eval(problem))
+        slipped = episode in slips
+        assert episode[3]["content"].startswith("Error: invalid arguments") == slipped
+        assert (episode[4]["content"] == correct) != slipped
+
+
+def test_a_renderer_without_a_tool_format_is_refused_at_validation(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", "tool_rl", "renderer=role_colon"]) == 2
+    err = capsys.readouterr().err
+    assert "renderer 'role_colon' has no native tool format" in err and "Traceback" not in err
+    assert main(["validate", "tool_rl", "--config", "recipes/configs/tool_rl.yaml"]) == 0
