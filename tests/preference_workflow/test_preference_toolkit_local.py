@@ -28,6 +28,7 @@ from kitchen.recipe import Recipe, get_recipe
 from kitchen.renderers import get_renderer
 from recipes.data import shipped_data
 from recipes.online_dpo import Config as OnlineDPOConfig
+from recipes.rm import Config as RMConfig
 from train_core.preference.bradley_terry import conversation_tokens
 from train_core.preference.types import LabeledComparison
 from train_core.renderers.base import Message, Renderer
@@ -89,7 +90,7 @@ def test_reward_model_learns_and_exports_as_a_sequence_classifier(tmp_path: Path
 async def judge_verdicts(run: RunDir, renderer: Renderer, comparisons: Sequence[LabeledComparison]) -> list[int]:
     """The trained reward model as a judge (what online DPO uses) on held-out pairs asked with the
     chosen completion as B: +1 where it prefers it."""
-    config = load_config(get_recipe("rm").config_cls, None, [f"log_path={run.path}", *LOCAL])
+    config = load_config(RMConfig, None, [f"log_path={run.path}", *LOCAL])
     service = make_backend(config, run.path / "judge_checkpoints")
     try:
         client = await service.create_sampling_client(model_path=resolve_sampler_path(str(run.path)))
