@@ -71,7 +71,7 @@ def test_async_reward_functions_and_a_chat_format_data_set(tmp_path: Path) -> No
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("no_colon", "is not 'module:function'"),
+        ("no_colon", "unknown reward function 'no_colon'.*or name one as module:function"),
         ("no_such_module_xyz:f", "module 'no_such_module_xyz' cannot be imported"),
         (f"{T}:missing", "has no 'missing'"),
         (f"{T}:NOT_A_FUNCTION", "is a int, not a function"),
