@@ -34,7 +34,7 @@ from train_core.types import ModelInput, StopCondition
 
 
 @defaults(
-    learning_rate=3e-4,
+    learning_rate=1e-3,
     max_tokens=16,
     group_size=8,
     groups_per_batch=8,

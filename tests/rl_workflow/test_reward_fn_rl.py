@@ -183,7 +183,11 @@ def test_held_out_prompts_ask_about_subjects_the_model_can_name() -> None:
 @pytest.mark.slow
 def test_shipped_example_learns(tmp_path: Path) -> None:
     """The shipped config used to lose reward (0.61 at step 1, 0.40 at step 20: the keyword score
-    fell to 0). Now RL raises it on the train prompts and on the rephrased held-out ones."""
+    fell to 0). Now RL raises it on the train prompts and on the rephrased held-out ones. Measured
+    (2026-11-25, learning rate 1e-3): train reward, first 10 steps -> last 10, 0.49 -> 0.66 (seed
+    0) and 0.31 -> 0.42 (seed 1); held-out 0.26 -> 0.64 and 0.22 -> 0.33. At 3e-4 the gains were
+    within float-rounding noise (held-out 0.26 -> 0.21 with chunked scoring, -> 0.49 with whole
+    logits)."""
     config = load_config(RECIPE.config_cls, SHIPPED, [f"log_path={tmp_path}", "save_every=0"])
     rows = read_metrics(run_recipe(RECIPE, config, progress=False).metrics)
     reward = [row["env/all/reward/total"] for row in rows]
