@@ -332,6 +332,7 @@ def test_the_honest_solution_passes(sandbox: LocalSandbox) -> None:
     assert grade.verdict.all_passed and grade.verdict.passed == 2
 
 
+@pytest.mark.slow  # 8 processes touching 96 MiB each, per sandbox
 def test_many_processes_cannot_add_up_past_the_total_memory_limit(sandbox: LocalSandbox) -> None:
     # Each process stays under its own address-space cap; together they hold 8 x 96 MiB.
     limits = ResourceLimits(cpu_s=5, address_space_bytes=1 << 30, processes=64, memory_bytes=256 << 20)
