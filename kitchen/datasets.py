@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from kitchen.errors import DataError
+from kitchen.jsonl_cache import cached_jsonl
 from train_core.errors import DataFormatError
 from train_core.jsonl import read_jsonl
 from train_core.renderers.messages import STANDARD_ROLES, Message, MessageFormatError, check_messages
@@ -55,14 +56,18 @@ def _require_keys(path: Path, records: list[tuple[int, dict[str, Any]]], require
 
 def load_located_records(
     source: str, split: str = "train", required_any: Sequence[Sequence[str]] = ()
-) -> list[tuple[str, Any]]:
+) -> Sequence[tuple[str, Any]]:
     """`load_records`, each record with where it came from, for error messages: `PATH line N` for
-    JSONL (its line in the file), `SOURCE record N` otherwise (1-based)."""
+    JSONL (its line in the file), `SOURCE record N` otherwise (1-based). JSONL is read through its
+    Arrow cache a batch at a time (kitchen.jsonl_cache), so memory does not grow with the file."""
     path = Path(source)
     if path.suffix == ".jsonl":
-        records = read_jsonl(path)
-        _require_keys(path, records, required_any)
-        return [(f"{path} line {line}", record) for line, record in records]
+        located = cached_jsonl(path)
+        for where, record in located:
+            for keys in required_any:
+                if not any(key in record for key in keys):
+                    raise DataError(f"{where}: missing key {' or '.join(repr(k) for k in keys)}")
+        return located
     return [
         (f"{source} record {index + 1}", record)
         for index, record in enumerate(load_records(source, split, required_any))

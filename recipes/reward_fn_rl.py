@@ -12,9 +12,10 @@ start. Defaults: the shipped prompts and `recipes.rewards.examples:length_and_ke
 from __future__ import annotations
 
 import random
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -95,16 +96,46 @@ class PromptRecord:
     messages: list[Message]
 
 
-def load_prompt_records(source: str, split: str, roles: frozenset[str]) -> list[PromptRecord]:
+class PromptRecords(Sequence[PromptRecord]):
+    """The records at `kept` (all by default) of a prompt file, each made a PromptRecord when
+    asked for: a JSONL file streams from its cache, so memory does not grow with the file."""
+
+    def __init__(
+        self, located: Sequence[tuple[str, Any]], roles: frozenset[str], kept: Sequence[int] | None = None
+    ) -> None:
+        self.located, self.roles = located, roles
+        self.kept = range(len(located)) if kept is None else kept
+
+    def __len__(self) -> int:
+        return len(self.kept)
+
+    @overload
+    def __getitem__(self, index: int) -> PromptRecord: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[PromptRecord]: ...
+
+    def __getitem__(self, index: int | slice) -> PromptRecord | list[PromptRecord]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        where, record = self.located[self.kept[index]]
+        return PromptRecord(dict(record), record[prompt_key(record)], prompt_messages(record, where, self.roles))
+
+    def with_completions(self) -> PromptRecords | None:
+        """The records that hold a string `completion` (for the warm start), or None."""
+        kept = array("q", (i for i in self.kept if isinstance(self.located[i][1].get("completion"), str)))
+        return PromptRecords(self.located, self.roles, kept) if kept else None
+
+
+def load_prompt_records(source: str, split: str, roles: frozenset[str]) -> PromptRecords:
     """Each record with its prompt as the reward function sees it (text, or messages) and as the
-    policy sees it; a bad record is a DataError naming its file and line."""
-    out = []
-    for where, record in load_located_records(source, split=split):
-        messages = prompt_messages(record, where, roles)
-        out.append(PromptRecord(dict(record), record[prompt_key(record)], messages))
-    if not out:
+    policy sees it; a bad record is a DataError naming its file and line (all checked here)."""
+    located = load_located_records(source, split=split)
+    for where, record in located:
+        prompt_messages(record, where, roles)
+    if not located:
         raise DataError(f"{source}: no records")
-    return out
+    return PromptRecords(located, roles)
 
 
 def check_prompts(config: Config, roles: frozenset[str]) -> None:
@@ -174,18 +205,23 @@ class RewardFnGroup(EnvGroupBuilder):
 class PromptDataset(RLDataset):
     """Batches of `groups_per_batch` prompts: a seeded shuffle per epoch, wrapping around."""
 
-    items: list[PromptRecord]
+    items: Sequence[PromptRecord]
     make: Any
     groups_per_batch: int
     seed: int
 
+    def _order(self, epoch: int) -> list[int]:
+        order = list(range(len(self.items)))
+        random.Random(f"reward_fn/{self.seed}/{epoch}").shuffle(order)
+        return order
+
     def get_batch(self, index: int) -> list[EnvGroupBuilder]:
         start = index * self.groups_per_batch
         out = []
+        orders: dict[int, list[int]] = {}
         for position in range(start, start + self.groups_per_batch):
             epoch, offset = divmod(position, len(self.items))
-            order = list(range(len(self.items)))
-            random.Random(f"reward_fn/{self.seed}/{epoch}").shuffle(order)
+            order = orders.setdefault(epoch, self._order(epoch))
             out.append(self.make(self.items[order[offset]]))
         return out
 
@@ -197,7 +233,7 @@ class PromptDataset(RLDataset):
 class CompletionDemonstrations:
     """The records' `completion`s as replies, for the warm start."""
 
-    items: list[PromptRecord]
+    items: Sequence[PromptRecord]
 
     def __call__(self, rng: random.Random, count: int) -> list[list[Message]]:
         out = []
@@ -216,11 +252,11 @@ def build_task(config: Config, renderer: Renderer) -> RLTask:
         return lambda item: RewardFnGroup(item, renderer, fns, weights, config.group_size, tag)
 
     held_out = load_prompt_records(config.eval_dataset, config.split, renderer.roles) if config.eval_dataset else []
-    demos = [item for item in train if isinstance(item.record.get("completion"), str)]
+    demos = train.with_completions()
     return RLTask(
         train=PromptDataset(train, group("prompts"), config.groups_per_batch, config.seed),
         eval_builders=[group("eval")(item) for item in held_out],
-        demonstrations=CompletionDemonstrations(demos) if demos else None,
+        demonstrations=CompletionDemonstrations(demos) if demos is not None else None,
     )
 
 

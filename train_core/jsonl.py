@@ -42,6 +42,23 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
+def parse_jsonl_line(path: Path, number: int, line: str) -> JsonRecord:
+    """Line `number` of `path` as one JSON object (no key twice in one object), or a
+    DataFormatError naming the file and line."""
+    try:
+        value = json.loads(line, object_pairs_hook=_no_duplicate_keys)
+    except json.JSONDecodeError as exc:
+        raise DataFormatError(path, number, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
+    except _DuplicateKeyError as exc:
+        raise DataFormatError(path, number, f"duplicate key {exc.key!r} in a JSON object") from None
+    except RecursionError:
+        # json recurses once per level of nesting: a record nested ~1000 deep overflows it.
+        raise DataFormatError(path, number, "JSON nested too deeply (refused)") from None
+    if not isinstance(value, dict):
+        raise DataFormatError(path, number, f"expected one JSON object per line, got {type(value).__name__}")
+    return value
+
+
 def read_jsonl(path: str | Path) -> list[tuple[int, JsonRecord]]:
     """Every record of a JSONL file with its 1-based line number; blank lines are skipped.
 
@@ -50,20 +67,8 @@ def read_jsonl(path: str | Path) -> list[tuple[int, JsonRecord]]:
     path = Path(path)
     records = []
     for number, line in enumerate(_text(path).splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            value = json.loads(line, object_pairs_hook=_no_duplicate_keys)
-        except json.JSONDecodeError as exc:
-            raise DataFormatError(path, number, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
-        except _DuplicateKeyError as exc:
-            raise DataFormatError(path, number, f"duplicate key {exc.key!r} in a JSON object") from None
-        except RecursionError:
-            # json recurses once per level of nesting: a record nested ~1000 deep overflows it.
-            raise DataFormatError(path, number, "JSON nested too deeply (refused)") from None
-        if not isinstance(value, dict):
-            raise DataFormatError(path, number, f"expected one JSON object per line, got {type(value).__name__}")
-        records.append((number, value))
+        if line.strip():
+            records.append((number, parse_jsonl_line(path, number, line)))
     if not records:
         raise DataFormatError(path, None, "holds no records")
     return records

@@ -2,14 +2,14 @@
 
 It contains CPU, memory (per process and in total), process count, file size, wall time,
 leftover processes and (when the trainer is root) signals to the trainer. The program runs with
-no-new-privileges and is killed if the trainer dies (but children it forked are not: only the
-trainer's sweep after each run finds those, so a killed trainer can leave them behind). RL
-refuses it unless `allow_unsafe_sandbox: true`. It does NOT block the network, and it does not hide the
-filesystem: the program can read whatever its uid may read and write to world-writable places
-such as /tmp. When the trainer is not root there is no uid drop: the program then runs as the
-trainer's user and can write to the user's files, read `/proc/<trainer>/environ`, signal the
-trainer and leave daemons behind that escaped its session. Use bubblewrap or SandboxFusion for
-untrusted code.
+no-new-privileges and is killed if the trainer dies. A root trainer also gives it pid and
+network namespaces with its own /proc: it sees no other process, reaches no network, and
+everything it started dies with it. It does not hide the filesystem: the program can read
+whatever its uid may read and write to world-writable places such as /tmp. When the trainer is
+not root there is no uid drop and no namespace: the program then runs as the trainer's user, can
+reach the network, write to the user's files, read `/proc/<trainer>/environ`, signal the trainer
+and leave daemons behind that escaped its session. RL refuses this sandbox unless
+`allow_unsafe_sandbox: true`; use bubblewrap or SandboxFusion for untrusted code.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ class ProcessSandbox(LocalSandbox):
         super().__init__(concurrency, limits or ResourceLimits())
         warnings.warn(PROCESS_SANDBOX_WARNING, stacklevel=2)
         self.guard = require_tool("setpriv")
+        self.unshare = require_tool("unshare") if self.uids.enabled else ""
         failures = []
         for candidate in [python] if python else default_pythons():
             self.python = candidate
@@ -52,7 +53,15 @@ class ProcessSandbox(LocalSandbox):
         # SIGKILLed when the trainer dies, and neither it nor its children gain privileges.
         argv = self.launcher(uid)
         at = argv.index(self.python)
-        return [*argv[:at], self.guard, "--pdeathsig=KILL", "--no-new-privs", "--", *argv[at:]]
+        argv = [*argv[:at], self.guard, "--pdeathsig=KILL", "--no-new-privs", "--", *argv[at:]]
+        if uid is None:
+            return argv
+        # Root: pid and network namespaces of its own, with a fresh /proc. Other processes (and
+        # their command lines) are out of sight, there is no network but a loopback that is down,
+        # and when the namespace's first process dies (the trainer died: parent-death signals down
+        # the chain) the kernel kills every process left in it.
+        namespace = [self.unshare, "--pid", "--net", "--fork", "--kill-child=SIGKILL", "--mount-proc", "--"]
+        return [self.guard, "--pdeathsig=KILL", "--", *namespace, *argv]
 
     def cpu_limit_codes(self) -> set[int]:
         return {-signal.SIGXCPU}

@@ -3,8 +3,11 @@ measure held-out NLL. The train step itself is the shared `kitchen.stages.traini
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from typing import Any, overload
 
 from kitchen.context import Context
 from kitchen.datasets import is_hub_name, load_located_records
@@ -34,8 +37,8 @@ def _config_sources(config: Any) -> tuple[Source, Source | None]:
 
 @dataclass(frozen=True)
 class SupervisedData:
-    train_data: list[Datum]
-    eval_data: list[Datum]
+    train_data: Sequence[Datum]
+    eval_data: Sequence[Datum]
     num_steps: int
 
 
@@ -148,16 +151,17 @@ def _load(
     source: str,
     split: str,
     name: str,
-) -> list[Datum]:
+) -> Sequence[Datum]:
     required = getattr(builder, "required_any", ())
     records = load_located_records(source, split=split, required_any=required)
-    data, skipped = [], []
-    for where, record in records:
-        datum = record_datum(builder, record, where, tokenizer, renderer, max_length)
-        if datum is None:
+    build = partial(_datum, builder, tokenizer, renderer, max_length)
+    kept, skipped = array("q"), []
+    for index, (where, record) in enumerate(records):
+        if build(where, record) is None:
             skipped.append(where)
-            continue
-        data.append(datum)
+        else:
+            kept.append(index)
+    data = RecordDatums(records, kept, build)
     if skipped:
         first = ", ".join(skipped[:MAX_REPORTED]) + (", ..." if len(skipped) > MAX_REPORTED else "")
         ctx.log.warning("data.skipped", split=name, count=len(skipped), first=first, reason="no token to train on")
@@ -172,6 +176,49 @@ def _load(
     return data
 
 
+def _datum(
+    builder: ExampleBuilder,
+    tokenizer: Tokenizer,
+    renderer: Renderer | None,
+    max_length: int | None,
+    where: str,
+    record: Any,
+) -> Datum | None:
+    return record_datum(builder, record, where, tokenizer, renderer, max_length)
+
+
+class RecordDatums(Sequence[Datum]):
+    """The datums of the records at `kept`, each built when it is asked for: memory holds the
+    records' positions, not their tokens, so it does not grow with the data set (records are read
+    back from the JSONL cache a batch at a time). Building twice costs a second tokenization."""
+
+    def __init__(
+        self,
+        records: Sequence[tuple[str, Any]],
+        kept: Sequence[int],
+        build: Callable[[str, Any], Datum | None],
+    ) -> None:
+        self.records = records
+        self.kept = kept
+        self.build = build
+
+    def __len__(self) -> int:
+        return len(self.kept)
+
+    @overload
+    def __getitem__(self, index: int) -> Datum: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Datum]: ...
+
+    def __getitem__(self, index: int | slice) -> Datum | list[Datum]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        datum = self.build(*self.records[self.kept[index]])
+        assert datum is not None, "a kept record builds a datum"
+        return datum
+
+
 @dataclass(frozen=True)
 class Batch:
     batch: list[Datum]
@@ -181,7 +228,7 @@ class GetSupervisedBatch(Stage):
     """The batch of the current step: the epoch's seeded shuffle, full batches only, so a
     resumed run sees exactly the batches an uninterrupted run would."""
 
-    async def run(self, ctx: Context, train_data: list[Datum], config: DatasetSettings) -> Batch:
+    async def run(self, ctx: Context, train_data: Sequence[Datum], config: DatasetSettings) -> Batch:
         epoch, batch_index, indices = batch_for_step(ctx.step, len(train_data), config.batch_size, config.seed)
         ctx.record({"epoch": epoch, "batch": batch_index, "progress": (ctx.step + 1) / (ctx.total_steps or 1)})
         return Batch([train_data[i] for i in indices])
@@ -198,7 +245,7 @@ class EvaluateNLL(Stage):
         self.metric = metric
 
     async def run(
-        self, ctx: Context, training_client: TrainingClient, eval_data: list[Datum], config: DatasetSettings
+        self, ctx: Context, training_client: TrainingClient, eval_data: Sequence[Datum], config: DatasetSettings
     ) -> None:
         if not eval_data:
             return

@@ -209,17 +209,20 @@ except OSError as e:
     finally:
         listener.close()
     assert result.status == "ok"
-    if isinstance(sandbox, BubblewrapSandbox):
+    if isinstance(sandbox, BubblewrapSandbox) or ROOT:  # root: the process sandbox's own network namespace
         assert result.stdout.startswith("blocked")
-    else:  # documented: the process sandbox does not block the network
+    else:  # documented: the process sandbox under a non-root trainer does not block the network
         assert result.stdout.startswith("connected")
 
 
 def test_killing_the_parent(sandbox: LocalSandbox) -> None:
     if isinstance(sandbox, ProcessSandbox) and not ROOT:
         pytest.skip("process sandbox without a uid drop: the program may signal the trainer (documented)")
-    result = run(sandbox, "import os\nos.kill(os.getppid(), 9)\n")
-    assert result.status in ("failed", "sandbox_error")
+    result = run(sandbox, "import os\nprint(os.getppid(), flush=True)\nos.kill(os.getppid(), 9)\n")
+    if isinstance(sandbox, ProcessSandbox):  # root: pid 1 of its own namespace, with no parent to see
+        assert result.stdout == "0\n" and result.status == "ok", result
+    else:
+        assert result.status in ("failed", "sandbox_error")
     assert_still_works(sandbox)
 
 
@@ -334,6 +337,7 @@ def test_the_honest_solution_passes(sandbox: LocalSandbox) -> None:
     assert grade.verdict.all_passed and grade.verdict.passed == 2
 
 
+@pytest.mark.slow  # 8 processes touching 96 MiB each, per sandbox
 def test_many_processes_cannot_add_up_past_the_total_memory_limit(sandbox: LocalSandbox) -> None:
     # Each process stays under its own address-space cap; together they hold 8 x 96 MiB.
     limits = ResourceLimits(cpu_s=5, address_space_bytes=1 << 30, processes=64, memory_bytes=256 << 20)
