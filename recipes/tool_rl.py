@@ -6,7 +6,8 @@ Defaults run on the embedded tiny model, offline, on CPU: the tiny tokenizer car
 special tokens, so the run uses `qwen3_instruct` (a renderer with a native tool format; one
 without is refused at validation). A warm start imitates a teacher whose call is invalid
 `teacher_error_rate` of the time (it then guesses); RL raises both the valid-call rate
-(`env/all/tools/call_valid`) and the reward.
+(`env/all/tools/call_valid`) and the reward (`env/all/reward/total`: 1 for the exact answer,
+`env/all/correct`, plus `tool_bonus` for an accepted call, `env/all/used_calculator`).
 """
 
 from __future__ import annotations
@@ -30,16 +31,19 @@ from train_core.rl.task import RLTask
     max_tokens=40,
     group_size=8,
     groups_per_batch=8,
-    num_batches=30,
+    num_batches=25,
     eval_every=10,
-    warm_start_steps=200,
+    warm_start_steps=100,
 )
 class Config(RLSettings):
-    digits: int = Field(3, ge=1, le=9, description="digits of each operand")
+    digits: int = Field(2, ge=1, le=9, description="digits of each operand")
     max_turns: int = Field(3, ge=1, description="model turns per episode (tool calls plus the answer)")
     num_eval_problems: int = Field(8, ge=0, description="size of the held-out set")
     teacher_error_rate: float = Field(
         0.4, ge=0, le=1, description="share of warm-start episodes whose call is invalid (then a guess)"
+    )
+    tool_bonus: float = Field(
+        0.5, ge=0, description="reward for an episode whose calculator call was accepted, on top of 1 for the answer"
     )
 
 
@@ -54,6 +58,7 @@ def build_task(config: Config, renderer: Renderer) -> RLTask:
         num_eval_problems=config.num_eval_problems,
         seed=config.seed,
         teacher_error_rate=config.teacher_error_rate,
+        tool_bonus=config.tool_bonus,
     )
 
 

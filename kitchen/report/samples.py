@@ -4,6 +4,7 @@ examples (`preference_examples/step_NNNNNN.jsonl`), capped so a long run's repor
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -68,13 +69,24 @@ def _turn(raw: Any, caps: Caps) -> dict[str, Any]:
     turn: dict[str, Any] = raw if isinstance(raw, dict) else {}
     metrics = turn.get("metrics")
     metrics = metrics if isinstance(metrics, dict) else {}
+    calls = turn.get("tool_calls")
+    calls = calls if isinstance(calls, list) else []
+    env_text = turn.get("env_text")
     return {
         "observation": clip(turn.get("observation"), caps.chars),
+        "env_text": None if env_text is None else clip(env_text, caps.chars),
         "action": clip(turn.get("action"), caps.chars),
+        "tool_calls": [_tool_call(call, caps) for call in calls if isinstance(call, dict)],
         "stop_reason": None if turn.get("stop_reason") is None else str(turn.get("stop_reason")),
         "reward": metric_value(turn.get("reward")),
         "metrics": {str(k): v for k, v in metrics.items() if metric_value(v) is not None},
     }
+
+
+def _tool_call(call: dict[str, Any], caps: Caps) -> dict[str, str]:
+    """A tool call as the page shows it: its name and its arguments as JSON text."""
+    arguments = json.dumps(call.get("arguments"), ensure_ascii=False, default=str)
+    return {"name": clip(call.get("name"), 200), "arguments": clip(arguments, caps.chars)}
 
 
 def _group(records: list[dict[str, Any]], caps: Caps) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from kitchen.stage import Stage
 from kitchen.stages.training import adam_params, guard_nonfinite, pipelined_steps
 from kitchen.workflow import ConfigPredicate
 from train_core.batching import split_evenly
+from train_core.renderers.base import Renderer
 from train_core.rl.advantages import compute_advantages
 from train_core.rl.data_processing import assemble_training_data, remove_constant_reward_groups
 from train_core.rl.kl_penalty import incorporate_kl_penalty
@@ -141,23 +142,35 @@ class RecordRolloutMetrics(Stage):
 
 
 def group_transcripts(
-    group: SampledGroup, tokenizer: Tokenizer, step: int, group_index: int
+    group: SampledGroup, tokenizer: Tokenizer, step: int, group_index: int, renderer: Renderer | None = None
 ) -> list[dict[str, object]]:
-    """One JSON-ready record per trajectory: each turn's observation and action as text."""
+    """One JSON-ready record per trajectory: each turn's observation and action as text. With a
+    renderer, a turn also holds the tool calls its action parsed to, and a turn whose observation
+    extends the last observation and action holds what the env added (`env_text`: tool results,
+    an error message), so a report shows them apart from the model's text."""
     records: list[dict[str, object]] = []
     rewards_G = group.trajectories.get_total_rewards()
     for traj_index, traj in enumerate(group.trajectories.trajectories_G):
-        turns = [
-            {
-                "observation": tokenizer.decode(t.ob.to_ints()),
+        turns: list[dict[str, object]] = []
+        context: list[int] = []
+        for t in traj.transitions:
+            ob = t.ob.to_ints()
+            turn: dict[str, object] = {
+                "observation": tokenizer.decode(ob),
                 "action": tokenizer.decode(t.ac.tokens),
                 "stop_reason": t.ac.stop_reason,
                 "parse_ok": t.parse_ok,
                 "reward": t.reward,
                 "metrics": t.metrics,
             }
-            for t in traj.transitions
-        ]
+            if renderer is not None:
+                if context and ob[: len(context)] == context:
+                    turn["env_text"] = tokenizer.decode(ob[len(context) :])
+                calls = renderer.parse_response(t.ac.tokens)[0].get("tool_calls")
+                if calls:
+                    turn["tool_calls"] = [{"name": c["name"], "arguments": c["arguments"]} for c in calls]
+            context = [*ob, *t.ac.tokens]
+            turns.append(turn)
         records.append(
             {
                 "step": step,
@@ -177,7 +190,12 @@ class WriteTranscripts(Stage):
     """The first `transcript_groups` groups of the step as text, to `rollouts/step_{step:06d}.jsonl`."""
 
     async def run(
-        self, ctx: Context, sampled_groups: list[SampledGroup], tokenizer: Tokenizer, config: RLSettings
+        self,
+        ctx: Context,
+        sampled_groups: list[SampledGroup],
+        tokenizer: Tokenizer,
+        config: RLSettings,
+        renderer: Renderer | None = None,
     ) -> None:
         count = config.transcript_groups
         if ctx.run_dir is None or count == 0:
@@ -187,7 +205,7 @@ class WriteTranscripts(Stage):
         lines = [
             json.dumps(record)
             for index, group in enumerate(sampled_groups[:count])
-            for record in group_transcripts(group, tokenizer, ctx.step, index)
+            for record in group_transcripts(group, tokenizer, ctx.step, index, renderer)
         ]
         (folder / f"step_{ctx.step:06d}.jsonl").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 

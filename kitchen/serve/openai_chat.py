@@ -180,7 +180,7 @@ def finish(
 ) -> Completion:
     """One sample as a choice: cut at the first `stop` string, parsed into a message."""
     tokens, logprobs = sampled.tokens, sampled.maybe_logprobs
-    for k in range(1, len(tokens) + 1):
+    for k in range(1, len(tokens) + 1 if stop else 0):
         text = decode(tokens[:k])
         hit = min((text.find(s) for s in stop if s in text), default=-1)
         if hit >= 0:

@@ -29,8 +29,10 @@ from train_core.renderers.tool_declarations import ToolSpec
 from train_core.rl.types import Action, Env, Metrics, StepResult
 from train_core.types import ModelInput, StopCondition
 
-Grader = Callable[[list[Message]], float | Awaitable[float]]
-"""Scores a finished conversation (the last message is the model's answer, or its last turn)."""
+Grade = float | tuple[float, Metrics]
+Grader = Callable[[list[Message]], Grade | Awaitable[Grade]]
+"""Scores a finished conversation (the last message is the model's answer, or its last turn):
+the reward, or the reward and metrics that explain it (e.g. its parts)."""
 
 PARSE_ERROR_MESSAGE = (
     "Error: your reply could not be read as a well-formed tool call or answer. "
@@ -126,10 +128,12 @@ class ToolUseEnv(Env):
 
     async def _finish(self, metrics: Metrics) -> StepResult:
         graded = self.grader(list(self.messages))
-        reward = float(await graded) if inspect.isawaitable(graded) else float(graded)
-        metrics = {**metrics, "tools/turns": float(self.turns)}
+        grade = await graded if inspect.isawaitable(graded) else graded
+        reward, parts = grade if isinstance(grade, tuple) else (grade, {})
+        metrics = {**metrics, **parts, "tools/turns": float(self.turns)}
         parse_ok = metrics["tools/parse_errors"] == 0.0
-        return StepResult(reward, True, ModelInput.empty(), self.renderer.get_stop_sequences(), metrics, parse_ok)
+        stop = self.renderer.get_stop_sequences()
+        return StepResult(float(reward), True, ModelInput.empty(), stop, metrics, parse_ok)
 
 
 def _tool_message(call: ToolCall, result: ToolResult) -> Message:

@@ -1,8 +1,10 @@
 """Arithmetic with numbers too big to do by heart, and a `calculator` tool to do it with.
 
-"What is 482 * 917?": the policy should call `calculator(expression="482 * 917")`, read the
-result from the tool message, and answer with it. Reward 1 when the final answer's last number is
-the exact result, else 0. Problems are a pure function of (seed, batch index).
+"What is 48 * 91?": the policy should call `calculator(expression="48 * 91")`, read the result
+from the tool message, and answer with it. Reward: 1 when the final answer's last number is the
+exact result, plus `tool_bonus` for a call the calculator accepted (shaping, so a model that
+cannot yet copy numbers still learns from its calls). Problems are a pure function of (seed,
+batch index).
 
 The demonstrations come from a sloppy teacher: with probability `error_rate` its call passes
 the expression under a wrong argument name (a call the tool rejects), after which it guesses an
@@ -80,15 +82,17 @@ def random_problem(rng: random.Random, digits: int) -> Problem:
     return Problem(rng.randint(low, high), rng.choice(OPERATIONS), rng.randint(low, high))
 
 
-def grade(problem: Problem) -> Callable[[list[Message]], float]:
-    """1 when the final message is an answer (no call) whose last number is the exact result."""
+def grade(problem: Problem, tool_bonus: float = 0.0) -> Callable[[list[Message]], tuple[float, dict[str, float]]]:
+    """`correct` (1 when the final message is an answer, no call, whose last number is the exact
+    result) plus `tool_bonus` when the episode made a calculator call the tool accepted."""
 
-    def grader(messages: list[Message]) -> float:
+    def grader(messages: list[Message]) -> tuple[float, dict[str, float]]:
         last = messages[-1]
-        if last["role"] != "assistant" or last.get("tool_calls"):
-            return 0.0
-        number = extract_last_number(last["content"])
-        return float(number is not None and number.replace(",", "") == str(problem.answer))
+        number = extract_last_number(last["content"]) if last["role"] == "assistant" else None
+        answered = last["role"] == "assistant" and not last.get("tool_calls")
+        correct = float(answered and number is not None and number.replace(",", "") == str(problem.answer))
+        used = float(any(m["role"] == "tool" and not m["content"].startswith("Error:") for m in messages))
+        return correct + tool_bonus * used, {"correct": correct, "used_calculator": used}
 
     return grader
 
@@ -100,11 +104,13 @@ class CalculatorGroupBuilder(EnvGroupBuilder):
     toolbox: Toolbox
     group_size: int
     max_turns: int
+    tool_bonus: float
 
     async def make_envs(self) -> list[ToolUseEnv]:
+        grader = grade(self.problem, self.tool_bonus)
+        question = [self.problem.question()]
         return [
-            ToolUseEnv(self.renderer, self.toolbox, [self.problem.question()], grade(self.problem), self.max_turns)
-            for _ in range(self.group_size)
+            ToolUseEnv(self.renderer, self.toolbox, question, grader, self.max_turns) for _ in range(self.group_size)
         ]
 
     def logging_tags(self) -> list[str]:
@@ -169,11 +175,12 @@ def calculator_task(
     num_eval_problems: int,
     seed: int,
     teacher_error_rate: float,
+    tool_bonus: float = 0.0,
 ) -> RLTask:
     toolbox = Toolbox([calculator])
 
     def make_group(problem: Problem) -> EnvGroupBuilder:
-        return CalculatorGroupBuilder(problem, renderer, toolbox, group_size, max_turns)
+        return CalculatorGroupBuilder(problem, renderer, toolbox, group_size, max_turns, tool_bonus)
 
     eval_rng = random.Random(f"calculator-eval/{seed}")
     return RLTask(

@@ -9,8 +9,9 @@ from typing import Any
 
 import openai
 import pytest
+import tinker
 
-from tests.serve.server_process import API_KEY, ServerProcess
+from tests.serve.server_process import API_KEY, OTHER_KEY, ServerProcess
 
 TOOLS: list[Any] = [
     {
@@ -128,3 +129,19 @@ def test_a_key_the_server_does_not_accept_is_401(server: ServerProcess) -> None:
     stranger = openai.OpenAI(base_url=f"{server.url}/v1", api_key="sk-not-a-kitchen-key", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         stranger.models.list()
+
+
+def test_a_sampler_checkpoint_is_served_by_its_path_to_its_owner_only(server: ServerProcess) -> None:
+    """Weights saved through the Tinker API answer chat requests under their tinker:// path."""
+    service = tinker.ServiceClient(base_url=server.url, api_key=API_KEY)
+    try:
+        training = service.create_lora_training_client("tiny", rank=4).result()
+        path = training.save_weights_for_sampler("chat").result().path
+    finally:
+        service.close("success").result()
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0)
+    completion = client.chat.completions.create(model=path, messages=QUESTION, max_tokens=3, seed=1)
+    assert completion.model == path and len(completion.choices) == 1
+    stranger = openai.OpenAI(base_url=f"{server.url}/v1", api_key=OTHER_KEY, max_retries=0)
+    with pytest.raises(openai.NotFoundError, match="no checkpoint at"):
+        stranger.chat.completions.create(model=path, messages=QUESTION, max_tokens=3)

@@ -27,11 +27,24 @@ def test_the_calculator_refuses_anything_else(expression: str) -> None:
     assert result.kind == "failed" and result.text.startswith("Error: calculator failed: ValueError")
 
 
-def test_the_grader_wants_the_exact_result_as_the_final_answer() -> None:
-    grader = grade(Problem(482, "*", 917))
-    assert grader([Message(role="assistant", content="441994")]) == 1.0
-    assert grader([Message(role="assistant", content="441995")]) == 0.0
-    assert grader([Message(role="tool", content="441994")]) == 0.0
+def test_the_grade_is_the_exact_answer_plus_a_bonus_for_an_accepted_call() -> None:
+    grader = grade(Problem(48, "*", 91), tool_bonus=0.5)
+    question = Message(role="user", content="What is 48 * 91?")
+    accepted = [question, Message(role="assistant", content=""), Message(role="tool", content="4368")]
+    rejected = [question, Message(role="assistant", content=""), Message(role="tool", content="Error: invalid")]
+    assert grader([*accepted, Message(role="assistant", content="4368")]) == (
+        1.5,
+        {"correct": 1.0, "used_calculator": 1.0},
+    )
+    assert grader([*rejected, Message(role="assistant", content="4368")]) == (
+        1.0,
+        {"correct": 1.0, "used_calculator": 0.0},
+    )
+    assert grader([*accepted, Message(role="assistant", content="4369")]) == (
+        0.5,
+        {"correct": 0.0, "used_calculator": 1.0},
+    )
+    assert grader(accepted)[0] == 0.5  # out of turns after the call: no answer
 
 
 def test_the_teacher_slips_with_an_invalid_call_then_guesses() -> None:

@@ -187,8 +187,11 @@
         if (hasAdvantage) el("td", "num", fmt(traj.advantage), row);
         const cell = el("td", null, null, row);
         traj.turns.forEach((turn) => {
-          if (turn.observation !== null) el("div", "text obs", turn.observation, cell);
+          // A later turn shows only what the env added (tool results, errors), apart from the model's text.
+          if (turn.env_text !== null && turn.env_text !== undefined) el("div", "text env", turn.env_text, cell);
+          else if (turn.observation !== null) el("div", "text obs", turn.observation, cell);
           el("div", "text act", turn.action, cell);
+          (turn.tool_calls || []).forEach((call) => el("div", "text call", `tool call ${call.name}(${call.arguments})`, cell));
           const metrics = Object.entries(turn.metrics).map(([k, v]) => `${k}=${fmt(v)}`).join(" ");
           el("div", "meta", `stop: ${turn.stop_reason} · reward ${fmt(turn.reward)}${metrics ? " · " + metrics : ""}`, cell);
         });
