@@ -5,9 +5,10 @@ rewards are all equal are left out of the update and more groups are sampled unt
 
 Extra rounds draw the dataset's following batches (round r of step s: batch s + r, as verl's
 dataloader goes on), so a run is reproducible and resumable. The rollout metrics (`env/...`) are
-those of the step's first round only: the policy's reward as a run without dynamic sampling
-would log it. Sync mode fills in `FillInformativeBatch`; stream-minibatch mode per minibatch
-(`kitchen.rl.stream`); async mode as the trainer takes groups (`kitchen.rl.async_mode`).
+unfiltered: in sync and stream mode the step's own batch (the policy's reward as a run without
+dynamic sampling would log it), in async mode every group the trainer took. Sync mode fills in
+`FillInformativeBatch`; stream-minibatch mode replaces constant groups as they finish
+(`kitchen.rl.stream`); async mode takes more groups (`kitchen.rl.async_mode`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """One RL step, top to bottom: the step's env groups, rollouts with the current sampler, what
-they are logged as, group-centred advantages, datum assembly, the optional KL penalty, the
-policy-gradient update, and the refreshed sampler. The math is `train_core.rl`'s.
+they are logged as, advantages (the configured estimator, DAPO's overlong shaping), datum
+assembly (overlong filtering), the optional KL penalty or reference logprobs for a KL term in the
+loss, the policy-gradient update (`kitchen.rl.policy_update`), and the refreshed sampler. The
+math is `train_core.rl`'s.
 
 Every mode runs these stages: sync runs them in this order on the whole batch; stream-minibatch
 (`kitchen.rl.stream`) runs advantages, assembly and the penalty once per minibatch; async

@@ -56,17 +56,28 @@ class RolloutStream:
     submitted: int = 0
     taken: int = 0
 
+    first_round: int = 0
+    """Groups of the step's own batch (the rest are dynamic sampling's replacements)."""
+    kept: int = 0
+
     def add(self, task: GroupTask) -> None:
         """Follow a started group; it is handed out when it finishes, in finishing order."""
         self.tasks.append(task)
         task.add_done_callback(self.done.put_nowait)
 
-    async def next_finished(self) -> SampledGroup | DroppedGroup | None:
-        """The next group to finish sampling; None when every started one was handed out."""
+    async def next_finished(self) -> tuple[SampledGroup | DroppedGroup, bool] | None:
+        """The next group to finish sampling and whether it is of the step's own batch; None when
+        every started one was handed out."""
         if self.taken == len(self.tasks):
             return None
         self.taken += 1
-        return (await self.done.get()).result()
+        task = await self.done.get()
+        return task.result(), self.tasks.index(task) < self.first_round
+
+    def cancel_unused(self) -> None:
+        """Stop replacement groups still sampling when the step's minibatches are full."""
+        for task in self.tasks:
+            task.cancel()
 
 
 @dataclass(frozen=True)
@@ -100,7 +111,7 @@ class StartRollouts(Stage):
                 f"num_substeps x num_minibatches = {count} minibatches"
             )
         params, options = rollout_params(config), rollout_options(config)
-        stream = RolloutStream(len(builders) // count, num_minibatches)
+        stream = RolloutStream(len(builders) // count, num_minibatches, first_round=len(builders))
         for i, b in enumerate(builders):
             key = ("train", config.seed, ctx.step, i)
             stream.add(asyncio.create_task(sample_group(b, sampling_client, sampler_step, params, key, options)))
@@ -132,15 +143,18 @@ class TakeMinibatch(Stage):
         minibatch: list[SampledGroup] = []
         dropped: list[DroppedGroup] = []
         while len(minibatch) + len(dropped) < stream.per_minibatch:
-            result = await stream.next_finished()
-            if result is None:
+            finished = await stream.next_finished()
+            if finished is None:
                 break
+            result, first_round = finished
             if isinstance(result, DroppedGroup):
                 dropped.append(result)
                 continue
-            stream.sampled.append(result)
+            if first_round:  # rollout metrics: the step's own batch, as without dynamic sampling
+                stream.sampled.append(result)
             if stream.start_more is None or is_informative(result):
                 minibatch.append(result)
+                stream.kept += 1
                 continue
             stream.constant += 1
             task = stream.start_more()
@@ -192,19 +206,21 @@ class StreamFinished:
 
 
 class FinishStreamStep(Stage):
-    """Await the step's submitted work and record its train metrics; all the step's groups become
-    `sampled_groups` for the rollout metrics and transcripts, and the datums trained
-    `trained_data`. A step whose optimizer did not apply a NaN/inf update counts towards
-    `max_bad_steps` (`guard_nonfinite`)."""
+    """Await the step's submitted work and record its train metrics; the step's own groups become
+    `sampled_groups` for the rollout metrics and transcripts (not dynamic sampling's
+    replacements, which are cancelled if still sampling), and the datums trained `trained_data`.
+    A step whose optimizer did not apply a NaN/inf update counts towards `max_bad_steps`
+    (`guard_nonfinite`)."""
 
     async def run(self, ctx: Context, rollout_stream: RolloutStream, config: RLSettings) -> StreamFinished:
         stream = rollout_stream
+        stream.cancel_unused()
         fb_outputs = [await future for future in stream.forward_backward]
         optim_outputs = [await future for future in stream.optim]
         ctx.record(rollout_failure_metrics(stream.sampled, stream.dropped))
         if config.dynamic_sampling is not None:
-            kept = len(stream.sampled) - stream.constant
-            ctx.record(fill_metrics(len(stream.tasks), stream.constant, kept, config.groups_per_batch))
+            sampled = stream.kept + stream.constant
+            ctx.record(fill_metrics(sampled, stream.constant, stream.kept, config.groups_per_batch))
         if stream.trained_D:
             ctx.record(train_step_metrics(stream.trained_D, fb_outputs, optim_outputs))
             ctx.record(policy_update(config, stream.num_minibatches).metrics(stream.trained_D, fb_outputs))

@@ -63,6 +63,17 @@ def test_dynamic_sampling_samples_more_rounds_when_groups_are_constant(kitchen_r
     assert run.column("env/all/total_episodes") == [16, 16]
 
 
+@pytest.mark.parametrize("mode", ["stream", "async"])
+def test_dynamic_sampling_spends_the_budget_group_by_group_in_stream_and_async(kitchen_run: Run, mode: str) -> None:
+    """Stream replaces each constant group as it finishes, async takes more groups: either way
+    three batches' worth, none trained; stream logs its own batch, async every group it took."""
+    run = kitchen_run(TOY_RECIPE, "constant_reward=true", "dynamic_sampling.max_rounds=3", *FAST, *MODES[mode])
+    assert run.column("dynamic_sampling/rounds") == [3.0, 3.0]
+    assert run.column("dynamic_sampling/groups_dropped") == [12.0, 12.0]
+    assert trained_calls(run) == []
+    assert run.column("env/all/total_episodes") == ([16, 16] if mode == "stream" else [48, 48])
+
+
 def test_dynamic_sampling_stops_after_one_round_when_groups_differ(kitchen_run: Run) -> None:
     run = kitchen_run(TOY_RECIPE, "dynamic_sampling.max_rounds=5", "group_size=8", *FAST)
     for row in run.metrics:

@@ -94,6 +94,7 @@ def test_calls_are_recorded_in_order_with_summaries() -> None:
     assert backend.calls[1].summary == {
         "client": "training-0",
         "loss_fn": "cross_entropy",
+        "loss_fn_config": {},
         "num_data": len(data),
         "num_tokens": sum(d.model_input.length for d in data),
     }
