@@ -145,7 +145,8 @@ def defaults(**values: Any) -> Callable[[type[C]], type[C]]:
             # Checked against the key's type and bounds now, so a bad default fails at import.
             annotated: Any = Annotated[field.annotation, *field.metadata] if field.metadata else field.annotation
             checked = TypeAdapter(annotated).validate_python(value)
-            cls.model_fields[name] = FieldInfo.merge_field_infos(field, default=checked)
+            # default_factory=None: a new default replaces a factory too (else the factory would win)
+            cls.model_fields[name] = FieldInfo.merge_field_infos(field, default=checked, default_factory=None)
         cls.model_rebuild(force=True)
         return cls
 

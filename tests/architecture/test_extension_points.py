@@ -149,7 +149,7 @@ def test_a_throwaway_distribution_adds_a_recipe_a_loss_a_renderer_an_env_and_a_r
         "ls": 0,
         "run_recipe": 0,
         "loss_local": 0,
-        "loss_tinker": 2,
+        "loss_tinker": 0,
         "renderer": 0,
         "env": 0,
         "env_bad_args": 2,
@@ -157,10 +157,11 @@ def test_a_throwaway_distribution_adds_a_recipe_a_loss_a_renderer_an_env_and_a_r
     }
     assert "plugin_sl" in result.stdout and "sl_basic, from a plugin" in result.stdout
     assert (tmp_path / "run" / "checkpoints.jsonl").exists()
-    assert "does not run loss_fn 'halved_is'" in result.stderr  # refused before any work, by name
+    # the Tinker service has no built-in 'halved_is': the RL update sends it through
+    # forward_backward_custom there, so validate accepts it (kitchen.rl.policy_update)
     assert (tmp_path / "env_run" / "checkpoints.jsonl").exists()
     assert "env_args.sides: Input should be greater than or equal to 2" in result.stderr
-    assert result.stderr.count("kitchen: error") == 2
+    assert result.stderr.count("kitchen: error") == 1
 
 
 @pytest.mark.slow

@@ -21,5 +21,5 @@ def test_sl_basic_learns_through_the_cli(tmp_path: Path) -> None:
     evals = [row["eval/nll"] for row in rows if "eval/nll" in row]
     assert len(evals) >= 2 and evals[-1] < evals[0]
     assert [r.name for r in read_records(tmp_path / "checkpoints.jsonl")][-1] == "final"
-    assert (tmp_path / "config.yaml").read_text().startswith("model_name: tiny")
+    assert "\nmodel_name: tiny\n" in (tmp_path / "config.yaml").read_text()
     assert f"run finished: {tmp_path}" in result.stdout

@@ -92,3 +92,21 @@ def test_recipe_overridden_defaults_keep_their_bounds(recipe: str, override: str
         pytest.skip(f"{recipe} has no {override.split('=')[0]}")
     with pytest.raises(ConfigError, match=override.split("=")[0]):
         load_config(config_cls, None, [override])
+
+
+def test_a_recipe_default_replaces_a_default_factory() -> None:
+    """`@defaults` on a key declared with a default_factory: the recipe's value wins (the factory
+    used to, which silently gave distill_prompt an untrained teacher)."""
+    from pydantic import Field
+
+    from kitchen.config import defaults
+
+    class Base(RunConfig):
+        teachers: list[str] = Field(default_factory=list, description="test key")
+
+    @defaults(teachers=["shipped"])
+    class Recipe(Base):
+        pass
+
+    assert Recipe().teachers == ["shipped"]
+    assert Base().teachers == []
