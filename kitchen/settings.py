@@ -14,7 +14,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kitchen.config import Count, NonNegative, Rate, RunConfig
+from kitchen.errors import DataError
 from kitchen.renderers import renderer_names
+from train_core.batching import batches_per_epoch
 
 ADAM_KEYS = (
     "learning_rate",
@@ -97,3 +99,13 @@ class DatasetSettings(RunConfig):
     max_length: int | None = Field(1024, ge=2, description="tokens per sequence; longer ones are cut from the right")
     save_every: NonNegative = Field(20, description="checkpoint every N steps; 0 = only the final one")
     eval_every: NonNegative = Field(10, description="held-out evaluation every N steps and at the end; 0 = never")
+
+    def num_steps(self, count: int, what: str, source: str, unit: str = "") -> int:
+        """Optimizer steps over `count` training items (`what`, e.g. "examples"): full batches per
+        epoch times `num_epochs`, cut at `max_steps`; a DataError naming `source` when the items
+        do not fill one batch."""
+        per_epoch = batches_per_epoch(count, self.batch_size)
+        if per_epoch == 0:
+            raise DataError(f"{source}: {count} {what} are fewer than one batch (batch_size={self.batch_size}{unit})")
+        steps = per_epoch * self.num_epochs
+        return steps if self.max_steps is None else min(steps, self.max_steps)

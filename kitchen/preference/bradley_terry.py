@@ -17,10 +17,9 @@ from kitchen.preference.reward_model import JudgeOut, check_comparison_files
 from kitchen.preference.settings import RewardJudgeSettings, RewardModelSettings
 from kitchen.preference.stages import EXAMPLES_PER_EVAL, pair_texts, read_preference_split
 from kitchen.stage import Stage
-from kitchen.stages.checkpoint import SaveCheckpoint
 from kitchen.stages.setup import CloseBackend, CreateTrainingClient, GetTokenizer, MakeRenderer
+from kitchen.stages.train_loop import pipelined_training
 from kitchen.stages.training import (
-    CollectTrainStep,
     InFlight,
     PendingStep,
     adam_params,
@@ -28,8 +27,8 @@ from kitchen.stages.training import (
     put_in_flight,
 )
 from kitchen.supervised.stages import Batch
-from kitchen.workflow import Loop, When, Workflow, every
-from train_core.batching import batch_for_step, batches_per_epoch
+from kitchen.workflow import Workflow
+from train_core.batching import batch_for_step
 from train_core.preference.bradley_terry import (
     bradley_terry_loss,
     make_reward_custom_loss,
@@ -85,15 +84,7 @@ class LoadRewardPairs(Stage):
 
         train, _ = split(config.dataset, "train")
         num_pairs = len(train) // DATUMS_PER_PAIR
-        per_epoch = batches_per_epoch(num_pairs, config.batch_size)
-        if per_epoch == 0:
-            raise DataError(
-                f"{config.dataset}: {num_pairs} usable comparisons are fewer than one batch "
-                f"(batch_size={config.batch_size} pairs)"
-            )
-        num_steps = per_epoch * config.num_epochs
-        if config.max_steps is not None:
-            num_steps = min(num_steps, config.max_steps)
+        num_steps = config.num_steps(num_pairs, "usable comparisons", config.dataset, unit=" pairs")
         held_out, texts = split(config.eval_dataset, "eval") if config.eval_dataset else ([], [])
         ctx.log.info("data.loaded", train_pairs=num_pairs, eval_pairs=len(texts), num_steps=num_steps)
         return RewardData(train, held_out, texts, num_steps)
@@ -182,27 +173,7 @@ def reward_model_workflow() -> Workflow:
             MakeRenderer(),
             LoadRewardPairs(),
             CreateTrainingClient(),
-            Loop(
-                "train",
-                over="num_steps",
-                step=True,
-                body=[
-                    GetRewardBatch(),
-                    SubmitRewardStep(),
-                    CollectTrainStep(keep=1, step_metrics=loss_fn_metrics),
-                    When("eval", every("eval_every", include_last=True), [EvaluateRewardModel()]),
-                    When(
-                        "checkpoint",
-                        every("save_every"),
-                        [
-                            CollectTrainStep(keep=0, name="await_before_checkpoint", step_metrics=loss_fn_metrics),
-                            SaveCheckpoint(),
-                        ],
-                    ),
-                ],
-            ),
-            CollectTrainStep(keep=0, name="await_last_step", step_metrics=loss_fn_metrics),
-            SaveCheckpoint(final=True),
+            *pipelined_training([GetRewardBatch(), SubmitRewardStep()], [EvaluateRewardModel()], loss_fn_metrics),
         ],
         finally_=[CloseBackend()],
     )

@@ -15,18 +15,17 @@ from kitchen.preference.reward_model import comparison_records
 from kitchen.preference.settings import KTOSettings
 from kitchen.preference.stages import ComputeReferenceLogprobs, report_skipped
 from kitchen.stage import Stage
-from kitchen.stages.checkpoint import SaveCheckpoint
 from kitchen.stages.setup import CloseBackend, CreateReferenceClient, CreateTrainingClient, GetTokenizer, MakeRenderer
+from kitchen.stages.train_loop import pipelined_training
 from kitchen.stages.training import (
-    CollectTrainStep,
     InFlight,
     PendingStep,
     adam_params,
     loss_fn_metrics,
     put_in_flight,
 )
-from kitchen.workflow import Loop, When, Workflow, every
-from train_core.batching import batch_for_step, batches_per_epoch
+from kitchen.workflow import Workflow
+from train_core.batching import batch_for_step
 from train_core.errors import DataFormatError
 from train_core.preference.datasets import UnpairedExample, load_unpaired
 from train_core.preference.datums import completion_datum
@@ -97,15 +96,7 @@ class LoadUnpairedData(Stage):
 
     async def run(self, ctx: Context, renderer: Renderer, config: KTOSettings) -> UnpairedData:
         train = read_unpaired(ctx, renderer, config, config.dataset, "train")
-        per_epoch = batches_per_epoch(len(train), config.batch_size)
-        if per_epoch == 0:
-            raise DataError(
-                f"{config.dataset}: {len(train)} usable examples are fewer than one batch "
-                f"(batch_size={config.batch_size})"
-            )
-        num_steps = per_epoch * config.num_epochs
-        if config.max_steps is not None:
-            num_steps = min(num_steps, config.max_steps)
+        num_steps = config.num_steps(len(train), "usable examples", config.dataset)
         held_out = read_unpaired(ctx, renderer, config, config.eval_dataset, "eval") if config.eval_dataset else []
         if len(held_out) == 1:
             raise DataError(f"{config.eval_dataset}: one held-out example has no mismatched pair; give two or more")
@@ -214,28 +205,9 @@ def kto_workflow() -> Workflow:
                 "score_held_out_reference",
                 keys={"batch": "eval_data", "batch_reference_logprobs": "eval_reference_logprobs"},
             ),
-            Loop(
-                "train",
-                over="num_steps",
-                step=True,
-                body=[
-                    GetKTOBatch(),
-                    ComputeReferenceLogprobs(),
-                    SubmitKTOStep(),
-                    CollectTrainStep(keep=1, step_metrics=loss_fn_metrics),
-                    When("eval", every("eval_every", include_last=True), [EvaluateKTO()]),
-                    When(
-                        "checkpoint",
-                        every("save_every"),
-                        [
-                            CollectTrainStep(keep=0, name="await_before_checkpoint", step_metrics=loss_fn_metrics),
-                            SaveCheckpoint(),
-                        ],
-                    ),
-                ],
+            *pipelined_training(
+                [GetKTOBatch(), ComputeReferenceLogprobs(), SubmitKTOStep()], [EvaluateKTO()], loss_fn_metrics
             ),
-            CollectTrainStep(keep=0, name="await_last_step", step_metrics=loss_fn_metrics),
-            SaveCheckpoint(final=True),
         ],
         finally_=[CloseBackend()],
     )

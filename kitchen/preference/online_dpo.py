@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 from kitchen.completers import AsyncJudge
 from kitchen.context import Context
-from kitchen.errors import DataError
 from kitchen.ports import SamplingClient, TrainingClient
 from kitchen.preference.reward_model import ProvideJudge, check_comparison_files, read_comparisons
 from kitchen.preference.settings import OnlineDPOSettings, PreferenceSettings
@@ -28,7 +27,7 @@ from kitchen.stages.setup import CloseBackend, CreateReferenceClient, CreateTrai
 from kitchen.stages.training import CollectTrainStep, InFlight, PendingStep, loss_fn_metrics
 from kitchen.supervised.stages import Batch
 from kitchen.workflow import Loop, Node, When, Workflow, every
-from train_core.batching import batch_for_step, batches_per_epoch
+from train_core.batching import batch_for_step
 from train_core.renderers.base import Message, Renderer
 from train_core.supervised import datum_from_tokens_weights, prompt_completion_tokens
 from train_core.types import Datum, SamplingParams
@@ -56,14 +55,7 @@ class LoadOnlinePrompts(Stage):
             return [labeled.comparison.prompt_conversation for labeled in comparisons]
 
         train = prompts(config.dataset)
-        per_epoch = batches_per_epoch(len(train), config.batch_size)
-        if per_epoch == 0:
-            raise DataError(
-                f"{config.dataset}: {len(train)} prompts are fewer than one batch (batch_size={config.batch_size})"
-            )
-        num_steps = per_epoch * config.num_epochs
-        if config.max_steps is not None:
-            num_steps = min(num_steps, config.max_steps)
+        num_steps = config.num_steps(len(train), "prompts", config.dataset)
         held_out = prompts(config.eval_dataset)
         ctx.log.info("data.loaded", train_prompts=len(train), eval_prompts=len(held_out), num_steps=num_steps)
         return OnlinePrompts(train, held_out, num_steps)

@@ -20,7 +20,7 @@ from kitchen.requests import score_targets
 from kitchen.stage import Stage
 from kitchen.stages.training import InFlight, PendingStep, adam_params, put_in_flight
 from kitchen.supervised.stages import Batch
-from train_core.batching import batch_for_step, batches_per_epoch
+from train_core.batching import batch_for_step
 from train_core.preference.datasets import Layout, SkipReport, load_comparisons
 from train_core.preference.datums import preference_datums
 from train_core.preference.dpo import dpo_loss, make_dpo_custom_loss, pair_sequence_logprobs
@@ -73,15 +73,7 @@ class LoadPreferenceData(Stage):
     async def run(self, ctx: Context, renderer: Renderer, config: PreferenceSettings) -> PreferenceData:
         train = load_preference_split(ctx, renderer, config, config.dataset, "train")
         num_pairs = len(train.prompts_P)
-        per_epoch = batches_per_epoch(num_pairs, config.batch_size)
-        if per_epoch == 0:
-            raise DataError(
-                f"{config.dataset}: {num_pairs} usable comparisons are fewer than one batch "
-                f"(batch_size={config.batch_size} pairs)"
-            )
-        num_steps = per_epoch * config.num_epochs
-        if config.max_steps is not None:
-            num_steps = min(num_steps, config.max_steps)
+        num_steps = config.num_steps(num_pairs, "usable comparisons", config.dataset, unit=" pairs")
         held_out = (
             load_preference_split(ctx, renderer, config, config.eval_dataset, "eval")
             if config.eval_dataset

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kitchen.eval.training import finish_evals, start_evals
 from kitchen.preference.reward_model import ProvideJudge
 from kitchen.preference.stages import (
     ComputeReferenceLogprobs,
@@ -16,10 +15,10 @@ from kitchen.preference.stages import (
     LoadPreferenceData,
     SubmitDPOStep,
 )
-from kitchen.stages.checkpoint import SaveCheckpoint
 from kitchen.stages.setup import CloseBackend, CreateReferenceClient, CreateTrainingClient, GetTokenizer, MakeRenderer
-from kitchen.stages.training import CollectTrainStep, loss_fn_metrics
-from kitchen.workflow import Loop, Node, When, Workflow, every
+from kitchen.stages.train_loop import pipelined_training
+from kitchen.stages.training import loss_fn_metrics
+from kitchen.workflow import Node, Workflow
 
 
 def preference_workflow(judge: Judge | None = None, judge_setup: Sequence[Node] = ()) -> Workflow:
@@ -46,30 +45,9 @@ def preference_workflow(judge: Judge | None = None, judge_setup: Sequence[Node] 
                 "score_held_out_reference",
                 keys={"batch": "eval_data", "batch_reference_logprobs": "eval_reference_logprobs"},
             ),
-            Loop(
-                "train",
-                over="num_steps",
-                step=True,
-                body=[
-                    GetPreferenceBatch(),
-                    ComputeReferenceLogprobs(),
-                    SubmitDPOStep(),
-                    CollectTrainStep(keep=1, step_metrics=loss_fn_metrics),
-                    When("eval", every("eval_every", include_last=True), evaluators),
-                    When(
-                        "checkpoint",
-                        every("save_every"),
-                        [
-                            CollectTrainStep(keep=0, name="await_before_checkpoint", step_metrics=loss_fn_metrics),
-                            SaveCheckpoint(),
-                        ],
-                    ),
-                    start_evals(),
-                ],
+            *pipelined_training(
+                [GetPreferenceBatch(), ComputeReferenceLogprobs(), SubmitDPOStep()], evaluators, loss_fn_metrics
             ),
-            CollectTrainStep(keep=0, name="await_last_step", step_metrics=loss_fn_metrics),
-            finish_evals(),
-            SaveCheckpoint(final=True),
         ],
         finally_=[CloseBackend()],
     )

@@ -17,7 +17,7 @@ from kitchen.settings import DatasetSettings
 from kitchen.stage import Stage
 from kitchen.stages.setup import message_roles
 from kitchen.supervised.examples import ExampleBuilder, record_datum
-from train_core.batching import batch_for_step, batches_per_epoch
+from train_core.batching import batch_for_step
 from train_core.errors import InvalidInputError
 from train_core.renderers.base import Renderer
 from train_core.renderers.messages import STANDARD_ROLES
@@ -129,14 +129,7 @@ def load_supervised_data(
 ) -> SupervisedData:
     """The datums of the train and held-out files, and the number of optimizer steps."""
     train = _load(ctx, builder, tokenizer, renderer, config.max_length, *train_source, "train")
-    per_epoch = batches_per_epoch(len(train), config.batch_size)
-    if per_epoch == 0:
-        raise DataError(
-            f"{train_source[0]}: {len(train)} examples are fewer than one batch (batch_size={config.batch_size})"
-        )
-    num_steps = per_epoch * config.num_epochs
-    if config.max_steps is not None:
-        num_steps = min(num_steps, config.max_steps)
+    num_steps = config.num_steps(len(train), "examples", train_source[0])
     eval_data = _load(ctx, builder, tokenizer, renderer, config.max_length, *held_out, "eval") if held_out else []
     ctx.log.info("data.loaded", train=len(train), eval=len(eval_data), num_steps=num_steps)
     return SupervisedData(train, eval_data, num_steps)

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kitchen.eval.training import finish_evals, start_evals
 from kitchen.stage import Stage
-from kitchen.stages.checkpoint import SaveCheckpoint
 from kitchen.stages.setup import CloseBackend, CreateTrainingClient, GetTokenizer, MakeRenderer
-from kitchen.stages.training import CollectTrainStep, SubmitTrainStep
+from kitchen.stages.train_loop import pipelined_training
+from kitchen.stages.training import SubmitTrainStep
 from kitchen.supervised.examples import ExampleBuilder
 from kitchen.supervised.stages import (
     EvaluateNLL,
@@ -17,7 +16,7 @@ from kitchen.supervised.stages import (
     LoadGeneratedChatData,
     LoadSupervisedData,
 )
-from kitchen.workflow import Loop, Node, When, Workflow, every
+from kitchen.workflow import Node, Workflow
 
 
 def supervised_workflow(
@@ -48,26 +47,7 @@ def supervised_workflow(
             load,
             CreateTrainingClient(),
             *before_training,
-            Loop(
-                "train",
-                over="num_steps",
-                step=True,
-                body=[
-                    GetSupervisedBatch(),
-                    SubmitTrainStep(),
-                    CollectTrainStep(keep=1),
-                    When("eval", every("eval_every", include_last=True), [EvaluateNLL(), *evaluators]),
-                    When(
-                        "checkpoint",
-                        every("save_every"),
-                        [CollectTrainStep(keep=0, name="await_before_checkpoint"), SaveCheckpoint()],
-                    ),
-                    start_evals(),
-                ],
-            ),
-            CollectTrainStep(keep=0, name="await_last_step"),
-            finish_evals(),
-            SaveCheckpoint(final=True),
+            *pipelined_training([GetSupervisedBatch(), SubmitTrainStep()], [EvaluateNLL(), *evaluators]),
         ],
         finally_=[CloseBackend()],
     )
