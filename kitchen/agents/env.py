@@ -25,7 +25,7 @@ from typing import Any
 from kitchen.agents.server import AgentServer
 from kitchen.serve.openai_chat import ChatRequest, ChatRequestError, finish, prepare, response
 from train_core.renderers.base import Renderer
-from train_core.rl.types import Action, Env, EnvGroupBuilder, StepResult
+from train_core.rl.types import Action, Env, EnvGroupBuilder, Metrics, StepResult
 from train_core.types import ModelInput, StopCondition, TokensWithLogprobs
 
 
@@ -41,8 +41,9 @@ class AgentEndpoint:
 
 Agent = Callable[[AgentEndpoint, Any], Any]
 """`agent(endpoint, task) -> result`, a plain or async function."""
-AgentGrader = Callable[[Any, Any], float | Awaitable[float]]
-"""`grader(task, result) -> reward`."""
+AgentGrade = float | tuple[float, Metrics]
+AgentGrader = Callable[[Any, Any], AgentGrade | Awaitable[AgentGrade]]
+"""`grader(task, result) -> reward`, or `(reward, metrics)` with metrics that explain it."""
 
 
 class AgentError(RuntimeError):
@@ -128,9 +129,10 @@ class AgentEnv(Env):
         if event.error is not None:
             raise AgentError(f"the agent raised {type(event.error).__name__}: {event.error}") from event.error
         graded = self.grader(self.task, event.result)
-        reward = float(await graded) if inspect.isawaitable(graded) else float(graded)
-        metrics = {"agent/calls": float(len(self.calls))}
-        return StepResult(reward, True, ModelInput.empty(), stop, metrics, parse_ok)
+        grade = await graded if inspect.isawaitable(graded) else graded
+        reward, metrics = (grade[0], dict(grade[1])) if isinstance(grade, tuple) else (grade, {})
+        metrics["agent/calls"] = float(len(self.calls))
+        return StepResult(float(reward), True, ModelInput.empty(), stop, metrics, parse_ok)
 
     async def close(self) -> None:
         """End the episode: a call still waiting is refused, the agent stopped, the key closed."""

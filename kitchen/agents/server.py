@@ -1,14 +1,12 @@
-"""The OpenAI-compatible server RL rollouts give agents: uvicorn on 127.0.0.1 (a free port),
-in the rollouts' own event loop, routing each request by its API key (one key per episode) to
+"""The OpenAI-compatible server RL rollouts give agents: uvicorn on 127.0.0.1 (a free port,
+`kitchen.serve.loopback`), in the rollouts' own event loop, routing each request by its API key (one key per episode) to
 that episode's `AgentEnv`. It runs while any episode is live and stops when the last one ends, so
 a run leaves no server behind; episodes of one step share it."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
-import socket
 import weakref
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -16,6 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from kitchen.serve.app import parse
+from kitchen.serve.loopback import LoopbackServer
 from kitchen.serve.openai_chat import ChatRequest, ChatRequestError
 from kitchen.serve.openai_router import bearer_or_header, openai_error
 from kitchen.serve.wire import WireError
@@ -38,10 +37,7 @@ class AgentServer:
     def __init__(self, model_name: str) -> None:
         self.model_name = model_name
         self.episodes: dict[str, AgentEnv] = {}
-        self.port = 0
-        self._task: asyncio.Task[None] | None = None
-        self._starting: asyncio.Future[None] | None = None
-        self._server: Any = None
+        self._server = LoopbackServer(self._app)
 
     @classmethod
     def for_running_loop(cls, model_name: str = "policy") -> AgentServer:
@@ -52,40 +48,19 @@ class AgentServer:
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"{self._server.base_url}/v1"
 
     async def open(self, env: AgentEnv) -> str:
         """A fresh key routed to `env`; starts the server if it is not running."""
         key = KEY_PREFIX + secrets.token_hex(12)
         self.episodes[key] = env
-        if self._starting is None:
-            self._starting = asyncio.ensure_future(self._start())
-        await asyncio.shield(self._starting)
+        await self._server.hold()
         return key
 
     async def close(self, key: str) -> None:
         """Forget `key`; the last episode out stops the server."""
-        self.episodes.pop(key, None)
-        if not self.episodes and self._task is not None:
-            task, self._task, self._starting = self._task, None, None
-            self._server.should_exit = True
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _start(self) -> None:
-        import uvicorn
-
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = int(sock.getsockname()[1])
-        config = uvicorn.Config(self._app(), host="127.0.0.1", port=self.port, log_level="warning", access_log=False)
-        self._server = uvicorn.Server(config)
-        self._task = asyncio.create_task(self._server.serve())
-        while not self._server.started:
-            if self._task.done():
-                self._task.result()  # raises why it could not start
-                raise RuntimeError("the agent server stopped before it started")
-            await asyncio.sleep(0.01)
+        if self.episodes.pop(key, None) is not None:
+            await self._server.release()
 
     def _app(self) -> FastAPI:
         app = FastAPI(title="kitchen agent rollouts", docs_url=None, redoc_url=None, openapi_url=None)

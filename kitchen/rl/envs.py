@@ -46,7 +46,8 @@ class EnvSpec(Generic[S]):
             return self.settings.model_validate(dict(args))
         except ValidationError as exc:
             problems = "; ".join(
-                f"env_args.{'.'.join(str(part) for part in error['loc'])}: {error['msg']}" for error in exc.errors()
+                ".".join(["env_args", *(str(part) for part in error["loc"])]) + f": {error['msg']}"
+                for error in exc.errors()
             )
             raise ValueError(problems) from None
 

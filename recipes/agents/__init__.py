@@ -1,0 +1,1 @@
+"""Agents written as ordinary code against the `openai` client, trained by kitchen recipes."""

@@ -1,0 +1,117 @@
+"""`env: verifiers`: a verifiers environment, loaded as verifiers loads one, trained by RL.
+
+This test module is itself the environment module (`vf.load_environment(__name__)` imports it and
+calls its `load_environment`): three small environments of verifiers' own classes, single-turn,
+multi-turn and with a tool, on a two-row dataset made here (no hub downloads). The noop model's
+replies are scripted, so each episode's reward is known."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+vf = pytest.importorskip("verifiers", reason="env: verifiers needs the hubs extra: bash scripts/setup_hubs.sh")
+
+from datasets import Dataset  # noqa: E402
+
+from kitchen.errors import ConfigError  # noqa: E402
+from kitchen.testing import run_on_noop  # noqa: E402
+from recipes.env_rl import RECIPE  # noqa: E402
+
+ROWS = [{"question": "What is 12 + 30?", "answer": "42"}, {"question": "What is 7 + 9?", "answer": "16"}]
+
+
+def exact_answer(parser: Any, completion: Any, answer: str) -> float:
+    return float((parser.parse_answer(completion) or "").strip() == answer)
+
+
+def add(a: int, b: int) -> int:
+    """Adds two integers.
+
+    Args:
+        a: the first
+        b: the second
+    """
+    return a + b
+
+
+class HintEnv(vf.MultiTurnEnv):
+    """A wrong first answer gets a hint ("Hint: ..."), then the model answers again; a right
+    answer ends the episode."""
+
+    @vf.stop
+    async def answered(self, state: Any) -> bool:
+        trajectory = state["trajectory"]
+        return bool(trajectory) and self.parser.parse_answer(trajectory[-1]["completion"]) == state["answer"]
+
+    async def env_response(self, messages: Any, state: Any, **kwargs: Any) -> Any:
+        return [{"role": "user", "content": f"Hint: it is {state['answer']}."}]
+
+
+def load_environment(kind: str = "single") -> Any:
+    rubric = vf.Rubric(funcs=[exact_answer])
+    dataset = Dataset.from_list(ROWS)
+    if kind == "single":
+        return vf.SingleTurnEnv(dataset=dataset, rubric=rubric)
+    if kind == "multi":
+        return HintEnv(dataset=dataset, rubric=rubric, max_turns=2)
+    return vf.ToolEnv(dataset=dataset, rubric=rubric, tools=[add], max_turns=3)
+
+
+def scripted(prompt: str) -> str:
+    """Single: right on "12 + 30", wrong on "7 + 9". Multi: wrong, then the hint's number. Tool:
+    an `add` call, then the tool's result."""
+    if "Hint: it is " in prompt:
+        return prompt.rsplit("Hint: it is ", 1)[1].split(".")[0]
+    if "<tool_response>" in prompt:
+        return prompt.rsplit("<tool_response>\n", 1)[1].split("\n</tool_response>")[0]
+    if '"name": "add"' in prompt:
+        a, b = (12, 30) if "12 + 30" in prompt else (7, 9)
+        return f'<tool_call>\n{{"name": "add", "arguments": {{"a": {a}, "b": {b}}}}}\n</tool_call>'
+    return "42" if "12 + 30" in prompt else "15"
+
+
+def run(tmp_path: Path, kind: str, *extra: str) -> Any:
+    return run_on_noop(
+        RECIPE,
+        "env=verifiers",
+        f"env_args.environment={__name__}",
+        f"env_args.load_args.kind={kind}",
+        "renderer=qwen3_instruct",
+        "max_tokens=48",
+        "group_size=2",
+        "groups_per_batch=2",
+        "num_batches=2",
+        "warm_start_steps=0",
+        "eval_every=0",
+        *extra,
+        log_path=tmp_path / kind,
+        replies=scripted,
+    )
+
+
+def test_a_single_turn_environment_is_rewarded_by_its_rubric(tmp_path: Path) -> None:
+    result = run(tmp_path, "single")
+    assert result.column("env/all/reward/total") == [0.5, 0.5]  # one row of two answered right
+    assert result.column("env/all/verifiers/exact_answer") == [0.5, 0.5]
+    assert result.column("env/all/agent/calls") == [1.0, 1.0]
+
+
+def test_a_multi_turn_environment_runs_its_turns(tmp_path: Path) -> None:
+    result = run(tmp_path, "multi")
+    assert result.column("env/all/verifiers/num_turns") == [1.5, 1.5]  # right at once, or after the hint
+    assert result.column("env/all/reward/total") == [1.0, 1.0]
+
+
+def test_a_tool_environment_gets_the_models_calls_as_tool_calls(tmp_path: Path) -> None:
+    result = run(tmp_path, "tool")
+    assert result.column("env/all/verifiers/total_tool_calls") == [1.0, 1.0]
+    assert result.column("env/all/reward/total") == [1.0, 1.0]
+    assert result.column("env/all/agent/calls") == [2.0, 2.0]
+
+
+def test_an_unknown_environment_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no verifiers environment 'no-such-env'"):
+        run_on_noop(RECIPE, "env=verifiers", "env_args.environment=no-such-env", log_path=tmp_path)
