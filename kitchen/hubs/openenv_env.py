@@ -94,7 +94,7 @@ class OpenEnvModels:
         from openenv.core.env_server.interfaces import Environment
 
         target = import_callable(settings.environment, "my_env.server:MyEnvironment")
-        env_class = target if isinstance(target, type) else None
+        env_class: Any = target if isinstance(target, type) else None
         if env_class is not None and not issubclass(env_class, Environment):
             raise ValueError(f"{settings.environment!r} is not an openenv Environment subclass")
         hints = typing.get_type_hints(env_class.step) if env_class is not None else {}
@@ -108,18 +108,14 @@ class OpenEnvModels:
                 "name the one the model's reply fills"
             )
         if settings.observation_field and settings.observation_field not in observation.model_fields:
-            raise ValueError(
-                f"observation_field: {observation.__name__} has no field {settings.observation_field!r}"
-            )
+            raise ValueError(f"observation_field: {observation.__name__} has no field {settings.observation_field!r}")
         if settings.mode == "server" and not getattr(env_class, "SUPPORTS_CONCURRENT_SESSIONS", False):
             raise ValueError(
                 f"mode: server runs a batch's episodes at once, one session each, but {settings.environment!r} "
                 "does not set SUPPORTS_CONCURRENT_SESSIONS = True; use mode: in_process"
             )
         kwargs = dict(settings.env_kwargs)
-        return cls(
-            lambda: target(**kwargs), env_class, action, observation, action_field, settings.observation_field
-        )
+        return cls(lambda: target(**kwargs), env_class, action, observation, action_field, settings.observation_field)
 
     def to_action(self, text: str) -> BaseModel:
         return self.action.model_validate({self.action_field: text})

@@ -81,7 +81,7 @@ def grade(row: dict[str, Any], state: Any) -> tuple[float, Metrics]:
     import verifiers as vf
 
     error = state.get("error")
-    model_error = isinstance(error, vf.InvalidModelResponseError) or isinstance(error, vf.OverlongPromptError)
+    model_error = isinstance(error, vf.InvalidModelResponseError | vf.OverlongPromptError)
     if error is not None and not model_error:
         cause = error.__cause__ or error
         raise AgentError(f"the verifiers rollout failed: {type(cause).__name__}: {cause}") from error

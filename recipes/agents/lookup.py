@@ -54,8 +54,8 @@ class Corpus:
         return cls({row["title"]: row["text"] for row in rows})
 
     def search(self, query: str) -> str:
-        words = {w.strip("?.,").lower() for w in query.split() if len(w) > 2}
-        hits = [t for t, text in self.documents.items() if words & {w.strip("?.,").lower() for w in f"{t} {text}".split()}]
+        words = _words(query)
+        hits = [title for title, text in self.documents.items() if words & _words(f"{title} {text}")]
         return "\n".join(hits[:3]) or "No document matches."
 
     def read(self, title: str) -> str:
@@ -68,6 +68,10 @@ class Corpus:
             return self.search(str(args["query"])) if name == "search" else self.read(str(args["title"]))
         except (json.JSONDecodeError, KeyError, TypeError):
             return f"Error: bad arguments for {name}: {arguments}"
+
+
+def _words(text: str) -> set[str]:
+    return {word.strip("?.,").lower() for word in text.split() if len(word) > 2}
 
 
 async def answer(client: openai.AsyncOpenAI, model: str, question: str, corpus: Corpus, max_calls: int = 4) -> str:

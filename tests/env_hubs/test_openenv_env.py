@@ -1,8 +1,8 @@
 """`env: openenv`: an OpenEnv environment trained by RL, in-process and behind OpenEnv's own
 server on 127.0.0.1 (reached with OpenEnv's client over WebSocket).
 
-The environment is defined here with OpenEnv's own base classes (no hub download): guess a
-number from "higher"/"lower" replies, reward 1 on the step that finds it. The noop model's replies
+The environment is openenv_guess.py beside this file, of OpenEnv's own base classes (no hub
+download): guess a number from "higher"/"lower" replies, reward 1 on the step that finds it. The noop model's replies
 are scripted (its first guess is 5, then it reads the hint), so each episode's path is known."""
 
 from __future__ import annotations
@@ -13,51 +13,11 @@ from typing import Any
 
 import pytest
 
+from kitchen.errors import ConfigError
+from kitchen.testing import run_on_noop
+from recipes.env_rl import RECIPE
+
 pytest.importorskip("openenv", reason="env: openenv needs the hubs extra: bash scripts/setup_hubs.sh")
-
-from openenv.core.env_server.interfaces import Environment  # noqa: E402
-from openenv.core.env_server.types import Action, Observation, State  # noqa: E402
-from pydantic import Field  # noqa: E402
-
-from kitchen.errors import ConfigError  # noqa: E402
-from kitchen.testing import run_on_noop  # noqa: E402
-from recipes.env_rl import RECIPE  # noqa: E402
-
-
-class GuessAction(Action):
-    guess: int = Field(description="the guessed number")
-
-
-class GuessObservation(Observation):
-    message: str = Field("", description="what the host says")
-
-
-class GuessEnvironment(Environment):
-    """The secret is 6 or 7 (from the seed); `top` is the largest number."""
-
-    SUPPORTS_CONCURRENT_SESSIONS = True
-
-    def __init__(self, top: int = 10) -> None:
-        super().__init__()
-        self.top = top
-        self.secret = 0
-        self._state = State(step_count=0)
-
-    def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> GuessObservation:
-        self.secret = 6 + (seed or 0) % 2
-        self._state = State(step_count=0)
-        return GuessObservation(message=f"Guess my number from 1 to {self.top}.")
-
-    def step(self, action: GuessAction, timeout_s: float | None = None, **kwargs: Any) -> GuessObservation:  # type: ignore[override]
-        self._state.step_count += 1
-        if action.guess == self.secret:
-            return GuessObservation(message="Right!", done=True, reward=1.0)
-        hint = "Higher." if action.guess < self.secret else "Lower."
-        return GuessObservation(message=hint, reward=0.0)
-
-    @property
-    def state(self) -> State:
-        return self._state
 
 
 def scripted(prompt: str) -> str:
@@ -71,7 +31,7 @@ def run(tmp_path: Path, *extra: str) -> Any:
     return run_on_noop(
         RECIPE,
         "env=openenv",
-        f"env_args.environment={__name__}:GuessEnvironment",
+        "env_args.environment=openenv_guess:GuessEnvironment",
         "renderer=qwen3_instruct",
         "max_tokens=8",
         "group_size=2",
@@ -102,4 +62,4 @@ def test_a_reply_that_is_not_a_valid_action_is_answered_and_counted(tmp_path: Pa
 
 def test_an_environment_that_is_not_an_openenv_environment_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not an openenv Environment"):
-        run_on_noop(RECIPE, "env=openenv", f"env_args.environment={__name__}:GuessAction", log_path=tmp_path)
+        run_on_noop(RECIPE, "env=openenv", "env_args.environment=openenv_guess:GuessAction", log_path=tmp_path)

@@ -1,9 +1,9 @@
 """`env: verifiers`: a verifiers environment, loaded as verifiers loads one, trained by RL.
 
-This test module is itself the environment module (`vf.load_environment(__name__)` imports it and
-calls its `load_environment`): three small environments of verifiers' own classes, single-turn,
-multi-turn and with a tool, on a two-row dataset made here (no hub downloads). The noop model's
-replies are scripted, so each episode's reward is known."""
+The environments are verifiers_envs.py beside this file (single-turn, multi-turn and with a tool,
+of verifiers' own classes, on a two-row dataset made there; no hub downloads), loaded by id as
+`vf.load_environment` loads any. The noop model's replies are scripted, so each episode's reward
+is known."""
 
 from __future__ import annotations
 
@@ -12,52 +12,11 @@ from typing import Any
 
 import pytest
 
-vf = pytest.importorskip("verifiers", reason="env: verifiers needs the hubs extra: bash scripts/setup_hubs.sh")
+from kitchen.errors import ConfigError
+from kitchen.testing import run_on_noop
+from recipes.env_rl import RECIPE
 
-from datasets import Dataset  # noqa: E402
-
-from kitchen.errors import ConfigError  # noqa: E402
-from kitchen.testing import run_on_noop  # noqa: E402
-from recipes.env_rl import RECIPE  # noqa: E402
-
-ROWS = [{"question": "What is 12 + 30?", "answer": "42"}, {"question": "What is 7 + 9?", "answer": "16"}]
-
-
-def exact_answer(parser: Any, completion: Any, answer: str) -> float:
-    return float((parser.parse_answer(completion) or "").strip() == answer)
-
-
-def add(a: int, b: int) -> int:
-    """Adds two integers.
-
-    Args:
-        a: the first
-        b: the second
-    """
-    return a + b
-
-
-class HintEnv(vf.MultiTurnEnv):
-    """A wrong first answer gets a hint ("Hint: ..."), then the model answers again; a right
-    answer ends the episode."""
-
-    @vf.stop
-    async def answered(self, state: Any) -> bool:
-        trajectory = state["trajectory"]
-        return bool(trajectory) and self.parser.parse_answer(trajectory[-1]["completion"]) == state["answer"]
-
-    async def env_response(self, messages: Any, state: Any, **kwargs: Any) -> Any:
-        return [{"role": "user", "content": f"Hint: it is {state['answer']}."}]
-
-
-def load_environment(kind: str = "single") -> Any:
-    rubric = vf.Rubric(funcs=[exact_answer])
-    dataset = Dataset.from_list(ROWS)
-    if kind == "single":
-        return vf.SingleTurnEnv(dataset=dataset, rubric=rubric)
-    if kind == "multi":
-        return HintEnv(dataset=dataset, rubric=rubric, max_turns=2)
-    return vf.ToolEnv(dataset=dataset, rubric=rubric, tools=[add], max_turns=3)
+pytest.importorskip("verifiers", reason="env: verifiers needs the hubs extra: bash scripts/setup_hubs.sh")
 
 
 def scripted(prompt: str) -> str:
@@ -77,7 +36,7 @@ def run(tmp_path: Path, kind: str, *extra: str) -> Any:
     return run_on_noop(
         RECIPE,
         "env=verifiers",
-        f"env_args.environment={__name__}",
+        "env_args.environment=verifiers_envs",
         f"env_args.load_args.kind={kind}",
         "renderer=qwen3_instruct",
         "max_tokens=48",
