@@ -17,6 +17,8 @@ from kitchen.errors import ConfigError
 from kitchen.testing import run_on_noop
 from recipes.env_rl import RECIPE
 
+# slow: the package takes seconds to import (verifiers, or OpenEnv with gradio), then RL runs
+pytestmark = pytest.mark.slow
 pytest.importorskip("openenv", reason="env: openenv needs the hubs extra: bash scripts/setup_hubs.sh")
 
 
