@@ -213,7 +213,10 @@ class OpenEnvSource:
             return InProcessSession(self.models)
         loop = asyncio.get_running_loop()
         if loop not in self._servers:
-            self._servers[loop] = LoopbackServer(self._app)
+            # critical: OpenEnv 0.3's WebSocket endpoint raises when it closes a session its client
+            # already closed, which uvicorn logs as an ASGI error per episode; the server's real
+            # errors reach the client as error messages, and the client raises them
+            self._servers[loop] = LoopbackServer(self._app, log_level="critical")
         server = self._servers[loop]
         await server.hold()
         return ServerSession(server)

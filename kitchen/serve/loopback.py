@@ -12,8 +12,9 @@ from typing import Any
 
 
 class LoopbackServer:
-    def __init__(self, app: Callable[[], Any]) -> None:
+    def __init__(self, app: Callable[[], Any], log_level: str = "warning") -> None:
         self._app = app
+        self._log_level = log_level
         self.port = 0
         self._holders = 0
         self._task: asyncio.Task[None] | None = None
@@ -46,7 +47,9 @@ class LoopbackServer:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             self.port = int(sock.getsockname()[1])
-        config = uvicorn.Config(self._app(), host="127.0.0.1", port=self.port, log_level="warning", access_log=False)
+        config = uvicorn.Config(
+            self._app(), host="127.0.0.1", port=self.port, log_level=self._log_level, access_log=False
+        )
         self._server = uvicorn.Server(config)
         self._task = asyncio.create_task(self._server.serve())
         while not self._server.started:
