@@ -56,6 +56,15 @@ SMOKE_OVERRIDES: dict[str, list[str]] = {
     ],
     "reward_fn_rl": ["num_batches=3", "save_every=2", "eval_every=2", "warm_start_steps=2", "groups_per_batch=4"],
     "tool_rl": ["num_batches=3", "save_every=2", "eval_every=2", "warm_start_steps=2", "groups_per_batch=2"],
+    "lookup_agent": [
+        "num_batches=3",
+        "save_every=2",
+        "eval_every=2",
+        "warm_start_steps=2",
+        "groups_per_batch=2",
+        "group_size=2",
+        "num_eval_questions=2",
+    ],
     "distill_prompt": ["teacher.checkpoint=null", "max_steps=4", "save_every=2", "eval_every=2", "batch_size=8"],
 }
 
