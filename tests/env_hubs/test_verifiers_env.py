@@ -7,14 +7,17 @@ is known."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kitchen.errors import ConfigError
+from kitchen.hooks import Hooks
 from kitchen.testing import run_on_noop
 from recipes.env_rl import RECIPE
+from tests.tool_use.test_openai_agent import Captured, check_trained_equals_sampled
 
 # slow: the package takes seconds to import (verifiers, or OpenEnv with gradio), then RL runs
 pytestmark = pytest.mark.slow
@@ -34,7 +37,7 @@ def scripted(prompt: str) -> str:
     return "42" if "12 + 30" in prompt else "15"
 
 
-def run(tmp_path: Path, kind: str, *extra: str) -> Any:
+def run(tmp_path: Path, kind: str, *extra: str, hooks: Sequence[Hooks] = ()) -> Any:
     return run_on_noop(
         RECIPE,
         "env=verifiers",
@@ -50,6 +53,7 @@ def run(tmp_path: Path, kind: str, *extra: str) -> Any:
         *extra,
         log_path=tmp_path / kind,
         replies=scripted,
+        hooks=hooks,
     )
 
 
@@ -67,10 +71,13 @@ def test_a_multi_turn_environment_runs_its_turns(tmp_path: Path) -> None:
 
 
 def test_a_tool_environment_gets_the_models_calls_as_tool_calls(tmp_path: Path) -> None:
-    result = run(tmp_path, "tool")
+    """...and each episode's two calls train as one datum of exactly the tokens sampled."""
+    captured = Captured()
+    result = run(tmp_path, "tool", hooks=[captured])
     assert result.column("env/all/verifiers/total_tool_calls") == [1.0, 1.0]
     assert result.column("env/all/reward/total") == [1.0, 1.0]
     assert result.column("env/all/agent/calls") == [2.0, 2.0]
+    assert check_trained_equals_sampled(captured, datums_per_episode=1) == 8
 
 
 def test_an_unknown_environment_is_a_config_error(tmp_path: Path) -> None:
