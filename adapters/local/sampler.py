@@ -211,7 +211,7 @@ def sample_batch(
             break  # no forward for tokens that will not be drawn
         if len(live) <= len(rows_N) * 3 // 4:  # a quarter of the rows finished: they leave the batch
             keep_N = torch.tensor(live, device=device)
-            cache.reorder_cache(keep_N)
+            cache.reorder_cache(keep_N)  # type: ignore[arg-type]  # an int64 tensor (LongTensor is a legacy alias)
             mask_NL, positions_N1, new_tokens_N = mask_NL[keep_N], positions_N1[keep_N], new_tokens_N[keep_N]
             uniforms_NT = None if uniforms_NT is None else uniforms_NT[keep_N]
             rows_N = [rows_N[index] for index in live]
