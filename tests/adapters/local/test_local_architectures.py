@@ -34,6 +34,14 @@ MLA = {"kv_lora_rank": 16, "q_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_he
 MLA |= {"num_key_value_heads": 4, "n_group": 1, "topk_group": 1, "n_shared_experts": 1, "first_k_dense_replace": 1}
 LINEAR_ATTENTION = {"linear_num_value_heads": 4, "linear_num_key_heads": 2, "linear_key_head_dim": 8}
 LINEAR_ATTENTION |= {"linear_value_head_dim": 8}
+INKLING: dict[str, Any] = {
+    "swa_num_attention_heads": 4,
+    "swa_num_key_value_heads": 2,
+    "swa_head_dim": 8,
+    "sliding_window_size": 16,
+}
+INKLING |= {"n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "n_shared_experts": 1}
+INKLING |= {"rel_extent": 64, "eos_token_id": None}
 
 # renderer family -> (transformers model type of its text model, toy overrides)
 ARCHITECTURES: dict[str, tuple[str, dict[str, Any]]] = {
@@ -62,6 +70,8 @@ ARCHITECTURES: dict[str, tuple[str, dict[str, Any]]] = {
         {"hybrid_override_pattern": "M*", "mamba_num_heads": 4, "mamba_head_dim": 8, "ssm_state_size": 8}
         | {"n_groups": 1, "chunk_size": 16},
     ),
+    "tml_v0 (Inkling)": ("inkling_text", INKLING),
+    "tml_v0 (Inkling 2)": ("inkling2_text", {**INKLING, "n_layers_per_attn_res_block": 1, "unpadded_vocab_size": 0}),
     "gpt_oss": (
         "gpt_oss",
         {"num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 16}
@@ -81,7 +91,10 @@ NOT_IN_TRANSFORMERS = {
 
 def _build_checkpoint(directory: Path, model_type: str, overrides: dict[str, Any]) -> None:
     tokenizer = AutoTokenizer.from_pretrained(TINY_DIR)
-    config = AutoConfig.for_model(model_type, **{**TOY, **overrides, "vocab_size": len(tokenizer)})
+    vocab = {"vocab_size": len(tokenizer)}
+    if "unpadded_vocab_size" in overrides:  # Inkling 2's real (unpadded) vocabulary: all of the tiny one
+        vocab["unpadded_vocab_size"] = len(tokenizer)
+    config = AutoConfig.for_model(model_type, **{**TOY, **overrides, **vocab})
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         AutoModelForCausalLM.from_config(config).save_pretrained(directory)
