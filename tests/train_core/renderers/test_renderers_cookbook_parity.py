@@ -5,9 +5,10 @@ earlier assistant messages the way the models' templates do; the reference does 
 a generation prompt, or a supervised example whose reply did not reason, for a conversation whose
 earlier replies reasoned (4 shapes) or whose tool-calling step reasoned (1 shape), for each of the
 4 thinking-disabled renderers kitchen and the reference share: 40 cases. Before kitchen dropped
-history thinking it refused 39 of them where the reference rendered; the 40th, qwen3_disable_thinking's
-example after a reasoning tool step, the reference refuses too (below). Both renderers must write
-the same tokens (the same text where the reference refuses its own example on the tiny tokenizer),
+history thinking it refused all 40, and the reference renders 39 of them on the model's tokenizer;
+the 40th, qwen3_disable_thinking's example after a reasoning tool step, it refuses too ("this turn
+contains reasoning"). On the tiny tokenizer it also refuses qwen3_disable_thinking's other 4
+examples, for a token merge; those are compared as text. Both renderers must write the same tokens,
 except where kitchen follows the model's template instead (`follows_the_template`).
 
 The newer families: on conversations with and without a system message, earlier turns that
