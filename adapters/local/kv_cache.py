@@ -53,9 +53,9 @@ class PreallocatedLayer(CacheLayerMixin):
         self.keys, self.values = self._key_buffer[:, :, :end], self._value_buffer[:, :, :end]
         return self.keys, self.values
 
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        """Keep only the rows `indices` (finished samples leave the batch)."""
-        self._key_buffer, self._value_buffer = self._key_buffer[indices], self._value_buffer[indices]
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        """Keep (or repeat) the rows `beam_idx`: finished samples leave the batch."""
+        self._key_buffer, self._value_buffer = self._key_buffer[beam_idx], self._value_buffer[beam_idx]
         self.keys, self.values = self._key_buffer[:, :, : self._length], self._value_buffer[:, :, : self._length]
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:

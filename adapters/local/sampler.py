@@ -140,7 +140,10 @@ def _prefill(
     output = model(
         input_ids=input_ids_RL, attention_mask=mask_RL, position_ids=positions_RL, use_cache=True, logits_to_keep=1
     )
-    output.past_key_values.batch_select_indices(prompt_of_B)
+    # Rows are selected through `reorder_cache`, which every cache layer implements for all its
+    # state (a linear-attention or Mamba layer's conv and recurrent states too), where
+    # `batch_select_indices` exists only on key/value layers.
+    output.past_key_values.reorder_cache(prompt_of_B)
     return output.logits[prompt_of_B, -1, :], output.past_key_values, mask_BL, positions_RL[prompt_of_B, -1:]
 
 
@@ -208,7 +211,7 @@ def sample_batch(
             break  # no forward for tokens that will not be drawn
         if len(live) <= len(rows_N) * 3 // 4:  # a quarter of the rows finished: they leave the batch
             keep_N = torch.tensor(live, device=device)
-            cache.batch_select_indices(keep_N)
+            cache.reorder_cache(keep_N)  # type: ignore[arg-type]  # an int64 tensor (LongTensor is a legacy alias)
             mask_NL, positions_N1, new_tokens_N = mask_NL[keep_N], positions_N1[keep_N], new_tokens_N[keep_N]
             uniforms_NT = None if uniforms_NT is None else uniforms_NT[keep_N]
             rows_N = [rows_N[index] for index in live]

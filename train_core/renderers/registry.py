@@ -21,6 +21,7 @@ from train_core.renderers.nemotron3 import Nemotron3Renderer
 from train_core.renderers.qwen3 import Qwen3Renderer
 from train_core.renderers.qwen3_5 import Qwen3_5Renderer
 from train_core.renderers.role_colon import RoleColonRenderer
+from train_core.renderers.tml_v0 import TmlV0Renderer
 from train_core.renderers.tokenizer import Tokenizer
 
 RendererFactory = Callable[[Tokenizer], Renderer]
@@ -87,6 +88,7 @@ _FACTORIES: dict[str, RendererFactory] = {
     "gpt_oss_low_reasoning": partial(GptOssRenderer, reasoning_effort="low"),
     "gpt_oss_medium_reasoning": partial(GptOssRenderer, reasoning_effort="medium"),
     "gpt_oss_high_reasoning": partial(GptOssRenderer, reasoning_effort="high"),
+    "tml_v0": TmlV0Renderer,
     "hf_chat_template": HfChatTemplateRenderer,
 }
 
@@ -114,6 +116,7 @@ _RECOMMENDATIONS: tuple[tuple[str, str], ...] = (
     (r"glm-?5\.3", "glm5_3_max_reasoning"),
     (r"nemotron-?3(\.5)?-(ultra|super-?3\.5|lightning)|nemotron-?3\.5", "nemotron3_ultra"),
     (r"nemotron-?3", "nemotron3"),
+    (r"inkling", "tml_v0"),
 )
 FALLBACK_RENDERER = "hf_chat_template"
 

@@ -1,6 +1,6 @@
 """Every special token the built-in renderers emit. The embedded tiny tokenizer carries those of
 ALL_SPECIAL_TOKENS as single tokens, so those renderers run on the tiny model offline; the
-formats added after it (GLM-5.3) need their model's tokenizer, or a tokenizer given
+formats added after it (GLM-5.3, TMLv0) need their model's tokenizer, or a tokenizer given
 NEWER_SPECIAL_TOKENS (as the renderer tests do), since growing the tiny vocabulary would change
 the tiny model every recipe's figures come from."""
 
@@ -78,4 +78,16 @@ GLM5 = (
     "</arg_value>",
 )
 
-NEWER_SPECIAL_TOKENS: tuple[str, ...] = tuple(t for t in dict.fromkeys(GLM5) if t not in ALL_SPECIAL_TOKENS)
+TML_V0 = (
+    "<|message_system|>",
+    "<|message_user|>",
+    "<|message_tool|>",
+    "<|message_model|>",
+    "<|content_text|>",
+    "<|content_thinking|>",
+    "<|content_invoke_tool_json|>",
+    "<|end_message|>",
+    "<|content_model_end_sampling|>",
+)
+
+NEWER_SPECIAL_TOKENS: tuple[str, ...] = tuple(t for t in dict.fromkeys((*GLM5, *TML_V0)) if t not in ALL_SPECIAL_TOKENS)

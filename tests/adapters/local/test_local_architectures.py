@@ -16,11 +16,13 @@ from typing import Any
 
 import pytest
 import torch
+from peft.tuners.lora import LoraLayer
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 from adapters.common.tiny import TINY_DIR
 from adapters.local import LocalBackend
+from adapters.local.model_loading import add_lora
 from train_core.types import AdamParams, Datum, ModelInput, SamplingParams, TensorData
 
 pytestmark = pytest.mark.slow  # 1-15 s per architecture to build, train and sample; the set takes > 15 s
@@ -32,6 +34,14 @@ MLA = {"kv_lora_rank": 16, "q_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_he
 MLA |= {"num_key_value_heads": 4, "n_group": 1, "topk_group": 1, "n_shared_experts": 1, "first_k_dense_replace": 1}
 LINEAR_ATTENTION = {"linear_num_value_heads": 4, "linear_num_key_heads": 2, "linear_key_head_dim": 8}
 LINEAR_ATTENTION |= {"linear_value_head_dim": 8}
+INKLING: dict[str, Any] = {
+    "swa_num_attention_heads": 4,
+    "swa_num_key_value_heads": 2,
+    "swa_head_dim": 8,
+    "sliding_window_size": 16,
+}
+INKLING |= {"n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "n_shared_experts": 1}
+INKLING |= {"rel_extent": 64, "eos_token_id": None}
 
 # renderer family -> (transformers model type of its text model, toy overrides)
 ARCHITECTURES: dict[str, tuple[str, dict[str, Any]]] = {
@@ -60,6 +70,8 @@ ARCHITECTURES: dict[str, tuple[str, dict[str, Any]]] = {
         {"hybrid_override_pattern": "M*", "mamba_num_heads": 4, "mamba_head_dim": 8, "ssm_state_size": 8}
         | {"n_groups": 1, "chunk_size": 16},
     ),
+    "tml_v0 (Inkling)": ("inkling_text", INKLING),
+    "tml_v0 (Inkling 2)": ("inkling2_text", {**INKLING, "n_layers_per_attn_res_block": 1, "unpadded_vocab_size": 0}),
     "gpt_oss": (
         "gpt_oss",
         {"num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 16}
@@ -79,7 +91,10 @@ NOT_IN_TRANSFORMERS = {
 
 def _build_checkpoint(directory: Path, model_type: str, overrides: dict[str, Any]) -> None:
     tokenizer = AutoTokenizer.from_pretrained(TINY_DIR)
-    config = AutoConfig.for_model(model_type, **{**TOY, **overrides, "vocab_size": len(tokenizer)})
+    vocab = {"vocab_size": len(tokenizer)}
+    if "unpadded_vocab_size" in overrides:  # Inkling 2's real (unpadded) vocabulary: all of the tiny one
+        vocab["unpadded_vocab_size"] = len(tokenizer)
+    config = AutoConfig.for_model(model_type, **{**TOY, **overrides, **vocab})
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         AutoModelForCausalLM.from_config(config).save_pretrained(directory)
@@ -93,32 +108,37 @@ def _datum(tokens: list[int]) -> Datum:
     return Datum(ModelInput.from_ints(tokens[:-1]), inputs)
 
 
-SAMPLER_GAPS = {
-    "nemotron3": "kitchen's KV-cache sampler calls batch_select_indices, which Mamba cache layers lack",
-    "qwen3_5": "kitchen's KV-cache sampler calls batch_select_indices, which linear-attention cache layers lack",
-    "qwen3_5 (MoE)": "kitchen's KV-cache sampler calls batch_select_indices, which linear-attention cache layers lack",
-    "qwen3_8": "kitchen's KV-cache sampler calls batch_select_indices, which linear-attention cache layers lack",
-}
-"""Families whose toy model trains and scores but which `sample` cannot decode yet (the sampler is
-another piece of work's; strict, so a fix shows up here as an unexpected pass)."""
-
 COMPLETION = " and the river"
 
 
-def _checkpoint(family: str, tmp_path: Path) -> Path:
-    model_type, overrides = ARCHITECTURES[family]
-    checkpoint = tmp_path / model_type
-    _build_checkpoint(checkpoint, model_type, overrides)
-    return checkpoint
+@pytest.fixture(scope="module", params=sorted(ARCHITECTURES))
+def checkpoint(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The family's toy checkpoint, built once for the module's tests."""
+    model_type, overrides = ARCHITECTURES[request.param]
+    directory = tmp_path_factory.mktemp("architectures") / model_type
+    _build_checkpoint(directory, model_type, overrides)
+    return directory
 
 
-@pytest.mark.parametrize("family", sorted(ARCHITECTURES))
+def test_lora_finds_target_layers_in_every_decoder_layer(checkpoint: Path) -> None:
+    """The default `all-linear` targets wrap layers in each decoder layer, and never the head."""
+    model = add_lora(AutoModelForCausalLM.from_pretrained(checkpoint), lora_rank=4, seed=0)
+    wrapped = [name for name, module in model.named_modules() if isinstance(module, LoraLayer)]
+    layers = {int(found) for name in wrapped if (found := _layer_index(name)) is not None}
+    assert layers == set(range(TOY["num_hidden_layers"])), wrapped
+    assert not any("lm_head" in name for name in wrapped)
+
+
+def _layer_index(module_name: str) -> str | None:
+    parts = module_name.split(".")
+    return next((parts[i + 1] for i, part in enumerate(parts[:-1]) if part == "layers"), None)
+
+
 def test_a_toy_model_of_the_family_trains_its_lora_adapters_and_scores_as_it_trains(
-    family: str, tmp_path: Path
+    checkpoint: Path, tmp_path: Path
 ) -> None:
-    """LoRA finds target layers, one AdamW step on them lowers the loss, and the sampling
-    client's `compute_logprobs` equals the training forward pass on the same weights."""
-    checkpoint = _checkpoint(family, tmp_path)
+    """One AdamW step on the LoRA adapters lowers the loss, and the sampling client's
+    `compute_logprobs` equals the training forward pass on the same weights."""
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     tokens = tokenizer.encode("The quick dog finds the old garden" + COMPLETION, add_special_tokens=False)
 
@@ -142,33 +162,30 @@ def test_a_toy_model_of_the_family_trains_its_lora_adapters_and_scores_as_it_tra
     assert loss_after < loss_before
 
 
-@pytest.mark.parametrize(
-    "family",
-    [
-        pytest.param(f, marks=pytest.mark.xfail(reason=SAMPLER_GAPS[f], strict=True)) if f in SAMPLER_GAPS else f
-        for f in sorted(ARCHITECTURES)
-    ],
-)
-def test_sampled_logprobs_are_the_training_logprobs(family: str, tmp_path: Path) -> None:
-    checkpoint = _checkpoint(family, tmp_path)
+def test_sampled_logprobs_are_the_training_logprobs(checkpoint: Path, tmp_path: Path) -> None:
+    """Two samples of one prompt: the sampler copies the prompt's cache to both rows (every
+    layer's state: keys and values, or a linear-attention / Mamba layer's conv and recurrent
+    states), and each sample's logprobs are the training forward pass's."""
     prompt = AutoTokenizer.from_pretrained(checkpoint).encode("The quick dog finds", add_special_tokens=False)
 
-    async def run() -> tuple[list[float], list[float]]:
+    async def run() -> list[tuple[list[float], list[float]]]:
         backend = LocalBackend(checkpoint_dir=tmp_path / "runs", device="cpu")
         try:
             client = await backend.create_training_client(str(checkpoint), lora_rank=4)
             sampler = await client.save_weights_and_get_sampling_client("base")
-            sampled = await sampler.sample(ModelInput.from_ints(prompt), 1, SamplingParams(max_tokens=5, seed=1))
-            sequence = sampled.sequences[0]
-            out = await (await client.forward([_datum(prompt + sequence.tokens)], "cross_entropy"))
-            trained = [float(lp) for lp in out.loss_fn_outputs[0]["logprobs"].tolist()]
-            return sequence.logprobs, trained[len(prompt) - 1 :]
+            sampled = await sampler.sample(ModelInput.from_ints(prompt), 2, SamplingParams(max_tokens=5, seed=1))
+            data = [_datum(prompt + sequence.tokens) for sequence in sampled.sequences]
+            out = await (await client.forward(data, "cross_entropy"))
+            return [
+                (sequence.logprobs, [float(lp) for lp in scored["logprobs"].tolist()][len(prompt) - 1 :])
+                for sequence, scored in zip(sampled.sequences, out.loss_fn_outputs, strict=True)
+            ]
         finally:
             await backend.close()
 
-    sampled_logprobs, trained_logprobs = asyncio.run(run())
-    assert len(sampled_logprobs) == 5
-    assert trained_logprobs == pytest.approx(sampled_logprobs, abs=2e-4)
+    for sampled_logprobs, trained_logprobs in asyncio.run(run()):
+        assert len(sampled_logprobs) == 5
+        assert trained_logprobs == pytest.approx(sampled_logprobs, abs=2e-4)
 
 
 @pytest.mark.parametrize("family", sorted(NOT_IN_TRANSFORMERS))

@@ -41,8 +41,8 @@ def test_packed_prefill_and_in_place_decode_give_the_padded_dynamic_cache_logits
     for step, tokens in enumerate(step_tokens):
         if step == 3:  # the middle row finishes: both caches drop it
             rows = torch.tensor([0, 2])
-            cache.batch_select_indices(rows)
-            dynamic.batch_select_indices(rows)
+            cache.reorder_cache(rows)
+            dynamic.reorder_cache(rows)
         mask = torch.cat([mask, mask.new_ones(len(PROMPTS), 1)], dim=-1)
         position = positions[:, -1:] + step + 1
         inputs = {

@@ -101,6 +101,7 @@ CAPABILITIES: dict[str, Capabilities] = {
     "gpt_oss_low_reasoning": Capabilities("kept", "one", history_ends_with_stop=False),
     "gpt_oss_medium_reasoning": Capabilities("kept", "one", history_ends_with_stop=False),
     "gpt_oss_high_reasoning": Capabilities("kept", "one", history_ends_with_stop=False),
+    "tml_v0": Capabilities("kept", "many"),
     "hf_chat_template": Capabilities("dropped", "none", has_extension_property=False),
 }
 
@@ -141,6 +142,8 @@ def expected_preamble(name: str, messages: list[Message]) -> str:
     for qwen_effort in ("xhigh", "low"):
         if name == f"qwen3_8_{qwen_effort}_reasoning" and messages[0]["role"] != "system":
             return f"<|im_start|>system\n{REASONING_INSTRUCTIONS[qwen_effort]}<|im_end|>"
+    if name == "tml_v0":  # after the leading system messages, but the only untrained part
+        return "<|message_system|><|content_text|>Thinking effort level: 0.9<|end_message|>"
     for effort in ("low", "medium", "high"):
         if name == f"gpt_oss_{effort}_reasoning":
             return f"<|start|>system<|message|>{system_prompt(effort, GPT_OSS_DATE)}<|end|>"

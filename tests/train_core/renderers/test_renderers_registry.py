@@ -46,11 +46,11 @@ COOKBOOK_RENDERERS = {
     "tml_v0",
 }
 NOT_BUILT = {
-    # The reference renders these through tml-renderers, a package that is not published: their
-    # format cannot be read anywhere.
-    "tml_v0": "tml-renderers is not published",
+    # The reference renders these through tml-renderers >= 0.4.1's KimiK31Pro, which is not
+    # published (PyPI has 0.2.1, without it), and Kimi K3.1-Pro's own template is not published
+    # either: the format cannot be read anywhere. (tml_v0's is in the published 0.2.1.)
     **{
-        name: "Kimi K3.1-Pro's format is only in the unpublished tml-renderers"
+        name: "Kimi K3.1-Pro's format is only in tml-renderers >= 0.4.1, which is not published"
         for name in COOKBOOK_RENDERERS
         if name.startswith("kimi_k31_pro")
     },
@@ -119,6 +119,7 @@ def test_a_function_factory_declares_the_roles_its_renderers_accept(monkeypatch:
         ("deepseek-ai/DeepSeek-V4.1-Flash", "deepseekv4_1"),
         ("zai-org/GLM-5.3", "glm5_3_max_reasoning"),
         ("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16", "nemotron3"),
+        ("thinkingmachines/Inkling-Small", "tml_v0"),
         ("nvidia/NVIDIA-Nemotron-3-Ultra-500B", "nemotron3_ultra"),
         ("nvidia/Nemotron-3.5-Super", "nemotron3_ultra"),
         ("moonshotai/Kimi-K2-Thinking", "kimi_k2"),
