@@ -91,6 +91,8 @@ class Conversation:
 
     train_on_what: TrainOnWhat = TrainOnWhat.LAST_ASSISTANT_MESSAGE
     messages_key: str = "messages"
+    images: bool = False
+    """Whether content may hold image parts (the run's renderer takes images: `renderer_takes_images`)."""
 
     @property
     def required_any(self) -> tuple[tuple[str, ...], ...]:
@@ -102,14 +104,13 @@ class Conversation:
         return self.conversation(record, roles)[0]
 
     def conversation(self, record: Mapping[str, Any], roles: frozenset[str]) -> tuple[list[Message], TrainOnWhat]:
-        """The messages to render and what to train of them. Content may hold image parts (the
-        renderer, once known, refuses them unless it takes images)."""
+        """The messages to render and what to train of them."""
         if record.get(self.messages_key) is not None or record.get("completion") is None:
-            return check_messages(record[self.messages_key], roles, self.messages_key, images=True), self.train_on_what
+            return check_messages(record[self.messages_key], roles, self.messages_key, self.images), self.train_on_what
         if record.get("prompt") is None:
             raise RecordFieldError("a prompt-completion record needs a 'prompt' (a list of messages)")
-        prompt = check_messages(record["prompt"], roles, "prompt", images=True)
-        completion = check_messages(record["completion"], roles, "completion", images=True)
+        prompt = check_messages(record["prompt"], roles, "prompt", self.images)
+        completion = check_messages(record["completion"], roles, "completion", self.images)
         marked = [cast(Message, {**m, "trainable": False}) for m in prompt]
         marked += [cast(Message, {**m, "trainable": True}) for m in completion]
         return marked, TrainOnWhat.CUSTOMIZED
@@ -125,10 +126,7 @@ class Conversation:
             raise ValueError("conversation examples need a renderer")
         messages, train_on_what = self.conversation(record, getattr(renderer, "roles", STANDARD_ROLES))
         if not renderer.takes_images and has_images(messages):
-            raise RendererError(
-                f"the messages hold images, which renderer {type(renderer).__name__} cannot render; "
-                "use a vision-language renderer (qwen3_vl, qwen3_vl_instruct) and model"
-            )
+            raise RendererError(f"the messages hold images, which renderer {type(renderer).__name__} cannot render")
         model_input, weights = renderer.build_supervised_example(cut_messages(messages, max_length), train_on_what)
         return model_input, [float(w) for w in weights]
 
