@@ -54,7 +54,7 @@ def test_image_tokens_equal_the_qwen_vl_image_processor_count(size: tuple[int, i
 def test_user_images_render_between_vision_tokens(vl_tokenizer: PreTrainedTokenizerBase) -> None:
     renderer = get_renderer("qwen3_vl_instruct", vl_tokenizer)
     messages = [
-        {"role": "user", "content": ask(picture(), "Which?") + [{"type": "image", "image": picture(64, 64, "blue")}]},
+        {"role": "user", "content": [*ask(picture(), "Which?"), {"type": "image", "image": picture(64, 64, "blue")}]},
         {"role": "assistant", "content": "red"},
     ]
     model_input, weights = renderer.build_supervised_example(messages)
