@@ -93,7 +93,7 @@ def mean_nll(logprobs_D: Sequence[torch.Tensor], weights_D: Sequence[torch.Tenso
 
 
 IMAGE_TARGET = 0
-"""The target token id at positions followed by an image position (never trained: weight 0)."""
+"""The target id where the next position holds an image (a placeholder, never trained: weight 0)."""
 
 
 def datum_from_model_input(

@@ -34,7 +34,9 @@ image is its positions, as any token run)."""
 
 def vocab_size() -> int:
     """The ids the noop backend accepts: the tiny tokenizer's and the vision tokens `tiny-vl`'s adds."""
-    return len(load_tokenizer(TINY_VL_MODEL_NAME))
+    tokenizer = load_tokenizer(TINY_VL_MODEL_NAME)
+    assert isinstance(tokenizer, PreTrainedTokenizerBase)
+    return len(tokenizer)
 
 
 @functools.cache

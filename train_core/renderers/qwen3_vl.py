@@ -63,5 +63,5 @@ class Qwen3VLRenderer(Qwen3Renderer):
             if message["role"] != "user" and not isinstance(message["content"], str):
                 # assistant and tool content is text: parts become one string, images are refused
                 text = "".join(str(p) for p in self.content_parts(index, message))
-                messages = [*messages[:index], {**message, "content": text}, *messages[index + 1 :]]  # type: ignore[list-item]
+                messages = [*messages[:index], {**message, "content": text}, *messages[index + 1 :]]
         return super().render_spans(messages, add_generation_prompt=add_generation_prompt)

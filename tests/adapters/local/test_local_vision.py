@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -36,7 +37,7 @@ def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBackend]:
     asyncio.run(service.close())
 
 
-def conversation(colour: str, size: tuple[int, int], answer: str | None = None) -> list[dict[str, object]]:
+def conversation(colour: str, size: tuple[int, int], answer: str | None = None) -> list[Any]:
     question = [{"type": "image", "image": picture(colour, size)}, {"type": "text", "text": "Colour?"}]
     return [{"role": "user", "content": question}, {"role": "assistant", "content": answer or colour}]
 
@@ -47,7 +48,7 @@ def data(backend: LocalBackend) -> list[Datum]:
     renderer = get_renderer("qwen3_vl_instruct", backend.get_tokenizer(TINY_VL_MODEL_NAME))
     examples = [
         renderer.build_supervised_example(conversation(c, s)) for c, s in (("red", (40, 40)), ("blue", (90, 50)))
-    ]  # type: ignore[arg-type]
+    ]
     return [datum_from_model_input(model_input, weights) for model_input, weights in examples]
 
 
@@ -63,13 +64,14 @@ def test_training_with_images_lowers_the_loss_and_sampler_logprobs_equal_trainin
             await (await client.optim_step(AdamParams(learning_rate=3e-3)))
         sampler = await client.save_weights_and_get_sampling_client()
         renderer = get_renderer("qwen3_vl_instruct", backend.get_tokenizer(TINY_VL_MODEL_NAME))
-        prompt = renderer.build_generation_prompt(conversation("red", (40, 40))[:1])  # type: ignore[arg-type]
+        prompt = renderer.build_generation_prompt(conversation("red", (40, 40))[:1])
         (sequence,) = (await sampler.sample(prompt, 1, SamplingParams(max_tokens=6, seed=5))).sequences
         full = ModelInput((*prompt.chunks, *ModelInput.from_ints(sequence.tokens).chunks))
         scored = await sampler.compute_logprobs(full)
         # the training pass on the same sequence: its last len(tokens) targets are the sample
         target = datum_from_model_input(full, [1.0] * full.length)
-        trained = (await (await client.forward([target], "cross_entropy"))).loss_fn_outputs[0]["logprobs"].tolist()
+        output = await (await client.forward([target], "cross_entropy"))
+        trained = [float(x) for x in output.loss_fn_outputs[0]["logprobs"].tolist()]
         return losses, sequence.logprobs, trained[-len(sequence.tokens) :], scored[-len(sequence.tokens) :]
 
     losses, sampled, trained, scored = asyncio.run(run())
@@ -84,11 +86,13 @@ def test_the_image_changes_the_logprobs(backend: LocalBackend, data: list[Datum]
     async def run() -> tuple[list[float], list[float]]:
         client = await backend.create_training_client(TINY_VL_MODEL_NAME, lora_rank=4)
         renderer = get_renderer("qwen3_vl_instruct", backend.get_tokenizer(TINY_VL_MODEL_NAME))
-        other = renderer.build_supervised_example(conversation("green", (40, 40), answer="red"))  # type: ignore[arg-type]
+        other = renderer.build_supervised_example(conversation("green", (40, 40), answer="red"))
         pair = [data[0], datum_from_model_input(*other)]
         assert pair[0].model_input.token_ids(0) == pair[1].model_input.token_ids(0)  # only the pixels differ
         outputs = (await (await client.forward(pair, "cross_entropy"))).loss_fn_outputs
-        return outputs[0]["logprobs"].tolist()[-3:], outputs[1]["logprobs"].tolist()[-3:]
+        return [float(x) for x in outputs[0]["logprobs"].tolist()[-3:]], [
+            float(x) for x in outputs[1]["logprobs"].tolist()[-3:]
+        ]
 
     red_picture, green_picture = asyncio.run(run())
     assert red_picture != green_picture

@@ -4,7 +4,7 @@ weights, datums with images, and the errors for images where they cannot go."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from PIL import Image, ImageDraw
@@ -12,6 +12,7 @@ from transformers import AutoImageProcessor, PreTrainedTokenizerBase
 
 from adapters.common.tiny import EMBEDDED_MODELS, TINY_VL_MODEL_NAME
 from adapters.common.tokenizer import load_tokenizer
+from kitchen.ports import Tokenizer
 from kitchen.supervised.examples import Conversation
 from train_core.renderers.errors import RendererError
 from train_core.renderers.images import ImagePartError, VisionSpec, data_url, image_chunk, load_image
@@ -53,7 +54,7 @@ def test_image_tokens_equal_the_qwen_vl_image_processor_count(size: tuple[int, i
 
 def test_user_images_render_between_vision_tokens(vl_tokenizer: PreTrainedTokenizerBase) -> None:
     renderer = get_renderer("qwen3_vl_instruct", vl_tokenizer)
-    messages = [
+    messages: list[Any] = [
         {"role": "user", "content": [*ask(picture(), "Which?"), {"type": "image", "image": picture(64, 64, "blue")}]},
         {"role": "assistant", "content": "red"},
     ]
@@ -63,10 +64,11 @@ def test_user_images_render_between_vision_tokens(vl_tokenizer: PreTrainedTokeni
     first, second = model_input.images
     assert (first.expected_tokens, second.expected_tokens) == (VisionSpec().image_tokens(30, 40), 64)
     ids = model_input.token_ids(-1)
-    start, end = vl_tokenizer.convert_tokens_to_ids(["<|vision_start|>", "<|vision_end|>"])
+    start, end = cast(list[int], vl_tokenizer.convert_tokens_to_ids(["<|vision_start|>", "<|vision_end|>"]))
     begin = ids.index(-1)
     assert ids[begin - 1] == start and ids[begin + first.expected_tokens] == end
-    text = vl_tokenizer.decode([t if t >= 0 else vl_tokenizer.convert_tokens_to_ids("<|image_pad|>") for t in ids])
+    pad_id = cast(int, vl_tokenizer.convert_tokens_to_ids("<|image_pad|>"))
+    text = vl_tokenizer.decode([t if t >= 0 else pad_id for t in ids])
     pads = "<|image_pad|>"
     assert text == (
         f"<|im_start|>user\n<|vision_start|>{pads * first.expected_tokens}<|vision_end|>Which?"
@@ -78,12 +80,15 @@ def test_user_images_render_between_vision_tokens(vl_tokenizer: PreTrainedTokeni
 
 
 def test_without_images_qwen3_vl_renders_as_qwen3(vl_tokenizer: PreTrainedTokenizerBase) -> None:
-    messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello", "thinking": "greet"}]
+    messages: list[Any] = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello", "thinking": "greet"},
+    ]
     for vl, text in (("qwen3_vl", "qwen3"), ("qwen3_vl_instruct", "qwen3_instruct")):
         assert get_renderer(vl, vl_tokenizer).build_supervised_example(messages) == get_renderer(
             text, vl_tokenizer
         ).build_supervised_example(messages)
-        parts = [{"role": "user", "content": [{"type": "text", "text": "H"}, {"type": "text", "text": "i"}]}]
+        parts: list[Any] = [{"role": "user", "content": [{"type": "text", "text": "H"}, {"type": "text", "text": "i"}]}]
         assert get_renderer(vl, vl_tokenizer).build_generation_prompt(parts) == get_renderer(
             text, vl_tokenizer
         ).build_generation_prompt(messages[:1])
@@ -91,7 +96,7 @@ def test_without_images_qwen3_vl_renders_as_qwen3(vl_tokenizer: PreTrainedTokeni
 
 def test_generation_prompt_and_reply_parse(vl_tokenizer: PreTrainedTokenizerBase) -> None:
     renderer = get_renderer("qwen3_vl_instruct", vl_tokenizer)
-    messages = [{"role": "user", "content": ask(picture())}, {"role": "assistant", "content": "red"}]
+    messages: list[Any] = [{"role": "user", "content": ask(picture())}, {"role": "assistant", "content": "red"}]
     prompt = renderer.build_generation_prompt(messages[:1])
     full, _ = renderer.build_supervised_example(messages)
     assert full.token_ids(0)[: prompt.length] == prompt.token_ids(0) and full.images == prompt.images
@@ -129,11 +134,11 @@ def test_images_outside_user_messages_are_refused(vl_tokenizer: PreTrainedTokeni
     renderer = get_renderer("qwen3_vl", vl_tokenizer)
     for role in ("system", "assistant"):
         with pytest.raises(MessageFormatError, match=f"message 0 \\(role '{role}'\\) holds an image"):
-            renderer.build_generation_prompt([{"role": role, "content": ask(picture())}])
+            renderer.build_generation_prompt([cast(Any, {"role": role, "content": ask(picture())})])
 
 
 def test_image_parts_are_checked_only_where_a_renderer_takes_them() -> None:
-    messages = [{"role": "user", "content": ask(picture())}]
+    messages: list[Any] = [{"role": "user", "content": ask(picture())}]
     with pytest.raises(MessageFormatError, match="image parts need a vision-language renderer"):
         check_messages(messages)
     assert check_messages(messages, images=True) == messages
@@ -150,12 +155,12 @@ def test_image_parts_are_checked_only_where_a_renderer_takes_them() -> None:
 def test_a_text_renderer_refuses_images_in_a_supervised_record(vl_tokenizer: PreTrainedTokenizerBase) -> None:
     record = {"messages": [{"role": "user", "content": ask(picture())}, {"role": "assistant", "content": "red"}]}
     with pytest.raises(RendererError, match="hold images, which renderer Qwen3Renderer cannot render"):
-        Conversation(images=True)(record, vl_tokenizer, get_renderer("qwen3", vl_tokenizer))
+        Conversation(images=True)(record, cast(Tokenizer, vl_tokenizer), get_renderer("qwen3", vl_tokenizer))
 
 
 def test_datum_with_an_image_shifts_around_it(vl_tokenizer: PreTrainedTokenizerBase) -> None:
     renderer = get_renderer("qwen3_vl_instruct", vl_tokenizer)
-    messages = [{"role": "user", "content": ask(picture())}, {"role": "assistant", "content": "red"}]
+    messages: list[Any] = [{"role": "user", "content": ask(picture())}, {"role": "assistant", "content": "red"}]
     model_input, weights = renderer.build_supervised_example(messages)
     datum = datum_from_model_input(model_input, weights)
     ids = model_input.token_ids(0)
