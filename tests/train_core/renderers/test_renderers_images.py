@@ -15,7 +15,7 @@ from adapters.common.tokenizer import load_tokenizer
 from kitchen.ports import Tokenizer
 from kitchen.supervised.examples import Conversation
 from train_core.renderers.errors import RendererError
-from train_core.renderers.images import ImagePartError, VisionSpec, data_url, image_chunk, load_image
+from train_core.renderers.images import ImagePartError, VisionSpec, data_url, image_chunk, image_of_part, load_image
 from train_core.renderers.messages import MessageFormatError, check_messages
 from train_core.renderers.registry import get_renderer, recommended_renderer, renderer_takes_images
 from train_core.supervised import datum_from_model_input
@@ -111,6 +111,9 @@ def test_images_load_from_pil_path_and_data_url(tmp_path: Path) -> None:
     chunks = [
         image_chunk(source, VisionSpec()) for source in (image, path, str(path), f"file://{path}", data_url(image))
     ]
+    chunks.append(
+        image_chunk(image_of_part({"type": "image_url", "image_url": {"url": data_url(image)}}), VisionSpec())
+    )
     assert len({chunk.data for chunk in chunks}) == 1
     assert load_image(chunks[0].data).tobytes() == image.tobytes()  # PNG: the same pixels
 
