@@ -25,7 +25,7 @@ VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>")
 EMBEDDED_MODELS: dict[str, Path] = {
     TINY_MODEL_NAME: TINY_DIR,
     TINY32_MODEL_NAME: TINY_DIR / "tiny32",
-    TINY_VL_MODEL_NAME: TINY_DIR / "tiny_vl",
+    TINY_VL_MODEL_NAME: TINY_DIR / "tiny_vl",  # written by build_tiny (TINY_VL_DIR)
 }
 """Embedded model names and the directory holding each one's `config.json`; the weights are
 random-initialised from a fixed seed when loaded, the tokenizer is `TINY_DIR`'s."""
