@@ -67,7 +67,6 @@ class VisionInputs:
 
     input_ids_BL: torch.Tensor
     position_ids_3BL: torch.Tensor
-    rope_deltas_B: torch.Tensor
     pixel_values: torch.Tensor
     image_grid_thw: torch.Tensor
     mm_token_type_ids_BL: torch.Tensor
@@ -113,14 +112,13 @@ def vision_inputs(
     input_ids_BL = right_pad(ids_D, pad_id, device)
     mm_types_BL = (input_ids_BL == int(config.image_token_id)).to(torch.int32)
     grid_thw = grid_thw.to(device)
-    positions_3BL, deltas = _rope_index_owner(model).get_rope_index(
+    positions_3BL, _ = _rope_index_owner(model).get_rope_index(
         input_ids_BL, mm_token_type_ids=mm_types_BL, image_grid_thw=grid_thw
     )
     dtype = next(model.parameters()).dtype
     return VisionInputs(
         input_ids_BL,
         positions_3BL,
-        deltas.reshape(-1).to(device),
         processed["pixel_values"].to(device, dtype),
         grid_thw,
         mm_types_BL,
