@@ -16,7 +16,6 @@ from tests.integration.test_builtin_workflows_noop import SMOKE_OVERRIDES
 from tests.serve.server_process import API_KEY as PLANTED_KEY
 from tests.serve.server_process import shared_server
 
-
 NOT_SERVED = {
     # kitchen serve takes token inputs only (its 400 for image chunks: tests/serve/test_serve_sdk.py);
     # the tinker adapter's image chunks are tested in tests/adapters/tinker/test_tinker_convert.py.
