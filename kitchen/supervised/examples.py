@@ -128,7 +128,8 @@ class Conversation:
         if not renderer.takes_images and has_images(messages):
             raise RendererError(f"the messages hold images, which renderer {type(renderer).__name__} cannot render")
         model_input, weights = renderer.build_supervised_example(cut_messages(messages, max_length), train_on_what)
-        return model_input, [float(w) for w in weights]
+        # token ids, as every builder gives them; the model input only when it holds images
+        return model_input if model_input.images else model_input.to_ints(), [float(w) for w in weights]
 
 
 ExampleBuilder = Callable[..., Example]
