@@ -79,10 +79,12 @@ def prompt_key(record: Mapping[str, Any]) -> str:
     return "prompt" if record.get("prompt") is not None else "messages"
 
 
-def prompt_messages(record: Mapping[str, Any], where: str, roles: frozenset[str] = STANDARD_ROLES) -> list[Message]:
+def prompt_messages(
+    record: Mapping[str, Any], where: str, roles: frozenset[str] = STANDARD_ROLES, images: bool = False
+) -> list[Message]:
     """A prompt record's conversation: a string `prompt` (one user message), or a non-empty list of
-    {role, content} messages (roles among `roles`) under `prompt` or `messages`; anything else is a
-    DataError naming `where`."""
+    {role, content} messages (roles among `roles`; content with image parts when `images`) under
+    `prompt` or `messages`; anything else is a DataError naming `where`."""
     key = prompt_key(record)
     value = record.get(key)
     if isinstance(value, str):
@@ -93,7 +95,7 @@ def prompt_messages(record: Mapping[str, Any], where: str, roles: frozenset[str]
             "messages under 'prompt' or 'messages'"
         )
     try:
-        check_messages(value, roles, key)
+        check_messages(value, roles, key, images)
     except MessageFormatError as exc:
         raise DataError(f"{where}: {exc}") from None
     return [Message(role=m["role"], content=m["content"]) for m in value]

@@ -43,3 +43,13 @@ def get_renderer(name: str, tokenizer: Tokenizer) -> Renderer:
 def renderer_roles(name: str) -> frozenset[str]:
     RENDERERS.load()
     return registry.renderer_roles(name)
+
+
+def renderer_takes_images(name: str) -> bool:
+    RENDERERS.load()
+    return registry.renderer_takes_images(name)
+
+
+def image_renderer_names() -> list[str]:
+    """The renderers that take image parts (vision-language formats)."""
+    return [name for name in renderer_names() if registry.renderer_takes_images(name)]

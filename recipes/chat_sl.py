@@ -8,6 +8,8 @@ from pydantic import Field
 
 from kitchen.config import defaults
 from kitchen.recipe import Recipe
+from kitchen.renderers import renderer_takes_images
+from kitchen.stages.setup import renderer_name
 from kitchen.supervised.examples import Conversation
 from kitchen.supervised.settings import ChatSupervisedSettings
 from kitchen.supervised.workflow import supervised_workflow
@@ -28,7 +30,8 @@ class Config(ChatSupervisedSettings):
 
 
 def workflow(config: Config) -> Workflow:
-    return supervised_workflow(Conversation(config.train_on_what, config.messages_key), needs_renderer=True)
+    images = renderer_takes_images(renderer_name(config))  # a vision-language renderer takes image parts
+    return supervised_workflow(Conversation(config.train_on_what, config.messages_key, images), needs_renderer=True)
 
 
 RECIPE = Recipe(

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Literal, cast
 
 from train_core.errors import InvalidInputError
 from train_core.renderers.messages import Message
-from train_core.types import Datum, ModelInput, TensorData
+from train_core.types import Datum, EncodedTextChunk, ImageChunk, ModelInput, ModelInputChunk, TensorData
 
 if TYPE_CHECKING:
     import torch
@@ -26,13 +26,14 @@ def char_limit(max_length: int | None) -> int | None:
 
 
 def cut_messages(messages: Sequence[Message], max_length: int | None) -> list[Message]:
-    """Each message's `content` cut to `char_limit(max_length)` characters (other fields kept)."""
+    """Each message's `content` cut to `char_limit(max_length)` characters (other fields, and
+    content given as parts, kept: `datum_from_model_input` cuts those at `max_length` tokens)."""
     limit = char_limit(max_length)
     if limit is None:
         return list(messages)
     return [
         message
-        if len(message["content"]) <= limit
+        if not isinstance(message["content"], str) or len(message["content"]) <= limit
         else cast(Message, {**message, "content": message["content"][:limit]})
         for message in messages
     ]
@@ -89,3 +90,44 @@ def mean_nll(logprobs_D: Sequence[torch.Tensor], weights_D: Sequence[torch.Tenso
         return float("nan")
     weighted = sum(float((lp.float() * w.float()).sum()) for lp, w in zip(logprobs_D, weights_D, strict=True))
     return -weighted / total_weight
+
+
+IMAGE_TARGET = 0
+"""The target id where the next position holds an image (a placeholder, never trained: weight 0)."""
+
+
+def datum_from_model_input(
+    model_input: ModelInput, weights: Sequence[float], max_length: int | None = None, reduction: Reduction = "none"
+) -> Datum:
+    """`datum_from_tokens_weights` for a model input that may hold images: the input keeps its
+    image chunks, targets at image positions are IMAGE_TARGET with weight 0. Truncation to
+    `max_length` drops an image that does not fit whole, with everything after it."""
+    if not model_input.images:
+        return datum_from_tokens_weights(model_input.to_ints(), weights, max_length, reduction)
+    if model_input.length != len(weights):
+        raise ValueError(f"{model_input.length} positions but {len(weights)} weights")
+    chunks: list[ModelInputChunk] = []
+    length = 0
+    for chunk in model_input.chunks:
+        room = (max_length if max_length is not None else model_input.length) - length
+        if chunk.length > room:
+            if isinstance(chunk, EncodedTextChunk) and room > 0:
+                chunks.append(EncodedTextChunk(chunk.tokens[:room]))
+                length += room
+            break
+        chunks.append(chunk)
+        length += chunk.length
+    last = chunks[-1] if chunks else None
+    if not isinstance(last, EncodedTextChunk):
+        raise SequenceTooShortError("the example ends in an image: there is no token after it to train on")
+    ids = ModelInput(tuple(chunks)).token_ids(IMAGE_TARGET)
+    is_image = _image_positions(chunks)
+    kept_weights = [0.0 if is_image[p] else float(weights[p]) for p in range(length)]
+    datum = datum_from_tokens_weights(ids, kept_weights, None, reduction)
+    shortened = (*chunks[:-1], EncodedTextChunk(last.tokens[:-1])) if last.length > 1 else tuple(chunks[:-1])
+    return Datum(ModelInput(tuple(c for c in shortened if c.length)), datum.loss_fn_inputs)
+
+
+def _image_positions(chunks: Sequence[ModelInputChunk]) -> list[bool]:
+    """Whether each position holds an image."""
+    return [isinstance(chunk, ImageChunk) for chunk in chunks for _ in range(chunk.length)]

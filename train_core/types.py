@@ -31,7 +31,7 @@ def _is_tensor(data: object) -> TypeGuard[torch.Tensor]:
 
 @dataclass(frozen=True)
 class EncodedTextChunk:
-    """A run of token ids; the only chunk kind for now (image chunks may come later)."""
+    """A run of token ids."""
 
     tokens: tuple[int, ...]
 
@@ -40,11 +40,37 @@ class EncodedTextChunk:
         return len(self.tokens)
 
 
+ImageFormat = Literal["png", "jpeg"]
+
+
+@dataclass(frozen=True)
+class ImageChunk:
+    """An image in the model input, as the Tinker service takes it: the encoded image and the
+    number of positions it fills (the model's image placeholder tokens, which the backend turns
+    into the vision encoder's outputs). `expected_tokens` comes from the renderer, which knows the
+    model's image processor; a backend that computes another count refuses the input."""
+
+    data: bytes = field(repr=False)
+    format: ImageFormat
+    expected_tokens: int
+
+    def __post_init__(self) -> None:
+        if self.expected_tokens < 1:
+            raise ValueError(f"an image fills at least one position, got expected_tokens={self.expected_tokens}")
+
+    @property
+    def length(self) -> int:
+        return self.expected_tokens
+
+
+ModelInputChunk = EncodedTextChunk | ImageChunk
+
+
 @dataclass(frozen=True)
 class ModelInput:
-    """The tokens fed to a model, as a sequence of chunks."""
+    """The tokens fed to a model, as a sequence of chunks (token runs and images)."""
 
-    chunks: tuple[EncodedTextChunk, ...] = ()
+    chunks: tuple[ModelInputChunk, ...] = ()
 
     @classmethod
     def from_ints(cls, tokens: Sequence[int]) -> ModelInput:
@@ -55,13 +81,31 @@ class ModelInput:
         return cls()
 
     def to_ints(self) -> list[int]:
-        return [t for chunk in self.chunks for t in chunk.tokens]
+        """The token ids; an input holding images has no ids for them: see `token_ids`."""
+        if self.images:
+            raise ValueError(
+                f"this model input holds {len(self.images)} image chunk(s), which have no token ids: "
+                "only a vision-language backend can take it"
+            )
+        return [t for chunk in self.chunks if isinstance(chunk, EncodedTextChunk) for t in chunk.tokens]
+
+    def token_ids(self, image_token_id: int) -> list[int]:
+        """The token ids with each image's positions filled with `image_token_id` (the model's
+        image placeholder token)."""
+        ids: list[int] = []
+        for chunk in self.chunks:
+            ids += chunk.tokens if isinstance(chunk, EncodedTextChunk) else [image_token_id] * chunk.length
+        return ids
+
+    @property
+    def images(self) -> tuple[ImageChunk, ...]:
+        return tuple(chunk for chunk in self.chunks if isinstance(chunk, ImageChunk))
 
     @property
     def length(self) -> int:
         return sum(chunk.length for chunk in self.chunks)
 
-    def append(self, chunk: EncodedTextChunk) -> ModelInput:
+    def append(self, chunk: ModelInputChunk) -> ModelInput:
         return ModelInput((*self.chunks, chunk))
 
     def append_int(self, token: int) -> ModelInput:

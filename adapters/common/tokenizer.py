@@ -8,7 +8,7 @@ from typing import cast
 
 from transformers import AutoTokenizer
 
-from adapters.common.tiny import EMBEDDED_MODELS, TINY_DIR
+from adapters.common.tiny import EMBEDDED_MODELS, TINY_DIR, TINY_VL_MODEL_NAME, VISION_TOKENS
 from kitchen.errors import ConfigError
 from kitchen.ports import Tokenizer
 
@@ -23,7 +23,10 @@ def model_dir(base_model: str) -> str:
 def load_tokenizer(base_model: str) -> Tokenizer:
     """The tokenizer of `base_model` ("tiny", a local path, or a hub name in the HF cache)."""
     try:
+        tokenizer = AutoTokenizer.from_pretrained(model_dir(base_model))
+        if base_model == TINY_VL_MODEL_NAME:  # ids 1500.. of tiny's 1500-token vocabulary
+            tokenizer.add_special_tokens({"additional_special_tokens": list(VISION_TOKENS)})
         # transformers' decode is wider than the port's (it also takes batches), hence the cast.
-        return cast(Tokenizer, AutoTokenizer.from_pretrained(model_dir(base_model)))
+        return cast(Tokenizer, tokenizer)
     except OSError as exc:
         raise ConfigError(f"model_name {base_model!r}: cannot load its tokenizer ({exc})") from exc

@@ -10,7 +10,7 @@ import torch
 from adapters.common.requests import check_token_ids
 from kitchen.errors import DataError
 from train_core.losses import TARGET_TOKENS, require_inputs
-from train_core.types import Datum
+from train_core.types import Datum, ImageChunk
 
 
 def right_pad(sequences_B: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> torch.Tensor:
@@ -35,6 +35,8 @@ class TrainingBatch:
     lengths_D: list[int]
     loss_inputs: dict[str, torch.Tensor]
     """Each requested loss_fn_inputs key, concatenated over datums (all their tokens in order)."""
+    images: tuple[ImageChunk, ...] = ()
+    """The datums' images in order (their positions hold the image placeholder id in the inputs)."""
 
     def split(self, values_BL: torch.Tensor) -> list[torch.Tensor]:
         """The unpadded row of each datum: [L_d] each."""
@@ -49,10 +51,12 @@ def build_training_batch(
     pad_id: int,
     vocab_size: int,
     device: torch.device,
+    image_token_id: int | None = None,
 ) -> TrainingBatch:
     """Check every datum (required keys present, lengths equal, token ids in the vocabulary) and
     stack the batch. `user` names who reads `required_keys` (for errors); `float_keys` are the loss
-    inputs to concatenate for the loss function."""
+    inputs to concatenate for the loss function. Image positions hold `image_token_id` (a backend
+    whose model takes no images passes None, and a datum with images is refused)."""
     if not data:
         raise DataError("got an empty list of datums; a forward pass needs at least one")
     inputs_D: list[list[int]] = []
@@ -60,7 +64,9 @@ def build_training_batch(
     for index, datum in enumerate(data):
         where = f"datum {index}"
         require_inputs(datum.loss_fn_inputs.keys(), required_keys, user, where)
-        tokens = datum.model_input.to_ints()
+        if datum.model_input.images and image_token_id is None:
+            raise DataError(f"{where}: model_input holds images, but this model takes no images")
+        tokens = datum.model_input.token_ids(image_token_id or 0)
         if not tokens:
             raise DataError(f"{where}: model_input is empty")
         for key in required_keys:
@@ -84,4 +90,5 @@ def build_training_batch(
         targets_BL=right_pad(targets_D, pad_id, device),
         lengths_D=[len(tokens) for tokens in inputs_D],
         loss_inputs=loss_inputs,
+        images=tuple(image for datum in data for image in datum.model_input.images),
     )

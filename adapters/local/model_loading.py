@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, PretrainedConfig
 
 from adapters.common.tiny import EMBEDDED_MODELS
 from kitchen.errors import ConfigError
@@ -56,12 +56,19 @@ def load_base_model(base_model: str, dtype: torch.dtype) -> torch.nn.Module:
             config = AutoConfig.from_pretrained(EMBEDDED_MODELS[base_model])
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(TINY_INIT_SEED)
-                model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+                model = _auto_class(config).from_config(config, dtype=dtype)
+            model.config.name_or_path = str(EMBEDDED_MODELS[base_model])  # where its image processor is
         else:
-            model = AutoModelForCausalLM.from_pretrained(base_model, dtype=dtype)
+            config = AutoConfig.from_pretrained(base_model)
+            model = _auto_class(config).from_pretrained(base_model, dtype=dtype)
     except OSError as exc:
         raise ConfigError(f"model_name {base_model!r}: cannot load the model ({exc})") from exc
     return model.eval()
+
+
+def _auto_class(config: PretrainedConfig) -> type[AutoModelForCausalLM] | type[AutoModelForImageTextToText]:
+    """Vision-language models (a config with a `vision_config`) load as image-text-to-text models."""
+    return AutoModelForImageTextToText if getattr(config, "vision_config", None) is not None else AutoModelForCausalLM
 
 
 def add_lora(model: torch.nn.Module, lora_rank: int, seed: int, options: LoraOptions | None = None) -> torch.nn.Module:

@@ -26,7 +26,8 @@ from adapters.common.stop_matcher import StopMatcher
 from adapters.local.forward_pass import left_pad, takes_packed_mask
 from adapters.local.kv_cache import packed_inputs, unpacked_cache
 from adapters.local.token_scoring import log_softmax_f32
-from train_core.types import SamplingParams, StopReason, TokensWithLogprobs
+from adapters.local.vision import sample_with_images
+from train_core.types import ImageChunk, SamplingParams, StopReason, TokensWithLogprobs
 
 
 def truncate_logprobs(logprobs_NV: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -63,6 +64,8 @@ class SampleRequest:
     seed: int
     params: SamplingParams
     stop: StopMatcher
+    images: tuple[ImageChunk, ...] = ()
+    """The prompt's images (a vision-language model); their positions in `prompt` hold its image token."""
 
     @property
     def key(self) -> Hashable:
@@ -72,7 +75,8 @@ class SampleRequest:
         tokens (up to the context length), and no row may decode past its own budget.
         """
         p = self.params
-        return (p.temperature, p.top_k, p.top_p, self.max_tokens, None if p.stop is None else tuple(p.stop))
+        stop = None if p.stop is None else tuple(p.stop)
+        return (p.temperature, p.top_k, p.top_p, self.max_tokens, stop, bool(self.images))
 
     @property
     def rows(self) -> int:
@@ -184,6 +188,21 @@ def sample_batch(
     """
     params, stop, max_tokens = requests[0].params, requests[0].stop, requests[0].max_tokens
     device = next(model.parameters()).device
+    if requests[0].images:  # prompts with images run one at a time (`adapters.local.vision`)
+        return [
+            sample_with_images(
+                model,
+                r.prompt,
+                r.images,
+                r.num_samples,
+                max_tokens,
+                params,
+                r.stop,
+                None if params.temperature == 0.0 else draw_uniforms([r], device),
+                pad_id,
+            )
+            for r in requests
+        ]
     row_ranges: list[slice] = []
     for request in requests:
         start = row_ranges[-1].stop if row_ranges else 0

@@ -15,6 +15,7 @@ from adapters.local.sampler import SampleRequest, sample_batch
 from adapters.local.sampler_pool import ModelLease
 from adapters.local.serial_executor import SerialExecutor
 from adapters.local.token_scoring import LogprobMethod
+from adapters.local.vision import image_token_id
 from kitchen.errors import DataError
 from kitchen.ports import Tokenizer
 from train_core.types import ModelInput, SampleResult, SamplingParams, TokensWithLogprobs
@@ -69,6 +70,7 @@ class LocalSamplingClient:
         check_sampling_params(num_samples, sampling_params)
         prompt_tokens = self._prompt_tokens(prompt)
         request = SampleRequest(
+            images=prompt.images,
             prompt=prompt_tokens,
             num_samples=num_samples,
             max_tokens=sampling_params.max_tokens or max(1, self._context_length - len(prompt_tokens)),
@@ -83,10 +85,11 @@ class LocalSamplingClient:
         tokens = self._prompt_tokens(prompt)
         if len(tokens) == 1:
             return [None]
-        return await self._scoring.submit(ScoreRequest(tokens))
+        return await self._scoring.submit(ScoreRequest(tokens, prompt.images))
 
     def _prompt_tokens(self, prompt: ModelInput) -> list[int]:
-        tokens = prompt.to_ints()
+        """The prompt's ids, an image's positions holding the model's image token."""
+        tokens = prompt.token_ids(image_token_id(self._model)) if prompt.images else prompt.to_ints()
         if not tokens:
             raise DataError("the prompt is empty; sampling and scoring need at least one token")
         check_token_ids(tokens, vocab_size(self._model), "prompt")

@@ -41,6 +41,7 @@ from adapters.local.sampler_pool import ModelLease, SamplerPool
 from adapters.local.sampling_client import LocalSamplingClient
 from adapters.local.serial_executor import SerialExecutor
 from adapters.local.token_scoring import Entropy, LogprobMethod, output_head
+from adapters.local.vision import image_token_id, is_vision_model, vision_logprobs
 from kitchen.errors import ConfigError, KitchenError
 from kitchen.losses import get_loss_fn
 from kitchen.ports import CustomLossFn, SamplingClient, Tokenizer
@@ -183,6 +184,7 @@ class LocalTrainingClient:
         self._device = next(model.parameters()).device
         self._vocab_size = vocab_size(model)
         self._pad_id = pad_token_id(tokenizer)
+        self._image_token_id = image_token_id(model) if is_vision_model(model) else None
         self._params = list(trainable_parameters(model).values())
         # Hyperparameters are set from AdamParams at every step (learning-rate schedules).
         self._optimizer = make_adamw(self._params)
@@ -233,11 +235,18 @@ class LocalTrainingClient:
     def _batch(
         self, data: Sequence[Datum], required: Sequence[str], user: str, float_keys: Sequence[str]
     ) -> TrainingBatch:
-        return build_training_batch(data, required, user, float_keys, self._pad_id, self._vocab_size, self._device)
+        return build_training_batch(
+            data, required, user, float_keys, self._pad_id, self._vocab_size, self._device, self._image_token_id
+        )
 
     def _score(self, batch: TrainingBatch, entropy: Entropy = "none") -> ScoredSequences:
         inputs_D = [row.tolist() for row in batch.split(batch.input_ids_BL)]
         targets_D = [row.tolist() for row in batch.split(batch.targets_BL)]
+        if batch.images:
+            logprobs_D, entropy_D = vision_logprobs(
+                self._model, inputs_D, targets_D, batch.images, self._pad_id, entropy
+            )
+            return ScoredSequences(logprobs_D, batch.input_ids_BL.numel(), sum(batch.lengths_D), entropy_D)
         method = self._options.logprob_method
         return sequence_logprobs(self._model, inputs_D, targets_D, self._pad_id, method, entropy)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from adapters.common.tiny import TINY_MODEL_NAME
+from adapters.common.tiny import TINY_MODEL_NAME, TINY_VL_MODEL_NAME
 from adapters.common.tokenizer import load_tokenizer
 from adapters.noop.call_log import NoopCall
 from adapters.noop.checkpoint_store import CheckpointStore
@@ -112,7 +112,7 @@ class NoopBackend:
 
     def get_tokenizer(self, base_model: str) -> Tokenizer:
         _check_base_model(base_model)
-        return load_tokenizer(TINY_MODEL_NAME)
+        return load_tokenizer(TINY_VL_MODEL_NAME if base_model == TINY_VL_MODEL_NAME else TINY_MODEL_NAME)
 
     async def close(self) -> None:
         """Let every submitted training request finish."""

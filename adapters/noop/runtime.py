@@ -11,7 +11,7 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-from adapters.common.tiny import TINY_MODEL_NAME
+from adapters.common.tiny import TINY_MODEL_NAME, TINY_VL_MODEL_NAME
 from adapters.common.tokenizer import load_tokenizer
 from adapters.noop.call_log import ClientKind, NoopCall
 from adapters.noop.checkpoint_store import CheckpointStore
@@ -25,6 +25,18 @@ def tiny_tokenizer() -> PreTrainedTokenizerBase:
     tokenizer = load_tokenizer(TINY_MODEL_NAME)
     assert isinstance(tokenizer, PreTrainedTokenizerBase)  # the tiny model's is a HF fast tokenizer
     return tokenizer
+
+
+NOOP_IMAGE_TOKEN = 0
+"""What an image's positions hold in the noop backend's token ids (it has no vision encoder: an
+image is its positions, as any token run)."""
+
+
+def vocab_size() -> int:
+    """The ids the noop backend accepts: the tiny tokenizer's and the vision tokens `tiny-vl`'s adds."""
+    tokenizer = load_tokenizer(TINY_VL_MODEL_NAME)
+    assert isinstance(tokenizer, PreTrainedTokenizerBase)
+    return len(tokenizer)
 
 
 @functools.cache

@@ -10,7 +10,7 @@ from adapters.common.tiny import TINY_MODEL_NAME
 from adapters.common.tokenizer import load_tokenizer
 from adapters.noop.completion import end_sequence, generate_completion, scripted_completion
 from adapters.noop.pseudo_logprobs import PseudoWeights, hash_ints, prompt_logprobs
-from adapters.noop.runtime import NoopRuntime, tiny_tokenizer, tiny_vocab_ids
+from adapters.noop.runtime import NOOP_IMAGE_TOKEN, NoopRuntime, tiny_tokenizer, tiny_vocab_ids, vocab_size
 from kitchen.errors import DataError
 from train_core.types import ModelInput, SampleResult, SamplingParams
 
@@ -19,10 +19,10 @@ _SEEDED, _UNSEEDED = 1, 0  # keep explicit seeds and call counters from ever col
 
 def _prompt_tokens(prompt: ModelInput) -> list[int]:
     """The prompt's tokens, checked as the local backend checks them (non-empty, in the vocabulary)."""
-    tokens_T = prompt.to_ints()
+    tokens_T = prompt.token_ids(NOOP_IMAGE_TOKEN)
     if not tokens_T:
         raise DataError("the prompt is empty; sampling and scoring need at least one token")
-    check_token_ids(tokens_T, len(tiny_tokenizer()), "prompt")
+    check_token_ids(tokens_T, vocab_size(), "prompt")
     return tokens_T
 
 

@@ -20,7 +20,7 @@ from adapters.common.tokenizer import load_tokenizer
 from adapters.common.training_batch import TrainingBatch, build_training_batch
 from adapters.noop.checkpoint_store import SavedWeights, SaveKind
 from adapters.noop.pseudo_logprobs import PseudoWeights, target_logprobs_BL
-from adapters.noop.runtime import NoopRuntime, tiny_tokenizer
+from adapters.noop.runtime import NOOP_IMAGE_TOKEN, NoopRuntime, vocab_size
 from adapters.noop.sampling_client import NoopSamplingClient
 from adapters.noop.serial_queue import SerialQueue
 from kitchen.errors import KitchenError
@@ -36,8 +36,9 @@ def _check_batch(
     data: Sequence[Datum], required_keys: Sequence[str], float_keys: Sequence[str], user: str
 ) -> TrainingBatch:
     """Validate `data` exactly as the local backend does (keys, lengths, token ids) and stack it."""
-    vocab_size = len(tiny_tokenizer())
-    return build_training_batch(data, required_keys, user, float_keys, 0, vocab_size, torch.device("cpu"))
+    return build_training_batch(
+        data, required_keys, user, float_keys, 0, vocab_size(), torch.device("cpu"), NOOP_IMAGE_TOKEN
+    )
 
 
 class NoopTrainingClient:

@@ -19,7 +19,9 @@ from train_core.types import (
     Datum,
     EncodedTextChunk,
     ForwardBackwardOutput,
+    ImageChunk,
     ModelInput,
+    ModelInputChunk,
     OptimStepOutput,
     SampleResult,
     SamplingParams,
@@ -31,16 +33,30 @@ from train_core.types import (
 _NUMPY_DTYPES = {"int64": np.int64, "float32": np.float32}
 
 
+def chunk_to_sdk(chunk: ModelInputChunk) -> sdk.EncodedTextChunk | sdk.ImageChunk:
+    """A token run, or an image with its encoded bytes and the positions it fills (the service
+    checks that count against its own image processor's)."""
+    if isinstance(chunk, ImageChunk):
+        return sdk.ImageChunk(data=chunk.data, format=chunk.format, expected_tokens=chunk.expected_tokens)
+    return sdk.EncodedTextChunk(tokens=list(chunk.tokens))
+
+
 def model_input_to_sdk(model_input: ModelInput) -> sdk.ModelInput:
-    return sdk.ModelInput(chunks=[sdk.EncodedTextChunk(tokens=list(chunk.tokens)) for chunk in model_input.chunks])
+    return sdk.ModelInput(chunks=[chunk_to_sdk(chunk) for chunk in model_input.chunks])
 
 
 def model_input_from_sdk(model_input: sdk.ModelInput) -> ModelInput:
-    chunks: list[EncodedTextChunk] = []
+    chunks: list[ModelInputChunk] = []
     for chunk in model_input.chunks:
-        if not isinstance(chunk, sdk.EncodedTextChunk):
-            raise KitchenError(f"kitchen handles token chunks only, but the model input holds a {type(chunk).__name__}")
-        chunks.append(EncodedTextChunk(tuple(int(token) for token in chunk.tokens)))
+        if isinstance(chunk, sdk.EncodedTextChunk):
+            chunks.append(EncodedTextChunk(tuple(int(token) for token in chunk.tokens)))
+        elif isinstance(chunk, sdk.ImageChunk) and chunk.expected_tokens is not None:
+            chunks.append(ImageChunk(chunk.data, chunk.format, chunk.expected_tokens))
+        else:
+            raise KitchenError(
+                f"kitchen handles token chunks and image chunks with expected_tokens, but the model input holds "
+                f"{chunk!r:.80}"
+            )
     return ModelInput(tuple(chunks))
 
 

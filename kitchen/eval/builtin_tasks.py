@@ -52,7 +52,7 @@ class JsonlSettings(EvalSettings):
 async def _evaluate_jsonl(model: EvalModel, settings: JsonlSettings) -> TaskResult:
     grader = resolve_grader(settings.grader, _graders())
     items = [
-        Item(prompt_messages(record, where, model.renderer.roles), record, where)
+        Item(prompt_messages(record, where, model.renderer.roles, model.renderer.takes_images), record, where)
         for where, record in load_located_records(settings.dataset)
     ]
     return await evaluate_generation(model, items, grader, settings)

@@ -16,6 +16,7 @@ from typing import Any
 from kitchen.eval.task import EvalModel, EvalSettings, SampleRecord, TaskResult
 from train_core.eval_stats import Estimate, majority_vote, mean_with_stderr, pass_at_k, pass_at_k_values
 from train_core.renderers.base import Message
+from train_core.renderers.messages import content_parts
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,12 @@ def item_seed(seed: int, index: int) -> int:
 
 
 def as_text(messages: Sequence[Message]) -> str:
-    return "\n".join(f"{m['role']}: {m['content']}" for m in messages)
+    """The conversation as text; an image part shows as `[image]`."""
+    return "\n".join(f"{m['role']}: {_content_text(m)}" for m in messages)
+
+
+def _content_text(message: Message) -> str:
+    return "".join(part.get("text", "[image]") for part in content_parts(message))
 
 
 async def _answer(model: EvalModel, item: Item, index: int, settings: EvalSettings) -> list[str]:

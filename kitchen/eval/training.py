@@ -169,6 +169,8 @@ class FinishEvals(Stage):
     """Wait for the evals still running after the last step and write the rows they held (and
     the checkpoint records waiting for those rows), before the final checkpoint is saved."""
 
+    calls = (SamplingClient.sample,)  # the background evals it waits for sample while it runs
+
     async def run(self, ctx: Context, pending_evals: list[PendingEval] | None = None) -> EvalsInFlight:
         await _settle(pending_evals or [], wait=True)
         ctx.metrics.flush(through=ctx.step)  # the held rows, and the checkpoint records after them

@@ -11,12 +11,14 @@ from kitchen.errors import DataError
 from kitchen.ports import Tokenizer
 from train_core.errors import InvalidInputError
 from train_core.renderers.base import Renderer
-from train_core.renderers.messages import STANDARD_ROLES, Message, check_messages
+from train_core.renderers.errors import RendererError
+from train_core.renderers.messages import STANDARD_ROLES, Message, check_messages, has_images
 from train_core.renderers.train_on_what import TrainOnWhat
-from train_core.supervised import char_limit, cut_messages, datum_from_tokens_weights, prompt_completion_tokens
-from train_core.types import Datum
+from train_core.supervised import char_limit, cut_messages, datum_from_model_input, prompt_completion_tokens
+from train_core.types import Datum, ModelInput
 
-Example = tuple[list[int], list[float]]
+Example = tuple[list[int] | ModelInput, list[float]]
+"""Tokens (or a model input, which may hold images) and one weight per position."""
 
 
 class RecordFieldError(InvalidInputError):
@@ -89,6 +91,8 @@ class Conversation:
 
     train_on_what: TrainOnWhat = TrainOnWhat.LAST_ASSISTANT_MESSAGE
     messages_key: str = "messages"
+    images: bool = False
+    """Whether content may hold image parts (the run's renderer takes images: `renderer_takes_images`)."""
 
     @property
     def required_any(self) -> tuple[tuple[str, ...], ...]:
@@ -102,11 +106,11 @@ class Conversation:
     def conversation(self, record: Mapping[str, Any], roles: frozenset[str]) -> tuple[list[Message], TrainOnWhat]:
         """The messages to render and what to train of them."""
         if record.get(self.messages_key) is not None or record.get("completion") is None:
-            return check_messages(record[self.messages_key], roles, self.messages_key), self.train_on_what
+            return check_messages(record[self.messages_key], roles, self.messages_key, self.images), self.train_on_what
         if record.get("prompt") is None:
             raise RecordFieldError("a prompt-completion record needs a 'prompt' (a list of messages)")
-        prompt = check_messages(record["prompt"], roles, "prompt")
-        completion = check_messages(record["completion"], roles, "completion")
+        prompt = check_messages(record["prompt"], roles, "prompt", self.images)
+        completion = check_messages(record["completion"], roles, "completion", self.images)
         marked = [cast(Message, {**m, "trainable": False}) for m in prompt]
         marked += [cast(Message, {**m, "trainable": True}) for m in completion]
         return marked, TrainOnWhat.CUSTOMIZED
@@ -121,8 +125,11 @@ class Conversation:
         if renderer is None:
             raise ValueError("conversation examples need a renderer")
         messages, train_on_what = self.conversation(record, getattr(renderer, "roles", STANDARD_ROLES))
+        if not renderer.takes_images and has_images(messages):
+            raise RendererError(f"the messages hold images, which renderer {type(renderer).__name__} cannot render")
         model_input, weights = renderer.build_supervised_example(cut_messages(messages, max_length), train_on_what)
-        return model_input.to_ints(), [float(w) for w in weights]
+        # token ids, as every builder gives them; the model input only when it holds images
+        return model_input if model_input.images else model_input.to_ints(), [float(w) for w in weights]
 
 
 ExampleBuilder = Callable[..., Example]
@@ -148,7 +155,8 @@ def record_datum(
     extra = {"max_length": max_length} if takes_max_length else {}
     try:
         tokens, weights = builder(record, tokenizer, renderer, **extra)
-        datum = datum_from_tokens_weights(tokens, weights, max_length)
+        model_input = tokens if isinstance(tokens, ModelInput) else ModelInput.from_ints(tokens)
+        datum = datum_from_model_input(model_input, weights, max_length)
     except InvalidInputError as exc:  # incl. SequenceTooShortError
         raise DataError(f"{where}: {exc}") from None
     except (KeyError, TypeError, ValueError) as exc:

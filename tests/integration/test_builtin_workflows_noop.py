@@ -66,6 +66,14 @@ SMOKE_OVERRIDES: dict[str, list[str]] = {
         "num_eval_questions=2",
     ],
     "distill_prompt": ["teacher.checkpoint=null", "max_steps=4", "save_every=2", "eval_every=2", "batch_size=8"],
+    "vlm_classifier": [
+        "max_steps=2",
+        "save_every=2",
+        "eval_every=2",
+        "batch_size=4",
+        "evals=[{task: jsonl, name: classes, every: 2, limit: 3, "
+        "settings: {dataset: recipes/data/vlm_classifier/test.jsonl, grader: exact}}]",
+    ],
 }
 
 

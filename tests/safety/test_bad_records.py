@@ -123,7 +123,7 @@ CASES: dict[str, tuple[str, Args, tuple[str, ...]]] = {
                 ),
             ],
         ),
-        ("bad.jsonl line 2", "'content' is a list of parts", "image and video parts are not supported"),
+        ("bad.jsonl line 2", "'content' is a list of parts", "image parts need a vision-language renderer"),
     ),
     "chat_content_text_parts": (
         "chat_sl",

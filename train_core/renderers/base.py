@@ -26,6 +26,9 @@ class Renderer(ABC):
     declares_tools: bool = False
     """Whether the format has a native way to declare tools (`declare_tools`) and to write and
     parse the model's calls to them; tool-use envs refuse a renderer without one."""
+    takes_images: bool = False
+    """Whether message content may hold image parts (a vision-language format); its model inputs
+    then hold image chunks."""
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NotRequired, TypedDict
 
 from train_core.renderers.errors import RendererError
@@ -18,7 +19,9 @@ class ToolCall(TypedDict):
 class Message(TypedDict):
     """One chat message. `thinking` is the reasoning a model emitted before `content`;
     `trainable` is read only under `TrainOnWhat.CUSTOMIZED`; `tool_call_id` ties a `tool` message
-    to the call it answers; `name` is the tool's name on a `tool` message."""
+    to the call it answers; `name` is the tool's name on a `tool` message. For a vision-language
+    renderer (`Renderer.takes_images`) `content` may also be a list of parts (`ContentPart`), as
+    Hugging Face chat templates take them; every other renderer reads it as a string."""
 
     role: str
     content: str
@@ -62,9 +65,31 @@ class MessageFormatError(RendererError):
     a role the renderer supports."""
 
 
-def check_messages(value: object, roles: frozenset[str] = STANDARD_ROLES, key: str = "messages") -> list[Message]:
+ContentPart = dict[str, Any]
+"""`{"type": "text", "text": str}` or `{"type": "image", "image": PIL image | path | data URL}`."""
+
+IMAGE_PART_TYPES = frozenset({"image", "image_url"})
+
+
+def content_parts(message: Message) -> list[ContentPart]:
+    """The message's content as parts: a string is one text part."""
+    content: object = message["content"]
+    return [{"type": "text", "text": content}] if isinstance(content, str) else list(content)  # type: ignore[call-overload]
+
+
+def has_images(messages: Sequence[Message]) -> bool:
+    return any(
+        not isinstance(m["content"], str) and any(p.get("type") in IMAGE_PART_TYPES for p in content_parts(m))
+        for m in messages
+    )
+
+
+def check_messages(
+    value: object, roles: frozenset[str] = STANDARD_ROLES, key: str = "messages", images: bool = False
+) -> list[Message]:
     """`value` as a list of messages, each an object whose `role` is one of `roles` and whose
-    `content` is a string (never a number or an object silently turned into text)."""
+    `content` is a string (never a number or an object silently turned into text); with `images`,
+    content may also be a list of text and image parts (for a vision-language renderer)."""
     if not isinstance(value, list):
         raise MessageFormatError(f"{key!r} must be a list of messages, got {type(value).__name__}")
     for index, message in enumerate(value):
@@ -78,6 +103,9 @@ def check_messages(value: object, roles: frozenset[str] = STANDARD_ROLES, key: s
             raise MessageFormatError(f"{where} needs a string 'role', got {type(role).__name__}")
         if role not in roles:
             raise MessageFormatError(f"{where} has unknown role {role!r}; this renderer supports {sorted(roles)}")
+        if isinstance(content, list) and images:
+            _check_parts(content, where)
+            continue
         if isinstance(content, list):
             raise MessageFormatError(f"{where} 'content' is a list of parts: {_parts_problem(content)}")
         if not isinstance(content, str):
@@ -89,5 +117,19 @@ def _parts_problem(parts: list[object]) -> str:
     """What to do about HF-style content parts (`[{"type": "text", "text": ...}, {"type": "image"}]`)."""
     kinds = {part.get("type") for part in parts if isinstance(part, dict)}
     if kinds & {"image", "image_url", "video"}:
-        return "image and video parts are not supported (no renderer takes vision-language inputs yet)"
+        return (
+            "image parts need a vision-language renderer (qwen3_vl, qwen3_vl_instruct) where messages may hold images"
+        )
     return "give the text as one string"
+
+
+def _check_parts(parts: list[object], where: str) -> None:
+    for index, part in enumerate(parts):
+        at = f"{where} 'content'[{index}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if not isinstance(part, dict) or kind not in {"text", *IMAGE_PART_TYPES}:
+            raise MessageFormatError(f"{at} must be a {{'type': 'text'}} or {{'type': 'image'}} part, got {part!r:.80}")
+        if kind == "text" and not isinstance(part.get("text"), str):
+            raise MessageFormatError(f"{at} is a text part without a string 'text'")
+        if kind in IMAGE_PART_TYPES and part.get("image", part.get("image_url")) is None:
+            raise MessageFormatError(f"{at} is an image part without an 'image'")

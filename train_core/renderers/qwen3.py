@@ -36,7 +36,7 @@ from typing import Literal
 
 from train_core.renderers.messages import Message, ToolCall, reject_trained_thinking
 from train_core.renderers.responses import assistant_message, split_at_stop, unparsed
-from train_core.renderers.span_renderer import Span, SpanRenderer
+from train_core.renderers.span_renderer import Span, SpanPart, SpanRenderer
 from train_core.renderers.tokenizer import Part, Special, Tokenizer
 from train_core.renderers.tool_calls import decode_named_call, encode_named_call, match_calls
 from train_core.renderers.tool_declarations import ToolSpec, qwen3_tools_prompt, with_system_text
@@ -82,8 +82,12 @@ class Qwen3Renderer(SpanRenderer):
                 spans += self._assistant_spans(i, message, opener, last_query, len(messages), add_generation_prompt)
             else:
                 spans.append(Span.header(i, *opener, IM_START, f"{message['role']}\n"))
-                spans.append(Span.body(i, message["content"], IM_END))
+                spans.append(Span.body(i, *self.content_parts(i, message), IM_END))
         return spans
+
+    def content_parts(self, index: int, message: Message) -> list[SpanPart]:
+        """What a system or user message's content renders as (its text; images in Qwen-VL)."""
+        return [message["content"]]
 
     def _assistant_spans(
         self, i: int, message: Message, opener: list[Part], last_query: int, count: int, add_generation_prompt: bool

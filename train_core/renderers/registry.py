@@ -20,6 +20,7 @@ from train_core.renderers.messages import STANDARD_ROLES
 from train_core.renderers.nemotron3 import Nemotron3Renderer
 from train_core.renderers.qwen3 import Qwen3Renderer
 from train_core.renderers.qwen3_5 import Qwen3_5Renderer
+from train_core.renderers.qwen3_vl import Qwen3VLRenderer
 from train_core.renderers.role_colon import RoleColonRenderer
 from train_core.renderers.tml_v0 import TmlV0Renderer
 from train_core.renderers.tokenizer import Tokenizer
@@ -33,6 +34,8 @@ _FACTORIES: dict[str, RendererFactory] = {
     "qwen3": Qwen3Renderer,
     "qwen3_disable_thinking": partial(Qwen3Renderer, mode="disabled"),
     "qwen3_instruct": partial(Qwen3Renderer, mode="instruct"),
+    "qwen3_vl": Qwen3VLRenderer,
+    "qwen3_vl_instruct": partial(Qwen3VLRenderer, mode="instruct"),
     "qwen3_5": Qwen3_5Renderer,
     "qwen3_5_disable_thinking": partial(Qwen3_5Renderer, name="qwen3_5_disable_thinking", thinking=False),
     "qwen3_5_preserve_thinking": partial(Qwen3_5Renderer, name="qwen3_5_preserve_thinking", preserve_thinking=True),
@@ -102,6 +105,9 @@ _DECLARED_ROLES: dict[str, frozenset[str]] = {}
 # First match wins; patterns run against the lowercased model name or path.
 _RECOMMENDATIONS: tuple[tuple[str, str], ...] = (
     (r"^tiny(32)?$", "role_colon"),
+    (r"^tiny-vl$", "qwen3_vl_instruct"),
+    (r"qwen3-vl.*instruct", "qwen3_vl_instruct"),
+    (r"qwen3-vl", "qwen3_vl"),
     (r"llama-?3", "llama3"),
     (r"qwen3\.[56]", "qwen3_5"),
     (r"qwen3\.8", "qwen3_8_xhigh_reasoning"),
@@ -168,6 +174,12 @@ def renderer_declares_tools(name: str) -> bool:
     known without a tokenizer from its class's `declares_tools`."""
     factory = _factory(name)
     return bool(getattr(getattr(factory, "func", factory), "declares_tools", False))
+
+
+def renderer_takes_images(name: str) -> bool:
+    """Whether renderer `name` renders image parts (a vision-language format)."""
+    factory = _factory(name)
+    return bool(getattr(getattr(factory, "func", factory), "takes_images", False))
 
 
 def tool_renderer_names() -> list[str]:

@@ -16,6 +16,16 @@ TINY_MODEL_NAME = "tiny"
 
 TINY32_MODEL_NAME = "tiny32"
 
-EMBEDDED_MODELS: dict[str, Path] = {TINY_MODEL_NAME: TINY_DIR, TINY32_MODEL_NAME: TINY_DIR / "tiny32"}
+TINY_VL_MODEL_NAME = "tiny-vl"
+"""A tiny Qwen3-VL (vision encoder and language model) for image inputs; its tokenizer is `tiny`'s
+with Qwen-VL's vision tokens added after it (`VISION_TOKENS`), its image processor Qwen3-VL's."""
+
+VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>")
+
+EMBEDDED_MODELS: dict[str, Path] = {
+    TINY_MODEL_NAME: TINY_DIR,
+    TINY32_MODEL_NAME: TINY_DIR / "tiny32",
+    TINY_VL_MODEL_NAME: TINY_DIR / "tiny_vl",  # written by build_tiny (TINY_VL_DIR)
+}
 """Embedded model names and the directory holding each one's `config.json`; the weights are
 random-initialised from a fixed seed when loaded, the tokenizer is `TINY_DIR`'s."""

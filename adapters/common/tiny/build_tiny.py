@@ -13,9 +13,9 @@ import json
 from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import PreTrainedTokenizerFast, Qwen3Config
+from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3VLConfig
 
-from adapters.common.tiny import TINY32_MODEL_NAME, TINY_DIR
+from adapters.common.tiny import TINY32_MODEL_NAME, TINY_DIR, VISION_TOKENS
 from adapters.common.tiny.corpus import iter_corpus
 from train_core.renderers.special_tokens import ALL_SPECIAL_TOKENS, PAD
 
@@ -101,14 +101,86 @@ def model_config(
     )
 
 
+TINY_VL_DIR = "tiny_vl"
+
+QWEN3_VL_IMAGE_PROCESSOR = {
+    "image_processor_type": "Qwen2VLImageProcessor",
+    "do_convert_rgb": True,
+    "do_normalize": True,
+    "do_rescale": True,
+    "do_resize": True,
+    "image_mean": [0.5, 0.5, 0.5],
+    "image_std": [0.5, 0.5, 0.5],
+    "merge_size": 2,
+    "patch_size": 16,
+    "resample": 3,
+    "rescale_factor": 1 / 255,
+    "size": {"longest_edge": 16_777_216, "shortest_edge": 65_536},
+    "temporal_patch_size": 2,
+}
+"""Qwen3-VL's published image processor settings (the renderers' default `VisionSpec`)."""
+
+
+def vl_config(tokenizer: PreTrainedTokenizerFast) -> Qwen3VLConfig:
+    """`tiny-vl`: tiny's language model shape (multimodal rotary sections 4+4+4 of its 12 frequency
+    pairs) behind a 2-block vision encoder of width 64 with Qwen3-VL's patching (16-pixel patches,
+    2x2 merged, one deep-stack layer). The vision tokens take the ids after tiny's vocabulary, in
+    VISION_TOKENS order (the loader adds them to tiny's tokenizer); one more id is the video token,
+    which no tiny tokenizer writes."""
+    first = len(tokenizer)
+    start, end, image = (first + i for i in range(len(VISION_TOKENS)))
+    return Qwen3VLConfig(
+        text_config={
+            "vocab_size": first + len(VISION_TOKENS) + 1,
+            "hidden_size": 96,
+            "intermediate_size": 256,
+            "num_hidden_layers": 3,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 24,
+            "max_position_embeddings": 2048,
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 10000.0,
+                "mrope_section": [4, 4, 4],
+                "mrope_interleaved": True,
+            },
+            "pad_token_id": tokenizer.pad_token_id,
+            "eos_token_id": tokenizer.eos_token_id,
+            "tie_word_embeddings": True,
+        },
+        vision_config={
+            "depth": 2,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_heads": 4,
+            "patch_size": 16,
+            "temporal_patch_size": 2,
+            "spatial_merge_size": 2,
+            "out_hidden_size": 96,
+            "num_position_embeddings": 256,
+            "deepstack_visual_indexes": [0],
+        },
+        image_token_id=image,
+        video_token_id=first + len(VISION_TOKENS),
+        vision_start_token_id=start,
+        vision_end_token_id=end,
+        tie_word_embeddings=True,
+    )
+
+
 def build(out_dir: Path) -> None:
-    """Write tokenizer files and tiny's config.json into `out_dir`, tiny32's into `out_dir/tiny32`."""
+    """Write tokenizer files and tiny's config.json into `out_dir`, tiny32's into `out_dir/tiny32`,
+    tiny-vl's config and image processor config into `out_dir/tiny_vl`."""
     out_dir.mkdir(parents=True, exist_ok=True)
     fast = wrap_for_transformers(train_tokenizer())
     fast.save_pretrained(out_dir)
     _use_portable_tokenizer_class(out_dir / "tokenizer_config.json")
     model_config(fast).save_pretrained(out_dir)
     model_config(fast, hidden_size=128, intermediate_size=384).save_pretrained(out_dir / TINY32_MODEL_NAME)
+    vl_config(fast).save_pretrained(out_dir / TINY_VL_DIR)
+    processor = json.dumps(QWEN3_VL_IMAGE_PROCESSOR, indent=2) + "\n"
+    (out_dir / TINY_VL_DIR / "preprocessor_config.json").write_text(processor, encoding="utf-8")
 
 
 def _use_portable_tokenizer_class(config_path: Path) -> None:

@@ -32,6 +32,7 @@ from train_core.types import (
     AdamParams,
     Datum,
     EncodedTextChunk,
+    ImageChunk,
     ModelInput,
     SamplingParams,
     TensorData,
@@ -41,9 +42,10 @@ tokens = st.integers(min_value=0, max_value=2**31 - 1)
 float32s = st.floats(width=32, allow_nan=False)
 finite = st.floats(allow_nan=False, allow_infinity=False)
 
-model_inputs = st.lists(st.lists(tokens, max_size=6).map(tuple), max_size=4).map(
-    lambda chunks: ModelInput(tuple(EncodedTextChunk(c) for c in chunks))
+chunks = st.lists(tokens, max_size=6).map(lambda ids: EncodedTextChunk(tuple(ids))) | st.builds(
+    ImageChunk, st.binary(max_size=16), st.sampled_from(["png", "jpeg"]), st.integers(1, 300)
 )
+model_inputs = st.lists(chunks, max_size=4).map(lambda parts: ModelInput(tuple(parts)))
 
 
 @st.composite
@@ -64,8 +66,11 @@ data = st.builds(Datum, model_inputs, st.dictionaries(st.sampled_from(["target_t
 def test_model_input_round_trip_keeps_chunks(model_input: ModelInput) -> None:
     converted = model_input_to_sdk(model_input)
     assert isinstance(converted, sdk.ModelInput)
-    assert converted.to_ints() == model_input.to_ints()
+    assert converted.length == model_input.length
     assert model_input_from_sdk(converted) == model_input
+    # what the SDK sends (image bytes as base64 in JSON) reads back as the same input
+    wire = sdk.ModelInput.model_validate(converted.model_dump(mode="json"))
+    assert model_input_from_sdk(wire) == model_input
 
 
 @given(tensors())
@@ -176,7 +181,9 @@ def test_prompt_logprobs_stay_aligned(logprobs: list[float | None]) -> None:
     assert all(lp is None or type(lp) is float for lp in converted)
 
 
-def test_non_token_chunks_are_a_clear_error() -> None:
-    image = sdk.ImageChunk(data=b"\x89PNG", format="png", expected_tokens=4)
-    with pytest.raises(KitchenError, match="ImageChunk"):
-        model_input_from_sdk(sdk.ModelInput(chunks=[image]))
+def test_chunks_kitchen_cannot_hold_are_a_clear_error() -> None:
+    unsized = sdk.ImageChunk(data=b"\x89PNG", format="png")
+    pointer = sdk.ImageAssetPointerChunk(location="s3://bucket/cat.png", format="png", expected_tokens=4)
+    for chunk in (unsized, pointer):
+        with pytest.raises(KitchenError, match="token chunks and image chunks with expected_tokens"):
+            model_input_from_sdk(sdk.ModelInput(chunks=[chunk]))

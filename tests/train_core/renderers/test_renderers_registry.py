@@ -54,9 +54,6 @@ NOT_BUILT = {
         for name in COOKBOOK_RENDERERS
         if name.startswith("kimi_k31_pro")
     },
-    # Vision-language: their image placeholders come with image support (issue 28, item 3).
-    "qwen3_vl": "Qwen3-VL: with image inputs (issue 28 item 3)",
-    "qwen3_vl_instruct": "Qwen3-VL Instruct: with image inputs (issue 28 item 3)",
 }
 ISSUE_RENDERERS = (COOKBOOK_RENDERERS - set(NOT_BUILT)) | {"hf_chat_template"}
 
