@@ -39,6 +39,30 @@ def ordinary_token_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
     return [i for i in range(len(tokenizer)) if i not in special]
 
 
+class _Context:
+    """The hash state of prompt + tokens so far under the current weights; switching weights
+    re-walks the context under the new ones (a re-prefill), so later logprobs are exactly theirs."""
+
+    def __init__(self, weights: PseudoWeights, prompt_T: Sequence[int]) -> None:
+        self.weights = weights
+        self.prompt_T = tuple(prompt_T)
+        self.tokens_T: list[int] = []
+        self.logprobs_T: list[float] = []
+        _, self.state = _prompt_start(weights, self.prompt_T)
+
+    def use(self, weights: PseudoWeights) -> None:
+        if weights != self.weights:
+            self.weights = weights
+            _, self.state = _prompt_start(weights, self.prompt_T)
+            for token in self.tokens_T:
+                self.state = advance(self.state, token)
+
+    def append(self, token: int) -> None:
+        self.tokens_T.append(token)
+        self.logprobs_T.append(token_logprob(self.state, token))
+        self.state = advance(self.state, token)
+
+
 @functools.lru_cache(maxsize=64)
 def _prompt_start(weights: PseudoWeights, prompt_T: tuple[int, ...]) -> tuple[int, int]:
     """The prompt's hash (it seeds each completion) and the context state after it: the same for
@@ -57,27 +81,28 @@ def generate_completion(
     end_T: Sequence[int],
     stop: StopMatcher,
     vocab_ids: Sequence[int],
+    weights_T: Sequence[PseudoWeights] = (),
 ) -> TokensWithLogprobs:
     """One completion of `prompt_T`, a pure function of its arguments.
 
-    The token that meets a stop condition is kept, as the local and Tinker samplers keep it.
+    `weights_T`, where given, are the weights each token is decoded with (in-flight weight
+    updates); the draws stay those of the first weights' seed. The token that meets a stop
+    condition is kept, as the local and Tinker samplers keep it.
     """
-    prompt_hash, state = _prompt_start(weights, tuple(prompt_T))
+    prompt_hash, _ = _prompt_start(weights, tuple(prompt_T))
     rng = random.Random(hash_ints([weights.initial_state(), prompt_hash, sample_seed & (2**64 - 1)]))
     natural_length = rng.randint(1, 2 * MEAN_NATURAL_LENGTH - 1)
-    tokens_T: list[int] = []
-    logprobs_T: list[float] = []
+    context = _Context(weights, prompt_T)
     reason: StopReason = "length"
-    while len(tokens_T) < max_tokens:
-        position = len(tokens_T) - natural_length
-        token = end_T[position] if 0 <= position < len(end_T) else rng.choice(vocab_ids)
-        tokens_T.append(token)
-        logprobs_T.append(token_logprob(state, token))
-        state = advance(state, token)
-        if stop.is_done(tokens_T):
+    while len(context.tokens_T) < max_tokens:
+        if weights_T:
+            context.use(weights_T[len(context.tokens_T)])
+        position = len(context.tokens_T) - natural_length
+        context.append(end_T[position] if 0 <= position < len(end_T) else rng.choice(vocab_ids))
+        if stop.is_done(context.tokens_T):
             reason = "stop"
             break
-    return TokensWithLogprobs(tokens_T, logprobs_T, reason)
+    return TokensWithLogprobs(context.tokens_T, context.logprobs_T, reason)
 
 
 def scripted_completion(
@@ -87,18 +112,18 @@ def scripted_completion(
     max_tokens: int,
     end_T: Sequence[int],
     stop: StopMatcher,
+    weights_T: Sequence[PseudoWeights] = (),
 ) -> TokensWithLogprobs:
     """A scripted reply: `reply_T` then the end sequence, cut at `max_tokens` or at the first stop
-    condition met, with the pseudo-model's logprobs of those tokens (as `generate_completion`)."""
-    _, state = _prompt_start(weights, tuple(prompt_T))
-    tokens_T: list[int] = []
-    logprobs_T: list[float] = []
+    condition met, with the pseudo-model's logprobs of those tokens (as `generate_completion`,
+    `weights_T` too)."""
+    context = _Context(weights, prompt_T)
     reason: StopReason = "length"
     for token in [*reply_T, *end_T][:max_tokens]:
-        tokens_T.append(token)
-        logprobs_T.append(token_logprob(state, token))
-        state = advance(state, token)
-        if stop.is_done(tokens_T):
+        if weights_T:
+            context.use(weights_T[len(context.tokens_T)])
+        context.append(token)
+        if stop.is_done(context.tokens_T):
             reason = "stop"
             break
-    return TokensWithLogprobs(tokens_T, logprobs_T, reason)
+    return TokensWithLogprobs(context.tokens_T, context.logprobs_T, reason)

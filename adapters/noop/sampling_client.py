@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from adapters.common.requests import check_sampling_params, check_token_ids
 from adapters.common.stop_matcher import StopMatcher
@@ -12,9 +14,14 @@ from adapters.noop.completion import end_sequence, generate_completion, scripted
 from adapters.noop.pseudo_logprobs import PseudoWeights, hash_ints, prompt_logprobs
 from adapters.noop.runtime import NoopRuntime, tiny_tokenizer, tiny_vocab_ids
 from kitchen.errors import DataError
+from kitchen.ports import WeightFeed
 from train_core.types import ModelInput, SampleResult, SamplingParams
 
 _SEEDED, _UNSEEDED = 1, 0  # keep explicit seeds and call counters from ever colliding
+
+FEED_CHECKS = 64
+"""How often at most a following call looks for new weights (evenly over its tokens), so a long
+budget costs no more event-loop turns than a short one."""
 
 
 def _prompt_tokens(prompt: ModelInput) -> list[int]:
@@ -24,6 +31,48 @@ def _prompt_tokens(prompt: ModelInput) -> list[int]:
         raise DataError("the prompt is empty; sampling and scoring need at least one token")
     check_token_ids(tokens_T, len(tiny_tokenizer()), "prompt")
     return tokens_T
+
+
+@dataclass(frozen=True)
+class _SampleCall:
+    """One checked sample call: everything its completions are a function of, but the weights."""
+
+    client: NoopSamplingClient
+    prompt_T: list[int]
+    num_samples: int
+    max_tokens: int
+    call_seed: int
+    stop: StopMatcher
+    end_T: tuple[int, ...]
+
+    def complete(self, weights_T: Sequence[PseudoWeights]) -> SampleResult:
+        """The completions, token `t` decoded with `weights_T[t]` (none given: the client's)."""
+        weights, runtime = self.client.weights, self.client.runtime
+        if runtime.replies is not None:
+            tokenizer = load_tokenizer(TINY_MODEL_NAME)
+            reply_T = tokenizer.encode(runtime.replies(tokenizer.decode(self.prompt_T)), add_special_tokens=False)
+            sequences = [
+                scripted_completion(weights, self.prompt_T, reply_T, self.max_tokens, self.end_T, self.stop, weights_T)
+                for _ in range(self.num_samples)
+            ]
+        else:
+            sequences = [
+                generate_completion(
+                    weights,
+                    self.prompt_T,
+                    hash_ints([self.call_seed, i]),
+                    self.max_tokens,
+                    self.end_T,
+                    self.stop,
+                    tiny_vocab_ids(),
+                    weights_T,
+                )
+                for i in range(self.num_samples)
+            ]
+        shift = runtime.sampler_logprob_shift
+        if shift:
+            sequences = [replace(seq, maybe_logprobs=[lp + shift for lp in seq.logprobs]) for seq in sequences]
+        return SampleResult(sequences)
 
 
 class NoopSamplingClient:
@@ -42,13 +91,43 @@ class NoopSamplingClient:
     async def sample(self, prompt: ModelInput, num_samples: int, sampling_params: SamplingParams) -> SampleResult:
         """`num_samples` completions; arguments are checked and stop conditions matched exactly as
         the local backend does, so a workflow that runs here runs there."""
+        call = self._start_call(prompt, num_samples, sampling_params)
+        started = asyncio.get_running_loop().time()
+        result = call.complete([])  # the simulated decode is part of the call's latency
+        await self.runtime.latency.pad("sample", started)
+        return result
+
+    async def sample_following(
+        self, prompt: ModelInput, num_samples: int, sampling_params: SamplingParams, feed: WeightFeed, version: int
+    ) -> SampleResult:
+        """As `sample`, with the simulated decode spread evenly over the call's latency: each token
+        is decoded with the newest noop weights published to `feed` by its turn (re-walking the
+        context under them, so its logprob is exactly theirs) and tagged with their version."""
+        call = self._start_call(prompt, num_samples, sampling_params)
+        schedule_T: list[tuple[int, PseudoWeights]] = []
+        current = (version, self.weights)
+        loop = asyncio.get_running_loop()
+        started, seconds = loop.time(), self.runtime.latency.seconds("sample")
+        stride = -(-call.max_tokens // FEED_CHECKS)
+        for index in range(call.max_tokens):
+            if index % stride == 0:
+                await asyncio.sleep(max(0.0, started + seconds * index / call.max_tokens - loop.time()))
+                newest, client = feed.latest()
+                if newest > current[0] and isinstance(client, NoopSamplingClient):
+                    current = (newest, client.weights)
+            schedule_T.append(current)
+        result = call.complete([weights for _, weights in schedule_T])
+        await self.runtime.latency.pad("sample", started)
+        return SampleResult(
+            [replace(seq, maybe_versions=[v for v, _ in schedule_T[: len(seq.tokens)]]) for seq in result.sequences]
+        )
+
+    def _start_call(self, prompt: ModelInput, num_samples: int, sampling_params: SamplingParams) -> _SampleCall:
+        """Check and record a sample call, and resolve what its completions depend on."""
         check_sampling_params(num_samples, sampling_params)
         prompt_T = _prompt_tokens(prompt)
         tokenizer = load_tokenizer(TINY_MODEL_NAME)
-        stop = StopMatcher(sampling_params.stop, tokenizer)
-        end_T = end_sequence(sampling_params.stop, tokenizer)
         context_length = tiny_tokenizer().model_max_length  # without max_tokens, run this far, as local does
-        max_tokens = sampling_params.max_tokens or max(1, context_length - len(prompt_T))
         if sampling_params.seed is None:
             call_seed = hash_ints([_UNSEEDED, self._unseeded_calls])
             self._unseeded_calls += 1
@@ -63,29 +142,22 @@ class NoopSamplingClient:
             num_samples=num_samples,
             max_tokens=sampling_params.max_tokens,
         )
-        await self.runtime.latency.wait("sample")
-        if self.runtime.replies is not None:
-            reply_T = tokenizer.encode(self.runtime.replies(tokenizer.decode(prompt_T)), add_special_tokens=False)
-            sequences = [
-                scripted_completion(self.weights, prompt_T, reply_T, max_tokens, end_T, stop)
-                for _ in range(num_samples)
-            ]
-        else:
-            sequences = [
-                generate_completion(
-                    self.weights, prompt_T, hash_ints([call_seed, i]), max_tokens, end_T, stop, tiny_vocab_ids()
-                )
-                for i in range(num_samples)
-            ]
-        shift = self.runtime.sampler_logprob_shift
-        if shift:
-            sequences = [replace(seq, maybe_logprobs=[lp + shift for lp in seq.logprobs]) for seq in sequences]
-        return SampleResult(sequences)
+        return _SampleCall(
+            self,
+            prompt_T,
+            num_samples,
+            sampling_params.max_tokens or max(1, context_length - len(prompt_T)),
+            call_seed,
+            StopMatcher(sampling_params.stop, tokenizer),
+            end_sequence(sampling_params.stop, tokenizer),
+        )
 
     async def compute_logprobs(self, prompt: ModelInput) -> list[float | None]:
         prompt_T = _prompt_tokens(prompt)
         self.runtime.record(
             "sampling", "compute_logprobs", self.client_id, version=self.weights.version, prompt_tokens=prompt.length
         )
-        await self.runtime.latency.wait("compute_logprobs")
-        return prompt_logprobs(self.weights, prompt_T)
+        started = asyncio.get_running_loop().time()
+        logprobs = prompt_logprobs(self.weights, prompt_T)
+        await self.runtime.latency.pad("compute_logprobs", started)
+        return logprobs

@@ -11,11 +11,16 @@ batch, those finished and those in flight); it starts only if that batch is at m
 (earliest deadline first), and waits for an unfinished group only when that group's deadline is
 this step. Weights only grow over time, so places follow deadlines and no group can miss its
 deadline: nothing sampled is thrown away for its age. (Were one ever older, e.g. after a resume
-with a smaller bound, it is trained and counted in `async/over_bound_groups`.) Workers take the
-newest sampler for every group they start (in-flight weight updates at group granularity; the
-engines here cannot switch weights inside a generation, so each group has one policy version, its
-`sampler_step`). Staleness is logged per step (`async/steps_off_policy_mean|max`), with how long
-the trainer waited for groups (`async/wait_s`) and the groups in flight when it began.
+with a smaller bound, it is trained and counted in `async/over_bound_groups`.)
+
+In-flight weight updates (`kitchen.rl.weight_feed`, `follow_weight_updates`, on by default): the
+trainer publishes each new sampler (`PublishSampler`) and wakes waiting workers; every sampling
+request of a group goes to the newest weights, and on backends that can, a generation switches
+between decode steps, each token tagged with its policy version. A group's `sampler_step` is the
+version it was admitted with, the oldest any of its tokens can have, so the bound holds for every
+token. Staleness is logged per step (`async/steps_off_policy_mean|max` per group,
+`async/token_staleness_*` per token), with how long the trainer waited for groups
+(`async/wait_s`) and the groups in flight when it began.
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ from kitchen.ports import SamplingClient
 from kitchen.rl.dynamic_sampling import fill_metrics, is_informative
 from kitchen.rl.settings import RLSettings
 from kitchen.rl.step import note_dropped, rollout_options, rollout_params
-from kitchen.stage import Live, Stage
+from kitchen.rl.weight_feed import FollowingSampler, PublishedWeights, token_staleness_metrics
+from kitchen.stage import Stage
 from train_core.rl.metrics import rollout_failure_metrics
 from train_core.rl.rollouts import DroppedGroup, SampledGroup, sample_group
 from train_core.rl.task import RLTask
@@ -157,6 +163,10 @@ class OffPolicyQueue:
     def close(self) -> None:
         self.closed.set()
 
+    async def notify(self) -> None:
+        """Wake waiting workers (new weights were published: their admission may have changed)."""
+        await self._notify()
+
     async def _notify(self) -> None:
         async with self._changed:
             self._changed.notify_all()
@@ -165,23 +175,42 @@ class OffPolicyQueue:
 @dataclass(frozen=True)
 class Queue:
     off_policy_queue: OffPolicyQueue
+    weight_feed: PublishedWeights
 
 
 class CreateOffPolicyQueue(Stage):
-    """The hand-off that the sampling workers and the trainer share in async mode."""
+    """The hand-offs that the sampling workers and the trainer share in async mode: groups one
+    way, published samplers (starting with the current one) the other."""
 
-    async def run(self, ctx: Context, config: RLSettings) -> Queue:
+    async def run(self, ctx: Context, sampling_client: SamplingClient, sampler_step: int, config: RLSettings) -> Queue:
         assert config.async_config is not None  # this mode's workflow is built only with it
-        return Queue(OffPolicyQueue(config.groups_per_batch, config.async_config.max_steps_off_policy, ctx.step))
+        queue = OffPolicyQueue(config.groups_per_batch, config.async_config.max_steps_off_policy, ctx.step)
+        return Queue(queue, PublishedWeights(sampler_step, sampling_client))
+
+
+class PublishSampler(Stage):
+    """Async mode, after `RefreshSampler`: publish the new sampler to the workers (requests and,
+    where the backend can, running generations switch to it) and wake those waiting to start."""
+
+    async def run(
+        self,
+        off_policy_queue: OffPolicyQueue,
+        weight_feed: PublishedWeights,
+        sampling_client: SamplingClient,
+        sampler_step: int,
+    ) -> None:
+        weight_feed.publish(sampler_step, sampling_client)
+        await off_policy_queue.notify()
 
 
 class RolloutWorkers(Stage):
     """Async mode's producer: a feeder queues the dataset's builders batch after batch (from the
     step the run starts at) and `async_config.num_workers` (default `groups_per_batch`) workers
-    each roll out one group at a time with whatever sampler is newest (a `Live` read), tagging
-    the group with that sampler's step; a worker waits while a group started now would be too old
-    by the time it is trained. Runs, concurrently with the trainer, until the queue is closed; a
-    failing worker fails it."""
+    each roll out one group at a time with the newest published sampler, tagging the group with
+    its version; with `follow_weight_updates` the group's requests follow later publications
+    (`FollowingSampler`). A worker waits while a group started now would be too old by the time it
+    is trained. Runs, concurrently with the trainer, until the queue is closed; a failing worker
+    fails it."""
 
     calls = (SamplingClient.sample,)
 
@@ -190,8 +219,7 @@ class RolloutWorkers(Stage):
         ctx: Context,
         off_policy_queue: OffPolicyQueue,
         rl_task: RLTask,
-        sampling_client: Live[SamplingClient],
-        sampler_step: Live[int],
+        weight_feed: PublishedWeights,
         config: RLSettings,
     ) -> None:
         queue = off_policy_queue
@@ -200,6 +228,8 @@ class RolloutWorkers(Stage):
         first_batch = ctx.step
         assert config.async_config is not None
         num_workers = config.async_config.num_workers or config.groups_per_batch
+        follow = config.async_config.follow_weight_updates
+        following = FollowingSampler(weight_feed)
 
         async def feed() -> None:
             index = first_batch
@@ -211,8 +241,8 @@ class RolloutWorkers(Stage):
         async def work(worker: int) -> None:
             for count in itertools.count():
                 builder = await queue.next_builder()
-                step = await queue.wait_to_start(sampler_step.get)
-                sampler = sampling_client.get()
+                step = await queue.wait_to_start(lambda: weight_feed.version)
+                sampler = following if follow else weight_feed.latest()[1]
                 seed_key = ("async", config.seed, worker, count)
                 await queue.put(await sample_group(builder, sampler, step, params, seed_key, options), step)
 
@@ -265,6 +295,7 @@ class TakeFreshGroups(Stage):
                 "async/over_bound_groups": sum(age > queue.max_steps_off_policy for age in ages),
                 "async/wait_s": batch.wait_s,
                 "async/in_flight": batch.in_flight_at_start,
+                **token_staleness_metrics(ctx.step, batch.trained),
             }
         )
         return AsyncBatch(batch.groups, batch.trained)
