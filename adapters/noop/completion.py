@@ -51,7 +51,7 @@ class _Context:
         _, self.state = _prompt_start(weights, self.prompt_T)
 
     def use(self, weights: PseudoWeights) -> None:
-        if weights != self.weights:
+        if weights is not self.weights and weights != self.weights:
             self.weights = weights
             _, self.state = _prompt_start(weights, self.prompt_T)
             for token in self.tokens_T:

@@ -26,9 +26,10 @@ token. Staleness is logged per step (`async/steps_off_policy_mean|max` per group
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kitchen.context import Context
@@ -42,7 +43,11 @@ from kitchen.stage import Stage
 from train_core.rl.metrics import rollout_failure_metrics
 from train_core.rl.rollouts import DroppedGroup, SampledGroup, sample_group
 from train_core.rl.task import RLTask
-from train_core.rl.types import EnvGroupBuilder
+from train_core.rl.types import Env, EnvGroupBuilder
+
+HANDOVER_TURNS = 8
+"""Event-loop turns the trainer yields after publishing: enough for an admitted worker to get
+from its wake-up to its first sampling request (admission, rollout tasks, the shared policy)."""
 
 MAX_DROPS_IN_A_ROW = 4
 """Batches' worth of consecutive dropped groups after which async mode gives up (the trainer
@@ -201,6 +206,10 @@ class PublishSampler(Stage):
     ) -> None:
         weight_feed.publish(sampler_step, sampling_client)
         await off_policy_queue.notify()
+        # let the woken workers send their requests before the trainer's own CPU work for the next
+        # step holds the event loop: their sampling latency then runs alongside it
+        for _ in range(HANDOVER_TURNS):
+            await asyncio.sleep(0)
 
 
 class RolloutWorkers(Stage):
@@ -238,13 +247,27 @@ class RolloutWorkers(Stage):
                     await queue.builders.put(builder)
                 index += 1
 
+        async def admitted(builder: EnvGroupBuilder, envs: asyncio.Future[Sequence[Env]]) -> int:
+            """Wait for admission; a worker stopped meanwhile cancels the envs or cleans them up."""
+            try:
+                return await queue.wait_to_start(lambda: weight_feed.version)
+            except BaseException:
+                if not envs.cancel():
+                    with contextlib.suppress(Exception):
+                        await builder.cleanup()
+                raise
+
         async def work(worker: int) -> None:
             for count in itertools.count():
                 builder = await queue.next_builder()
-                step = await queue.wait_to_start(lambda: weight_feed.version)
+                # the envs (prompts rendered, tools set up) are built while the worker waits to be
+                # admitted, so that its sampling requests go out as soon as new weights allow
+                envs = asyncio.ensure_future(builder.make_envs())
+                step = await admitted(builder, envs)
                 sampler = following if follow else weight_feed.latest()[1]
                 seed_key = ("async", config.seed, worker, count)
-                await queue.put(await sample_group(builder, sampler, step, params, seed_key, options), step)
+                group = await sample_group(builder, sampler, step, params, seed_key, options, envs)
+                await queue.put(group, step)
 
         tasks = [
             asyncio.create_task(feed()),

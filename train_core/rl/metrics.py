@@ -156,7 +156,11 @@ def token_metrics(groups_P: Sequence[TrajectoryGroup]) -> Metrics:
 
 def trained_tokens(data_D: Sequence[Datum]) -> float:
     """Action tokens the update trains on (mask > 0): sampled tokens less masked turns."""
-    return float(sum(int((d.loss_fn_inputs["mask"].to_torch() > 0).sum().item()) for d in data_D))
+    if not data_D:
+        return 0.0
+    import torch
+
+    return float((torch.cat([d.loss_fn_inputs["mask"].to_torch().reshape(-1) for d in data_D]) > 0).sum().item())
 
 
 def rollout_failure_metrics(groups: Sequence[SampledGroup], dropped: Sequence[DroppedGroup]) -> Metrics:
