@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from adapters.common.requests import check_sampling_params, check_token_ids
 from adapters.common.stop_matcher import StopMatcher
 from adapters.common.tiny import TINY_MODEL_NAME
 from adapters.common.tokenizer import load_tokenizer
-from adapters.noop.completion import end_sequence, generate_completion, scripted_completion
+from adapters.noop.completion import (
+    Decoder,
+    decode_completion,
+    decode_scripted,
+    end_sequence,
+    primed,
+    run_primed,
+    step,
+)
 from adapters.noop.pseudo_logprobs import PseudoWeights, hash_ints, prompt_logprobs
 from adapters.noop.runtime import NoopRuntime, tiny_tokenizer, tiny_vocab_ids
 from kitchen.errors import DataError
 from kitchen.ports import WeightFeed
-from train_core.types import ModelInput, SampleResult, SamplingParams
+from train_core.types import ModelInput, SampleResult, SamplingParams, TokensWithLogprobs
 
 _SEEDED, _UNSEEDED = 1, 0  # keep explicit seeds and call counters from ever colliding
 
@@ -45,19 +52,19 @@ class _SampleCall:
     stop: StopMatcher
     end_T: tuple[int, ...]
 
-    def complete(self, weights_T: Sequence[PseudoWeights]) -> SampleResult:
-        """The completions, token `t` decoded with `weights_T[t]` (none given: the client's)."""
+    def decoders(self) -> list[Decoder]:
+        """One primed decoder per sample (see `adapters.noop.completion.Decoder`)."""
         weights, runtime = self.client.weights, self.client.runtime
         if runtime.replies is not None:
             tokenizer = load_tokenizer(TINY_MODEL_NAME)
             reply_T = tokenizer.encode(runtime.replies(tokenizer.decode(self.prompt_T)), add_special_tokens=False)
-            sequences = [
-                scripted_completion(weights, self.prompt_T, reply_T, self.max_tokens, self.end_T, self.stop, weights_T)
+            return [
+                primed(decode_scripted(weights, self.prompt_T, reply_T, self.max_tokens, self.end_T, self.stop))
                 for _ in range(self.num_samples)
             ]
-        else:
-            sequences = [
-                generate_completion(
+        return [
+            primed(
+                decode_completion(
                     weights,
                     self.prompt_T,
                     hash_ints([self.call_seed, i]),
@@ -65,11 +72,13 @@ class _SampleCall:
                     self.end_T,
                     self.stop,
                     tiny_vocab_ids(),
-                    weights_T,
                 )
-                for i in range(self.num_samples)
-            ]
-        shift = runtime.sampler_logprob_shift
+            )
+            for i in range(self.num_samples)
+        ]
+
+    def result(self, sequences: list[TokensWithLogprobs]) -> SampleResult:
+        shift = self.client.runtime.sampler_logprob_shift
         if shift:
             sequences = [replace(seq, maybe_logprobs=[lp + shift for lp in seq.logprobs]) for seq in sequences]
         return SampleResult(sequences)
@@ -93,18 +102,22 @@ class NoopSamplingClient:
         the local backend does, so a workflow that runs here runs there."""
         call = self._start_call(prompt, num_samples, sampling_params)
         started = asyncio.get_running_loop().time()
-        result = call.complete([])  # the simulated decode is part of the call's latency
+        # the simulated decode is part of the call's latency
+        sequences = [run_primed(decoder, self.weights) for decoder in call.decoders()]
         await self.runtime.latency.pad("sample", started)
-        return result
+        return call.result(sequences)
 
     async def sample_following(
         self, prompt: ModelInput, num_samples: int, sampling_params: SamplingParams, feed: WeightFeed, version: int
     ) -> SampleResult:
         """As `sample`, with the simulated decode spread evenly over the call's latency: each token
-        is decoded with the newest noop weights published to `feed` by its turn (re-walking the
-        context under them, so its logprob is exactly theirs) and tagged with their version."""
+        is decoded at its turn with the newest noop weights published to `feed` by then (the
+        context re-walked under them, so its logprob is exactly theirs) and tagged with their
+        version."""
         call = self._start_call(prompt, num_samples, sampling_params)
-        schedule_T: list[tuple[int, PseudoWeights]] = []
+        decoders = call.decoders()
+        done: list[TokensWithLogprobs | None] = [None] * len(decoders)
+        versions_T: list[int] = []
         current = (version, self.weights)
         loop = asyncio.get_running_loop()
         started, seconds = loop.time(), self.runtime.latency.seconds("sample")
@@ -115,12 +128,15 @@ class NoopSamplingClient:
                 newest, client = feed.latest()
                 if newest > current[0] and isinstance(client, NoopSamplingClient):
                     current = (newest, client.weights)
-            schedule_T.append(current)
-        result = call.complete([weights for _, weights in schedule_T])
+            versions_T.append(current[0])
+            for row, decoder in enumerate(decoders):
+                if done[row] is None:
+                    done[row] = step(decoder, current[1])
+            if all(result is not None for result in done):
+                break
         await self.runtime.latency.pad("sample", started)
-        return SampleResult(
-            [replace(seq, maybe_versions=[v for v, _ in schedule_T[: len(seq.tokens)]]) for seq in result.sequences]
-        )
+        sequences = [result for result in done if result is not None]
+        return call.result([replace(seq, maybe_versions=versions_T[: len(seq.tokens)]) for seq in sequences])
 
     def _start_call(self, prompt: ModelInput, num_samples: int, sampling_params: SamplingParams) -> _SampleCall:
         """Check and record a sample call, and resolve what its completions depend on."""
