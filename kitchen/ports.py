@@ -49,6 +49,27 @@ class SamplingClient(Protocol):
         ...
 
 
+class WeightFeed(Protocol):
+    """The newest published policy: its version and a sampling client on its weights. Read
+    between decode steps by a sampler that follows weight updates (possibly from its own
+    thread: `latest` must return a consistent pair without awaiting)."""
+
+    def latest(self) -> tuple[int, SamplingClient]: ...
+
+
+@runtime_checkable
+class FollowsWeightUpdates(Protocol):
+    """A sampling client whose generations can switch to newer weights between decode steps
+    (in-flight weight updates). `version` is this client's own in the feed's numbering; each
+    returned token carries the version that produced it (`TokensWithLogprobs.maybe_versions`)
+    and its logprob under those weights. Optional: backends without it are followed between
+    requests only."""
+
+    async def sample_following(
+        self, prompt: ModelInput, num_samples: int, sampling_params: SamplingParams, feed: WeightFeed, version: int
+    ) -> SampleResult: ...
+
+
 @runtime_checkable
 class TrainingClient(Protocol):
     async def forward(

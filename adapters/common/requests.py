@@ -11,6 +11,8 @@ from train_core.types import SamplingParams
 
 def check_token_ids(tokens: Sequence[int], size: int, what: str) -> None:
     """A DataError naming `what` when a token id falls outside [0, size)."""
+    if not tokens or (min(tokens) >= 0 and max(tokens) < size):
+        return
     bad = [t for t in tokens if not 0 <= t < size]
     if bad:
         raise DataError(f"{what} has token ids {bad[:5]} outside the vocabulary [0, {size})")

@@ -20,10 +20,8 @@ def right_pad(sequences_B: Sequence[Sequence[int]], pad_id: int, device: torch.d
     that follow it, so real positions compute exactly what they would alone.
     """
     width = max(len(tokens) for tokens in sequences_B)
-    padded_BL = torch.full((len(sequences_B), width), pad_id, dtype=torch.long)
-    for row, tokens in enumerate(sequences_B):
-        padded_BL[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
-    return padded_BL.to(device)
+    rows = [[*tokens, *[pad_id] * (width - len(tokens))] for tokens in sequences_B]
+    return torch.tensor(rows, dtype=torch.long).to(device)  # one conversion for the batch
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,12 @@ decides which tokens may be drawn). At temperature 1 they therefore equal the tr
 logprobs. Temperature 0 means greedy decoding; its logprobs are then the untempered ones.
 The token that triggers a stop (a stop id, or the token completing a stop string) is kept in
 the output, as the Tinker sampler does.
+
+A request that follows a weight feed (`Following`: in-flight weight updates) looks at the feed
+before each decode step; when newer local weights were published, the decode switches to them:
+every row's context (prompt and tokens so far) is prefilled again under the new model, so the
+tokens after the switch are drawn from, and carry the logprobs of, exactly the new weights (no
+stale KV cache). Each token is tagged with the version that produced it.
 """
 
 from __future__ import annotations
@@ -25,8 +31,10 @@ from transformers.cache_utils import Cache
 from adapters.common.stop_matcher import StopMatcher
 from adapters.local.forward_pass import left_pad, takes_packed_mask
 from adapters.local.kv_cache import packed_inputs, unpacked_cache
+from adapters.local.sampler_pool import ModelLease
 from adapters.local.token_scoring import log_softmax_f32
 from adapters.local.vision import sample_with_images
+from kitchen.ports import WeightFeed
 from train_core.types import ImageChunk, SamplingParams, StopReason, TokensWithLogprobs
 
 
@@ -55,6 +63,22 @@ over a packed row also computes its masked-out blocks (on the 50M benchmark mode
 
 
 @dataclass(frozen=True)
+class Following:
+    """A request's weight feed, and the version (in the feed's numbering) of the weights it starts with."""
+
+    feed: WeightFeed
+    version: int
+
+    def newer(self, version: int, model: torch.nn.Module) -> tuple[int, ModelLease] | None:
+        """The newest published local weights for the same architecture, if newer than `version`."""
+        newest, client = self.feed.latest()
+        lease = getattr(client, "lease", None)
+        if newest > version and isinstance(lease, ModelLease) and type(lease.model) is type(model):
+            return newest, lease
+        return None
+
+
+@dataclass(frozen=True)
 class SampleRequest:
     """One `sample` call, checked and resolved: its prompt, token budget and seed."""
 
@@ -66,6 +90,7 @@ class SampleRequest:
     stop: StopMatcher
     images: tuple[ImageChunk, ...] = ()
     """The prompt's images (a vision-language model); their positions in `prompt` hold its image token."""
+    following: Following | None = None
 
     @property
     def key(self) -> Hashable:
@@ -76,7 +101,8 @@ class SampleRequest:
         """
         p = self.params
         stop = None if p.stop is None else tuple(p.stop)
-        return (p.temperature, p.top_k, p.top_p, self.max_tokens, stop, bool(self.images))
+        follows = None if self.following is None else (id(self.following.feed), self.following.version)
+        return (p.temperature, p.top_k, p.top_p, self.max_tokens, stop, bool(self.images), follows)
 
     @property
     def rows(self) -> int:
@@ -185,6 +211,8 @@ def sample_batch(
     for the same rows as it would use alone, so a seed gives the same samples whatever else shares
     the batch. Prompts are left-padded to end together. Once a quarter of the rows have stopped,
     the finished ones leave the batch (their cache rows too): the others decode on in fewer rows.
+    Following requests (all of a batch alike: their `key`) may switch weights between decode steps
+    (see the module doc); their tokens carry versions.
     """
     params, stop, max_tokens = requests[0].params, requests[0].stop, requests[0].max_tokens
     device = next(model.parameters()).device
@@ -211,7 +239,12 @@ def sample_batch(
     uniforms_NT = None if params.temperature == 0.0 else draw_uniforms(requests, device)
     logits_NV, cache, mask_NL, positions_N1 = _prefill(model, requests, pad_id, device)
     prompt_width = mask_NL.shape[-1] - max_tokens
+    following = requests[0].following
+    version = 0 if following is None else following.version
+    held: list[ModelLease] = []  # the newer weights switched to: not reused by the pool while in use
+    prompt_of_B = [request.prompt for request in requests for _ in range(request.num_samples)]
     tokens_B: list[list[int]] = [[] for _ in range(batch_size)]
+    versions_B: list[list[int]] = [[] for _ in range(batch_size)]
     logprobs_B: list[list[float]] = [[] for _ in range(batch_size)]
     reasons_B: list[StopReason | None] = [None] * batch_size
     rows_N = list(range(batch_size))  # the row each of the N rows still decoding is
@@ -223,6 +256,7 @@ def sample_batch(
                 continue  # finished since the batch last shrank: its extra tokens are dropped
             tokens_B[row].append(token)
             logprobs_B[row].append(logprob)
+            versions_B[row].append(version)
             if stop.is_done(tokens_B[row]):
                 reasons_B[row] = "stop"
         live = [index for index, row in enumerate(rows_N) if reasons_B[row] is None]
@@ -234,6 +268,18 @@ def sample_batch(
             mask_NL, positions_N1, new_tokens_N = mask_NL[keep_N], positions_N1[keep_N], new_tokens_N[keep_N]
             uniforms_NT = None if uniforms_NT is None else uniforms_NT[keep_N]
             rows_N = [rows_N[index] for index in live]
+        newer = None if following is None else following.newer(version, model)
+        if newer is not None:  # in-flight weight update: prefill every row's context again under them
+            version, lease = newer
+            held.append(lease)
+            model = lease.model
+            contexts = [
+                SampleRequest([*prompt_of_B[row], *tokens_B[row]], 1, max_tokens - step - 1, 0, params, stop)
+                for row in rows_N
+            ]
+            logits_NV, cache, mask_NL, positions_N1 = _prefill(model, contexts, pad_id, device)
+            prompt_width = mask_NL.shape[-1] - (max_tokens - step - 1) - (step + 1)  # keeps the slice below
+            continue
         positions_N1 = positions_N1 + 1
         output = model(
             input_ids=new_tokens_N.unsqueeze(-1),
@@ -244,7 +290,7 @@ def sample_batch(
         )
         logits_NV, cache = output.logits[:, -1, :], output.past_key_values
     sequences_B = [
-        TokensWithLogprobs(tokens, logprobs, reason or "length")
-        for tokens, logprobs, reason in zip(tokens_B, logprobs_B, reasons_B, strict=True)
+        TokensWithLogprobs(tokens, logprobs, reason or "length", None if following is None else versions)
+        for tokens, logprobs, reason, versions in zip(tokens_B, logprobs_B, reasons_B, versions_B, strict=True)
     ]
     return [sequences_B[request_rows] for request_rows in row_ranges]

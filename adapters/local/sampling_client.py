@@ -11,13 +11,13 @@ from adapters.common.stop_matcher import StopMatcher
 from adapters.local.forward_pass import pad_token_id, vocab_size
 from adapters.local.prompt_scoring import ScoreRequest, score_prompts
 from adapters.local.request_batcher import DEFAULT_BATCH_LIMITS, BatchLimits, RequestBatcher
-from adapters.local.sampler import SampleRequest, sample_batch
+from adapters.local.sampler import Following, SampleRequest, sample_batch
 from adapters.local.sampler_pool import ModelLease
 from adapters.local.serial_executor import SerialExecutor
 from adapters.local.token_scoring import LogprobMethod
 from adapters.local.vision import image_token_id
 from kitchen.errors import DataError
-from kitchen.ports import Tokenizer
+from kitchen.ports import Tokenizer, WeightFeed
 from train_core.types import ModelInput, SampleResult, SamplingParams, TokensWithLogprobs
 
 
@@ -62,14 +62,32 @@ class LocalSamplingClient:
     def get_tokenizer(self) -> Tokenizer:
         return self._tokenizer
 
+    @property
+    def lease(self) -> ModelLease:
+        """This client's hold on its weights (a following decode switching to them takes it too)."""
+        return self._lease
+
     async def sample(self, prompt: ModelInput, num_samples: int, sampling_params: SamplingParams) -> SampleResult:
         """`num_samples` continuations of `prompt`; the same seed gives the same samples.
 
         Without max_tokens, decoding runs until a stop condition or the model's context length.
         """
+        return SampleResult(await self._sampling.submit(self._request(prompt, num_samples, sampling_params, None)))
+
+    async def sample_following(
+        self, prompt: ModelInput, num_samples: int, sampling_params: SamplingParams, feed: WeightFeed, version: int
+    ) -> SampleResult:
+        """As `sample`, switching to newer local weights published to `feed` between decode steps
+        (re-prefilling the context under them); each token tagged with its version."""
+        request = self._request(prompt, num_samples, sampling_params, Following(feed, version))
+        return SampleResult(await self._sampling.submit(request))
+
+    def _request(
+        self, prompt: ModelInput, num_samples: int, sampling_params: SamplingParams, following: Following | None
+    ) -> SampleRequest:
         check_sampling_params(num_samples, sampling_params)
         prompt_tokens = self._prompt_tokens(prompt)
-        request = SampleRequest(
+        return SampleRequest(
             images=prompt.images,
             prompt=prompt_tokens,
             num_samples=num_samples,
@@ -77,8 +95,8 @@ class LocalSamplingClient:
             seed=self._seeds.getrandbits(63) if sampling_params.seed is None else sampling_params.seed,
             params=sampling_params,
             stop=StopMatcher(sampling_params.stop, self._tokenizer),
+            following=following,
         )
-        return SampleResult(await self._sampling.submit(request))
 
     async def compute_logprobs(self, prompt: ModelInput) -> list[float | None]:
         """The logprob of each prompt token given those before it; None for the first."""

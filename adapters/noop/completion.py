@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 
 from transformers import PreTrainedTokenizerBase
 
 from adapters.common.stop_matcher import StopMatcher
 from adapters.noop.pseudo_logprobs import PseudoWeights, advance, hash_ints, token_logprob
 from kitchen.ports import Tokenizer
-from train_core.types import StopCondition, StopReason, TokensWithLogprobs
+from train_core.types import StopCondition, TokensWithLogprobs
 
 MEAN_NATURAL_LENGTH = 24
 """Average completion length (tokens before the end sequence) when max_tokens does not cut it."""
@@ -39,6 +39,30 @@ def ordinary_token_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
     return [i for i in range(len(tokenizer)) if i not in special]
 
 
+class _Context:
+    """The hash state of prompt + tokens so far under the current weights; switching weights
+    re-walks the context under the new ones (a re-prefill), so later logprobs are exactly theirs."""
+
+    def __init__(self, weights: PseudoWeights, prompt_T: Sequence[int]) -> None:
+        self.weights = weights
+        self.prompt_T = tuple(prompt_T)
+        self.tokens_T: list[int] = []
+        self.logprobs_T: list[float] = []
+        _, self.state = _prompt_start(weights, self.prompt_T)
+
+    def use(self, weights: PseudoWeights) -> None:
+        if weights is not self.weights and weights != self.weights:
+            self.weights = weights
+            _, self.state = _prompt_start(weights, self.prompt_T)
+            for token in self.tokens_T:
+                self.state = advance(self.state, token)
+
+    def append(self, token: int) -> None:
+        self.tokens_T.append(token)
+        self.logprobs_T.append(token_logprob(self.state, token))
+        self.state = advance(self.state, token)
+
+
 @functools.lru_cache(maxsize=64)
 def _prompt_start(weights: PseudoWeights, prompt_T: tuple[int, ...]) -> tuple[int, int]:
     """The prompt's hash (it seeds each completion) and the context state after it: the same for
@@ -47,6 +71,78 @@ def _prompt_start(weights: PseudoWeights, prompt_T: tuple[int, ...]) -> tuple[in
     for token in prompt_T:
         state = advance(state, token)
     return hash_ints(prompt_T), state
+
+
+Decoder = Generator[None, PseudoWeights, TokensWithLogprobs]
+"""A completion decoded one token per `send(weights)` (the weights that token is decoded with),
+primed with `next`; it returns its `TokensWithLogprobs` (StopIteration) once done, so a caller
+can spread the decode over time and switch weights between tokens (in-flight weight updates)."""
+
+
+def decode_completion(
+    weights: PseudoWeights,
+    prompt_T: Sequence[int],
+    sample_seed: int,
+    max_tokens: int,
+    end_T: Sequence[int],
+    stop: StopMatcher,
+    vocab_ids: Sequence[int],
+) -> Decoder:
+    """One pseudo-random completion of `prompt_T`, a pure function of its arguments and of the
+    weights sent for each token; the draws stay those of the first weights' seed. The token that
+    meets a stop condition is kept, as the local and Tinker samplers keep it."""
+    prompt_hash, _ = _prompt_start(weights, tuple(prompt_T))
+    rng = random.Random(hash_ints([weights.initial_state(), prompt_hash, sample_seed & (2**64 - 1)]))
+    natural_length = rng.randint(1, 2 * MEAN_NATURAL_LENGTH - 1)
+    context = _Context(weights, prompt_T)
+    while len(context.tokens_T) < max_tokens:
+        context.use((yield))
+        position = len(context.tokens_T) - natural_length
+        context.append(end_T[position] if 0 <= position < len(end_T) else rng.choice(vocab_ids))
+        if stop.is_done(context.tokens_T):
+            return TokensWithLogprobs(context.tokens_T, context.logprobs_T, "stop")
+    return TokensWithLogprobs(context.tokens_T, context.logprobs_T, "length")
+
+
+def decode_scripted(
+    weights: PseudoWeights,
+    prompt_T: Sequence[int],
+    reply_T: Sequence[int],
+    max_tokens: int,
+    end_T: Sequence[int],
+    stop: StopMatcher,
+) -> Decoder:
+    """A scripted reply: `reply_T` then the end sequence, cut at `max_tokens` or at the first stop
+    condition met, with the pseudo-model's logprobs of those tokens (as `decode_completion`)."""
+    context = _Context(weights, prompt_T)
+    for token in [*reply_T, *end_T][:max_tokens]:
+        context.use((yield))
+        context.append(token)
+        if stop.is_done(context.tokens_T):
+            return TokensWithLogprobs(context.tokens_T, context.logprobs_T, "stop")
+    return TokensWithLogprobs(context.tokens_T, context.logprobs_T, "length")
+
+
+def primed(decoder: Decoder) -> Decoder:
+    next(decoder)
+    return decoder
+
+
+def step(decoder: Decoder, weights: PseudoWeights) -> TokensWithLogprobs | None:
+    """Decode one token with `weights`; the completion once it is done, else None."""
+    try:
+        decoder.send(weights)
+    except StopIteration as done:
+        result: TokensWithLogprobs = done.value
+        return result
+    return None
+
+
+def run_primed(decoder: Decoder, weights: PseudoWeights) -> TokensWithLogprobs:
+    """The whole completion of a primed decoder, every token decoded with `weights`."""
+    while (result := step(decoder, weights)) is None:
+        pass
+    return result
 
 
 def generate_completion(
@@ -58,26 +154,9 @@ def generate_completion(
     stop: StopMatcher,
     vocab_ids: Sequence[int],
 ) -> TokensWithLogprobs:
-    """One completion of `prompt_T`, a pure function of its arguments.
-
-    The token that meets a stop condition is kept, as the local and Tinker samplers keep it.
-    """
-    prompt_hash, state = _prompt_start(weights, tuple(prompt_T))
-    rng = random.Random(hash_ints([weights.initial_state(), prompt_hash, sample_seed & (2**64 - 1)]))
-    natural_length = rng.randint(1, 2 * MEAN_NATURAL_LENGTH - 1)
-    tokens_T: list[int] = []
-    logprobs_T: list[float] = []
-    reason: StopReason = "length"
-    while len(tokens_T) < max_tokens:
-        position = len(tokens_T) - natural_length
-        token = end_T[position] if 0 <= position < len(end_T) else rng.choice(vocab_ids)
-        tokens_T.append(token)
-        logprobs_T.append(token_logprob(state, token))
-        state = advance(state, token)
-        if stop.is_done(tokens_T):
-            reason = "stop"
-            break
-    return TokensWithLogprobs(tokens_T, logprobs_T, reason)
+    """One completion of `prompt_T` with fixed weights (see `decode_completion`)."""
+    decoder = decode_completion(weights, prompt_T, sample_seed, max_tokens, end_T, stop, vocab_ids)
+    return run_primed(primed(decoder), weights)
 
 
 def scripted_completion(
@@ -88,17 +167,5 @@ def scripted_completion(
     end_T: Sequence[int],
     stop: StopMatcher,
 ) -> TokensWithLogprobs:
-    """A scripted reply: `reply_T` then the end sequence, cut at `max_tokens` or at the first stop
-    condition met, with the pseudo-model's logprobs of those tokens (as `generate_completion`)."""
-    _, state = _prompt_start(weights, tuple(prompt_T))
-    tokens_T: list[int] = []
-    logprobs_T: list[float] = []
-    reason: StopReason = "length"
-    for token in [*reply_T, *end_T][:max_tokens]:
-        tokens_T.append(token)
-        logprobs_T.append(token_logprob(state, token))
-        state = advance(state, token)
-        if stop.is_done(tokens_T):
-            reason = "stop"
-            break
-    return TokensWithLogprobs(tokens_T, logprobs_T, reason)
+    """A scripted reply with fixed weights (see `decode_scripted`)."""
+    return run_primed(primed(decode_scripted(weights, prompt_T, reply_T, max_tokens, end_T, stop)), weights)

@@ -1,4 +1,9 @@
-"""Simulated per-call latency, so pipelining and concurrency can be tested and benchmarked."""
+"""Simulated per-call latency, so pipelining and concurrency can be tested and benchmarked.
+
+A call's latency is the time the simulated service takes for it, its own computation (the
+pseudo-model's logprobs, the completions) included: the noop clients compute first and then
+sleep what is left (`pad`), so a call takes max(latency, compute), as a remote call would, instead
+of latency plus the stand-in's CPU time on the caller's event loop."""
 
 from __future__ import annotations
 
@@ -37,6 +42,15 @@ class Latency:
                 raise ConfigError(f"noop_latency[{kind!r}] must be a finite number >= 0, got {value!r}")
         self.seconds_by_kind = seconds
 
+    def seconds(self, kind: str) -> float:
+        return self.seconds_by_kind.get(kind, 0.0)
+
+    async def pad(self, kind: str, started: float) -> None:
+        """Sleep what is left of `kind`'s latency since `started` (the event loop's `time()`),
+        yielding to other tasks even when nothing is left."""
+        elapsed = asyncio.get_running_loop().time() - started
+        await asyncio.sleep(max(0.0, self.seconds(kind) - elapsed))
+
     async def wait(self, kind: str) -> None:
         """Sleep for `kind`'s latency (yielding to other tasks even when it is zero)."""
-        await asyncio.sleep(self.seconds_by_kind.get(kind, 0.0))
+        await asyncio.sleep(self.seconds(kind))

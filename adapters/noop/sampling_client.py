@@ -2,19 +2,33 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+import asyncio
+from dataclasses import dataclass, replace
 
 from adapters.common.requests import check_sampling_params, check_token_ids
 from adapters.common.stop_matcher import StopMatcher
 from adapters.common.tiny import TINY_MODEL_NAME
 from adapters.common.tokenizer import load_tokenizer
-from adapters.noop.completion import end_sequence, generate_completion, scripted_completion
+from adapters.noop.completion import (
+    Decoder,
+    decode_completion,
+    decode_scripted,
+    end_sequence,
+    primed,
+    run_primed,
+    step,
+)
 from adapters.noop.pseudo_logprobs import PseudoWeights, hash_ints, prompt_logprobs
 from adapters.noop.runtime import NOOP_IMAGE_TOKEN, NoopRuntime, tiny_tokenizer, tiny_vocab_ids, vocab_size
 from kitchen.errors import DataError
-from train_core.types import ModelInput, SampleResult, SamplingParams
+from kitchen.ports import WeightFeed
+from train_core.types import ModelInput, SampleResult, SamplingParams, TokensWithLogprobs
 
 _SEEDED, _UNSEEDED = 1, 0  # keep explicit seeds and call counters from ever colliding
+
+FEED_CHECKS = 64
+"""How often at most a following call looks for new weights (evenly over its tokens), so a long
+budget costs no more event-loop turns than a short one."""
 
 
 def _prompt_tokens(prompt: ModelInput) -> list[int]:
@@ -24,6 +38,50 @@ def _prompt_tokens(prompt: ModelInput) -> list[int]:
         raise DataError("the prompt is empty; sampling and scoring need at least one token")
     check_token_ids(tokens_T, vocab_size(), "prompt")
     return tokens_T
+
+
+@dataclass(frozen=True)
+class _SampleCall:
+    """One checked sample call: everything its completions are a function of, but the weights."""
+
+    client: NoopSamplingClient
+    prompt_T: list[int]
+    num_samples: int
+    max_tokens: int
+    call_seed: int
+    stop: StopMatcher
+    end_T: tuple[int, ...]
+
+    def decoders(self) -> list[Decoder]:
+        """One primed decoder per sample (see `adapters.noop.completion.Decoder`)."""
+        weights, runtime = self.client.weights, self.client.runtime
+        if runtime.replies is not None:
+            tokenizer = load_tokenizer(TINY_MODEL_NAME)
+            reply_T = tokenizer.encode(runtime.replies(tokenizer.decode(self.prompt_T)), add_special_tokens=False)
+            return [
+                primed(decode_scripted(weights, self.prompt_T, reply_T, self.max_tokens, self.end_T, self.stop))
+                for _ in range(self.num_samples)
+            ]
+        return [
+            primed(
+                decode_completion(
+                    weights,
+                    self.prompt_T,
+                    hash_ints([self.call_seed, i]),
+                    self.max_tokens,
+                    self.end_T,
+                    self.stop,
+                    tiny_vocab_ids(),
+                )
+            )
+            for i in range(self.num_samples)
+        ]
+
+    def result(self, sequences: list[TokensWithLogprobs]) -> SampleResult:
+        shift = self.client.runtime.sampler_logprob_shift
+        if shift:
+            sequences = [replace(seq, maybe_logprobs=[lp + shift for lp in seq.logprobs]) for seq in sequences]
+        return SampleResult(sequences)
 
 
 class NoopSamplingClient:
@@ -42,13 +100,50 @@ class NoopSamplingClient:
     async def sample(self, prompt: ModelInput, num_samples: int, sampling_params: SamplingParams) -> SampleResult:
         """`num_samples` completions; arguments are checked and stop conditions matched exactly as
         the local backend does, so a workflow that runs here runs there."""
+        call = self._start_call(prompt, num_samples, sampling_params)
+        started = asyncio.get_running_loop().time()
+        # the simulated decode is part of the call's latency
+        sequences = [run_primed(decoder, self.weights) for decoder in call.decoders()]
+        await self.runtime.latency.pad("sample", started)
+        return call.result(sequences)
+
+    async def sample_following(
+        self, prompt: ModelInput, num_samples: int, sampling_params: SamplingParams, feed: WeightFeed, version: int
+    ) -> SampleResult:
+        """As `sample`, with the simulated decode spread evenly over the call's latency: each token
+        is decoded at its turn with the newest noop weights published to `feed` by then (the
+        context re-walked under them, so its logprob is exactly theirs) and tagged with their
+        version."""
+        call = self._start_call(prompt, num_samples, sampling_params)
+        decoders = call.decoders()
+        done: list[TokensWithLogprobs | None] = [None] * len(decoders)
+        versions_T: list[int] = []
+        current = (version, self.weights)
+        loop = asyncio.get_running_loop()
+        started, seconds = loop.time(), self.runtime.latency.seconds("sample")
+        stride = -(-call.max_tokens // FEED_CHECKS)
+        for index in range(call.max_tokens):
+            if index % stride == 0:
+                await asyncio.sleep(max(0.0, started + seconds * index / call.max_tokens - loop.time()))
+                newest, client = feed.latest()
+                if newest > current[0] and isinstance(client, NoopSamplingClient):
+                    current = (newest, client.weights)
+            versions_T.append(current[0])
+            for row, decoder in enumerate(decoders):
+                if done[row] is None:
+                    done[row] = step(decoder, current[1])
+            if all(result is not None for result in done):
+                break
+        await self.runtime.latency.pad("sample", started)
+        sequences = [result for result in done if result is not None]
+        return call.result([replace(seq, maybe_versions=versions_T[: len(seq.tokens)]) for seq in sequences])
+
+    def _start_call(self, prompt: ModelInput, num_samples: int, sampling_params: SamplingParams) -> _SampleCall:
+        """Check and record a sample call, and resolve what its completions depend on."""
         check_sampling_params(num_samples, sampling_params)
         prompt_T = _prompt_tokens(prompt)
         tokenizer = load_tokenizer(TINY_MODEL_NAME)
-        stop = StopMatcher(sampling_params.stop, tokenizer)
-        end_T = end_sequence(sampling_params.stop, tokenizer)
         context_length = tiny_tokenizer().model_max_length  # without max_tokens, run this far, as local does
-        max_tokens = sampling_params.max_tokens or max(1, context_length - len(prompt_T))
         if sampling_params.seed is None:
             call_seed = hash_ints([_UNSEEDED, self._unseeded_calls])
             self._unseeded_calls += 1
@@ -63,29 +158,22 @@ class NoopSamplingClient:
             num_samples=num_samples,
             max_tokens=sampling_params.max_tokens,
         )
-        await self.runtime.latency.wait("sample")
-        if self.runtime.replies is not None:
-            reply_T = tokenizer.encode(self.runtime.replies(tokenizer.decode(prompt_T)), add_special_tokens=False)
-            sequences = [
-                scripted_completion(self.weights, prompt_T, reply_T, max_tokens, end_T, stop)
-                for _ in range(num_samples)
-            ]
-        else:
-            sequences = [
-                generate_completion(
-                    self.weights, prompt_T, hash_ints([call_seed, i]), max_tokens, end_T, stop, tiny_vocab_ids()
-                )
-                for i in range(num_samples)
-            ]
-        shift = self.runtime.sampler_logprob_shift
-        if shift:
-            sequences = [replace(seq, maybe_logprobs=[lp + shift for lp in seq.logprobs]) for seq in sequences]
-        return SampleResult(sequences)
+        return _SampleCall(
+            self,
+            prompt_T,
+            num_samples,
+            sampling_params.max_tokens or max(1, context_length - len(prompt_T)),
+            call_seed,
+            StopMatcher(sampling_params.stop, tokenizer),
+            end_sequence(sampling_params.stop, tokenizer),
+        )
 
     async def compute_logprobs(self, prompt: ModelInput) -> list[float | None]:
         prompt_T = _prompt_tokens(prompt)
         self.runtime.record(
             "sampling", "compute_logprobs", self.client_id, version=self.weights.version, prompt_tokens=prompt.length
         )
-        await self.runtime.latency.wait("compute_logprobs")
-        return prompt_logprobs(self.weights, prompt_T)
+        started = asyncio.get_running_loop().time()
+        logprobs = prompt_logprobs(self.weights, prompt_T)
+        await self.runtime.latency.pad("compute_logprobs", started)
+        return logprobs

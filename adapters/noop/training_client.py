@@ -53,11 +53,13 @@ class NoopTrainingClient:
         self._nonfinite = False  # the gradients accumulated since the last optim_step hold NaN/inf
 
     def _submit(self, method: str, work: Callable[[], T]) -> asyncio.Task[T]:
-        """Queue `work` behind earlier requests; it runs after `method`'s simulated latency."""
+        """Queue `work` behind earlier requests; it takes `method`'s simulated latency in all."""
 
         async def run() -> T:
-            await self.runtime.latency.wait(method)
-            return work()
+            started = asyncio.get_running_loop().time()
+            result = work()  # the service's own computation is part of its latency
+            await self.runtime.latency.pad(method, started)
+            return result
 
         return self.queue.submit(run)
 

@@ -11,19 +11,25 @@ batch, those finished and those in flight); it starts only if that batch is at m
 (earliest deadline first), and waits for an unfinished group only when that group's deadline is
 this step. Weights only grow over time, so places follow deadlines and no group can miss its
 deadline: nothing sampled is thrown away for its age. (Were one ever older, e.g. after a resume
-with a smaller bound, it is trained and counted in `async/over_bound_groups`.) Workers take the
-newest sampler for every group they start (in-flight weight updates at group granularity; the
-engines here cannot switch weights inside a generation, so each group has one policy version, its
-`sampler_step`). Staleness is logged per step (`async/steps_off_policy_mean|max`), with how long
-the trainer waited for groups (`async/wait_s`) and the groups in flight when it began.
+with a smaller bound, it is trained and counted in `async/over_bound_groups`.)
+
+In-flight weight updates (`kitchen.rl.weight_feed`, `follow_weight_updates`, on by default): the
+trainer publishes each new sampler (`PublishSampler`) and wakes waiting workers; every sampling
+request of a group goes to the newest weights, and on backends that can, a generation switches
+between decode steps, each token tagged with its policy version. A group's `sampler_step` is the
+version it was admitted with, the oldest any of its tokens can have, so the bound holds for every
+token. Staleness is logged per step (`async/steps_off_policy_mean|max` per group,
+`async/token_staleness_*` per token), with how long the trainer waited for groups
+(`async/wait_s`) and the groups in flight when it began.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kitchen.context import Context
@@ -32,11 +38,16 @@ from kitchen.ports import SamplingClient
 from kitchen.rl.dynamic_sampling import fill_metrics, is_informative
 from kitchen.rl.settings import RLSettings
 from kitchen.rl.step import note_dropped, rollout_options, rollout_params
-from kitchen.stage import Live, Stage
+from kitchen.rl.weight_feed import FollowingSampler, PublishedWeights, token_staleness_metrics
+from kitchen.stage import Stage
 from train_core.rl.metrics import rollout_failure_metrics
 from train_core.rl.rollouts import DroppedGroup, SampledGroup, sample_group
 from train_core.rl.task import RLTask
-from train_core.rl.types import EnvGroupBuilder
+from train_core.rl.types import Env, EnvGroupBuilder
+
+HANDOVER_TURNS = 8
+"""Event-loop turns the trainer yields after publishing: enough for an admitted worker to get
+from its wake-up to its first sampling request (admission, rollout tasks, the shared policy)."""
 
 MAX_DROPS_IN_A_ROW = 4
 """Batches' worth of consecutive dropped groups after which async mode gives up (the trainer
@@ -157,6 +168,10 @@ class OffPolicyQueue:
     def close(self) -> None:
         self.closed.set()
 
+    async def notify(self) -> None:
+        """Wake waiting workers (new weights were published: their admission may have changed)."""
+        await self._notify()
+
     async def _notify(self) -> None:
         async with self._changed:
             self._changed.notify_all()
@@ -165,23 +180,46 @@ class OffPolicyQueue:
 @dataclass(frozen=True)
 class Queue:
     off_policy_queue: OffPolicyQueue
+    weight_feed: PublishedWeights
 
 
 class CreateOffPolicyQueue(Stage):
-    """The hand-off that the sampling workers and the trainer share in async mode."""
+    """The hand-offs that the sampling workers and the trainer share in async mode: groups one
+    way, published samplers (starting with the current one) the other."""
 
-    async def run(self, ctx: Context, config: RLSettings) -> Queue:
+    async def run(self, ctx: Context, sampling_client: SamplingClient, sampler_step: int, config: RLSettings) -> Queue:
         assert config.async_config is not None  # this mode's workflow is built only with it
-        return Queue(OffPolicyQueue(config.groups_per_batch, config.async_config.max_steps_off_policy, ctx.step))
+        queue = OffPolicyQueue(config.groups_per_batch, config.async_config.max_steps_off_policy, ctx.step)
+        return Queue(queue, PublishedWeights(sampler_step, sampling_client))
+
+
+class PublishSampler(Stage):
+    """Async mode, after `RefreshSampler`: publish the new sampler to the workers (requests and,
+    where the backend can, running generations switch to it) and wake those waiting to start."""
+
+    async def run(
+        self,
+        off_policy_queue: OffPolicyQueue,
+        weight_feed: PublishedWeights,
+        sampling_client: SamplingClient,
+        sampler_step: int,
+    ) -> None:
+        weight_feed.publish(sampler_step, sampling_client)
+        await off_policy_queue.notify()
+        # let the woken workers send their requests before the trainer's own CPU work for the next
+        # step holds the event loop: their sampling latency then runs alongside it
+        for _ in range(HANDOVER_TURNS):
+            await asyncio.sleep(0)
 
 
 class RolloutWorkers(Stage):
     """Async mode's producer: a feeder queues the dataset's builders batch after batch (from the
     step the run starts at) and `async_config.num_workers` (default `groups_per_batch`) workers
-    each roll out one group at a time with whatever sampler is newest (a `Live` read), tagging
-    the group with that sampler's step; a worker waits while a group started now would be too old
-    by the time it is trained. Runs, concurrently with the trainer, until the queue is closed; a
-    failing worker fails it."""
+    each roll out one group at a time with the newest published sampler, tagging the group with
+    its version; with `follow_weight_updates` the group's requests follow later publications
+    (`FollowingSampler`). A worker waits while a group started now would be too old by the time it
+    is trained. Runs, concurrently with the trainer, until the queue is closed; a failing worker
+    fails it."""
 
     calls = (SamplingClient.sample,)
 
@@ -190,8 +228,7 @@ class RolloutWorkers(Stage):
         ctx: Context,
         off_policy_queue: OffPolicyQueue,
         rl_task: RLTask,
-        sampling_client: Live[SamplingClient],
-        sampler_step: Live[int],
+        weight_feed: PublishedWeights,
         config: RLSettings,
     ) -> None:
         queue = off_policy_queue
@@ -200,6 +237,8 @@ class RolloutWorkers(Stage):
         first_batch = ctx.step
         assert config.async_config is not None
         num_workers = config.async_config.num_workers or config.groups_per_batch
+        follow = config.async_config.follow_weight_updates
+        following = FollowingSampler(weight_feed)
 
         async def feed() -> None:
             index = first_batch
@@ -208,13 +247,27 @@ class RolloutWorkers(Stage):
                     await queue.builders.put(builder)
                 index += 1
 
+        async def admitted(builder: EnvGroupBuilder, envs: asyncio.Future[Sequence[Env]]) -> int:
+            """Wait for admission; a worker stopped meanwhile cancels the envs or cleans them up."""
+            try:
+                return await queue.wait_to_start(lambda: weight_feed.version)
+            except BaseException:
+                if not envs.cancel():
+                    with contextlib.suppress(Exception):
+                        await builder.cleanup()
+                raise
+
         async def work(worker: int) -> None:
             for count in itertools.count():
                 builder = await queue.next_builder()
-                step = await queue.wait_to_start(sampler_step.get)
-                sampler = sampling_client.get()
+                # the envs (prompts rendered, tools set up) are built while the worker waits to be
+                # admitted, so that its sampling requests go out as soon as new weights allow
+                envs = asyncio.ensure_future(builder.make_envs())
+                step = await admitted(builder, envs)
+                sampler = following if follow else weight_feed.latest()[1]
                 seed_key = ("async", config.seed, worker, count)
-                await queue.put(await sample_group(builder, sampler, step, params, seed_key, options), step)
+                group = await sample_group(builder, sampler, step, params, seed_key, options, envs)
+                await queue.put(group, step)
 
         tasks = [
             asyncio.create_task(feed()),
@@ -265,6 +318,7 @@ class TakeFreshGroups(Stage):
                 "async/over_bound_groups": sum(age > queue.max_steps_off_policy for age in ages),
                 "async/wait_s": batch.wait_s,
                 "async/in_flight": batch.in_flight_at_start,
+                **token_staleness_metrics(ctx.step, batch.trained),
             }
         )
         return AsyncBatch(batch.groups, batch.trained)

@@ -37,7 +37,16 @@ class AsyncMode(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_steps_off_policy: NonNegative = Field(..., description="drop (and resample) groups older than this")
+    max_steps_off_policy: NonNegative = Field(
+        ..., description="admission bound: a group starts only if it is trained within this many steps of its weights"
+    )
+    follow_weight_updates: bool = Field(
+        True,
+        description=(
+            "in-flight weight updates: each sampling request takes the newest weights and, where the backend "
+            "can (noop, local), a generation switches to new weights between decode steps; tokens carry their version"
+        ),
+    )
     num_workers: int | None = Field(
         None, ge=1, description="concurrent sampling workers, one group each; default groups_per_batch"
     )

@@ -165,6 +165,8 @@ def group_transcripts(
                 "reward": t.reward,
                 "metrics": t.metrics,
             }
+            if t.ac.maybe_versions is not None:  # async mode: the policy versions its tokens came from
+                turn["policy_versions"] = sorted(set(t.ac.maybe_versions))
             if renderer is not None:
                 if context and ob[: len(context)] == context:
                     turn["env_text"] = tokenizer.decode(ob[len(context) :])

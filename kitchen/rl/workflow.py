@@ -28,7 +28,13 @@ from typing import Any
 
 from kitchen.context import Context
 from kitchen.eval.training import finish_evals, start_evals
-from kitchen.rl.async_mode import CreateOffPolicyQueue, RolloutWorkers, StopRolloutWorkers, TakeFreshGroups
+from kitchen.rl.async_mode import (
+    CreateOffPolicyQueue,
+    PublishSampler,
+    RolloutWorkers,
+    StopRolloutWorkers,
+    TakeFreshGroups,
+)
 from kitchen.rl.dynamic_sampling import FillInformativeBatch
 from kitchen.rl.evaluation import EvaluateRewards, eval_due
 from kitchen.rl.settings import RLMode
@@ -80,6 +86,7 @@ def rl_workflow(
     evaluate = When("eval", eval_due, [EvaluateRewards(), *evaluators])
     finish: list[Node] = [
         RefreshSampler(),
+        *([PublishSampler()] if mode == "async" else []),
         When("kl_pre_post", post_update_kl_on, [PostUpdateKL()]),
         *after_update,
         When("checkpoint", every("save_every"), [SaveCheckpoint()]),

@@ -6,18 +6,26 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 from pathlib import Path
 
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
 from kitchen.rl.async_mode import OffPolicyQueue
+from kitchen.rl.weight_feed import FollowingSampler
+from kitchen.testing.contract.data import ScriptedFeed
 from recipes.envs.parity import ParityGroup
 from tests.rl_workflow.envs_common import renderer
 from tests.rl_workflow.runs import noop_backend, run_toy
-from train_core.rl.rollouts import SampledGroup
+from train_core.losses import behaviour_weights
+from train_core.rl.advantages import compute_advantages
+from train_core.rl.data_processing import assemble_training_data
+from train_core.rl.rollouts import SampledGroup, sample_group
 from train_core.rl.types import TrajectoryGroup
+from train_core.types import AdamParams, SamplingParams
 
 LATENCY = {"sample": 0.02, "forward_backward": 0.03}
 
@@ -106,3 +114,68 @@ def test_workers_wait_while_a_new_group_would_be_stale(max_off: int, per_batch: 
         return True
 
     assert asyncio.run(can_start()) == (ahead // per_batch <= max_off)
+
+
+def test_generations_span_weight_updates_and_tokens_carry_their_versions(tmp_path: Path) -> None:
+    """In-flight weight updates: sampling (0.1 s a call) outlasts an update (0.03 s), so weights
+    are published while generations run; those go on under the new weights, their tokens tagged
+    with two versions, and the staleness of the tokens trained is logged per step."""
+    backend = noop_backend(tmp_path, {"sample": 0.1, "forward_backward": 0.03})
+    args = ["async_config.max_steps_off_policy=1", "num_batches=6", "max_tokens=8", "transcript_groups=4"]
+    run_dir, rows = run_toy(tmp_path, *args, backend=backend)
+    versions = [
+        turn["policy_versions"]
+        for path in sorted((run_dir.path / "rollouts").glob("step_*.jsonl"))
+        for line in path.read_text().splitlines()
+        for turn in json.loads(line)["turns"]
+    ]
+    assert versions and all(v == sorted(v) and v[-1] - v[0] <= 1 for v in versions)
+    assert any(len(v) == 2 for v in versions)
+    assert any(row["async/samples_spanning_updates"] > 0 for row in rows)
+    for row in rows:
+        assert row["async/token_staleness_min"] <= row["async/token_staleness_mean"] <= row["async/token_staleness_max"]
+        assert row["async/token_staleness_worst"] <= 1  # admission bounds every token, not only the group
+
+
+def test_without_following_each_generation_has_one_version(tmp_path: Path) -> None:
+    backend = noop_backend(tmp_path, {"sample": 0.1, "forward_backward": 0.03})
+    args = ["async_config.max_steps_off_policy=1", "async_config.follow_weight_updates=false", "num_batches=4"]
+    _, rows = run_toy(tmp_path, *args, "max_tokens=8", backend=backend)
+    assert all(row["async/samples_spanning_updates"] == 0 for row in rows)
+    token_means = [row["async/token_staleness_mean"] for row in rows]
+    assert token_means == pytest.approx([row["async/steps_off_policy_mean"] for row in rows])
+
+
+def test_corrections_weigh_each_token_by_the_version_that_sampled_it(tmp_path: Path) -> None:
+    """A group whose generations switch weights part-way: its datums carry each token's logprob
+    as sampled (old weights, then new), so decoupled PPO's behaviour weight exp(prox - behaviour)
+    against the new (proximal) weights is exactly 1 for the tokens the new weights produced and
+    the true old/new ratio for the others. TIS and MIS read the same `logprobs` input."""
+    backend = noop_backend(tmp_path)
+
+    async def run() -> tuple[list[int], torch.Tensor, torch.Tensor, torch.Tensor]:
+        client = await backend.create_training_client("tiny")
+        old = await client.save_weights_and_get_sampling_client()
+        await (await client.optim_step(AdamParams()))
+        new = await client.save_weights_and_get_sampling_client()
+        feed = ScriptedFeed((0, old), (1, new), switch_after=3)
+        builder = ParityGroup("Say something.", renderer(), 4, 1, 0.5)
+        group = await sample_group(builder, FollowingSampler(feed), 0, SamplingParams(max_tokens=12), ("t",))
+        assert isinstance(group, SampledGroup)
+        trajectories = group.trajectories
+        data_D, _ = assemble_training_data([trajectories], compute_advantages([trajectories], "grpo", {}))
+        proximal = await (await client.forward(data_D, "importance_sampling"))
+        actions = [t.ac for traj in trajectories.trajectories_G for t in traj.transitions]
+        versions = [v for action in actions for v in action.maybe_versions or []]
+        masks = [d.loss_fn_inputs["mask"].to_torch() > 0 for d in data_D]
+        behaviour = torch.cat([d.loss_fn_inputs["logprobs"].to_torch()[m] for d, m in zip(data_D, masks, strict=True)])
+        prox = torch.cat([o["logprobs"].to_torch()[m] for o, m in zip(proximal.loss_fn_outputs, masks, strict=True)])
+        return versions, behaviour, prox, torch.tensor([lp for action in actions for lp in action.logprobs])
+
+    versions, behaviour_T, proximal_T, sampled_T = asyncio.run(run())
+    assert len(versions) == len(behaviour_T) and {0, 1} <= set(versions)
+    assert torch.equal(behaviour_T, sampled_T)
+    weights_T = behaviour_weights(behaviour_T, proximal_T)
+    new_T = torch.tensor(versions) == 1
+    assert torch.allclose(weights_T[new_T], torch.ones(int(new_T.sum())))
+    assert not torch.allclose(weights_T[~new_T], torch.ones(int((~new_T).sum())), atol=1e-3)

@@ -25,19 +25,19 @@ def action_token_logprobs(
     `data_D` must still hold its mask; a datum whose logprobs do not line up is a ValueError."""
     import torch
 
-    sampled: list[torch.Tensor] = []
-    others: list[torch.Tensor] = []
     for i, (datum, other_T) in enumerate(zip(data_D, logprobs_D, strict=True)):
-        sampling_T = datum.loss_fn_inputs["logprobs"].to_torch().double()
-        action_T = datum.loss_fn_inputs["mask"].to_torch() > 0
-        if other_T.shape != sampling_T.shape:
-            raise ValueError(
-                f"datum {i}: {tuple(other_T.shape)} {what} logprobs for {tuple(sampling_T.shape)} sampling logprobs"
-            )
-        sampled.append(sampling_T[action_T])
-        others.append(other_T.detach().double()[action_T])
-    empty = torch.empty(0, dtype=torch.float64)
-    return (torch.cat(sampled) if sampled else empty), (torch.cat(others) if others else empty)
+        shape = datum.loss_fn_inputs["logprobs"].shape
+        if tuple(other_T.shape) != shape:
+            raise ValueError(f"datum {i}: {tuple(other_T.shape)} {what} logprobs for {shape} sampling logprobs")
+    if not data_D:
+        empty = torch.empty(0, dtype=torch.float64)
+        return empty, empty
+    # one concatenation per input, then one mask: a batch of many short datums costs a few tensor
+    # operations instead of several per datum
+    sampling_N = torch.cat([datum.loss_fn_inputs["logprobs"].to_torch().reshape(-1) for datum in data_D])
+    action_N = torch.cat([datum.loss_fn_inputs["mask"].to_torch().reshape(-1) for datum in data_D]) > 0
+    other_N = torch.cat([other_T.detach().reshape(-1) for other_T in logprobs_D])
+    return sampling_N.double()[action_N], other_N.double()[action_N]
 
 
 def compute_kl_sample_train(data_D: Sequence[Datum], training_logprobs_D: Sequence[torch.Tensor]) -> dict[str, float]:
@@ -156,7 +156,11 @@ def token_metrics(groups_P: Sequence[TrajectoryGroup]) -> Metrics:
 
 def trained_tokens(data_D: Sequence[Datum]) -> float:
     """Action tokens the update trains on (mask > 0): sampled tokens less masked turns."""
-    return float(sum(int((d.loss_fn_inputs["mask"].to_torch() > 0).sum().item()) for d in data_D))
+    if not data_D:
+        return 0.0
+    import torch
+
+    return float((torch.cat([d.loss_fn_inputs["mask"].to_torch().reshape(-1) for d in data_D]) > 0).sum().item())
 
 
 def rollout_failure_metrics(groups: Sequence[SampledGroup], dropped: Sequence[DroppedGroup]) -> Metrics:

@@ -156,15 +156,18 @@ async def do_group_rollout(
     builder: EnvGroupBuilder,
     policy: TokenPolicy,
     options: RolloutOptions | None = None,
+    envs: Awaitable[Sequence[Env]] | None = None,
 ) -> TrajectoryGroup:
     """Roll out every env of a group at once, then add the group rewards; always clean up.
 
-    Under `min_viable_group` a member that raises is left out (counted in `num_failed`); fewer
-    than `min_group_size` finished members raise `GroupFailed`. Otherwise the first error fails
-    the group, its other members cancelled."""
+    `envs`: the group's envs, already being built (`builder.make_envs()` started ahead, as async
+    mode's workers do while they wait to be admitted); default: built here. Under
+    `min_viable_group` a member that raises is left out (counted in `num_failed`); fewer than
+    `min_group_size` finished members raise `GroupFailed`. Otherwise the first error fails the
+    group, its other members cancelled."""
     options = options or RolloutOptions()
     try:
-        envs_G = list(await builder.make_envs())
+        envs_G = list(await (envs if envs is not None else builder.make_envs()))
         coros = [do_single_rollout(policy, env, options.limits) for env in envs_G]
         failed = 0
         if options.failure.policy != "min_viable_group":
@@ -310,11 +313,13 @@ async def sample_group(
     params: SamplingParams,
     seed_key: Sequence[Hashable],
     options: RolloutOptions | None = None,
+    envs: Awaitable[Sequence[Env]] | None = None,
 ) -> SampledGroup | DroppedGroup:
     """Roll out one group with `sampler`; seeds derive from `seed_key` (see `shared_sampling_policy`).
 
     `options` sets the episode limits, the termination reward and the failure policy; only
-    `min_viable_group` ever answers a `DroppedGroup`."""
+    `min_viable_group` ever answers a `DroppedGroup`. `envs`, the group's envs built ahead, serve
+    the first attempt (a retry builds its own)."""
     options = options or RolloutOptions()
     failure = options.failure
     attempts = 1 + (failure.retries if failure.policy == "retry" else 0)
@@ -322,7 +327,7 @@ async def sample_group(
         key = tuple(seed_key) if attempt == 0 else (*seed_key, "retry", attempt)
         policy = shared_sampling_policy(sampler, params, key)
         try:
-            group = await do_group_rollout(builder, policy, options)
+            group = await do_group_rollout(builder, policy, options, envs if attempt == 0 else None)
         except Exception as exc:
             if failure.policy == "min_viable_group":
                 return DroppedGroup(builder, repr(exc) if not isinstance(exc, GroupFailed) else str(exc))

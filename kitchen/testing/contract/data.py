@@ -63,3 +63,16 @@ def max_abs_diff(a_D: Sequence[Sequence[float]], b_D: Sequence[Sequence[float]])
     """Largest elementwise gap between two per-datum logprob lists of equal shapes."""
     assert [len(a) for a in a_D] == [len(b) for b in b_D]
     return max(abs(x - y) for a, b in zip(a_D, b_D, strict=True) for x, y in zip(a, b, strict=True))
+
+
+class ScriptedFeed:
+    """A weight feed that publishes `later` from its `switch_after + 1`-th look on: the trainer's
+    publication at a known point of a decode (a stand-in for timing, which a test cannot steer)."""
+
+    def __init__(self, first: tuple[int, SamplingClient], later: tuple[int, SamplingClient], switch_after: int) -> None:
+        self.first, self.later, self.switch_after = first, later, switch_after
+        self.looks = 0
+
+    def latest(self) -> tuple[int, SamplingClient]:
+        self.looks += 1
+        return self.later if self.looks > self.switch_after else self.first

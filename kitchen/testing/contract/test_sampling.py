@@ -9,8 +9,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kitchen.ports import ServiceBackend
-from kitchen.testing.contract.data import BASE_MODEL, LOGPROB_ATOL, TEXTS, max_abs_diff
+from kitchen.ports import FollowsWeightUpdates, ServiceBackend
+from kitchen.testing.contract.data import (
+    BASE_MODEL,
+    LOGPROB_ATOL,
+    TEXTS,
+    ScriptedFeed,
+    max_abs_diff,
+    scored_logprobs,
+    sft_batch,
+    train_step,
+)
 from train_core.errors import InvalidInputError
 from train_core.types import ModelInput, SampleResult, SamplingParams
 
@@ -124,3 +133,36 @@ def test_empty_prompt_raises(backend: ServiceBackend) -> None:
             await sampler.sample(ModelInput.empty(), 1, SamplingParams(max_tokens=MAX_TOKENS))
 
     asyncio.run(main())
+
+
+def test_a_following_generation_switches_weights_between_decode_steps(backend: ServiceBackend) -> None:
+    """In-flight weight updates, where a backend offers them: a generation that sees new weights
+    published part-way goes on under them; each token carries the version that produced it and
+    its logprob under those weights (what the off-policy corrections take as behaviour logprobs)."""
+    prompt = prompt_of(backend)
+
+    async def main() -> tuple[list[list[int]], list[list[float]], list[list[float]], list[list[float]]]:
+        client = await backend.create_training_client(BASE_MODEL)
+        old = await client.save_weights_and_get_sampling_client()
+        if not isinstance(old, FollowsWeightUpdates):
+            pytest.skip("this backend's sampler does not follow weight updates within a generation")
+        await train_step(client, sft_batch(backend))
+        new = await client.save_weights_and_get_sampling_client()
+        feed = ScriptedFeed((3, old), (4, new), switch_after=MAX_TOKENS // 2)
+        params = SamplingParams(max_tokens=MAX_TOKENS, seed=5)
+        result = await old.sample_following(prompt, 2, params, feed, 3)
+        full_D = [prompt.to_ints() + seq.tokens for seq in result.sequences]
+        old_D, new_D = await scored_logprobs(old, full_D), await scored_logprobs(new, full_D)
+        versions_D = [seq.maybe_versions or [] for seq in result.sequences]
+        return versions_D, [seq.logprobs for seq in result.sequences], old_D, new_D
+
+    versions_D, sampled_D, old_D, new_D = asyncio.run(main())
+    completion = prompt.length - 1  # scored_logprobs drops the first token's None
+    for versions, sampled, old, new in zip(versions_D, sampled_D, old_D, new_D, strict=True):
+        assert len(versions) == len(sampled)
+        switch = versions.index(4)  # both versions present, old then new
+        assert switch > 0 and versions == [3] * switch + [4] * (len(versions) - switch)
+        expected = old[completion : completion + switch] + new[completion + switch :]
+        assert max_abs_diff([sampled], [expected]) < LOGPROB_ATOL
+        # the trained weights score the new tokens differently: the check above can fail
+        assert max_abs_diff([sampled[switch:]], [old[completion + switch :]]) > 10 * LOGPROB_ATOL

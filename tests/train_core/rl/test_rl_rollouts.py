@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from train_core.rl.rollouts import TokenPolicy, do_group_rollout, do_single_rollout, sampling_policy
-from train_core.rl.types import Env, EnvGroupBuilder, Metrics, StepResult, Trajectory
+from train_core.rl.types import Env, EnvGroupBuilder, Metrics, StepResult, Trajectory, TrajectoryGroup
 from train_core.types import ModelInput, SampleResult, SamplingParams, StopCondition, TokensWithLogprobs
 
 SEP = 99
@@ -103,6 +103,21 @@ def test_group_rollout_keeps_env_order_when_envs_finish_out_of_order() -> None:
     assert group.final_rewards_G == [0.0, 10.0, 20.0]
     assert group.metrics_G == [{"idx": 0.0}, {"idx": 1.0}, {"idx": 2.0}]
     assert group.get_total_rewards() == [6.0, 12.0, 24.0]
+    assert builder.events == ["group_rewards", "cleanup"]
+
+
+def test_envs_built_ahead_serve_the_group_rollout() -> None:
+    """Async mode's workers build a group's envs while they wait to be admitted: the rollout
+    uses exactly those envs (the builder is not asked again) and still cleans up."""
+    builder = EchoGroupBuilder(turns_G=[2, 1], delays_G=[0.0, 0.0])
+
+    async def run() -> TrajectoryGroup:
+        ahead = await builder.make_envs()
+        builder.turns_G = [5, 5]  # envs built now would differ
+        return await do_group_rollout(builder, deterministic_policy(PolicyLog()), None, asyncio.sleep(0, ahead))
+
+    group = asyncio.run(run())
+    assert [len(t.transitions) for t in group.trajectories_G] == [2, 1]
     assert builder.events == ["group_rewards", "cleanup"]
 
 
