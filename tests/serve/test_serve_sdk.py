@@ -54,6 +54,8 @@ def rl_datum(tokens_T: list[int], sampled_T: list[float], advantage: float) -> t
             "target_tokens": types.TensorData(data=tokens_T[1:], dtype="int64", shape=[n]),
             "logprobs": types.TensorData(data=sampled_T, dtype="float32", shape=[n]),
             "advantages": types.TensorData(data=[advantage] * n, dtype="float32", shape=[n]),
+            # read by gspo only (its sequence-level ratio's tokens); the other losses ignore it
+            "sequence_ratio_mask": types.TensorData(data=[1.0] * n, dtype="float32", shape=[n]),
         },
     )
 
@@ -87,6 +89,7 @@ def test_pipelined_training_runs_in_submission_order(service: tinker.ServiceClie
         ("ppo", {"clip_low_threshold": 0.9, "clip_high_threshold": 1.1}),
         ("cispo", {"clip_low_threshold": 0.5, "clip_high_threshold": 2.0}),
         ("dro", {"beta": 0.05}),
+        ("gspo", {"clip_low_threshold": 0.9, "clip_high_threshold": 1.1}),
     ],
 )
 def test_every_builtin_rl_loss_with_its_config(
