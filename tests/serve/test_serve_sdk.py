@@ -16,7 +16,9 @@ import torch
 from tinker import types
 from transformers import AutoTokenizer
 
+from kitchen.losses import get_loss_fn
 from tests.serve.server_process import API_KEY, ServerProcess
+from train_core.errors import InvalidInputError
 
 BASE = "tiny"
 
@@ -118,6 +120,10 @@ def test_unsupported_loss_is_a_400_naming_the_loss(service: tinker.ServiceClient
         training.forward_backward([rl_datum(TOKENS, sampled, 1.0)], "stable_reinforce").result()
     assert info.value.status_code == 400
     assert "stable_reinforce" in str(info.value) and "cross_entropy" in str(info.value)
+    # the refusal `kitchen validate ... loss_fn=stable_reinforce` gives locally, word for word
+    with pytest.raises(InvalidInputError) as local:
+        get_loss_fn("stable_reinforce")
+    assert str(local.value) in str(info.value)
 
 
 def test_custom_loss_runs_the_sdk_way_two_phases(service: tinker.ServiceClient) -> None:
