@@ -60,6 +60,9 @@ def add_commands(commands: Any) -> None:
     serve.add_argument("--seed", type=int, default=0, help="seed of the served models' sampling and initial weights")
     serve.add_argument("--renderer", default=None, help="chat renderer of /v1/chat/completions (default: recommended)")
     serve.add_argument("--max-body-mb", type=int, default=256, help="largest request body accepted (MiB)")
+    serve.add_argument(
+        "--long-poll-s", type=float, default=20.0, help="how long a result fetch waits before asking again (s)"
+    )
     serve.add_argument("overrides", nargs="*", metavar="key=value", help="backend settings, e.g. local.device=cuda")
 
     evaluate = commands.add_parser(
@@ -191,6 +194,7 @@ def _serve(args: argparse.Namespace) -> None:
             full_finetune=args.full_finetune,
             seed=args.seed,
             max_body_mb=args.max_body_mb,
+            long_poll_s=args.long_poll_s,
             renderer=args.renderer,
             overrides=list(args.overrides),
         )

@@ -131,13 +131,22 @@ def backward_custom_loss(
 ) -> tuple[dict[str, float], bool]:
     """`loss_fn(data, logprobs_D)` (with `entropy_D=` when given), checked and differentiated (the
     gradients flow to whatever the logprobs were computed from): its metrics with `loss:sum`, and
-    whether the loss was finite."""
+    whether the loss was finite.
+
+    Also `surrogate_loss:sum`, the loss linearised at these logprobs, `sum(logprob * dC/dlogprob)`:
+    what the Tinker service reports for a custom loss (its backward is a cross-entropy weighted by
+    `-dC/dlogprob`), so a custom-loss step logs the same keys on every backend."""
+    for logprobs_T in logprobs_D:
+        if logprobs_T.requires_grad and not logprobs_T.is_leaf:
+            logprobs_T.retain_grad()
     call: Any = loss_fn  # `entropy_D` is beyond the port's CustomLossFn type: only `reads_entropy` losses get it
     loss, metrics = call(data, logprobs_D) if entropy_D is None else call(data, logprobs_D, entropy_D=entropy_D)
     if not (isinstance(loss, torch.Tensor) and loss.dim() == 0 and loss.requires_grad):
         raise KitchenError("a custom loss must return a scalar tensor computed from the logprobs it was given")
     loss.backward()
-    return {"loss:sum": float(loss.detach()), **metrics}, bool(torch.isfinite(loss.detach()))
+    surrogate = sum(float((lp.detach() * lp.grad).sum()) for lp in logprobs_D if lp.grad is not None)
+    own = {"loss:sum": float(loss.detach()), "surrogate_loss:sum": surrogate}
+    return {**own, **metrics}, bool(torch.isfinite(loss.detach()))
 
 
 class LocalTrainingClient:
@@ -308,6 +317,7 @@ class LocalTrainingClient:
             logprobs_D = scored.logprobs_D
             metrics, finite = backward_custom_loss(loss_fn, data, logprobs_D, scored.entropy_D)
         self._nonfinite_loss |= not finite
+        metrics["padding_fraction:mean"] = 1.0 - scored.filled / scored.slots
         return ForwardBackwardOutput([{"logprobs": TensorData.from_torch(lp)} for lp in logprobs_D], metrics)
 
     # -- optimizer ---------------------------------------------------------------------------

@@ -2,9 +2,9 @@
 
 Each test in `tests/contract/` runs once per entry of `BACKEND_FACTORIES`, always with base model
 `"tiny"` (the embedded tiny model and tokenizer), so a backend must accept that name. To put a
-new backend under the contract, add ONE line to the dict, e.g. for a fake-SDK tinker adapter:
+new backend under the contract, add ONE line to the dict, e.g.
 
-    "tinker": lambda tmp_path: TinkerBackend(service_client=FakeServiceClient()),
+    "noop": lambda tmp_path: NoopBackend(checkpoint_dir=tmp_path),
 
 Import heavy or optional adapters inside the factory (as `_local` does), so one backend's import
 error fails only its own tests; marks for a backend's tests (slow, a skip) go in `BACKEND_MARKS`.
@@ -53,11 +53,38 @@ def _distributed(tmp_path: Path) -> ServiceBackend:
     return LocalBackend(checkpoint_dir=tmp_path, distributed=options, worker_pool=_WORKER_POOLS[0])
 
 
+def _tinker(tmp_path: Path) -> ServiceBackend:
+    """The tinker adapter on the real tinker SDK, against `kitchen serve --backend noop` on 127.0.0.1
+    (one server for the session)."""
+    import tinker
+
+    from adapters.tinker.backend import TinkerBackend
+    from adapters.tinker.redaction import Redactor
+    from adapters.tinker.retry import RetryPolicy
+    from adapters.tinker.training_client import TinkerTrainingClient
+    from tests.serve.server_process import API_KEY, shared_server
+
+    class LoraForFullTinkerBackend(TinkerBackend):
+        """The suite also exercises full fine-tuning (`lora_rank=None`), which the Tinker service
+        does not offer; those cases train a LoRA of rank 4 here. The real refusal of
+        `lora_rank=None` is tested in `tests/adapters/tinker/test_tinker_errors.py`."""
+
+        async def create_training_client(
+            self, base_model: str, lora_rank: int | None = None, seed: int = 0
+        ) -> TinkerTrainingClient:
+            return await super().create_training_client(base_model, lora_rank=lora_rank or 4, seed=seed)
+
+    url = shared_server().url
+    retry = RetryPolicy(max_retries=3, base_delay_s=0.0, max_delay_s=0.0)
+    client = tinker.ServiceClient(base_url=url, api_key=API_KEY)
+    return LoraForFullTinkerBackend(client, retry=retry, redactor=Redactor(API_KEY), base_url=url)
+
+
 BACKEND_FACTORIES: dict[str, BackendFactory] = {
     "noop": lambda tmp_path: NoopBackend(checkpoint_dir=tmp_path),
     "local": _local,
     "distributed": _distributed,
-    "tinker": lambda tmp_path: __import__("tests.adapters.tinker.fake_sdk", fromlist=["*"]).contract_backend(tmp_path),
+    "tinker": _tinker,
 }
 
 _NO_RAY = importlib.util.find_spec("ray") is None

@@ -16,7 +16,9 @@ import torch
 from tinker import types
 from transformers import AutoTokenizer
 
+from kitchen.losses import get_loss_fn
 from tests.serve.server_process import API_KEY, ServerProcess
+from train_core.errors import InvalidInputError
 
 BASE = "tiny"
 
@@ -54,6 +56,8 @@ def rl_datum(tokens_T: list[int], sampled_T: list[float], advantage: float) -> t
             "target_tokens": types.TensorData(data=tokens_T[1:], dtype="int64", shape=[n]),
             "logprobs": types.TensorData(data=sampled_T, dtype="float32", shape=[n]),
             "advantages": types.TensorData(data=[advantage] * n, dtype="float32", shape=[n]),
+            # read by gspo only (its sequence-level ratio's tokens); the other losses ignore it
+            "sequence_ratio_mask": types.TensorData(data=[1.0] * n, dtype="float32", shape=[n]),
         },
     )
 
@@ -87,6 +91,7 @@ def test_pipelined_training_runs_in_submission_order(service: tinker.ServiceClie
         ("ppo", {"clip_low_threshold": 0.9, "clip_high_threshold": 1.1}),
         ("cispo", {"clip_low_threshold": 0.5, "clip_high_threshold": 2.0}),
         ("dro", {"beta": 0.05}),
+        ("gspo", {"clip_low_threshold": 0.9, "clip_high_threshold": 1.1}),
     ],
 )
 def test_every_builtin_rl_loss_with_its_config(
@@ -115,6 +120,10 @@ def test_unsupported_loss_is_a_400_naming_the_loss(service: tinker.ServiceClient
         training.forward_backward([rl_datum(TOKENS, sampled, 1.0)], "stable_reinforce").result()
     assert info.value.status_code == 400
     assert "stable_reinforce" in str(info.value) and "cross_entropy" in str(info.value)
+    # the refusal `kitchen validate ... loss_fn=stable_reinforce` gives locally, word for word
+    with pytest.raises(InvalidInputError) as local:
+        get_loss_fn("stable_reinforce")
+    assert str(local.value) in str(info.value)
 
 
 def test_custom_loss_runs_the_sdk_way_two_phases(service: tinker.ServiceClient) -> None:

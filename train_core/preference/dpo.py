@@ -12,7 +12,13 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from train_core.preference.losses import PairBatch, PreferenceLossParams, pair_metrics, preference_loss
+from train_core.preference.losses import (
+    PairBatch,
+    PreferenceLossParams,
+    pair_metrics,
+    preference_loss,
+    rounding_resolution,
+)
 from train_core.types import Datum
 
 if TYPE_CHECKING:
@@ -31,7 +37,7 @@ def dpo_loss(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """DPO loss over P pairs of sequence logprobs, with its metrics.
 
-    Metrics: `dpo_loss`, `accuracy = mean(c > r)`, `margin = mean(beta*c - beta*r)`,
+    Metrics: `dpo_loss`, `accuracy = mean(c - r > rounding)` (`pair_metrics`), `margin = mean(beta*c - beta*r)`,
     `chosen_reward = mean(beta*c)`, `rejected_reward = mean(beta*r)`, `num_pairs`.
     """
     import torch.nn.functional as F
@@ -44,7 +50,10 @@ def dpo_loss(
     chosen_logratio_P = chosen_logprobs_P - chosen_ref_logprobs_P
     rejected_logratio_P = rejected_logprobs_P - rejected_ref_logprobs_P
     loss = -F.logsigmoid(beta * chosen_logratio_P - beta * rejected_logratio_P).mean()
-    return loss, pair_metrics(loss, chosen_logratio_P, rejected_logratio_P, beta)
+    resolution_P = rounding_resolution(
+        chosen_logprobs_P, rejected_logprobs_P, chosen_ref_logprobs_P, rejected_ref_logprobs_P
+    )
+    return loss, pair_metrics(loss, chosen_logratio_P, rejected_logratio_P, beta, resolution_P)
 
 
 def sequence_logprobs(logprobs_D: Sequence[torch.Tensor], weights_D: Sequence[torch.Tensor]) -> torch.Tensor:

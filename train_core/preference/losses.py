@@ -158,22 +158,47 @@ def preference_loss(
     if batch.chosen.numel() == 0:
         raise ValueError("a preference loss needs at least one pair")
     loss = PREFERENCE_LOSSES[loss_type].formula(batch, params).mean()
-    return loss, pair_metrics(loss, batch.chosen - batch.chosen_ref, batch.rejected - batch.rejected_ref, params.beta)
+    resolution_P = rounding_resolution(batch.chosen, batch.rejected, batch.chosen_ref, batch.rejected_ref)
+    return loss, pair_metrics(
+        loss, batch.chosen - batch.chosen_ref, batch.rejected - batch.rejected_ref, params.beta, resolution_P
+    )
+
+
+FLOAT32_EPS = 2.0**-23
+"""float32's relative spacing: one token logprob `x` is known to about `FLOAT32_EPS * |x|`."""
+
+
+def rounding_resolution(*sequence_logprobs_P: torch.Tensor) -> torch.Tensor:
+    """How far float32 rounding alone can move the margin `(lc - rc) - (lr - rr)` of each pair: one
+    unit in the last place of every token logprob summed into the four sums, `eps * sum(|sum|)`
+    (token logprobs are never positive, so `|sum|` is the sum of their magnitudes). Scoring the
+    same tokens in a batch of another shape (another padding, another server's batching) moves
+    each token logprob by about that much."""
+    return FLOAT32_EPS * sum(s.detach().abs() for s in sequence_logprobs_P)  # type: ignore[return-value]
 
 
 def pair_metrics(
-    loss: torch.Tensor, chosen_logratio_P: torch.Tensor, rejected_logratio_P: torch.Tensor, beta: float
+    loss: torch.Tensor,
+    chosen_logratio_P: torch.Tensor,
+    rejected_logratio_P: torch.Tensor,
+    beta: float,
+    resolution_P: torch.Tensor,
 ) -> dict[str, float]:
     """DPO-style metrics of P pairs from their log-ratios `c = lp - ref` (chosen) and `r`
-    (rejected): `dpo_loss` (the loss value), `accuracy = mean(c > r)`, `margin = mean(beta c -
-    beta r)`, `chosen_reward = mean(beta c)`, `rejected_reward = mean(beta r)`, `num_pairs`."""
+    (rejected): `dpo_loss` (the loss value), `accuracy = mean(c - r > resolution)`, `margin =
+    mean(beta c - beta r)`, `chosen_reward = mean(beta c)`, `rejected_reward = mean(beta r)`,
+    `num_pairs`.
+
+    `resolution_P` (`rounding_resolution`) makes a tie a tie: while the policy equals the
+    reference, `c - r` is 0 up to float rounding, and a strict `c > r` would count the pairs that
+    the rounding of one particular batch happened to favour."""
     import torch
 
     with torch.no_grad():
         chosen_reward_P, rejected_reward_P = beta * chosen_logratio_P, beta * rejected_logratio_P
         return {
             "dpo_loss": loss.item(),
-            "accuracy": (chosen_logratio_P > rejected_logratio_P).float().mean().item(),
+            "accuracy": (chosen_logratio_P - rejected_logratio_P > resolution_P).float().mean().item(),
             "margin": (chosen_reward_P - rejected_reward_P).mean().item(),
             "chosen_reward": chosen_reward_P.mean().item(),
             "rejected_reward": rejected_reward_P.mean().item(),

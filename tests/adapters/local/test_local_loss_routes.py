@@ -6,6 +6,7 @@ reports, merged over micro-batches."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,24 @@ def test_clip_fractions_are_reported_and_merge_exactly_over_micro_batches(
     for side in ("low", "high", "dual"):
         assert 0 < metrics[f"loss/clipfrac_{side}"] < 1, side
         assert metrics[f"loss/clipfrac_{side}"] == pytest.approx(metrics[f"loss/clipped_{side}:sum"] / action_tokens)
+
+
+def test_the_custom_route_reports_what_the_tinker_service_reports(backend: LocalBackend, sl_batch: list[Datum]) -> None:
+    """`loss:sum`, the linearised `surrogate_loss:sum` = sum(logprob * dC/dlogprob) and the built-in
+    route's `padding_fraction:mean`: the keys a custom loss logs through kitchen serve (the SDK's
+    two-phase route) are the keys it logs in-process."""
+
+    def squared(data: Sequence[Datum], logprobs_D: list[torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+        return sum((lp**2).sum() for lp in logprobs_D) / 2, {}  # type: ignore[return-value]
+
+    async def run() -> tuple[ForwardBackwardOutput, ForwardBackwardOutput]:
+        client = await backend.create_training_client("tiny")
+        builtin = await (await client.forward(sl_batch, "cross_entropy"))
+        return builtin, await (await client.forward_backward_custom(sl_batch, squared))
+
+    builtin, custom = asyncio.run(run())
+    logprobs_D = [out["logprobs"].to_torch() for out in builtin.loss_fn_outputs]
+    # C = sum(lp^2) / 2, so dC/dlp = lp and the surrogate is sum(lp^2) = 2 C
+    assert custom.metrics["surrogate_loss:sum"] == pytest.approx(2 * custom.metrics["loss:sum"], rel=1e-5)
+    assert custom.metrics["loss:sum"] == pytest.approx(sum(float((lp**2).sum()) for lp in logprobs_D) / 2, rel=1e-5)
+    assert custom.metrics["padding_fraction:mean"] == pytest.approx(builtin.metrics["padding_fraction:mean"])

@@ -10,6 +10,13 @@ optionally after a simulated latency, so futures really are pending when submiss
 The "model" is the trainable bigram model of `fake_model`; losses are train_core's (the
 service's formulas). `fail_next` queues service errors for a method; sampling retries them
 through the SDK's own RetryHandler with the client's RetryConfig, as the SDK does.
+
+Everything a local server can show runs on the real SDK against `kitchen serve` (tests/serve,
+the adapter's tests, the backend contract, every recipe). The fake stays only for what the server
+cannot produce: a service error injected at one exact call in the middle of a run
+(test_builtin_workflows_tinker_serve, tests/safety/test_pipelined_failure.py,
+tests/safety/test_secrets.py), exact sequences of retryable errors (test_tinker_errors.py), and
+the adapter-misuse checks at submission (test_tinker_fake_sdk.py).
 """
 
 from __future__ import annotations
@@ -41,7 +48,6 @@ from adapters.tinker.availability import API_KEY_ENV
 from adapters.tinker.backend import TinkerBackend
 from adapters.tinker.redaction import Redactor
 from adapters.tinker.retry import RetryPolicy
-from adapters.tinker.training_client import TinkerTrainingClient
 from kitchen.ports import Tokenizer
 from tests.adapters.tinker.fake_checks import (
     accepted_config,
@@ -69,7 +75,6 @@ T = TypeVar("T")
 DEFAULT_MAX_TOKENS = 128
 FAST_RETRY = RetryPolicy(max_retries=3, base_delay_s=0.0, max_delay_s=0.0)
 """Retry policy for tests: the same attempts, no waiting."""
-CONTRACT_LORA_RANK = 4
 
 
 _RUN_NUMBERS = itertools.count()
@@ -517,27 +522,6 @@ def make_fake_backend(
     service = FakeServiceClient(latency_s=latency_s)
     backend = TinkerBackend(service, retry=retry, redactor=Redactor(), load_tokenizer=service.load_tokenizer)
     return backend, service
-
-
-class ContractTinkerBackend(TinkerBackend):
-    """The tinker backend as the shared contract suite runs it.
-
-    The suite also exercises full fine-tuning (`lora_rank=None`), which the Tinker service does not
-    offer; here those cases train a LoRA of rank CONTRACT_LORA_RANK instead. The real backend's
-    refusal of `lora_rank=None` is tested in `test_tinker_errors.py`.
-    """
-
-    async def create_training_client(
-        self, base_model: str, lora_rank: int | None = None, seed: int = 0
-    ) -> TinkerTrainingClient:
-        rank = CONTRACT_LORA_RANK if lora_rank is None else lora_rank
-        return await super().create_training_client(base_model, lora_rank=rank, seed=seed)
-
-
-def contract_backend(tmp_path: Path) -> ContractTinkerBackend:
-    """Factory for `tests/contract/conftest.py` (checkpoints live in the fake service, not tmp_path)."""
-    service = FakeServiceClient()
-    return ContractTinkerBackend(service, retry=FAST_RETRY, load_tokenizer=service.load_tokenizer)
 
 
 def install_fake_sdk(monkeypatch: pytest.MonkeyPatch, latency_s: float = 0.0) -> list[FakeServiceClient]:

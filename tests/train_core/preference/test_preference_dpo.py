@@ -63,7 +63,10 @@ def test_dpo_loss_and_metrics_match_direct_torch_formula(
     direct_loss = torch.log1p(torch.exp(-beta * (c - r))).mean().item()
     assert loss.item() == pytest.approx(direct_loss, rel=1e-9, abs=1e-9)
     assert metrics["dpo_loss"] == pytest.approx(direct_loss, rel=1e-9, abs=1e-9)
-    assert metrics["accuracy"] == pytest.approx(sum(ci > ri for ci, ri in zip(c, r, strict=True)) / len(c))
+    sums = zip(chosen, rejected, chosen_ref, rejected_ref, strict=True)
+    resolution = [2.0**-23 * sum(map(abs, four)) for four in sums]
+    wins = sum(ci - ri > res for ci, ri, res in zip(c, r, resolution, strict=True))
+    assert metrics["accuracy"] == pytest.approx(wins / len(c))
     assert metrics["margin"] == pytest.approx((beta * c - beta * r).mean().item(), abs=1e-9)
     assert metrics["chosen_reward"] == pytest.approx((beta * c).mean().item(), abs=1e-9)
     assert metrics["rejected_reward"] == pytest.approx((beta * r).mean().item(), abs=1e-9)
@@ -80,6 +83,20 @@ def test_loss_is_ln2_when_policy_equals_reference(logprobs: list[float], beta: f
     assert abs(loss.item() - LN2) < 1e-6
     assert metrics["accuracy"] == 0.0
     assert metrics["margin"] == 0.0
+
+
+def test_a_margin_within_float32_rounding_is_a_tie_not_a_win() -> None:
+    """The same tokens scored in batches of different shapes differ by an ulp per token logprob
+    (kitchen serve batches a reference's requests otherwise than the in-process backend): such
+    a margin is not a preference, so step 0's accuracy is 0 however the batches fell. A margin
+    above that rounding counts."""
+    policy = torch.tensor([-280.0, -150.0, -90.0, -300.0], dtype=torch.float32)
+    reference = policy.clone()
+    reference[0::2] = torch.nextafter(policy[0::2], torch.tensor(0.0))  # the chosen ones' ref, one ulp up
+    _, tied = dpo_loss(policy[0::2], policy[1::2], reference[0::2] - 3e-5, reference[1::2], beta=0.1)
+    assert tied["margin"] > 0 and tied["accuracy"] == 0.0
+    _, won = dpo_loss(policy[0::2] + 1e-2, policy[1::2], reference[0::2], reference[1::2], beta=0.1)
+    assert won["accuracy"] == 1.0
 
 
 def test_raising_chosen_logprob_lowers_the_loss_and_raising_rejected_raises_it() -> None:
