@@ -63,7 +63,7 @@ def test_keys_lists_nested_sections_with_types_and_defaults(capsys: pytest.Captu
     assert main(["keys", "math_rl"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"^learning_rate\s+float\s+0\.001", out, re.M)
-    assert re.search(r"^async_config\.max_steps_off_policy\s+int\s+required\s+drop", out, re.M)
+    assert re.search(r"^async_config\.max_steps_off_policy\s+int\s+required\s+admission bound", out, re.M)
     assert re.search(r"^local\.device\s+str \| None\s+None\s+torch device", out, re.M)
     assert re.search(r"^loss_fn\s+str\s+'importance_sampling'", out, re.M)
     assert main(["show", "sl_basic", "--keys"]) == 0
