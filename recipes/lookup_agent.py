@@ -16,12 +16,11 @@ import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import openai
 from pydantic import Field
 
-from kitchen.agents import AgentEndpoint, AgentGroupBuilder
 from kitchen.config import defaults
 from kitchen.recipe import Recipe
 from kitchen.rl.settings import RLSettings
@@ -33,6 +32,9 @@ from train_core.renderers.messages import Message, ToolCall
 from train_core.renderers.registry import check_tool_renderer
 from train_core.rl.task import RLTask
 from train_core.rl.types import EnvGroupBuilder, RLDataset
+
+if TYPE_CHECKING:  # kitchen.agents serves over FastAPI and the tinker types: imported when a run builds episodes
+    from kitchen.agents import AgentEndpoint
 
 QUESTIONS = Path(__file__).resolve().parent / "data" / "lookup" / "questions.jsonl"
 
@@ -113,6 +115,8 @@ class Questions(RLDataset):
         self.agent, self.questions, self.renderer, self.config = agent, questions, renderer, config
 
     def get_batch(self, index: int) -> list[EnvGroupBuilder]:
+        from kitchen.agents import AgentGroupBuilder
+
         rng = random.Random(f"lookup/{self.config.seed}/{index}")
         return [
             AgentGroupBuilder(self.agent, q, grade, self.renderer, self.config.group_size, "lookup")
@@ -124,6 +128,8 @@ class Questions(RLDataset):
 
 
 def build_task(config: Config, renderer: Renderer) -> RLTask:
+    from kitchen.agents import AgentGroupBuilder
+
     corpus = Corpus.load(CORPUS)
     questions = load_questions()
     rng = random.Random(f"lookup-eval/{config.seed}")

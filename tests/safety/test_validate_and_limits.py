@@ -61,6 +61,8 @@ def test_huge_record_is_cut_before_tokenizing(tmp_path: Path) -> None:
     seen: list[int] = []
 
     class Renderer:
+        takes_images = False
+
         def build_supervised_example(self, messages, train_on_what):
             from train_core.types import ModelInput
 
