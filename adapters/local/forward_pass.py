@@ -195,8 +195,8 @@ def pack_sequences(
     device: torch.device,
     attention_tokens: float | None = None,
 ) -> PackedRows | None:
-    """Pack the sequences by `pack_rows` (`attention_tokens`: its row-width trade-off), or None when that saves less than MIN_PACKING_SAVING of
-    the token slots of plain right padding.
+    """Pack the sequences by `pack_rows` (`attention_tokens`: its row-width trade-off), or None when
+    that saves less than MIN_PACKING_SAVING of the token slots of plain right padding.
 
     Every slot has a segment (a prefix, or one sequence's suffix) and the segment it reads from
     besides its own (a suffix's prefix; a prefix's is itself): a query attends to earlier slots of
