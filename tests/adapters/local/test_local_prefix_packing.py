@@ -5,6 +5,7 @@ right-padded alone."""
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 import torch
@@ -106,9 +107,11 @@ def test_rows_widen_while_attention_is_cheap_against_the_matmuls() -> None:
 
 def test_attention_break_even_counts_one_layers_weights(model: torch.nn.Module) -> None:
     """2 x a layer's weights over 4 x its query width: a token's matmuls against its attention."""
-    config = model.config.get_text_config(decoder=True)
-    layer = sum(p.numel() for p in model.get_decoder().layers[0].parameters())
-    final_norm = sum(p.numel() for p in model.get_decoder().norm.parameters()) / config.num_hidden_layers
+    hf_model: Any = model  # a Qwen3ForCausalLM
+    config = hf_model.config.get_text_config(decoder=True)
+    decoder = hf_model.get_decoder()
+    layer = sum(p.numel() for p in decoder.layers[0].parameters())
+    final_norm = sum(p.numel() for p in decoder.norm.parameters()) / config.num_hidden_layers
     expected = 2 * (layer + final_norm) / (4 * config.num_attention_heads * config.head_dim)
     assert attention_break_even(model) == pytest.approx(expected)
 
