@@ -219,11 +219,17 @@ def run_alternating(contenders: dict[str, Callable[[int], Result]], repeats: int
         for name, run in contenders.items():
             if not torch.cuda.is_available():
                 runs[name].append(run(repeat))
-                continue
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
-            result = run(repeat)
-            runs[name].append(replace(result, peak_mib=torch.cuda.max_memory_allocated() / 2**20))
+            else:
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats()
+                result = run(repeat)
+                runs[name].append(replace(result, peak_mib=torch.cuda.max_memory_allocated() / 2**20))
+            done = runs[name][-1]
+            print(
+                f"run {repeat + 1}/{repeats} {name}: {done.items_per_second:.2f}/s wall, "
+                f"{done.cpu_items_per_second:.2f}/s per CPU second (load average {os.getloadavg()[0]:.1f})",
+                flush=True,
+            )
     best = {name: max(results, key=lambda r: r.items_per_second) for name, results in runs.items()}
     best_cpu = {name: max(r.cpu_items_per_second for r in results) for name, results in runs.items()}
     best = {name: replace(result, cpu_items_per_second=best_cpu[name]) for name, result in best.items()}

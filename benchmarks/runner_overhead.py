@@ -2,14 +2,18 @@
 own cost (awaiting `run` directly).
 
     PYTHONPATH=. python benchmarks/runner_overhead.py [--steps 2000] [--stages 10] [--repeats 5] [--env-vars 300]
+        [--profile]
 
 Set up like a real run (`kitchen run`): events to an `events.jsonl`, metrics to a `metrics.jsonl`,
 `time/<stage>` metrics, one step loop, no hooks and no OpenTelemetry SDK configured (the default).
 The stages do nothing, so what is measured is the runner's bookkeeping (spans, events, timing,
 context), the same on every backend. `--env-vars N` pads the environment to N variables (one in ten
 named like a secret, `*_TOKEN`), as on a CI or cluster machine: redacting events must not cost
-more there. Repeats alternate with the direct baseline; medians count.
-The last line is the overhead in µs per stage (goal: <= 20).
+more there. Repeats alternate with the direct baseline; medians count, and the spread (min-max of
+the overhead over the repeats) is printed. Times are the process's CPU time (`time.process_time`),
+which a shared, loaded machine inflates far less than the wall clock; pin the process to one core
+(`taskset -c 0`) to keep it on one cache. `--profile` prints cProfile's top functions of one
+runner pass. The last line is the overhead in µs per stage (goal: <= 20).
 """
 
 from __future__ import annotations
@@ -47,9 +51,9 @@ def runner_seconds(steps: int, stages: int, scratch: Path) -> float:
     events = scratch / "events.jsonl"
     logger, sink = make_run_logger(events, recipe="overhead")
     ctx = Context(Cfg(), {}, run_dir=scratch, metrics=MetricsRecorder(scratch / "metrics.jsonl"), logger=logger)
-    started = time.perf_counter()
+    started = time.process_time()
     asyncio.run(Runner(workflow).run(ctx))
-    seconds = time.perf_counter() - started
+    seconds = time.process_time() - started
     sink.close()
     return seconds
 
@@ -63,9 +67,9 @@ def direct_seconds(steps: int, stages: int) -> float:
             for stage in body:
                 await stage.run(ctx)
 
-    started = time.perf_counter()
+    started = time.process_time()
     asyncio.run(run())
-    return time.perf_counter() - started
+    return time.process_time() - started
 
 
 def pad_environment(size: int) -> int:
@@ -78,27 +82,44 @@ def pad_environment(size: int) -> int:
     return len(os.environ)
 
 
+def profile_runner(steps: int, stages: int, scratch: Path) -> None:
+    """cProfile's top functions (by own time) of one runner pass."""
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.runcall(runner_seconds, steps, stages, scratch)
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--stages", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--env-vars", type=int, default=0, help="pad the environment to this many variables")
+    parser.add_argument("--profile", action="store_true", help="print cProfile's top functions of one runner pass")
     args = parser.parse_args()
     env_size = pad_environment(args.env_vars)
     count = args.steps * args.stages
     runner_s, direct_s = [], []
     with tempfile.TemporaryDirectory() as tmp:
+        if args.profile:
+            profile_runner(args.steps, args.stages, Path(tmp))
         for repeat in range(args.repeats):
             scratch = Path(tmp) / str(repeat)
             scratch.mkdir()
             runner_s.append(runner_seconds(args.steps, args.stages, scratch))
             direct_s.append(direct_seconds(args.steps, args.stages))
     r, d = statistics.median(runner_s), statistics.median(direct_s)
+    overheads = sorted((runner - direct) / count * 1e6 for runner, direct in zip(runner_s, direct_s, strict=True))
     overhead = (r - d) / count * 1e6
-    print(f"{args.steps} steps x {args.stages} empty stages, {args.repeats} repeats, events file, {env_size} env vars:")
+    print(
+        f"{args.steps} steps x {args.stages} empty stages, {args.repeats} repeats, events file, {env_size} env vars, "
+        f"load average {os.getloadavg()[0]:.1f}; process CPU time:"
+    )
     print(f"runner {r / count * 1e6:.1f} µs/stage, direct await {d / count * 1e6:.2f} µs/stage")
-    print(f"runner overhead: {overhead:.1f} µs per stage (goal <= 20)")
+    print(f"runner overhead: {overhead:.1f} µs per stage (repeats {overheads[0]:.1f}-{overheads[-1]:.1f}; goal <= 20)")
 
 
 if __name__ == "__main__":

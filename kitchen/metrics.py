@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -95,8 +96,7 @@ class MetricsRecorder:
             before()
         if self.path is not None:
             try:
-                with self.path.open("a", encoding="utf-8") as handle:
-                    handle.write(json.dumps(row) + "\n")
+                append_line(self.path, json.dumps(row) + "\n")
             except OSError as exc:  # name the file: a bare "No space left on device" says nothing
                 if isinstance(exc, FileNotFoundError) and not self.path.parent.is_dir():
                     raise run_dir_gone(self.path.parent) from None
@@ -105,6 +105,18 @@ class MetricsRecorder:
             self._on_row(row)
         for callback in self._after_write.pop(step, []):
             callback()
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append `line` to `path` with unbuffered os calls: the file is opened per row (a row must be on
+    disk when written), and a Python file object would cost more than the write itself."""
+    data = line.encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        while data:
+            data = data[os.write(fd, data) :]
+    finally:
+        os.close(fd)
 
 
 def _json_safe(value: Any) -> Any:

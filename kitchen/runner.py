@@ -20,7 +20,7 @@ from kitchen.context import Context, LoopPosition
 from kitchen.errors import StageError, WiringError
 from kitchen.hooks import Hooks
 from kitchen.logging import flush_events
-from kitchen.stage import Live, Stage
+from kitchen.stage import Live, Stage, StageSpec
 from kitchen.workflow import Loop, Node, Parallel, When, Workflow, state_types
 from train_core.errors import InvalidInputError
 
@@ -144,10 +144,9 @@ def records_spans(tracer: Any) -> bool:
     return True
 
 
-def stage_inputs(stage: Stage, ctx: Context) -> dict[str, Any]:
-    """The keyword arguments of the stage's `run`: the state keys it reads (an optional one only
-    when written), the run's config for its settings, its ports."""
-    spec = stage.spec
+def stage_inputs(stage: Stage, spec: StageSpec, ctx: Context) -> dict[str, Any]:
+    """The keyword arguments of the stage's `run` (`spec`: its spec): the state keys it reads (an
+    optional one only when written), the run's config for its settings, its ports."""
     state = ctx.state
     inputs: dict[str, Any] = {}
     for read in spec.reads:
@@ -164,9 +163,8 @@ def stage_inputs(stage: Stage, ctx: Context) -> dict[str, Any]:
     return inputs
 
 
-def store_outputs(stage: Stage, ctx: Context, result: Any) -> None:
+def store_outputs(stage: Stage, spec: StageSpec, ctx: Context, result: Any) -> None:
     """Put the fields of the dataclass a stage returned into the run state, under their keys."""
-    spec = stage.spec
     if spec.output is None:
         if result is not None:
             raise WiringError(f"stage {stage.name!r} returned {type(result).__name__}; its run() declares no output")
@@ -182,8 +180,9 @@ def store_outputs(stage: Stage, ctx: Context, result: Any) -> None:
 async def run_stage(stage: Stage, ctx: Context) -> None:
     """Run one stage against the context's run state: pass it what its `run` reads, store what it
     returns. (The runner adds spans, hooks and timing around this; tests call it alone.)"""
-    args = (ctx,) if stage.spec.takes_ctx else ()
-    store_outputs(stage, ctx, await stage.run(*args, **stage_inputs(stage, ctx)))  # type: ignore[attr-defined]
+    spec = stage.spec
+    args = (ctx,) if spec.takes_ctx else ()
+    store_outputs(stage, spec, ctx, await stage.run(*args, **stage_inputs(stage, spec, ctx)))  # type: ignore[attr-defined]
 
 
 def restore_persisted(ctx: Context) -> None:

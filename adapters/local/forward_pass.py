@@ -103,23 +103,76 @@ def _group_length(inputs_D: Sequence[Sequence[int]], group: Group) -> int:
     return prefix + sum(len(inputs_D[i]) - prefix for i in members)
 
 
-def pack_rows(inputs_D: Sequence[Sequence[int]]) -> list[list[Group]]:
-    """`prefix_groups` laid into rows as wide as the longest group, first-fit by decreasing length:
-    short sequences fill the room that padding would otherwise take."""
-    groups = prefix_groups(inputs_D)
-    lengths = [_group_length(inputs_D, group) for group in groups]
-    width = max(lengths)
-    rows: list[list[Group]] = []
+MAX_PACKED_WIDTH = 1024
+"""Rows grow past the longest group (to fit more groups per row) only up to this many tokens: the
+attention mask is [rows, width, width]."""
+
+
+def _first_fit(lengths: Sequence[int], width: int) -> list[list[int]]:
+    """Group indices laid into rows of `width` slots, first-fit by decreasing length."""
+    rows: list[list[int]] = []
     room: list[int] = []
-    for g in sorted(range(len(groups)), key=lambda g: -lengths[g]):
+    for g in sorted(range(len(lengths)), key=lambda g: -lengths[g]):
         row = next((r for r, free in enumerate(room) if lengths[g] <= free), None)
         if row is None:
             rows.append([])
             room.append(width)
             row = len(rows) - 1
-        rows[row].append(groups[g])
+        rows[row].append(g)
         room[row] -= lengths[g]
     return rows
+
+
+def _row_cost(lengths: Sequence[int], rows: list[list[int]], attention_tokens: float) -> float:
+    """The model work of `rows` padded to their longest, in token slots: each slot costs 1 (the
+    layers' matmuls) plus width / `attention_tokens` (attention over the whole row, masked or not)."""
+    width = max(sum(lengths[g] for g in row) for row in rows)
+    return len(rows) * width * (1 + width / attention_tokens)
+
+
+def pack_rows(inputs_D: Sequence[Sequence[int]], attention_tokens: float | None = None) -> list[list[Group]]:
+    """`prefix_groups` laid into rows, first-fit by decreasing length: short sequences fill the room
+    that padding would otherwise take. Rows are as wide as the longest group, or, given
+    `attention_tokens` (the row width at which a token's attention costs as much as its matmuls:
+    `attention_break_even`), as wide as costs least: fewer, wider rows waste fewer slots on padding,
+    but every slot attends to the whole row (at most MAX_PACKED_WIDTH)."""
+    groups = prefix_groups(inputs_D)
+    lengths = [_group_length(inputs_D, group) for group in groups]
+    longest = max(lengths)
+    best = _first_fit(lengths, longest)
+    if attention_tokens is not None:
+        total = sum(lengths)
+        widths = {-(-total // count) for count in range(1, len(lengths) + 1)}
+        for width in sorted(w for w in widths if longest < w <= MAX_PACKED_WIDTH):
+            rows = _first_fit(lengths, width)
+            if _row_cost(lengths, rows, attention_tokens) < _row_cost(lengths, best, attention_tokens):
+                best = rows
+    return [[groups[g] for g in row] for row in best]
+
+
+def attention_break_even(model: torch.nn.Module) -> float | None:
+    """The row width at which a token's attention (its query against every key, and the values:
+    4 x width x attention width multiply-adds per layer, the mask skips none) costs as much as its
+    share of the layer's matmuls (2 x the layer's weights): 6 x hidden size for the usual shapes
+    (`pack_rows`). None when the config does not say."""
+    config = getattr(model, "config", None)
+    if config is None:
+        return None
+    text_config = config.get_text_config(decoder=True)
+    hidden, layers = getattr(text_config, "hidden_size", None), getattr(text_config, "num_hidden_layers", None)
+    heads = getattr(text_config, "num_attention_heads", None)
+    if not (isinstance(hidden, int) and isinstance(layers, int) and isinstance(heads, int)) or layers < 1:
+        return None
+    head_dim = getattr(text_config, "head_dim", None) or hidden // heads
+    # The embedding is a lookup and the head runs on scored tokens only: neither grows with a row.
+    tables = {id(p) for get in ("get_input_embeddings", "get_output_embeddings") for p in _parameters(model, get)}
+    layer_weights = sum(p.numel() for p in model.parameters() if id(p) not in tables) / layers
+    return 2 * layer_weights / (4 * heads * head_dim)
+
+
+def _parameters(model: torch.nn.Module, getter: str) -> list[torch.nn.Parameter]:
+    module = getattr(model, getter, lambda: None)()
+    return list(module.parameters()) if isinstance(module, torch.nn.Module) else []
 
 
 @dataclass(frozen=True)
@@ -136,17 +189,21 @@ class PackedRows:
 
 
 def pack_sequences(
-    inputs_D: Sequence[Sequence[int]], pad_id: int, dtype: torch.dtype, device: torch.device
+    inputs_D: Sequence[Sequence[int]],
+    pad_id: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    attention_tokens: float | None = None,
 ) -> PackedRows | None:
-    """Pack the sequences by `pack_rows`, or None when that saves less than MIN_PACKING_SAVING of
-    the token slots of plain right padding.
+    """Pack the sequences by `pack_rows` (`attention_tokens`: its row-width trade-off), or None when
+    that saves less than MIN_PACKING_SAVING of the token slots of plain right padding.
 
     Every slot has a segment (a prefix, or one sequence's suffix) and the segment it reads from
     besides its own (a suffix's prefix; a prefix's is itself): a query attends to earlier slots of
     those two. The additive float mask (0 where a query may attend, the dtype's minimum elsewhere)
     works for every attention implementation that takes a 4D mask; pad slots form one segment,
     so no softmax row is empty (an empty one would be NaN, and NaN reaches the gradients)."""
-    rows = pack_rows(inputs_D)
+    rows = pack_rows(inputs_D, attention_tokens)
     row_lengths = [sum(_group_length(inputs_D, group) for group in row) for row in rows]
     if len(rows) * max(row_lengths) > (1 - MIN_PACKING_SAVING) * len(inputs_D) * max(map(len, inputs_D)):
         return None
@@ -237,7 +294,9 @@ def sequence_logprobs(
     parameter = next(model.parameters())
     device = parameter.device
     lengths_D = [len(tokens) for tokens in inputs_D]
-    packed = pack_sequences(inputs_D, pad_id, parameter.dtype, device) if takes_packed_mask(model) else None
+    packed = None
+    if takes_packed_mask(model):
+        packed = pack_sequences(inputs_D, pad_id, parameter.dtype, device, attention_break_even(model))
     model_inputs: dict[str, torch.Tensor]
     if packed is None:
         input_ids_BL = right_pad(inputs_D, pad_id, device)

@@ -5,6 +5,7 @@ right-padded alone."""
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 import torch
@@ -13,7 +14,9 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from adapters.common.tiny import TINY_DIR
 from adapters.common.training_batch import right_pad
 from adapters.local.forward_pass import (
+    MAX_PACKED_WIDTH,
     MIN_SHARED_PREFIX,
+    attention_break_even,
     pack_rows,
     pack_sequences,
     prefix_groups,
@@ -69,6 +72,48 @@ def test_packed_sequences_get_what_they_get_alone(model: torch.nn.Module) -> Non
         torch.testing.assert_close(packed, plain, rtol=0, atol=1e-5)
     for packed, plain in zip(_gradients(model, packed_D), _gradients(model, plain_D), strict=True):
         assert (packed - plain).abs().max() <= 1e-5 * plain.abs().max()  # float32 sums in another order
+
+
+def _slots(inputs_D: list[list[int]], rows: list[list[tuple[int, list[int]]]]) -> tuple[int, int]:
+    """(rows x their widest, the widest) of packed rows."""
+    widths = [sum(prefix + sum(len(inputs_D[i]) - prefix for i in members) for prefix, members in row) for row in rows]
+    return len(rows) * max(widths), max(widths)
+
+
+def test_rows_widen_while_attention_is_cheap_against_the_matmuls() -> None:
+    rng = random.Random(2)
+    inputs_D = [[rng.randrange(1, 1500) for _ in range(rng.randint(5, 40))] for _ in range(24)]
+    narrow = pack_rows(inputs_D)
+    assert _slots(inputs_D, narrow)[1] == max(map(len, inputs_D))  # no sequence shares a prefix here
+    for attention_tokens in (1.0, 500.0, 1e9):
+        rows = pack_rows(inputs_D, attention_tokens)
+        placed = sorted(i for row in rows for _, members in row for i in members)
+        assert placed == list(range(len(inputs_D)))  # each sequence exactly once
+        slots, width = _slots(inputs_D, rows)
+        assert width <= MAX_PACKED_WIDTH
+        if attention_tokens == 1.0:  # attention dominates: no row wider than the longest sequence
+            assert width == max(map(len, inputs_D))
+        if attention_tokens == 1e9:  # attention is free: one row, no padding
+            assert len(rows) == 1 and slots == sum(map(len, inputs_D))
+    cost = {
+        name: slots * (1 + width / 500.0)
+        for name, (slots, width) in (
+            ("narrow", _slots(inputs_D, narrow)),
+            ("chosen", _slots(inputs_D, pack_rows(inputs_D, 500.0))),
+        )
+    }
+    assert cost["chosen"] <= cost["narrow"]
+
+
+def test_attention_break_even_counts_one_layers_weights(model: torch.nn.Module) -> None:
+    """2 x a layer's weights over 4 x its query width: a token's matmuls against its attention."""
+    hf_model: Any = model  # a Qwen3ForCausalLM
+    config = hf_model.config.get_text_config(decoder=True)
+    decoder = hf_model.get_decoder()
+    layer = sum(p.numel() for p in decoder.layers[0].parameters())
+    final_norm = sum(p.numel() for p in decoder.norm.parameters()) / config.num_hidden_layers
+    expected = 2 * (layer + final_norm) / (4 * config.num_attention_heads * config.head_dim)
+    assert attention_break_even(model) == pytest.approx(expected)
 
 
 def test_short_shared_prefixes_and_oversized_rows_are_not_packed() -> None:
