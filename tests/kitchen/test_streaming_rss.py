@@ -1,7 +1,8 @@
 """Reading a data set (SFT records, RL prompts, math and code problems; JSONL, parquet or a
 `datasets.save_to_disk` folder) takes memory independent of its size: records come from the
 source's Arrow cache a batch at a time (kitchen.record_cache). Measured as the peak RSS of a
-subprocess that reads every record, for files 8 times larger than others (no timing)."""
+subprocess that reads every record (the high-water mark reset after its imports, whose own peak
+would hide a smaller growth), for files 8 times larger than others (no timing)."""
 
 from __future__ import annotations
 
@@ -16,21 +17,32 @@ import pytest
 from kitchen.datasets import load_located_records
 from kitchen.record_cache import CACHE_ENV, cached_jsonl
 
-READ_ALL = """
-import resource, sys
-from kitchen.datasets import load_located_records
-from kitchen.datasets import BuiltRecords
+PEAK = """
+def reset_peak():  # Linux: writing 5 to clear_refs resets VmHWM to the current RSS
+    with open("/proc/self/clear_refs", "w") as refs:
+        refs.write("5")
+def peak_kib():
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+"""
+READ_ALL = (
+    PEAK
+    + """
+import sys
+import pyarrow.parquet, datasets  # imported before the reset, as the loaders would import them
+from kitchen.datasets import BuiltRecords, load_located_records
+from recipes.reward_fn_rl import load_prompt_records
+from train_core.renderers.messages import STANDARD_ROLES
+reset_peak()
 records = load_located_records(sys.argv[1], required_any=[["prompt"]])
 total = sum(len(record["completion"]) for _, record in records)
 lazy = BuiltRecords(records, lambda where, record: record)
 assert lazy[len(lazy) - 1]["prompt"].startswith("question")
-from recipes.reward_fn_rl import load_prompt_records  # RL prompts: checked, then read lazily
-from train_core.renderers.messages import STANDARD_ROLES
-prompts = load_prompt_records(sys.argv[1], "train", STANDARD_ROLES)
+prompts = load_prompt_records(sys.argv[1], "train", STANDARD_ROLES)  # RL prompts: checked, then read lazily
 assert prompts[len(prompts) - 1].messages[0]["content"].startswith("question")
 assert prompts.with_completions() is not None
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, total)
+print(peak_kib(), total)
 """
+)
 
 
 def _write(path: Path, records: int) -> Path:
@@ -41,7 +53,8 @@ def _write(path: Path, records: int) -> Path:
 
 
 def _run(script: str, path: Path, cache: Path) -> tuple[int, int]:
-    """(peak RSS in KiB, the total the script printed) of `script` reading `path` in a subprocess."""
+    """(peak RSS in KiB while reading, the total the script printed) of `script` reading `path` in a
+    subprocess."""
     env = {**os.environ, CACHE_ENV: str(cache), "PYTHONPATH": os.pathsep.join(sys.path)}
     done = subprocess.run(
         [sys.executable, "-c", script, str(path)], capture_output=True, text=True, env=env, timeout=120, check=True
@@ -83,11 +96,15 @@ def test_a_changed_file_is_read_again(tmp_path: Path) -> None:
     assert [r for _, r in load_located_records(str(path))] == [{"a": 2}, {"a": 3}]
 
 
-READ_OTHER_SOURCES = """
-import resource, sys
+READ_OTHER_SOURCES = (
+    PEAK
+    + """
+import sys
+import pyarrow.parquet, datasets  # imported before the reset, as the loaders would import them
 from kitchen.datasets import load_located_records
 from recipes.envs.code import load_code_problems
 from recipes.envs.gsm8k import load_word_problems
+reset_peak()
 folder = sys.argv[1]
 total = 0
 for source in (folder + "/sft.parquet", folder + "/saved"):
@@ -96,8 +113,9 @@ code = load_code_problems(folder + "/code.jsonl")  # every problem checked, then
 total += sum(len(problem.solution) for problem in code)
 math = load_word_problems(folder + "/gsm8k.jsonl")
 total += sum(1400 for problem in math if problem.answer.isdigit())
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, total)
+print(peak_kib(), total)
 """
+)
 
 
 def _write_other_sources(folder: Path, records: int) -> Path:
