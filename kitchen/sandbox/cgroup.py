@@ -144,7 +144,11 @@ class RunGroups:
     def __init__(self, parent: Path, memory_bytes: int, tasks: int) -> None:
         self.folder = parent / f"kitchen-sandbox-{os.getpid()}-{secrets.token_hex(4)}"
         self.folder.mkdir()
-        (self.folder / "cgroup.subtree_control").write_text(" ".join(f"+{name}" for name in CONTROLLERS))
+        try:
+            (self.folder / "cgroup.subtree_control").write_text(" ".join(f"+{name}" for name in CONTROLLERS))
+        except OSError:
+            self.folder.rmdir()
+            raise
         self.memory_bytes = memory_bytes
         self.tasks = tasks
 

@@ -419,7 +419,12 @@ class LocalSandbox(Sandbox):
         self.memory_kills = 0
         """Runs killed for holding more than `limits.memory_bytes` in total."""
         parent, self.no_cgroup_reason = find_parent()
-        self.cgroups = RunGroups(parent, limits.memory_bytes, limits.processes) if parent is not None else None
+        self.cgroups: RunGroups | None = None
+        if parent is not None:
+            try:
+                self.cgroups = RunGroups(parent, limits.memory_bytes, limits.processes)
+            except OSError as exc:
+                self.no_cgroup_reason = f"cgroup v2: could not make a group under {parent} ({exc.strerror})"
         if self.cgroups is not None:
             self.shell = require_tool("sh")
             weakref.finalize(self, self.cgroups.close)
