@@ -2,21 +2,24 @@
 dataset names (through HF `datasets`).
 
 Local JSONL goes through train_core's one JSON-lines reader, so a malformed line is reported with
-its file and line number instead of an opaque parser error deep inside `datasets`.
+its file and line number instead of an opaque parser error deep inside `datasets`. Records with
+their locations (`load_located_records`) come from every source through the Arrow cache of
+kitchen.record_cache, a batch at a time, so memory does not grow with the data set.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from kitchen.errors import DataError
-from kitchen.jsonl_cache import cached_jsonl
+from kitchen.record_cache import cached_dataset, cached_jsonl, cached_parquet
 from train_core.errors import DataFormatError
 from train_core.jsonl import read_jsonl
 from train_core.renderers.messages import STANDARD_ROLES, Message, MessageFormatError, check_messages
 
+T = TypeVar("T")
 LOCAL_SUFFIXES = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 
 
@@ -58,8 +61,9 @@ def load_located_records(
     source: str, split: str = "train", required_any: Sequence[Sequence[str]] = ()
 ) -> Sequence[tuple[str, Any]]:
     """`load_records`, each record with where it came from, for error messages: `PATH line N` for
-    JSONL (its line in the file), `SOURCE record N` otherwise (1-based). JSONL is read through its
-    Arrow cache a batch at a time (kitchen.jsonl_cache), so memory does not grow with the file."""
+    JSONL (its line in the file), `SOURCE record N` otherwise (1-based). Every source is read
+    through its Arrow cache a batch at a time (kitchen.record_cache), so memory does not grow with
+    the data set."""
     path = Path(source)
     if path.suffix == ".jsonl":
         located = cached_jsonl(path)
@@ -68,10 +72,52 @@ def load_located_records(
                 if not any(key in record for key in keys):
                     raise DataError(f"{where}: missing key {' or '.join(repr(k) for k in keys)}")
         return located
-    return [
-        (f"{source} record {index + 1}", record)
-        for index, record in enumerate(load_records(source, split, required_any))
-    ]
+    if path.suffix != ".parquet":
+        return cached_dataset(source, load_records(source, split, required_any))
+    table = cached_parquet(path)
+    columns = table[0][1].keys()  # every row has the file's columns
+    for keys in required_any:
+        if not any(key in columns for key in keys):
+            raise DataError(f"dataset {source!r} has no column {' or '.join(repr(k) for k in keys)}")
+    return table
+
+
+class BuiltRecords(Sequence[T]):
+    """What `build(where, record)` makes of each located record at `kept` (all by default), made
+    each time it is asked for: memory holds the records' positions, not what they become, so it
+    does not grow with the data set (records are read back from their cache a batch at a time).
+    The price is building a record again each time it is used."""
+
+    def __init__(
+        self, located: Sequence[tuple[str, Any]], build: Callable[[str, Any], T], kept: Sequence[int] | None = None
+    ) -> None:
+        self.located, self.build = located, build
+        self.kept = range(len(located)) if kept is None else kept
+
+    def __len__(self) -> int:
+        return len(self.kept)
+
+    @overload
+    def __getitem__(self, index: int) -> T: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[T]: ...
+
+    def __getitem__(self, index: int | slice) -> T | list[T]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return self.build(*self.located[self.kept[index]])
+
+
+def build_all(
+    source: str, build: Callable[[str, Any], T], split: str = "train", required_any: Sequence[Sequence[str]] = ()
+) -> BuiltRecords[T]:
+    """Every record of `source` built once (so a bad one is an error naming it, before any work),
+    then kept as a `BuiltRecords` that builds them again when asked for."""
+    located = load_located_records(source, split, required_any)
+    for where, record in located:
+        build(where, record)
+    return BuiltRecords(located, build)
 
 
 def prompt_key(record: Mapping[str, Any]) -> str:

@@ -30,6 +30,7 @@ from kitchen.metrics import MetricsRecorder, read_metrics, truncate_metrics
 from kitchen.observe import start_observability
 from kitchen.ports import ServiceBackend
 from kitchen.recipe import Recipe
+from kitchen.record_cache import cached_jsonl
 from kitchen.rundir import (
     LENGTH_KEYS,
     RunDirError,
@@ -47,7 +48,6 @@ from kitchen.runner import Runner
 from kitchen.secrets import install_logging_filter
 from kitchen.validation import validate_recipe
 from kitchen.workflow import Workflow
-from train_core.jsonl import read_jsonl
 
 DATA_KEYS = ("dataset", "eval_dataset")
 
@@ -139,8 +139,8 @@ def check_data_file(source: str, key: str) -> None:
                 raise DataError(f"{path} line {line}: not UTF-8 text (byte offset {bad})") from None
             offset += len(chunk)
             line += chunk.count(b"\n")
-    if path.suffix == ".jsonl":
-        read_jsonl(path)  # every line one JSON object, no duplicate keys (file and line named)
+    if path.suffix == ".jsonl":  # every line one JSON object, no duplicate keys (file and line named): checked
+        cached_jsonl(path)  # as it is converted into the record cache, a batch at a time, for the run to read
 
 
 def check_data_files(config: Any) -> None:

@@ -12,6 +12,7 @@ DeepCoder-style problem files load with `--config recipes/configs/code_rl_deepco
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
 
 from pydantic import Field, model_validator
@@ -22,6 +23,7 @@ from kitchen.rl.settings import RLSettings
 from kitchen.rl.workflow import rl_workflow_for
 from kitchen.sandbox import SandboxKind, make_sandbox
 from kitchen.sandbox.factory import UNSAFE_SANDBOX_SETTING
+from kitchen.sandbox.local import LocalSandbox
 from kitchen.sandbox.process import PROCESS_SANDBOX_WARNING, ProcessSandbox
 from recipes.data import shipped_data
 from recipes.envs.code import (
@@ -69,7 +71,7 @@ class Config(RLSettings):
         return self
 
 
-def load_problem_sets(config: Config) -> tuple[list[CodeProblem], list[CodeProblem]]:
+def load_problem_sets(config: Config) -> tuple[Sequence[CodeProblem], Sequence[CodeProblem]]:
     """The train and held-out problems; a bad record is an error naming its file and line."""
     return load_code_problems(config.dataset), load_code_problems(config.eval_dataset) if config.eval_dataset else []
 
@@ -94,11 +96,16 @@ def build_task(config: Config, renderer: Renderer) -> RLTask:
     warnings = [weak_tests_warning(config.dataset, problems)]
     if isinstance(sandbox, ProcessSandbox):
         warnings.append(f"{UNSAFE_SANDBOX_SETTING}: programs run in the process sandbox. {PROCESS_SANDBOX_WARNING}")
+    notes: list[str] = []
+    if isinstance(sandbox, LocalSandbox):  # a soft (watchdog) bound is a warning, the kernel's a note
+        limits = f"sandbox total limits per program: {sandbox.total_limits()}"
+        (notes if sandbox.cgroups is not None else warnings).append(limits)
     return RLTask(
         train=CodeDataset(problems, config.groups_per_batch, config.seed, group),
         eval_builders=[group(problem) for problem in held_out],
         demonstrations=CodeDemonstrations(problems, config.teacher_error_rate),
         warnings=[warning for warning in warnings if warning],
+        notes=notes,
     )
 
 

@@ -48,6 +48,8 @@ class BuildRLTask(Stage):
             raise DataError("the RL dataset has no batches")
         for warning in task.warnings:
             ctx.log.warning("rl_task.warning", message=warning)
+        for note in task.notes:
+            ctx.log.info("rl_task.note", message=note)
         ctx.log.info("rl_task.built", batches=len(task.train), eval_groups=len(task.eval_builders))
         return Task(task, config.num_batches)
 

@@ -24,10 +24,11 @@ import time
 import weakref
 from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
+from kitchen.sandbox.cgroup import RunGroup, RunGroups, find_parent
 from kitchen.sandbox.types import (
     MAIN_FILE,
     OUTPUT_CAP_BYTES,
@@ -63,10 +64,11 @@ class ResourceLimits:
     file_size_bytes: int = 64 << 20
     open_files: int = 64
     memory_bytes: int = 2 << 30
-    """Resident memory of all the run's processes together. Without cgroups (v1 machines, no
-    delegation) it is enforced by a watchdog that sums the resident memory of the run's uid
-    (root trainer) or session (otherwise) every MEMORY_POLL_S and kills the run above it; the
-    hard bound stays `processes x address_space_bytes`, which `total_bound` states."""
+    """Memory of all the run's processes together. Where cgroup v2 hands the memory and pids
+    controllers to the trainer it is the run's `memory.max` (kitchen.sandbox.cgroup); elsewhere a
+    watchdog sums the resident memory of the run's uid (root trainer) or session (otherwise)
+    every MEMORY_POLL_S and kills the run above it, and the hard bound is `processes x
+    address_space_bytes`, which `total_bound` states."""
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
@@ -415,7 +417,23 @@ class LocalSandbox(Sandbox):
         self.uids = UidPool(concurrency)
         self.setpriv = require_tool("setpriv") if self.uids.enabled else ""
         self.memory_kills = 0
-        """Runs killed for holding more than `limits.memory_bytes` resident in total."""
+        """Runs killed for holding more than `limits.memory_bytes` in total."""
+        parent, self.no_cgroup_reason = find_parent()
+        self.cgroups: RunGroups | None = None
+        if parent is not None:
+            try:
+                self.cgroups = RunGroups(parent, limits.memory_bytes, limits.processes)
+            except OSError as exc:
+                self.no_cgroup_reason = f"cgroup v2: could not make a group under {parent} ({exc.strerror})"
+        if self.cgroups is not None:
+            self.shell = require_tool("sh")
+            weakref.finalize(self, self.cgroups.close)
+
+    def total_limits(self) -> str:
+        """How a run's memory and processes are bounded all together here, in words."""
+        if self.cgroups is not None:
+            return self.cgroups.describe()
+        return f"{self.no_cgroup_reason}; instead: {self.limits.total_bound()}"
 
     @abstractmethod
     def command(self, workdir: Path, uid: int | None) -> list[str]:
@@ -460,24 +478,40 @@ class LocalSandbox(Sandbox):
             raise ValueError(f"local sandboxes run python only, not {program.language!r} (use sandboxfusion)")
         uid = self.uids.take()
         workdir: Path | None = None
+        group: RunGroup | None = None
+        oom_killed: int | None = None
 
         async def sweep() -> None:
+            nonlocal oom_killed
+            if group is not None:  # read how it ended before the group goes
+                if group.oom_killed():
+                    oom_killed = group.peak_bytes() or self.limits.memory_bytes
+                await asyncio.to_thread(group.remove)
             if uid is not None:
                 await kill_uid(uid)
 
         try:
             workdir = await asyncio.to_thread(make_workdir, program, uid)
             argv = self.command(workdir, uid)
-            memory = (partial(resident_bytes, uid), self.limits.memory_bytes)
+            memory: tuple[Callable[[int], int], int] | None = None
+            if self.cgroups is not None:  # the kernel holds the limit: no watchdog
+                group = await asyncio.to_thread(self.cgroups.create)
+                argv = [*group.enter(self.shell), *argv]
+            else:
+                memory = (partial(resident_bytes, uid), self.limits.memory_bytes)
             env = minimal_env(str(workdir))
             try:
                 outcome = await supervise(argv, workdir, env, program.stdin, timeout_s, sweep, memory)
             except OSError as exc:
                 return RunResult("sandbox_error", None, "", "", 0.0, detail=f"could not start the sandbox: {exc}")
+            if oom_killed is not None:
+                outcome = replace(outcome, memory_killed=oom_killed)
             if outcome.memory_killed is not None:
                 self.memory_kills += 1
             return classify(outcome, self.cpu_limit_codes(), self.launcher_prefixes, self.limits.cpu_s)
         finally:
+            if group is not None:  # already gone unless the program never started
+                await asyncio.to_thread(group.remove)
             if workdir is not None:
                 await asyncio.to_thread(shutil.rmtree, workdir, True)
             self.uids.give_back(uid)

@@ -7,10 +7,10 @@ from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, overload
+from typing import Any
 
 from kitchen.context import Context
-from kitchen.datasets import is_hub_name, load_located_records
+from kitchen.datasets import BuiltRecords, is_hub_name, load_located_records
 from kitchen.errors import DataError
 from kitchen.ports import Tokenizer, TrainingClient
 from kitchen.settings import DatasetSettings
@@ -154,7 +154,7 @@ def _load(
             skipped.append(where)
         else:
             kept.append(index)
-    data = RecordDatums(records, kept, build)
+    data = BuiltRecords(records, partial(_kept_datum, build), kept)
     if skipped:
         first = ", ".join(skipped[:MAX_REPORTED]) + (", ..." if len(skipped) > MAX_REPORTED else "")
         ctx.log.warning("data.skipped", split=name, count=len(skipped), first=first, reason="no token to train on")
@@ -169,6 +169,12 @@ def _load(
     return data
 
 
+def _kept_datum(build: Callable[[str, Any], Datum | None], where: str, record: Any) -> Datum:
+    datum = build(where, record)
+    assert datum is not None, "a kept record builds a datum"
+    return datum
+
+
 def _datum(
     builder: ExampleBuilder,
     tokenizer: Tokenizer,
@@ -178,38 +184,6 @@ def _datum(
     record: Any,
 ) -> Datum | None:
     return record_datum(builder, record, where, tokenizer, renderer, max_length)
-
-
-class RecordDatums(Sequence[Datum]):
-    """The datums of the records at `kept`, each built when it is asked for: memory holds the
-    records' positions, not their tokens, so it does not grow with the data set (records are read
-    back from the JSONL cache a batch at a time). Building twice costs a second tokenization."""
-
-    def __init__(
-        self,
-        records: Sequence[tuple[str, Any]],
-        kept: Sequence[int],
-        build: Callable[[str, Any], Datum | None],
-    ) -> None:
-        self.records = records
-        self.kept = kept
-        self.build = build
-
-    def __len__(self) -> int:
-        return len(self.kept)
-
-    @overload
-    def __getitem__(self, index: int) -> Datum: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[Datum]: ...
-
-    def __getitem__(self, index: int | slice) -> Datum | list[Datum]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        datum = self.build(*self.records[self.kept[index]])
-        assert datum is not None, "a kept record builds a datum"
-        return datum
 
 
 @dataclass(frozen=True)

@@ -15,15 +15,17 @@ from __future__ import annotations
 import json
 import random
 import secrets
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
+from kitchen.datasets import build_all
+from kitchen.errors import DataError
 from kitchen.sandbox import Program, Sandbox, SandboxUnavailableError
-from train_core.errors import DataFormatError, InvalidInputError
-from train_core.jsonl import read_jsonl
+from train_core.errors import InvalidInputError
 from train_core.renderers.base import Renderer
 from train_core.renderers.messages import Message
 from train_core.rl.code_grading import (
@@ -180,7 +182,7 @@ class CodeDataset(RLDataset):
     ) -> None:
         if not problems:
             raise InvalidInputError("code dataset: no problems")
-        self.problems = list(problems)
+        self.problems = problems
         self.groups_per_batch = groups_per_batch
         self.seed = seed
         self.make_group = make_group
@@ -237,15 +239,18 @@ def parse_problem(record: Any) -> CodeProblem:
     raise InvalidInputError("'tests' must be a non-empty list of assert strings or of stdin/stdout cases")
 
 
-def load_code_problems(path: str | Path) -> list[CodeProblem]:
-    """Every problem of a JSONL file; a bad record is an error naming the file and line."""
-    problems = []
-    for line_no, record in read_jsonl(path):
-        try:
-            problems.append(parse_problem(record))
-        except InvalidInputError as exc:
-            raise DataFormatError(path, line_no, str(exc)) from None
-    return problems
+def code_problem(where: str, record: Any) -> CodeProblem:
+    """`parse_problem`, a bad record being a DataError naming `where`."""
+    try:
+        return parse_problem(record)
+    except InvalidInputError as exc:
+        raise DataError(f"{where}: {exc}") from None
+
+
+def load_code_problems(path: str | Path) -> Sequence[CodeProblem]:
+    """Every problem of a file (JSONL, parquet, a saved dataset), each checked here and read back
+    from its cache when used, so memory does not grow with the file."""
+    return build_all(str(path), code_problem)
 
 
 def passes_trivially(problem: CodeProblem) -> bool:
@@ -286,11 +291,15 @@ class CodeDemonstrations:
         if not 0.0 <= self.error_rate <= 1.0:
             raise InvalidInputError(f"teacher error rate must be in [0, 1], got {self.error_rate}")
 
+    @cached_property
+    def taught(self) -> Sequence[int]:
+        """The positions of the problems with a solution (found once; the problems may be lazy)."""
+        return array("q", (index for index, problem in enumerate(self.problems) if problem.solution))
+
     def __call__(self, rng: random.Random, count: int) -> list[list[Message]]:
-        taught = [p for p in self.problems if p.solution]
         conversations = []
         for _ in range(count):
-            problem = rng.choice(taught)
+            problem = self.problems[rng.choice(self.taught)]
             slip = rng.random() < self.error_rate and problem.wrong_solution
             code = problem.wrong_solution if slip else problem.solution
             assert code is not None

@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 from pydantic import Field
 
+from kitchen.datasets import build_all
+from kitchen.errors import DataError
 from kitchen.rl.envs import EnvSpec
 from kitchen.rl.settings import RLSettings
 from recipes.data import shipped_data
 from recipes.envs.settings import ProblemSettings
-from train_core.errors import DataFormatError
-from train_core.jsonl import read_jsonl
 from train_core.renderers.base import Renderer
 from train_core.renderers.messages import Message
 from train_core.rl.math_grading import extract_answer, grade_answer, parse_gsm8k_answer
@@ -43,15 +45,18 @@ class WordProblem:
         return [Message(role="user", content=self.question + INSTRUCTION), Message(role="assistant", content=reply)]
 
 
-def load_word_problems(path: str) -> list[WordProblem]:
-    """Every record of a GSM8K-format JSONL file; a bad record is an error naming its line."""
-    problems = []
-    for line_no, record in read_jsonl(path):
-        if not all(isinstance(record.get(k), str) for k in ("question", "answer")):
-            raise DataFormatError(path, line_no, "expected an object with string keys 'question' and 'answer'")
-        answer = parse_gsm8k_answer(record["answer"], where=f"{path} line {line_no} key 'answer'")
-        problems.append(WordProblem(record["question"], record["answer"], answer))
-    return problems
+def word_problem(where: str, record: Any) -> WordProblem:
+    """One GSM8K record as a problem; a bad one is a DataError naming `where`."""
+    if not isinstance(record, dict) or not all(isinstance(record.get(k), str) for k in ("question", "answer")):
+        raise DataError(f"{where}: expected an object with string keys 'question' and 'answer'")
+    answer = parse_gsm8k_answer(record["answer"], where=f"{where} key 'answer'")
+    return WordProblem(record["question"], record["answer"], answer)
+
+
+def load_word_problems(path: str) -> Sequence[WordProblem]:
+    """Every record of a GSM8K-format file (JSONL, parquet, a saved dataset), each checked here and
+    read back from its cache when used, so memory does not grow with the file."""
+    return build_all(path, word_problem)
 
 
 class WordProblemEnv(ProblemEnv):
@@ -84,7 +89,7 @@ class WordProblemDataset(RLDataset):
 
     def __init__(
         self,
-        problems: list[WordProblem],
+        problems: Sequence[WordProblem],
         renderer: Renderer,
         groups_per_batch: int,
         group_size: int,
@@ -120,7 +125,7 @@ class WordProblemDataset(RLDataset):
 class SolutionDemonstrations:
     """The training problems' worked solutions, drawn at random, for the warm start."""
 
-    problems: list[WordProblem]
+    problems: Sequence[WordProblem]
 
     def __call__(self, rng: random.Random, count: int) -> list[list[Message]]:
         return [rng.choice(self.problems).demonstration() for _ in range(count)]

@@ -1,7 +1,8 @@
-"""Reading a JSONL data set (SFT records, RL prompts) takes memory independent of its size:
-records come from the file's Arrow cache a batch at a time (kitchen.jsonl_cache). Measured as the
-peak RSS of a subprocess that reads every record, for a file 8 times larger than another (no
-timing)."""
+"""Reading a data set (SFT records, RL prompts, math and code problems; JSONL, parquet or a
+`datasets.save_to_disk` folder) takes memory independent of its size: records come from the
+source's Arrow cache a batch at a time (kitchen.record_cache). Measured as the peak RSS of a
+subprocess that reads every record (the high-water mark reset after its imports, whose own peak
+would hide a smaller growth), for files 8 times larger than others (no timing)."""
 
 from __future__ import annotations
 
@@ -14,23 +15,34 @@ from pathlib import Path
 import pytest
 
 from kitchen.datasets import load_located_records
-from kitchen.jsonl_cache import CACHE_ENV, cached_jsonl
+from kitchen.record_cache import CACHE_ENV, cached_jsonl
 
-READ_ALL = """
-import resource, sys
-from kitchen.datasets import load_located_records
-from kitchen.supervised.stages import RecordDatums
+PEAK = """
+def reset_peak():  # Linux: writing 5 to clear_refs resets VmHWM to the current RSS
+    with open("/proc/self/clear_refs", "w") as refs:
+        refs.write("5")
+def peak_kib():
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+"""
+READ_ALL = (
+    PEAK
+    + """
+import sys
+import pyarrow.parquet, datasets  # imported before the reset, as the loaders would import them
+from kitchen.datasets import BuiltRecords, load_located_records
+from recipes.reward_fn_rl import load_prompt_records
+from train_core.renderers.messages import STANDARD_ROLES
+reset_peak()
 records = load_located_records(sys.argv[1], required_any=[["prompt"]])
 total = sum(len(record["completion"]) for _, record in records)
-lazy = RecordDatums(records, range(len(records)), lambda where, record: record)
+lazy = BuiltRecords(records, lambda where, record: record)
 assert lazy[len(lazy) - 1]["prompt"].startswith("question")
-from recipes.reward_fn_rl import load_prompt_records  # RL prompts: checked, then read lazily
-from train_core.renderers.messages import STANDARD_ROLES
-prompts = load_prompt_records(sys.argv[1], "train", STANDARD_ROLES)
+prompts = load_prompt_records(sys.argv[1], "train", STANDARD_ROLES)  # RL prompts: checked, then read lazily
 assert prompts[len(prompts) - 1].messages[0]["content"].startswith("question")
 assert prompts.with_completions() is not None
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, total)
+print(peak_kib(), total)
 """
+)
 
 
 def _write(path: Path, records: int) -> Path:
@@ -40,12 +52,19 @@ def _write(path: Path, records: int) -> Path:
     return path
 
 
-def _peak_rss_kib(path: Path, cache: Path) -> int:
+def _run(script: str, path: Path, cache: Path) -> tuple[int, int]:
+    """(peak RSS in KiB while reading, the total the script printed) of `script` reading `path` in a
+    subprocess."""
     env = {**os.environ, CACHE_ENV: str(cache), "PYTHONPATH": os.pathsep.join(sys.path)}
     done = subprocess.run(
-        [sys.executable, "-c", READ_ALL, str(path)], capture_output=True, text=True, env=env, timeout=120, check=True
+        [sys.executable, "-c", script, str(path)], capture_output=True, text=True, env=env, timeout=120, check=True
     )
     rss, total = map(int, done.stdout.split())
+    return rss, total
+
+
+def _peak_rss_kib(path: Path, cache: Path) -> int:
+    rss, total = _run(READ_ALL, path, cache)
     assert total == 1400 * sum(1 for _ in path.open())
     return rss
 
@@ -75,3 +94,63 @@ def test_a_changed_file_is_read_again(tmp_path: Path) -> None:
     assert [r for _, r in load_located_records(str(path))] == [{"a": 1}]
     path.write_text('{"a": 2}\n{"a": 3}\n')
     assert [r for _, r in load_located_records(str(path))] == [{"a": 2}, {"a": 3}]
+
+
+READ_OTHER_SOURCES = (
+    PEAK
+    + """
+import sys
+import pyarrow.parquet, datasets  # imported before the reset, as the loaders would import them
+from kitchen.datasets import load_located_records
+from recipes.envs.code import load_code_problems
+from recipes.envs.gsm8k import load_word_problems
+reset_peak()
+folder = sys.argv[1]
+total = 0
+for source in (folder + "/sft.parquet", folder + "/saved"):
+    total += sum(len(record["completion"]) for _, record in load_located_records(source, required_any=[["prompt"]]))
+code = load_code_problems(folder + "/code.jsonl")  # every problem checked, then parsed again when used
+total += sum(len(problem.solution) for problem in code)
+math = load_word_problems(folder + "/gsm8k.jsonl")
+total += sum(1400 for problem in math if problem.answer.isdigit())
+print(peak_kib(), total)
+"""
+)
+
+
+def _write_other_sources(folder: Path, records: int) -> Path:
+    """A parquet file, a save_to_disk folder, a code and a GSM8K problem file of `records` each."""
+    import datasets
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir()
+    rows = {"prompt": [f"question {i} " + "x" * 600 for i in range(records)], "completion": ["y" * 1400] * records}
+    pq.write_table(pa.table(rows), folder / "sft.parquet", row_group_size=4096)
+    datasets.Dataset.from_dict(rows).save_to_disk(str(folder / "saved"))
+    with (folder / "code.jsonl").open("w") as code, (folder / "gsm8k.jsonl").open("w") as math:
+        for index in range(records):
+            case = {"input": str(index), "output": str(index + 3)}
+            problem = {"problem": f"Add three to {index}. " + "x" * 600, "tests": [case], "solution": "y" * 1400}
+            code.write(json.dumps(problem) + "\n")
+            answer = "z" * 1392 + f" #### {index}"
+            math.write(json.dumps({"question": f"What is {index}? " + "x" * 600, "answer": answer}) + "\n")
+    return folder
+
+
+@pytest.mark.slow  # two interpreters reading 4 x 4 MB and 4 x 32 MB
+def test_peak_rss_does_not_grow_with_parquet_saved_datasets_or_rl_problem_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    small = _write_other_sources(tmp_path / "small", 2_000)
+    big = _write_other_sources(tmp_path / "big", 16_000)
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(CACHE_ENV, str(cache))
+    for folder in (small, big):  # converted here first: the reads below are measured
+        for source in ("sft.parquet", "saved", "code.jsonl", "gsm8k.jsonl"):
+            load_located_records(str(folder / source))
+    (small_rss, small_total), (big_rss, big_total) = (_run(READ_OTHER_SOURCES, f, cache) for f in (small, big))
+    assert (small_total, big_total) == (4 * 1400 * 2_000, 4 * 1400 * 16_000)
+    # Materializing the records, as before, grew RSS by well over the 4 x 28 MB difference.
+    growth_kib = big_rss - small_rss
+    assert growth_kib < 16 * 1024, f"peak RSS grew by {growth_kib / 1024:.1f} MB for 112 MB more data"

@@ -64,3 +64,8 @@ def test_the_rl_task_carries_the_warning_and_refuses_the_process_sandbox(tmp_pat
     assert any("1 of 2 problems" in warning for warning in task.warnings)
     unsafe = "allow_unsafe_sandbox: programs run in the process sandbox"
     assert any(warning.startswith(unsafe) for warning in task.warnings)
+    # How a program's memory and processes are bounded in total: a warning for the watchdog (it is
+    # soft), a note where the kernel holds the limit (a cgroup v2 group per run).
+    limits = [line for line in [*task.warnings, *task.notes] if line.startswith("sandbox total limits per program:")]
+    assert len(limits) == 1
+    assert "watchdog" in limits[0] if limits[0] in task.warnings else "memory.max" in limits[0]

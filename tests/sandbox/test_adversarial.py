@@ -9,7 +9,6 @@ import resource
 import socket
 import time
 import uuid
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -176,19 +175,24 @@ def test_writes_outside_the_sandbox(sandbox: LocalSandbox, tmp_path: Path) -> No
         "project": PROJECT_DIR / name,
         "run_dir": tmp_path / name,
         "tmp": Path("/tmp") / name,
+        "var_tmp": Path("/var/tmp") / name,
+        "dev_shm": Path("/dev/shm") / name,
     }
     code = "import sys\n"
-    for label, path in targets.items():
+    for label, path in list(targets.items()):
+        if not path.parent.is_dir():
+            del targets[label]
+            continue
         code += f"try:\n    open({str(path)!r}, 'w').write('x')\n    print({label!r})\nexcept OSError:\n    pass\n"
     result = run(sandbox, code)
     assert result.status == "ok"
     leaked = {label for label, path in targets.items() if path.exists()}
     for label in leaked:
         targets[label].unlink()
-    if isinstance(sandbox, BubblewrapSandbox):
-        assert leaked == set()
-    else:  # documented: world-writable places like /tmp are reachable from the process sandbox
-        assert leaked == {"tmp"}
+    # Bubblewrap shows none of these; the process sandbox's temp dirs are its own run dir (removed).
+    assert leaked == set()
+    if isinstance(sandbox, ProcessSandbox):  # its private /tmp is writable, only no one else sees it
+        assert "tmp" in result.stdout.split(), result
 
 
 def test_network(sandbox: LocalSandbox) -> None:
@@ -335,30 +339,3 @@ def test_the_harness_keeps_its_channel_out_of_reach(sandbox: LocalSandbox) -> No
 def test_the_honest_solution_passes(sandbox: LocalSandbox) -> None:
     grade = asyncio.run(grade_code(sandbox, PROBLEM, "def add_three(x):\n    return x + 3\n", timeout_s=5))
     assert grade.verdict.all_passed and grade.verdict.passed == 2
-
-
-@pytest.mark.slow  # 8 processes touching 96 MiB each, per sandbox
-def test_many_processes_cannot_add_up_past_the_total_memory_limit(sandbox: LocalSandbox) -> None:
-    # Each process stays under its own address-space cap; together they hold 8 x 96 MiB.
-    limits = ResourceLimits(cpu_s=5, address_space_bytes=1 << 30, processes=64, memory_bytes=256 << 20)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the process sandbox's warning, tested in the fixture
-        capped = type(sandbox)(concurrency=1, limits=limits)
-    code = """
-import os, time
-for _ in range(8):
-    if os.fork() == 0:
-        held = bytearray(96 << 20)
-        for i in range(0, len(held), 4096):
-            held[i] = 1
-        time.sleep(8)
-        os._exit(0)
-time.sleep(8)
-print("all held")
-"""
-    result = run(capped, code, timeout_s=20)
-    assert result.status == "failed" and "memory limit reached" in result.detail, result
-    assert "all held" not in result.stdout
-    assert capped.memory_kills == 1 and result.memory_killed
-    bound = limits.total_bound()
-    assert "0.25 GiB resident in total" in bound and "64 processes x 1 GiB address space = 64 GiB" in bound

@@ -32,6 +32,8 @@ class RLTask:
     warnings: Sequence[str] = ()
     """What the user should know before training starts (weak data, an unsafe setting): logged
     as warnings, so they reach stderr and the report."""
+    notes: Sequence[str] = ()
+    """What the user may want to know (how the sandbox bounds a program): logged as info events."""
 
 
 RLTaskFactory = Callable[[Any, Renderer], RLTask]
