@@ -88,6 +88,7 @@ def test_conversational_prompt_completion_trains_the_completion(tmp_path: Path) 
     }
     tokenizer: Any = AutoTokenizer.from_pretrained(TINY_DIR)
     tokens, weights = Conversation()(record, tokenizer, get_renderer("role_colon", tokenizer))
+    assert isinstance(tokens, list)  # text only: a ModelInput only when images are in the record
     assert tokenizer.decode([t for t, w in zip(tokens, weights, strict=True) if w]) == " 4\n\nUser:"
     data = write(tmp_path / "chat", "saved", [record] * 16)
     rows = _run(tmp_path, "chat_sl", f"dataset={data}", "eval_dataset=null", "batch_size=8", "num_epochs=1")

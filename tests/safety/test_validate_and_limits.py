@@ -56,6 +56,7 @@ def test_huge_record_is_cut_before_tokenizing(tmp_path: Path) -> None:
     PromptCompletion()({"prompt": huge, "completion": huge}, tokenizer, None, max_length=16)
     assert CountingTokenizer.longest == 8 * 16
     tokens, _ = PromptCompletion()({"text": huge}, tokenizer, None, max_length=16)
+    assert isinstance(tokens, list)
     assert len(tokens) <= 8 * 16 + 1
 
     seen: list[int] = []

@@ -4,6 +4,8 @@ keep the dynamic path."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -40,7 +42,7 @@ def test_packed_prefill_and_in_place_decode_give_the_padded_dynamic_cache_logits
     rows = torch.arange(len(PROMPTS))
     for step, tokens in enumerate(step_tokens):
         if step == 3:  # the middle row finishes: both caches drop it
-            rows = torch.tensor([0, 2])
+            rows = cast(torch.LongTensor, torch.tensor([0, 2]))
             cache.reorder_cache(rows)
             dynamic.reorder_cache(rows)
         mask = torch.cat([mask, mask.new_ones(len(PROMPTS), 1)], dim=-1)
