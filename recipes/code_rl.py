@@ -70,6 +70,16 @@ class Config(RLSettings):
             raise ValueError("sandbox_url is set exactly when sandbox is sandboxfusion")
         return self
 
+    @model_validator(mode="after")
+    def _process_sandbox_only_when_allowed(self) -> Config:
+        """Refused here, so `kitchen validate` says so before a warm start is spent."""
+        if self.sandbox == "process" and not self.allow_unsafe_sandbox:
+            raise ValueError(
+                f"sandbox=process is not safe for RL (no network or filesystem isolation): use bubblewrap or "
+                f"sandboxfusion, or set {UNSAFE_SANDBOX_SETTING}: true to accept the risk"
+            )
+        return self
+
 
 def load_problem_sets(config: Config) -> tuple[Sequence[CodeProblem], Sequence[CodeProblem]]:
     """The train and held-out problems; a bad record is an error naming its file and line."""

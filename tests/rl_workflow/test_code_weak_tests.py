@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kitchen.config import load_config
-from kitchen.sandbox import SandboxUnavailableError
+from kitchen.errors import ConfigError
 from recipes.code_rl import Config, build_task
 from recipes.envs.code import CodeProblem, load_code_problems, parse_problem, passes_trivially, weak_tests_warning
 from tests.rl_workflow.envs_common import renderer
@@ -56,8 +56,8 @@ def test_the_warning_names_the_weak_problems(tmp_path: Path) -> None:
 def test_the_rl_task_carries_the_warning_and_refuses_the_process_sandbox(tmp_path: Path) -> None:
     path = _problems_file(tmp_path)
     base = ["backend=noop", f"dataset={path}", "eval_dataset=null"]
-    with pytest.raises(SandboxUnavailableError, match="allow_unsafe_sandbox: true"):
-        build_task(load_config(Config, None, [*base, "sandbox=process"]), renderer())
+    with pytest.raises(ConfigError, match=r"sandbox=process is not safe for RL.*allow_unsafe_sandbox: true"):
+        load_config(Config, None, [*base, "sandbox=process"])  # refused before any work: `kitchen validate` too
     with pytest.warns(UserWarning, match="NOT cut off"):
         allowed = load_config(Config, None, [*base, "sandbox=process", "allow_unsafe_sandbox=true"])
         task = build_task(allowed, renderer())
