@@ -48,8 +48,16 @@ def without_times(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in rows]
 
 
-def test_all_phases_run_in_their_own_directories(tmp_path: Path) -> None:
-    run(tmp_path)
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One uninterrupted run of all three phases, shared by the tests that read or compare with it."""
+    log_path = tmp_path_factory.mktemp("rlhf-whole")
+    run(log_path)
+    return log_path
+
+
+def test_all_phases_run_in_their_own_directories(whole: Path) -> None:
+    tmp_path = whole
     for phase in ("sft", "preference_model", "rl"):
         records = read_records(tmp_path / phase / "checkpoints.jsonl")
         assert records[-1].name == "final"
@@ -109,15 +117,14 @@ def test_resume_between_phases_skips_finished_ones(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("phase", "crash_step"), [("preference_model", 1), ("rl", 1)])
-def test_resume_inside_a_phase_matches_an_uninterrupted_run(tmp_path: Path, phase: str, crash_step: int) -> None:
-    run(tmp_path / "whole")
+def test_resume_inside_a_phase_matches_an_uninterrupted_run(
+    tmp_path: Path, whole: Path, phase: str, crash_step: int
+) -> None:
     with pytest.raises(StageFailure, match="simulated crash"):
         run(tmp_path / "crashed", hooks=[CrashAfterStep(crash_step) if phase == "sft" else _CrashIn(phase, crash_step)])
     run(tmp_path / "crashed")
     for name in ("sft", "preference_model", "rl"):
-        assert without_times(phase_rows(tmp_path / "crashed", name)) == without_times(
-            phase_rows(tmp_path / "whole", name)
-        )
+        assert without_times(phase_rows(tmp_path / "crashed", name)) == without_times(phase_rows(whole, name))
     resumed = [json.loads(line) for line in (tmp_path / "crashed" / phase / "events.jsonl").read_text().splitlines()]
     assert any(e.get("event") == "run.resume" for e in resumed)
 
