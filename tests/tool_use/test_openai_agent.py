@@ -60,7 +60,7 @@ async def capital_agent(endpoint: AgentEndpoint, country: str, first_choice: Any
     client = openai.AsyncOpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0)
     messages: list[Any] = [{"role": "user", "content": f"What is the capital of {country}?"}]
     for turn in range(3):
-        choice = first_choice if turn == 0 else "auto"
+        choice: Any = first_choice if turn == 0 else "auto"
         reply = await client.chat.completions.create(
             model=endpoint.model, messages=messages, tools=TOOLS, tool_choice=choice
         )
@@ -102,7 +102,7 @@ class Countries(RLDataset):
         self.config, self.renderer = config, renderer
 
     def get_batch(self, index: int) -> list[EnvGroupBuilder]:
-        choice = self.config.first_tool_choice
+        choice: Any = self.config.first_tool_choice
         if choice not in ("auto", "required", "none"):
             choice = {"type": "function", "function": {"name": choice}}
         agent = (
