@@ -145,10 +145,10 @@ def test_a_tool_call_prefill_opens_the_reply_as_the_format_writes_a_call(
     reply = Message(
         role="assistant", content="", tool_calls=[ToolCall(name="get_weather", arguments={"city": "Paris"})]
     )
-    full_text = tokenizer.decode(renderer.build_supervised_example([*history, reply])[0].to_ints())
+    full_text = str(tokenizer.decode(renderer.build_supervised_example([*history, reply])[0].to_ints()))
     plain = renderer.build_generation_prompt(history).to_ints()
     prompt = renderer.build_generation_prompt(history, prefill=renderer.tool_call_prefill(forced)).to_ints()
-    prompt_text = tokenizer.decode(prompt)
+    prompt_text = str(tokenizer.decode(prompt))
     assert full_text.startswith(prompt_text) and prompt[: len(plain)] == plain
     if forced:
         assert prompt_text.endswith(renderer.tool_call_prefill(forced)) and forced in prompt_text[-40:]
