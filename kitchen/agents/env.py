@@ -4,7 +4,9 @@ The agent is an ordinary function, `agent(endpoint, task)`, sync or async, that 
 completion calls to `endpoint.base_url` with `endpoint.api_key` (one key per episode) and returns
 its result; `grader(task, result)` gives the episode's reward. Each call is one turn: its prompt
 (the request's messages rendered, tools declared natively) is the observation, the policy's
-sample the action, and the reply the agent gets is that sample parsed (tool calls included). The
+sample the action, and the reply the agent gets is that sample parsed (tool calls included). A
+`tool_choice` that forces a call ends the prompt with the renderer's tool-call opener: those
+tokens are observation, never action, and the reply is parsed from them and the sample. The
 trained tokens are therefore the sampled ones: whatever the agent sends back next is only a new
 observation, and when it re-renders to something other than the tokens sampled (an edited
 history), the next turn simply does not merge with the last (two datums instead of one); no token
@@ -54,6 +56,7 @@ class AgentError(RuntimeError):
 class _Call:
     request: ChatRequest
     prompt: ModelInput
+    prefill: list[int]
     reply: asyncio.Future[dict[str, Any]]
 
 
@@ -106,8 +109,8 @@ class AgentEnv(Env):
             raise ChatRequestError("stop is not supported while training: a cut sample would train unseen tokens")
         if self._pending is not None:
             raise ChatRequestError("one chat completion at a time per episode key")
-        prompt, _ = prepare(request, self.renderer, default_max_tokens=1)
-        call = _Call(request, prompt, asyncio.get_running_loop().create_future())
+        prepared = prepare(request, self.renderer, default_max_tokens=1)
+        call = _Call(request, prepared.prompt, prepared.prefill, asyncio.get_running_loop().create_future())
         self._pending = call
         await self._events.put(call)
         return await call.reply
@@ -116,11 +119,12 @@ class AgentEnv(Env):
         call, self._pending = self._pending, None
         if call is None:
             raise AgentError("step() without a pending chat completion call")
-        completion = finish(call.prompt, TokensWithLogprobs(list(action), None), self.renderer, [], self._decode)
+        sampled = TokensWithLogprobs(list(action), None)
+        completion = finish(call.prompt, sampled, self.renderer, [], self._decode, call.prefill)
         self.calls.append(AgentCall(call.prompt.to_ints(), list(action)))
         if not call.reply.done():
             call.reply.set_result(response(call.request, [completion], lambda token: self._decode([token])))
-        _, parse_ok = self.renderer.parse_response(action)
+        _, parse_ok = self.renderer.parse_response([*call.prefill, *action])
         event = await self._events.get()
         stop = self.renderer.get_stop_sequences()
         if isinstance(event, _Call):

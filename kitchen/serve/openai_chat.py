@@ -6,8 +6,14 @@ format, the prompt is sampled `n` times, and each sample is parsed back into an 
 with tool calls. `stop` strings cut a completion at the first token whose text reaches one (the
 tokens kept are the ones returned, so a trainer sees exactly what the caller saw).
 
-Supported: `tools`, `tool_choice` ("auto", "none"; "required" and a named function are refused,
-the renderers cannot force a call), `n`, `logprobs` (of the sampled tokens; `top_logprobs` > 0 is
+`tool_choice` "required" or a named function (`{"type": "function", "function": {"name": ...}}`)
+is forced by prefilling the generation prompt with the renderer's tool-call opener (and the
+function's name): those tokens end the prompt, the sampler writes the rest, and prefill plus
+sample is parsed as the reply, so the sampled tokens (all a trainer trains) stay the model's own.
+"none" leaves the tools undeclared: without logit masking that is what keeps the model from
+calling them.
+
+Supported: `tools`, `tool_choice`, `n`, `logprobs` (of the sampled tokens; `top_logprobs` > 0 is
 refused), `stop`, `max_tokens` / `max_completion_tokens`, `temperature`, `seed`."""
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from train_core.errors import InvalidInputError
 from train_core.renderers.base import Renderer
 from train_core.renderers.messages import Message, ToolCall
 from train_core.renderers.tool_declarations import ToolSpec
-from train_core.types import ModelInput, SampleResult, SamplingParams, TokensWithLogprobs
+from train_core.types import EncodedTextChunk, ModelInput, SampleResult, SamplingParams, TokensWithLogprobs
 
 
 class ChatRequestError(InvalidInputError):
@@ -77,6 +83,16 @@ class ChatRequest(BaseModel):
 
 Sample = Callable[[ModelInput, int, SamplingParams], Awaitable[SampleResult]]
 """Draws `n` completions of a prompt (a sampling client's `sample`, or an RL episode's bridge)."""
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A request ready to sample: the prompt (ending in `prefill`, the tokens that force a tool
+    call, which the reply is parsed from together with the sample) and the sampling settings."""
+
+    prompt: ModelInput
+    prefill: list[int]
+    params: SamplingParams
 
 
 @dataclass(frozen=True)
@@ -146,15 +162,12 @@ def _called_name(messages: Sequence[Message], call_id: str | None) -> str | None
     return None
 
 
-def prepare(request: ChatRequest, renderer: Renderer, default_max_tokens: int) -> tuple[ModelInput, SamplingParams]:
-    """The prompt (tools declared unless `tool_choice` is "none") and the sampling settings."""
+def prepare(request: ChatRequest, renderer: Renderer, default_max_tokens: int) -> Prepared:
+    """The prompt (tools declared unless `tool_choice` is "none", a call forced when it is
+    "required" or names a function) and the sampling settings."""
     if request.top_logprobs:
         raise ChatRequestError("top_logprobs > 0 is not supported: kitchen returns the sampled tokens' logprobs")
-    if request.tool_choice not in (None, "auto", "none"):
-        raise ChatRequestError(
-            f"tool_choice {request.tool_choice!r} is not supported: use 'auto' or 'none' "
-            "(a renderer cannot force a call)"
-        )
+    forced = forced_call(request)
     messages = to_messages(request.messages)
     if request.tools and request.tool_choice != "none":
         if not renderer.declares_tools:
@@ -162,13 +175,49 @@ def prepare(request: ChatRequest, renderer: Renderer, default_max_tokens: int) -
         messages = renderer.declare_tools(messages, [tool.spec() for tool in request.tools])
     try:
         prompt = renderer.build_generation_prompt(messages)
+        prefill: list[int] = []
+        if forced is not None:
+            plain_length = prompt.length
+            prompt = renderer.build_generation_prompt(messages, prefill=renderer.tool_call_prefill(forced or None))
+            prefill = _last_tokens(prompt, prompt.length - plain_length)
     except InvalidInputError as error:
         raise ChatRequestError(f"messages cannot be rendered: {error}") from None
     max_tokens = request.max_completion_tokens or request.max_tokens or default_max_tokens
     params = SamplingParams(
         max_tokens=max_tokens, seed=request.seed, stop=renderer.get_stop_sequences(), temperature=request.temperature
     )
-    return prompt, params
+    return Prepared(prompt, prefill, params)
+
+
+def forced_call(request: ChatRequest) -> str | None:
+    """None when the model may answer in text; "" when it must call some tool ("required");
+    else the name of the function it must call (one of `tools`, else a ChatRequestError)."""
+    choice = request.tool_choice
+    if choice in (None, "auto", "none"):
+        return None
+    names = [tool.function.name for tool in request.tools or []]
+    if not names:
+        raise ChatRequestError(f"tool_choice {choice!r} needs tools: the request declares none")
+    if choice == "required":
+        return ""
+    function = choice.get("function") if isinstance(choice, dict) and choice.get("type") == "function" else None
+    name = function.get("name") if isinstance(function, dict) else None
+    if not isinstance(name, str):
+        raise ChatRequestError(
+            f"tool_choice {choice!r} is not supported: use 'auto', 'none', 'required' or "
+            '{"type": "function", "function": {"name": ...}}'
+        )
+    if name not in names:
+        raise ChatRequestError(f"tool_choice names function {name!r}, which is not among tools ({', '.join(names)})")
+    return name
+
+
+def _last_tokens(prompt: ModelInput, count: int) -> list[int]:
+    """The last `count` tokens of `prompt` (a prefill is text, so they are in its last chunk)."""
+    last = prompt.chunks[-1] if prompt.chunks else None
+    if count <= 0 or not isinstance(last, EncodedTextChunk) or len(last.tokens) < count:
+        raise ChatRequestError("the tool-call prefill did not render as text at the end of the prompt")
+    return list(last.tokens[-count:])
 
 
 def finish(
@@ -177,16 +226,19 @@ def finish(
     renderer: Renderer,
     stop: Sequence[str],
     decode: Callable[[list[int]], str],
+    prefill: Sequence[int] = (),
 ) -> Completion:
-    """One sample as a choice: cut at the first `stop` string, parsed into a message."""
+    """One sample as a choice: cut at the first `stop` string, parsed (after `prefill`, the
+    prompt's tokens that forced a tool call) into a message."""
     tokens, logprobs = sampled.tokens, sampled.maybe_logprobs
     for k in range(1, len(tokens) + 1 if stop else 0):
         text = decode(tokens[:k])
         hit = min((text.find(s) for s in stop if s in text), default=-1)
         if hit >= 0:
             kept = TokensWithLogprobs(tokens[:k], None if logprobs is None else logprobs[:k], "stop")
-            return Completion(prompt, kept, Message(role="assistant", content=text[:hit]), "stop")
-    message, ok = renderer.parse_response(tokens)
+            content = decode(list(prefill)) + text[:hit] if prefill else text[:hit]
+            return Completion(prompt, kept, Message(role="assistant", content=content), "stop")
+    message, ok = renderer.parse_response([*prefill, *tokens])
     if sampled.stop_reason == "length" and not ok:
         reason = "length"
     else:
@@ -254,8 +306,10 @@ async def complete(
     default_max_tokens: int = 512,
 ) -> tuple[dict[str, Any], list[Completion]]:
     """Answer `request`: the response object, and each choice as sampled (for a trainer)."""
-    prompt, params = prepare(request, renderer, default_max_tokens)
-    result = await sample(prompt, request.n, params)
+    prepared = prepare(request, renderer, default_max_tokens)
+    result = await sample(prepared.prompt, request.n, prepared.params)
     stops = stop_strings(request)
-    completions = [finish(prompt, sequence, renderer, stops, decode) for sequence in result.sequences]
+    completions = [
+        finish(prepared.prompt, sequence, renderer, stops, decode, prepared.prefill) for sequence in result.sequences
+    ]
     return response(request, completions, lambda token: decode([token])), completions

@@ -110,7 +110,11 @@ def test_stop_strings_cut_the_completion(client: openai.OpenAI) -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"tool_choice": "required", "tools": TOOLS}, "tool_choice 'required' is not supported"),
+        (
+            {"tool_choice": {"type": "function", "function": {"name": "search"}}, "tools": TOOLS},
+            "names function 'search', which is not among tools \\(calculator\\)",
+        ),
+        ({"tool_choice": {"type": "web_search"}, "tools": TOOLS}, "is not supported: use 'auto', 'none', 'required'"),
         ({"model": "gpt-4o"}, "unknown base model 'gpt-4o'"),
         ({"messages": [{"role": "wizard", "content": "hi"}]}, "unsupported role 'wizard'"),
         ({"top_logprobs": 3, "logprobs": True}, "top_logprobs > 0 is not supported"),

@@ -6,6 +6,7 @@ result), so the episode's path is known; on local (slow) the tiny model's own sa
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -53,12 +54,16 @@ def run_tools(messages: list[Any], calls: list[ChatCompletionMessageFunctionTool
         messages.append({"role": "tool", "tool_call_id": call.id, "content": CAPITALS.get(country, "?")})
 
 
-async def capital_agent(endpoint: AgentEndpoint, country: str) -> str:
-    """Asks, runs the lookup tool for every call the model makes, asks again; at most 3 calls."""
+async def capital_agent(endpoint: AgentEndpoint, country: str, first_choice: Any = "auto") -> str:
+    """Asks (with `first_choice` as the first call's tool_choice), runs the lookup tool for every
+    call the model makes, asks again; at most 3 calls."""
     client = openai.AsyncOpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0)
     messages: list[Any] = [{"role": "user", "content": f"What is the capital of {country}?"}]
-    for _ in range(3):
-        reply = await client.chat.completions.create(model=endpoint.model, messages=messages, tools=TOOLS)
+    for turn in range(3):
+        choice: Any = first_choice if turn == 0 else "auto"
+        reply = await client.chat.completions.create(
+            model=endpoint.model, messages=messages, tools=TOOLS, tool_choice=choice
+        )
         message = reply.choices[0].message
         if not (calls := function_calls(message)):
             return message.content or ""
@@ -89,6 +94,7 @@ def grade(country: str, answer: str) -> float:
 @defaults(max_tokens=48, group_size=2, groups_per_batch=2, num_batches=2, eval_every=0, save_every=0)
 class AgentConfig(RLSettings):
     edit_history: bool = Field(False, description="the agent rewrites its own earlier replies")
+    first_tool_choice: str = Field("auto", description="the first call's tool_choice: auto, required or a tool name")
 
 
 class Countries(RLDataset):
@@ -96,7 +102,12 @@ class Countries(RLDataset):
         self.config, self.renderer = config, renderer
 
     def get_batch(self, index: int) -> list[EnvGroupBuilder]:
-        agent = edited_history_agent if self.config.edit_history else capital_agent
+        choice: Any = self.config.first_tool_choice
+        if choice not in ("auto", "required", "none"):
+            choice = {"type": "function", "function": {"name": choice}}
+        agent = (
+            edited_history_agent if self.config.edit_history else functools.partial(capital_agent, first_choice=choice)
+        )
         countries = sorted(CAPITALS)
         return [
             AgentGroupBuilder(agent, countries[(index + g) % 2], grade, self.renderer, self.config.group_size)
@@ -113,11 +124,14 @@ RECIPE = Recipe(
 
 
 def scripted_model(prompt: str) -> str:
-    """The fake model: a lookup call for the question, then the tool's answer as its reply."""
+    """The fake model: a lookup call for the question, then the tool's answer as its reply. When
+    the prompt already opens the call (a forced tool_choice), the rest of it."""
     if "<tool_response>" in prompt:
         return prompt.split("<tool_response>\n")[-1].split("\n</tool_response>")[0]
     country = next(c for c in CAPITALS if f"capital of {c}" in prompt)
-    return f'<tool_call>\n{{"name": "lookup", "arguments": {{"country": "{country}"}}}}\n</tool_call>'
+    call = f'<tool_call>\n{{"name": "lookup", "arguments": {{"country": "{country}"}}}}\n</tool_call>'
+    opened = next((k for k in range(len(call), 0, -1) if prompt.endswith(call[:k])), 0)
+    return call[opened:]
 
 
 class Captured(Hooks):
@@ -186,6 +200,28 @@ def test_an_edited_history_is_a_new_observation_never_trained(tmp_path: Path) ->
     step = captured.steps[0]
     tokenizer_decode = step["groups"][0].builder.renderer.tokenizer.decode
     assert all("I will look it up." not in tokenizer_decode(trained_action_tokens(d)) for d in data)
+
+
+@pytest.mark.parametrize(("choice", "prefill"), [("required", "<tool_call>\n"), ("lookup", '"arguments": ')])
+def test_a_forced_tool_choice_trains_only_the_sampled_tokens(tmp_path: Path, choice: str, prefill: str) -> None:
+    """The first call forces a tool call (`required`, or the `lookup` function by name): the
+    renderer's tool-call opener ends that call's prompt, the model samples only the rest, the
+    agent still gets the parsed call, and the trained tokens are exactly the sampled ones."""
+    captured = Captured()
+    result = run_on_noop(
+        RECIPE, "renderer=qwen3_instruct", f"first_tool_choice={choice}", log_path=tmp_path / "run",
+        replies=scripted_model, hooks=[captured],
+    )  # fmt: skip
+    assert result.column("env/all/reward/total") == [1.0, 1.0]  # the call was parsed from prefill + sample
+    assert check_trained_equals_sampled(captured, datums_per_episode=None) == 8
+    decode = captured.steps[0]["groups"][0].builder.renderer.tokenizer.decode
+    for step in captured.steps:
+        for group in step["groups"]:
+            for env in group.builder.envs:
+                first = env.calls[0]
+                assert decode(first.prompt).endswith(prefill)
+                assert decode(first.sampled).startswith('{"country": ' if choice == "lookup" else '{"name": "lookup"')
+        assert all("<tool_call>" not in decode(trained_action_tokens(d)) for d in step["data"])
 
 
 def test_an_agent_with_a_renderer_without_tools_is_refused_with_a_400(tmp_path: Path) -> None:

@@ -55,6 +55,11 @@ class Renderer(ABC):
         """The conversation with `tools` declared where the model's own template declares them."""
         raise RendererError(f"{type(self).__name__} has no native tool format to declare tools in")
 
+    def tool_call_prefill(self, name: str | None = None) -> str:
+        """The start of a reply that can only go on as a tool call (to `name` when given), in the
+        format `parse_response` reads: a generation-prompt `prefill` that forces a call."""
+        raise RendererError(f"{type(self).__name__} has no native tool format to force a tool call in")
+
     @abstractmethod
     def parse_response(self, tokens: Sequence[int]) -> tuple[Message, bool]:
         """The assistant message in sampled tokens; ok is False when the response was cut off or

@@ -30,6 +30,7 @@ trains a tool result."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from typing import Literal
@@ -122,6 +123,12 @@ class Qwen3Renderer(SpanRenderer):
 
     def declare_tools(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> list[Message]:
         return with_system_text(messages, qwen3_tools_prompt(tools), before_system=False)
+
+    def tool_call_prefill(self, name: str | None = None) -> str:
+        # in thinking mode an empty think block first, as the template writes when thinking is off
+        opener = "<think>\n\n</think>\n\n" if self.mode == "thinking" else ""
+        opener += f"{TOOL_CALL.text}\n"
+        return opener if name is None else opener + f'{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments": '
 
     def generation_header(self, messages: Sequence[Message], role: str) -> list[Part]:
         header: list[Part] = ["\n"] if messages else []

@@ -149,6 +149,12 @@ class Qwen3_5Renderer(SpanRenderer):
             body += [separator, TOOL_CALL, f"\n{function_block(call)}\n", END_TOOL_CALL]
         return [Span.header(i, *header), Span.body(i, *body, IM_END)]
 
+    def tool_call_prefill(self, name: str | None = None) -> str:
+        # thinking on: the prompt opened the think block, which the prefill closes empty
+        opener = f"\n{END_THINK.text}\n\n" if self.thinking else ""
+        opener += f"{TOOL_CALL.text}\n"
+        return opener if name is None else opener + f"<function={name}>\n"
+
     def generation_header(self, messages: Sequence[Message], role: str) -> list[Part]:
         opener: list[Part] = ["\n"] if messages or self.instructions else []
         header: list[Part] = [*opener, IM_START, f"{role}\n"]

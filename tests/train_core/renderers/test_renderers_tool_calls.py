@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from renderer_cases import CAPABILITIES, by_tier
 from transformers import PreTrainedTokenizerBase
 
-from train_core.renderers import ToolCall, get_renderer
+from train_core.renderers import Message, RendererError, ToolCall, get_renderer
+from train_core.renderers.registry import tool_renderer_names
 from train_core.renderers.tool_calls import (
     decode_arguments,
     decode_named_call,
@@ -130,3 +131,31 @@ def test_kimi_keeps_the_call_id_it_was_given(tokenizer: PreTrainedTokenizerBase)
     )
     message, ok = renderer.parse_response(tokenizer.encode(output, add_special_tokens=False))
     assert ok and message["tool_calls"] == [{"name": "search", "arguments": {"q": "a"}, "id": "functions.search:3"}]
+
+
+@pytest.mark.parametrize("forced", [None, "get_weather"])
+@pytest.mark.parametrize("name", tool_renderer_names())
+def test_a_tool_call_prefill_opens_the_reply_as_the_format_writes_a_call(
+    tokenizer: PreTrainedTokenizerBase, name: str, forced: str | None
+) -> None:
+    """The generation prompt with the prefill is a prefix of the conversation with the call
+    rendered, and the prefill plus the rest of that rendering parses back to the call."""
+    renderer = get_renderer(name, tokenizer)
+    history = [Message(role="user", content="Weather in Paris?")]
+    reply = Message(
+        role="assistant", content="", tool_calls=[ToolCall(name="get_weather", arguments={"city": "Paris"})]
+    )
+    full_text = str(tokenizer.decode(renderer.build_supervised_example([*history, reply])[0].to_ints()))
+    plain = renderer.build_generation_prompt(history).to_ints()
+    prompt = renderer.build_generation_prompt(history, prefill=renderer.tool_call_prefill(forced)).to_ints()
+    prompt_text = str(tokenizer.decode(prompt))
+    assert full_text.startswith(prompt_text) and prompt[: len(plain)] == plain
+    if forced:
+        assert prompt_text.endswith(renderer.tool_call_prefill(forced)) and forced in prompt_text[-40:]
+    rest = tokenizer.encode(full_text[len(prompt_text) :], add_special_tokens=False)
+    assert renderer.parse_response(prompt[len(plain) :] + rest) == (reply, True)
+
+
+def test_a_renderer_without_a_tool_format_has_no_tool_call_prefill(tokenizer: PreTrainedTokenizerBase) -> None:
+    with pytest.raises(RendererError, match="no native tool format to force a tool call"):
+        get_renderer("role_colon", tokenizer).tool_call_prefill()
