@@ -12,6 +12,6 @@ cd "$(dirname "$0")/.."
 pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
 "${pip[@]}" -e ".[serve]"
 "${pip[@]}" --no-deps "tinker-cookbook==0.6.1"
-"${pip[@]}" chz blobfile termcolor tiktoken pyrage aiohttp cloudpickle
+"${pip[@]}" chz blobfile termcolor tiktoken pyrage aiohttp cloudpickle sympy pylatexenc math-verify  # math_rl's grading
 echo "setup_cookbook: done; run e.g.  kitchen serve --models models.yaml &  then"
 echo "  TINKER_API_KEY=tml-local python -m tinker_cookbook.recipes.sl_loop base_url=http://127.0.0.1:8000 model_name=/models/qwen3-0.6b"
