@@ -49,7 +49,8 @@ def _distributed(tmp_path: Path) -> ServiceBackend:
 
     if not _WORKER_POOLS:
         _WORKER_POOLS.append(WorkerPool())
-    options = DistributedOptions(num_workers=2, cpu_threads=1)  # the default 600 s per call: Ray starts slowly on a loaded machine
+    # The default 600 s per call: Ray's workers take minutes to start on 2 loaded cores.
+    options = DistributedOptions(num_workers=2, cpu_threads=1)
     return LocalBackend(checkpoint_dir=tmp_path, distributed=options, worker_pool=_WORKER_POOLS[0])
 
 
