@@ -30,13 +30,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     process.stop()
 
 
-@pytest.fixture(scope="module")
-def service(server: ServerProcess) -> Iterator[tinker.ServiceClient]:
-    client = tinker.ServiceClient(base_url=server.url, api_key=API_KEY)
-    yield client
-    client.close("success").result()
-
-
 def sft_datum(tokens_T: list[int]) -> types.Datum:
     n = len(tokens_T) - 1
     return types.Datum(

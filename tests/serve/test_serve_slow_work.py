@@ -28,13 +28,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     process.stop()
 
 
-@pytest.fixture(scope="module")
-def service(server: ServerProcess) -> Iterator[tinker.ServiceClient]:
-    client = tinker.ServiceClient(base_url=server.url, api_key=API_KEY)
-    yield client
-    client.close("success").result()
-
-
 def test_a_step_longer_than_the_long_poll_is_answered_try_again_then_its_result(
     service: tinker.ServiceClient, server: ServerProcess
 ) -> None:
