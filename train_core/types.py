@@ -170,6 +170,17 @@ class TensorData:
     def tolist(self) -> list[float] | list[int]:
         return list(self.data)
 
+    @staticmethod
+    def concat(items: Sequence[TensorData], dtype: TensorDtype) -> torch.Tensor:
+        """All of `items`' numbers, flat and in order, as one `dtype` tensor: their tensors
+        concatenated when each holds one, else one conversion of all their numbers (a tensor per
+        item would cost more than the numbers themselves on short sequences)."""
+        import torch
+
+        if all(item._tensor is not None for item in items):
+            return torch.cat([item.to_torch().reshape(-1) for item in items]).to(_torch_dtype(dtype))
+        return torch.tensor([x for item in items for x in item.data], dtype=_torch_dtype(dtype))
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TensorData):
             return NotImplemented

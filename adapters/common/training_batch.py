@@ -10,7 +10,7 @@ import torch
 from adapters.common.requests import check_token_ids
 from kitchen.errors import DataError
 from train_core.losses import TARGET_TOKENS, require_inputs
-from train_core.types import Datum, ImageChunk
+from train_core.types import Datum, ImageChunk, TensorData
 
 
 def right_pad(sequences_B: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> torch.Tensor:
@@ -74,14 +74,13 @@ def build_training_batch(
                     f"{where}: loss_fn_inputs[{key!r}] has shape {shape}, "
                     f"expected ({len(tokens)},) to match model_input"
                 )
-        targets = [int(t) for t in datum.loss_fn_inputs[TARGET_TOKENS].data]
+        targets = list(map(int, datum.loss_fn_inputs[TARGET_TOKENS].data))
         check_token_ids(tokens, vocab_size, f"{where}: model_input")
         check_token_ids(targets, vocab_size, f"{where}: {TARGET_TOKENS}")
         inputs_D.append(tokens)
         targets_D.append(targets)
     loss_inputs = {
-        key: torch.cat([d.loss_fn_inputs[key].to_torch().to(torch.float32) for d in data]).to(device)
-        for key in float_keys
+        key: TensorData.concat([d.loss_fn_inputs[key] for d in data], "float32").to(device) for key in float_keys
     }
     return TrainingBatch(
         input_ids_BL=right_pad(inputs_D, pad_id, device),

@@ -19,13 +19,13 @@ from transformers import PreTrainedTokenizerBase
 from adapters.common.stop_matcher import StopMatcher
 from adapters.noop.pseudo_logprobs import PseudoWeights, advance, hash_ints, token_logprob
 from kitchen.ports import Tokenizer
-from train_core.types import StopCondition, TokensWithLogprobs
+from train_core.types import TokensWithLogprobs
 
 MEAN_NATURAL_LENGTH = 24
 """Average completion length (tokens before the end sequence) when max_tokens does not cut it."""
 
 
-def end_sequence(stop: StopCondition | None, tokenizer: Tokenizer) -> tuple[int, ...]:
+def end_sequence(stop: Sequence[str] | Sequence[int] | None, tokenizer: Tokenizer) -> tuple[int, ...]:
     """What the fake model emits when it decides to end: the first stop condition, as tokens."""
     if not stop:
         return ()

@@ -32,8 +32,10 @@ NOOP_IMAGE_TOKEN = 0
 image is its positions, as any token run)."""
 
 
+@functools.cache
 def vocab_size() -> int:
-    """The ids the noop backend accepts: the tiny tokenizer's and the vision tokens `tiny-vl`'s adds."""
+    """The ids the noop backend accepts: the tiny tokenizer's and the vision tokens `tiny-vl`'s adds
+    (counted once: the tokenizers are fixed)."""
     tokenizer = load_tokenizer(TINY_VL_MODEL_NAME)
     assert isinstance(tokenizer, PreTrainedTokenizerBase)
     return len(tokenizer)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from dataclasses import dataclass, replace
 
 from adapters.common.requests import check_sampling_params, check_token_ids
@@ -38,6 +39,13 @@ def _prompt_tokens(prompt: ModelInput) -> list[int]:
         raise DataError("the prompt is empty; sampling and scoring need at least one token")
     check_token_ids(tokens_T, vocab_size(), "prompt")
     return tokens_T
+
+
+@functools.lru_cache(maxsize=256)
+def _end_sequence(stop: tuple[str, ...] | tuple[int, ...]) -> tuple[int, ...]:
+    """`end_sequence` of the tiny tokenizer, encoded once per stop condition (a run's sample
+    calls all pass the same few)."""
+    return end_sequence(stop, load_tokenizer(TINY_MODEL_NAME))
 
 
 @dataclass(frozen=True)
@@ -165,7 +173,7 @@ class NoopSamplingClient:
             sampling_params.max_tokens or max(1, context_length - len(prompt_T)),
             call_seed,
             StopMatcher(sampling_params.stop, tokenizer),
-            end_sequence(sampling_params.stop, tokenizer),
+            _end_sequence(tuple(sampling_params.stop or ())),
         )
 
     async def compute_logprobs(self, prompt: ModelInput) -> list[float | None]:

@@ -274,6 +274,18 @@ def test_tensor_data_keeps_tensors_and_converts_lazily() -> None:
     assert TensorData.from_torch(torch.arange(6).reshape(2, 3)).shape == (2, 3)
 
 
+def test_tensor_data_concat_is_the_numbers_in_order_whatever_each_holds() -> None:
+    lists = [TensorData.from_list([1.0, 2.5], "float32"), TensorData.from_list([-3.0], "float32")]
+    tensors = [TensorData.from_torch(torch.tensor([[4.0, 5.0]])), TensorData.from_torch(torch.tensor([6.0]))]
+    expected = [1.0, 2.5, -3.0, 4.0, 5.0, 6.0]
+    for items in (lists + tensors, tensors + lists, lists, tensors):
+        got = TensorData.concat(items, "float32")
+        assert got.dtype == torch.float32 and got.shape == (sum(len(i.data) for i in items),)
+        assert got.tolist() == [x for i in items for x in i.data]
+    assert TensorData.concat(lists + tensors, "float32").tolist() == expected
+    assert TensorData.concat([TensorData.from_list([1, 2], "int64")], "int64").dtype == torch.int64
+
+
 def test_lora_options_choose_alpha_dropout_and_target_layers() -> None:
     from adapters.local.model_loading import LoraOptions, add_lora, load_base_model
     from kitchen.errors import ConfigError
