@@ -10,6 +10,12 @@ import tempfile
 import torch
 from hypothesis import settings
 
+# No network beyond 127.0.0.1 in tests: the Hugging Face libraries read these when first imported
+# (so a test's own setenv comes too late), and without them a name missing from the local cache
+# is looked up on the hub with retries and back-off. Inherited by CLI subprocesses.
+for _variable in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+    os.environ.setdefault(_variable, "1")
+
 torch.set_num_threads(1)
 settings.register_profile("kitchen", deadline=None)
 settings.load_profile("kitchen")
