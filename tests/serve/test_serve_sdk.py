@@ -7,7 +7,6 @@ checkpoints by tinker:// path, samplers, REST listing and deleting, capabilities
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,17 +16,16 @@ from tinker import types
 from transformers import AutoTokenizer
 
 from kitchen.losses import get_loss_fn
-from tests.serve.server_process import API_KEY, ServerProcess
+from tests.serve.server_process import API_KEY, ServerProcess, shared_server
 from train_core.errors import InvalidInputError
 
 BASE = "tiny"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    process = ServerProcess(tmp_path_factory.mktemp("serve") / "store", backend="noop").start()
-    yield process
-    process.stop()
+def server() -> ServerProcess:
+    """The session's shared noop server (these tests make their own clients and sessions)."""
+    return shared_server()
 
 
 def sft_datum(tokens_T: list[int]) -> types.Datum:
