@@ -47,7 +47,8 @@ def _to_rows(states_1HNd: torch.Tensor, layout: RowLayout) -> torch.Tensor:
     heads, dim = states_1HNd.shape[1], states_1HNd.shape[3]
     tokens_NHd = states_1HNd[0].transpose(0, 1)
     slots_SHd = tokens_NHd.new_zeros((layout.rows * layout.width, heads, dim))
-    return slots_SHd.index_copy(0, layout.filled_N, tokens_NHd).view(layout.rows, layout.width, heads, dim).transpose(1, 2)
+    rows_BWHd = slots_SHd.index_copy(0, layout.filled_N, tokens_NHd).view(layout.rows, layout.width, heads, dim)
+    return rows_BWHd.transpose(1, 2)
 
 
 def rows_attention(
@@ -90,8 +91,8 @@ def may_run_unpadded(model: torch.nn.Module) -> bool:
     if not _WORKS.get(model, True):
         return False
     # transformers 5 renamed `is_gradient_checkpointing` (the old name warns)
-    name = "is_activation_checkpointing" if hasattr(model, "is_activation_checkpointing") else "is_gradient_checkpointing"
-    if getattr(model, name, False):
+    renamed = hasattr(model, "is_activation_checkpointing")
+    if getattr(model, "is_activation_checkpointing" if renamed else "is_gradient_checkpointing", False):
         return False
     return not any(getattr(module, "_compiled_call_impl", None) is not None for module in model.modules())
 

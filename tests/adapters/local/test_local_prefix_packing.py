@@ -13,6 +13,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from adapters.common.tiny import TINY_DIR
 from adapters.common.training_batch import right_pad
+from adapters.local import unpadded_rows
 from adapters.local.forward_pass import (
     MAX_PACKED_WIDTH,
     MIN_SHARED_PREFIX,
@@ -23,7 +24,6 @@ from adapters.local.forward_pass import (
     sequence_logprobs,
     takes_packed_mask,
 )
-from adapters.local import unpadded_rows
 from adapters.local.model_loading import load_base_model
 
 CPU = torch.device("cpu")
@@ -167,7 +167,8 @@ def test_the_layers_skip_the_rows_padding_and_compute_the_same(model: torch.nn.M
     sequences = _sequences(3)
     inputs_D, targets_D = [s[:-1] for s in sequences], [s[1:] for s in sequences]
     seen: list[int] = []
-    hook = model.get_decoder().layers[0].mlp.register_forward_hook(lambda _m, args, _out: seen.append(args[0].shape[1]))
+    hf_model: Any = model  # a Qwen3ForCausalLM
+    hook = hf_model.get_decoder().layers[0].mlp.register_forward_hook(lambda _m, args, _o: seen.append(args[0].shape[1]))
     try:
         unpadded = sequence_logprobs(model, inputs_D, targets_D, 0)
         assert unpadded.filled < unpadded.slots and seen == [unpadded.filled]  # one [1, N] sequence
@@ -191,7 +192,8 @@ def test_a_model_whose_layers_drop_the_layout_runs_padded(model: torch.nn.Module
     sequences = _sequences(4)
     inputs_D, targets_D = [s[:-1] for s in sequences], [s[1:] for s in sequences]
     expected = sequence_logprobs(model, inputs_D, targets_D, 0).logprobs_D
-    attention = model.get_decoder().layers[0].self_attn
+    hf_model: Any = model  # a Qwen3ForCausalLM
+    attention = hf_model.get_decoder().layers[0].self_attn
     forward = attention.forward
 
     def drop_keywords(*args: Any, **kwargs: Any) -> Any:
