@@ -168,7 +168,8 @@ def test_the_layers_skip_the_rows_padding_and_compute_the_same(model: torch.nn.M
     inputs_D, targets_D = [s[:-1] for s in sequences], [s[1:] for s in sequences]
     seen: list[int] = []
     hf_model: Any = model  # a Qwen3ForCausalLM
-    hook = hf_model.get_decoder().layers[0].mlp.register_forward_hook(lambda _m, args, _o: seen.append(args[0].shape[1]))
+    mlp = hf_model.get_decoder().layers[0].mlp
+    hook = mlp.register_forward_hook(lambda _m, args, _o: seen.append(args[0].shape[1]))
     try:
         unpadded = sequence_logprobs(model, inputs_D, targets_D, 0)
         assert unpadded.filled < unpadded.slots and seen == [unpadded.filled]  # one [1, N] sequence
