@@ -104,6 +104,14 @@ def test_rows_widen_while_attention_is_cheap_against_the_matmuls() -> None:
         )
     }
     assert cost["chosen"] <= cost["narrow"]
+    # when the layers skip the padding, a pad slot costs its attention only: narrower rows
+    unpadded = _slots(inputs_D, pack_rows(inputs_D, 500.0, unpadded=True))
+    assert unpadded[1] <= _slots(inputs_D, pack_rows(inputs_D, 500.0))[1]
+    attention = {
+        name: slots * width / 500.0
+        for name, (slots, width) in (("narrow", _slots(inputs_D, narrow)), ("unpadded", unpadded))
+    }
+    assert attention["unpadded"] <= attention["narrow"]
 
 
 def test_attention_break_even_counts_one_layers_weights(model: torch.nn.Module) -> None:
@@ -169,14 +177,14 @@ def test_the_layers_skip_the_rows_padding_and_compute_the_same(model: torch.nn.M
     seen: list[int] = []
     hf_model: Any = model  # a Qwen3ForCausalLM
     mlp = hf_model.get_decoder().layers[0].mlp
-    hook = mlp.register_forward_hook(lambda _m, args, _o: seen.append(args[0].shape[1]))
+    hook = mlp.register_forward_hook(lambda _m, args, _o: seen.append(args[0].shape[:-1].numel()))
     try:
         unpadded = sequence_logprobs(model, inputs_D, targets_D, 0)
         assert unpadded.filled < unpadded.slots and seen == [unpadded.filled]  # one [1, N] sequence
         unpadded_grads = _gradients(model, unpadded.logprobs_D)
         unpadded_rows._WORKS[model] = False  # the padded rows, as for a model that cannot skip them
         padded = sequence_logprobs(model, inputs_D, targets_D, 0)
-        assert seen[-1] == unpadded.slots // len(pack_rows(inputs_D, attention_break_even(model)))
+        assert seen[-1] == padded.slots  # every slot of the rows, padding included
         padded_grads = _gradients(model, padded.logprobs_D)
     finally:
         hook.remove()
