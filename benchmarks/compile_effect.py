@@ -63,17 +63,23 @@ async def measure(args: argparse.Namespace, scratch: Path) -> None:
     }
     clients = {label: await backend.create_training_client(name) for label, backend in backends.items()}
 
-    async def steps(label: str, data: list[list[Datum]]) -> Timing:
+    async def steps(label: str, data: list[list[Datum]], report: bool = False) -> Timing:
         started, cpu_started = time.perf_counter(), time.process_time()
-        for batch in data:
+        for index, batch in enumerate(data):
             fb = await clients[label].forward_backward(batch, "cross_entropy")
             optim = await clients[label].optim_step(AdamParams(learning_rate=LR))
             (await fb).metrics["loss:sum"]
             await optim
+            if report:  # a compile can take many minutes on a loaded machine: say how far it got
+                print(
+                    f"{label} warm-up step {index + 1}: {time.perf_counter() - started:.1f} s wall, "
+                    f"{time.process_time() - cpu_started:.1f} s CPU so far",
+                    flush=True,
+                )
         return time.perf_counter() - started, time.process_time() - cpu_started
 
     try:
-        first = {label: await steps(label, warmup) for label in clients}
+        first = {label: await steps(label, warmup, report=True) for label in clients}
         blocks: dict[str, list[Timing]] = {label: [] for label in clients}
         for repeat in range(args.repeats):
             block = timed[repeat * args.steps : (repeat + 1) * args.steps]
