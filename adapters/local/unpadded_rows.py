@@ -10,7 +10,9 @@ N outputs back: the matmuls do N slots' work instead of B x W, and each token co
 computes in the padded rows.
 
 The attention function is named on the model's config only for the forward pass (not for
-gradient checkpointing's recomputation, nor inside a compiled body: those keep the padded rows).
+gradient checkpointing's recomputation, nor inside a compiled body: those keep the padded rows);
+that is safe because each model (and its config) is run by one thread at a time: the training
+client's worker, or the sampling thread for the snapshots and reference models it owns.
 A model whose layers do not pass keyword arguments through to their attention function fails
 its first try, and is then scored on padded rows from then on.
 """
