@@ -102,10 +102,16 @@ def report(curves: dict[tuple[str, int], Curve], seeds: list[int]) -> None:
             )
     last = {name: [curves[name, seed].mean(slice(-5, None)) for seed in seeds] for name in SAMPLERS}
     gap = statistics.mean(last["vllm"]) - statistics.mean(last["kitchen"])
+    noise = max(spread(last["vllm"]), spread(last["kitchen"]))
+    verdict = (
+        "no second seed to judge the noise by"
+        if len(seeds) < 2
+        else ("within noise" if abs(gap) <= noise else "NOT within noise")
+    )
     print(
         f"\nlast-5 mean over seeds {seeds}: vllm {statistics.mean(last['vllm']):.3f} (seed std "
         f"{spread(last['vllm']):.3f}), kitchen {statistics.mean(last['kitchen']):.3f} (seed std "
-        f"{spread(last['kitchen']):.3f}); vllm - kitchen {gap:+.3f}"
+        f"{spread(last['kitchen']):.3f}); vllm - kitchen {gap:+.3f}: {verdict} (|gap| <= the larger seed std)"
     )
     worst_kl = max(curves["vllm", seed].max_kl for seed in seeds)
     print(f"vllm max kl_sample_train_v2 {worst_kl:.1e} ({'< 1e-3' if worst_kl < 1e-3 else 'NOT < 1e-3'})")
