@@ -102,7 +102,7 @@ def engine_environment(spec: EngineSpec) -> dict[str, str]:
         # vLLM means to serve with the threads it binds, but an engine in one process (as here)
         # keeps torch's default of one per core: set them. Intel OpenMP's idle threads spin for
         # 200 ms by default, burning cpu time other threads and processes could use; 1 ms is
-        # enough (50M model, 2 threads, 2 busy cores: 1.4x the tokens per cpu-second).
+        # enough (50M model, 2 threads, 2 busy cores: 1.2-1.3x the tokens per cpu-second).
         env["OMP_NUM_THREADS"] = str(spec.cpu_threads)
         env.setdefault("KMP_BLOCKTIME", "1")
         openmp = intel_openmp()
