@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from adapters.common.tiny import TINY_DIR
+from adapters.common.tiny import EMBEDDED_MODELS, TINY_DIR
 
 QWEN3_50M = {
     "hidden_size": 640,
@@ -81,9 +81,10 @@ def build_qwen3(directory: Path, size: str, seed: int = 0) -> str:
 
 
 def model_name(size: str, scratch: Path) -> str:
-    """`tiny` or a path to the freshly built model of that size (a key of SIZES)."""
-    if size == "tiny":
-        return "tiny"
+    """An embedded model's name (`tiny`, `tiny32`) as it is, or a path to the freshly built model of
+    that size (a key of SIZES)."""
+    if size in EMBEDDED_MODELS:
+        return size
     return build_qwen3(scratch / f"qwen3-{size}", size)
 
 

@@ -27,6 +27,8 @@ class EngineSpec:
     gpu_memory_utilization: float = 0.4
     tensor_parallel_size: int = 1
     cpu_kv_cache_gib: float = 1.0
+    cpu_threads: int = 1
+    """CPU: the engine's torch (OpenMP) threads."""
     seed: int = 0
 
 

@@ -61,6 +61,8 @@ class RayEngine:
             "PYTHONUNBUFFERED",
             "LD_PRELOAD",
             "VLLM_CPU_KVCACHE_SPACE",
+            "OMP_NUM_THREADS",
+            "KMP_BLOCKTIME",
             "VLLM_NO_USAGE_STATS",
             "DO_NOT_TRACK",
         )

@@ -81,6 +81,12 @@ def engine_model_dir(base_model: str, target: Path) -> str:
     return str(target)
 
 
+def engine_cpu_threads(settings: VllmSettings) -> int:
+    """The engine's torch threads on the CPU: `local.vllm.cpu_threads`, else the trainer's (this
+    process's), which `local.cpu_threads` set."""
+    return settings.cpu_threads or torch.get_num_threads()
+
+
 def lora_rank_limit(rank: int) -> int:
     """The smallest `max_lora_rank` vLLM accepts that serves adapters of `rank`."""
     for limit in VLLM_LORA_RANKS:
@@ -184,6 +190,7 @@ class VllmSamplers:
             gpu_memory_utilization=settings.gpu_memory_utilization,
             tensor_parallel_size=settings.tensor_parallel_size,
             cpu_kv_cache_gib=settings.cpu_kv_cache_gib,
+            cpu_threads=engine_cpu_threads(settings),
             seed=options.seed,
         )
 

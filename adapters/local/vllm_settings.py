@@ -43,6 +43,13 @@ class VllmSettings(BaseModel):
     cpu_kv_cache_gib: float = Field(
         1.0, gt=0, description="CPU only: memory for the engine's KV cache, GiB (VLLM_CPU_KVCACHE_SPACE)"
     )
+    cpu_threads: int | None = Field(
+        None,
+        ge=1,
+        strict=True,
+        description="CPU only: the engine's torch threads (OMP_NUM_THREADS of its process); default the "
+        "trainer's (local.cpu_threads: 1 for the embedded models, else torch's default)",
+    )
     gpu_memory_utilization: float = Field(
         0.4,
         gt=0,

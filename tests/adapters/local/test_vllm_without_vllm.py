@@ -7,14 +7,25 @@ The engine itself is tested by `tests/adapters/vllm_engine` (`bash scripts/test_
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
-from adapters.local.vllm_engine import EngineDied, EngineError, EngineProcess, FullWeights, VllmEngine, log_tail
+from adapters.local.vllm_engine import (
+    EngineDied,
+    EngineError,
+    EngineProcess,
+    FullWeights,
+    VllmEngine,
+    engine_environment,
+    log_tail,
+)
 from adapters.local.vllm_protocol import EngineInfo, EngineSpec
-from adapters.local.vllm_samplers import lora_rank_limit
+from adapters.local.vllm_samplers import engine_cpu_threads, lora_rank_limit
+from adapters.local.vllm_settings import VllmSettings
 from kitchen.config import RunConfig, load_config
 from kitchen.errors import ConfigError
 from kitchen.rl.step import weight_sync_metrics
@@ -54,6 +65,28 @@ def test_an_engine_that_fails_to_start_says_why_and_its_log_holds_it(tmp_path: P
         EngineProcess(SPEC, log, start_timeout_s=120)
     assert "No module named 'vllm'" in log.read_text()
     assert "starting the vLLM engine" in log_tail(log, lines=100)
+
+
+def test_a_cpu_engine_runs_its_threads_and_its_idle_openmp_threads_stop_spinning_soon(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "8")  # the trainer's environment: replaced, not inherited
+    monkeypatch.delenv("KMP_BLOCKTIME", raising=False)
+    env = engine_environment(replace(SPEC, cpu_threads=3))
+    assert (env["OMP_NUM_THREADS"], env["KMP_BLOCKTIME"]) == ("3", "1")
+    monkeypatch.setenv("KMP_BLOCKTIME", "50")  # the user's own choice is kept
+    assert engine_environment(SPEC)["KMP_BLOCKTIME"] == "50"
+    assert engine_environment(replace(SPEC, device="cuda"))["OMP_NUM_THREADS"] == "8"
+
+
+def test_the_engine_takes_the_trainers_threads_unless_told_otherwise() -> None:
+    trainer = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert engine_cpu_threads(VllmSettings()) == 2
+        assert engine_cpu_threads(VllmSettings(cpu_threads=3)) == 3
+    finally:
+        torch.set_num_threads(trainer)
 
 
 def test_lora_ranks_map_to_the_limits_vllm_accepts() -> None:
