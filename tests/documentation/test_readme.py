@@ -33,7 +33,7 @@ def test_readme_is_at_most_10_kb() -> None:
 def test_readme_has_the_two_setup_commands() -> None:
     commands = [command for block in code_blocks(README) for command in block.commands()]
     assert "bash scripts/setup.sh && .venv/bin/kitchen run sl_basic" in commands
-    assert "bash scripts/setup.sh && .venv/bin/python -m pytest -q -n 2" in commands
+    assert 'bash scripts/setup.sh && .venv/bin/python -m pytest -q -n 2 -m "not acceptance"' in commands
 
 
 def test_every_readme_command_is_run_by_ci_or_by_a_test_here() -> None:

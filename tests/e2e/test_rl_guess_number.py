@@ -20,6 +20,7 @@ EVAL_GAIN = 0.1
 
 
 @pytest.mark.slow
+@pytest.mark.acceptance
 def test_guess_number_defaults_learn(tmp_path: Path) -> None:
     result = run_cli("run", "guess_number", f"log_path={tmp_path}")
     assert result.returncode == 0, result.stderr

@@ -14,6 +14,7 @@ from tests.helpers import run_cli
 
 
 @pytest.mark.slow
+@pytest.mark.acceptance
 def test_math_rl_defaults_learn(tmp_path: Path) -> None:
     result = run_cli("run", "math_rl", f"log_path={tmp_path}")
     assert result.returncode == 0, result.stderr
