@@ -19,13 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
 import torch
 
 from adapters.common.training_batch import right_pad
-from adapters.local.token_scoring import Entropy, LogprobMethod, output_head, score_tokens
-from adapters.local.unpadded_rows import may_run_unpadded, run_unpadded
+from adapters.local.token_scoring import Entropy, LogprobMethod, score_tokens
 from kitchen.ports import Tokenizer
 
 MIN_SHARED_PREFIX = 8
@@ -124,24 +123,19 @@ def _first_fit(lengths: Sequence[int], width: int) -> list[list[int]]:
     return rows
 
 
-def _row_cost(lengths: Sequence[int], rows: list[list[int]], attention_tokens: float, unpadded: bool) -> float:
-    """The model work of `rows` padded to their longest, in token slots: each slot costs width /
-    `attention_tokens` (attention over the whole row, masked or not) plus 1 (the layers' matmuls),
-    or, `unpadded` (`adapters.local.unpadded_rows`), only each token does."""
+def _row_cost(lengths: Sequence[int], rows: list[list[int]], attention_tokens: float) -> float:
+    """The model work of `rows` padded to their longest, in token slots: each slot costs 1 (the
+    layers' matmuls) plus width / `attention_tokens` (attention over the whole row, masked or not)."""
     width = max(sum(lengths[g] for g in row) for row in rows)
-    matmuls = sum(lengths) if unpadded else len(rows) * width
-    return matmuls + len(rows) * width * width / attention_tokens
+    return len(rows) * width * (1 + width / attention_tokens)
 
 
-def pack_rows(
-    inputs_D: Sequence[Sequence[int]], attention_tokens: float | None = None, unpadded: bool = False
-) -> list[list[Group]]:
+def pack_rows(inputs_D: Sequence[Sequence[int]], attention_tokens: float | None = None) -> list[list[Group]]:
     """`prefix_groups` laid into rows, first-fit by decreasing length: short sequences fill the room
     that padding would otherwise take. Rows are as wide as the longest group, or, given
     `attention_tokens` (the row width at which a token's attention costs as much as its matmuls:
     `attention_break_even`), as wide as costs least: fewer, wider rows waste fewer slots on padding,
-    but every slot attends to the whole row (at most MAX_PACKED_WIDTH). When the layers outside
-    attention skip the padding (`unpadded`), a pad slot costs attention only."""
+    but every slot attends to the whole row (at most MAX_PACKED_WIDTH)."""
     groups = prefix_groups(inputs_D)
     lengths = [_group_length(inputs_D, group) for group in groups]
     longest = max(lengths)
@@ -151,8 +145,7 @@ def pack_rows(
         widths = {-(-total // count) for count in range(1, len(lengths) + 1)}
         for width in sorted(w for w in widths if longest < w <= MAX_PACKED_WIDTH):
             rows = _first_fit(lengths, width)
-            cost = _row_cost(lengths, rows, attention_tokens, unpadded)
-            if cost < _row_cost(lengths, best, attention_tokens, unpadded):
+            if _row_cost(lengths, rows, attention_tokens) < _row_cost(lengths, best, attention_tokens):
                 best = rows
     return [[groups[g] for g in row] for row in best]
 
@@ -191,13 +184,8 @@ class PackedRows:
     position_ids_BW: torch.Tensor
     attention_mask_B1WW: torch.Tensor
     slots_N: torch.Tensor
-    filled_N: torch.Tensor
-    """The slots that hold a token, in order (the rest are padding)."""
-
-    @property
-    def filled(self) -> int:
-        """How many of the rows' slots hold a token."""
-        return int(self.filled_N.numel())
+    filled: int
+    """How many of the rows' slots hold a token (the rest are padding)."""
 
 
 def pack_sequences(
@@ -206,21 +194,18 @@ def pack_sequences(
     dtype: torch.dtype,
     device: torch.device,
     attention_tokens: float | None = None,
-    unpadded: bool = False,
 ) -> PackedRows | None:
     """Pack the sequences by `pack_rows` (`attention_tokens`: its row-width trade-off), or None when
-    that saves less than MIN_PACKING_SAVING of the token slots of plain right padding (the slots the
-    layers' matmuls run on: the tokens alone when they run `unpadded`).
+    that saves less than MIN_PACKING_SAVING of the token slots of plain right padding.
 
     Every slot has a segment (a prefix, or one sequence's suffix) and the segment it reads from
     besides its own (a suffix's prefix; a prefix's is itself): a query attends to earlier slots of
     those two. The additive float mask (0 where a query may attend, the dtype's minimum elsewhere)
     works for every attention implementation that takes a 4D mask; pad slots form one segment,
     so no softmax row is empty (an empty one would be NaN, and NaN reaches the gradients)."""
-    rows = pack_rows(inputs_D, attention_tokens, unpadded)
+    rows = pack_rows(inputs_D, attention_tokens)
     row_lengths = [sum(_group_length(inputs_D, group) for group in row) for row in rows]
-    matmul_slots = sum(row_lengths) if unpadded else len(rows) * max(row_lengths)
-    if matmul_slots > (1 - MIN_PACKING_SAVING) * len(inputs_D) * max(map(len, inputs_D)):
+    if len(rows) * max(row_lengths) > (1 - MIN_PACKING_SAVING) * len(inputs_D) * max(map(len, inputs_D)):
         return None
     tokens_B: list[list[int]] = [[] for _ in rows]
     positions_B: list[list[int]] = [[] for _ in rows]
@@ -257,7 +242,7 @@ def pack_sequences(
         right_pad(positions_B, 0, device),
         mask[:, None].to(device),
         slots_N.to(device),
-        torch.cat([torch.arange(len(tokens)) + b * width for b, tokens in enumerate(tokens_B)]).to(device),
+        sum(map(len, tokens_B)),
     )
 
 
@@ -310,9 +295,8 @@ def sequence_logprobs(
     device = parameter.device
     lengths_D = [len(tokens) for tokens in inputs_D]
     packed = None
-    unpadded = takes_packed_mask(model) and may_run_unpadded(model)
     if takes_packed_mask(model):
-        packed = pack_sequences(inputs_D, pad_id, parameter.dtype, device, attention_break_even(model), unpadded)
+        packed = pack_sequences(inputs_D, pad_id, parameter.dtype, device, attention_break_even(model))
     model_inputs: dict[str, torch.Tensor]
     if packed is None:
         input_ids_BL = right_pad(inputs_D, pad_id, device)
@@ -327,20 +311,7 @@ def sequence_logprobs(
         }
         slots_N, slots, filled = packed.slots_N, packed.input_ids_BW.numel(), packed.filled
     targets_N = torch.tensor([t for targets in targets_D for t in targets], dtype=torch.long, device=device)
-    scores = None
-    if packed is not None and packed.filled < slots and unpadded:
-        if method != "full":
-            output_head(model)  # its one-time check runs the model's own attention, so before the switch
-        rows, width = packed.input_ids_BW.shape
-        rank_S = torch.full((slots,), -1, dtype=torch.long, device=device)
-        rank_S[packed.filled_N] = torch.arange(packed.filled, device=device)
-        unpadded_N = rank_S[slots_N]  # the scored tokens' places among the real ones
-
-        def score(inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
-            return score_tokens(model, inputs, unpadded_N, targets_N, method, entropy)
-
-        scores = run_unpadded(model, score, model_inputs, packed.filled_N, rows, width)
-    logprobs_N, entropy_N = scores or score_tokens(model, model_inputs, slots_N, targets_N, method, entropy)
+    logprobs_N, entropy_N = score_tokens(model, model_inputs, slots_N, targets_N, method, entropy)
     entropy_D = None if entropy_N is None else list(entropy_N.split(lengths_D))
     return ScoredSequences(list(logprobs_N.split(lengths_D)), slots, filled, entropy_D)
 
