@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -209,9 +210,11 @@ def pin_cores(threads: int) -> None:
     print(f"pinned to cores {cores}")
 
 
-def run_alternating(contenders: dict[str, Callable[[int], Result]], repeats: int) -> dict[str, Result]:
-    """Run each contender once per repeat, in turn, and keep each one's best run (shared machines
-    are noisy); print every run's figure."""
+def run_alternating(
+    contenders: dict[str, Callable[[int], Result]], repeats: int
+) -> tuple[dict[str, Result], dict[str, list[Result]]]:
+    """Run each contender once per repeat, in turn; print every run's figure. Each one's best run
+    (shared machines are noisy), and every run in order (for `print_ratio_spread`)."""
     import torch
 
     runs: dict[str, list[Result]] = {name: [] for name in contenders}
@@ -245,7 +248,34 @@ def run_alternating(contenders: dict[str, Callable[[int], Result]], repeats: int
             print(f"{'':>11}peak CUDA memory {result.peak_mib:.0f} MiB")
         if result.breakdown:
             print(f"{'':>11}{result.breakdown}")
-    return best
+    return best, runs
+
+
+def print_ratio_spread(
+    runs: dict[str, list[Result]], numerator: str, denominator: str, goal: str, by_tokens: bool = False
+) -> None:
+    """The ratio of the two contenders' throughput (items per second, or with `by_tokens` tokens per
+    second: items x each side's tokens per item) run by run, the runs of one repeat paired (they ran
+    side by side): median, min and max over the repeats, per process CPU second (the figure that
+    counts on a shared machine) and wall clock."""
+
+    def ratios(rate: Callable[[Result], float]) -> list[float]:
+        pairs = zip(runs[numerator], runs[denominator], strict=True)
+        return [
+            rate(a) / rate(b) * (a.tokens_per_sequence / b.tokens_per_sequence if by_tokens else 1.0) for a, b in pairs
+        ]
+
+    clocks: list[tuple[str, Callable[[Result], float]]] = [
+        ("per CPU second", lambda r: r.cpu_items_per_second),
+        ("wall clock", lambda r: r.items_per_second),
+    ]
+    for label, rate in clocks:
+        values = ratios(rate)
+        print(
+            f"ratio {numerator}/{denominator} {label}: median {statistics.median(values):.2f}, "
+            f"min {min(values):.2f}, max {max(values):.2f} over {len(values)} paired repeats "
+            f"({', '.join(f'{v:.2f}' for v in values)}; load average {os.getloadavg()[0]:.1f}) (goal: {goal})"
+        )
 
 
 def run_kitchen_recipe(

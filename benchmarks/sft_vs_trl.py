@@ -38,6 +38,7 @@ from benchmarks._trl import (
     model_dtype,
     op_profile,
     print_mfu,
+    print_ratio_spread,
     run_alternating,
     run_kitchen_recipe,
     settings_fields,
@@ -102,7 +103,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch, tempfile.TemporaryDirectory() as tmp:
         settings = Settings(**settings_fields(parser, args, Path(scratch)))
         print(settings)
-        best = run_alternating(
+        best, runs = run_alternating(
             {
                 "trl": lambda repeat: run_trl(settings, Path(tmp) / f"trl-{repeat}"),
                 "kitchen": lambda repeat: run_kitchen(settings, Path(tmp) / f"kitchen-{repeat}"),
@@ -115,11 +116,7 @@ def main() -> None:
         + ", ".join(f"{name} {value:.0f}" for name, value in tokens_per_second.items())
     )
     print_mfu(settings, tokens_per_second, best["trl"].tokens_per_sequence)
-    per_cpu = {name: r.cpu_items_per_second * r.tokens_per_sequence for name, r in best.items()}
-    print(
-        f"ratio kitchen/TRL (tokens/s): {tokens_per_second['kitchen'] / tokens_per_second['trl']:.2f} wall clock, "
-        f"{per_cpu['kitchen'] / per_cpu['trl']:.2f} per CPU second (goal: >= 1.5)"
-    )
+    print_ratio_spread(runs, "kitchen", "trl", ">= 1.5 per CPU second", by_tokens=True)
 
 
 if __name__ == "__main__":
