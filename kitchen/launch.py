@@ -82,9 +82,16 @@ class RunDir:
 
 
 def resolve_log_path(recipe: str, config: RunConfig) -> Path:
+    """The run directory: `log_path`, else a new `runs/<recipe>-<timestamp>` (suffixed `-2`, `-3`, ...
+    when a run of the same second holds that name: a run without `log_path` never resumes another)."""
     if config.log_path:
         return Path(config.log_path)
-    return Path("runs") / f"{recipe}-{time.strftime('%Y%m%d-%H%M%S')}"
+    base = Path("runs") / f"{recipe}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
 
 
 def build_context(

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from kitchen import launch
 from kitchen.cli import main
+from kitchen.config import RunConfig
 from kitchen.context import Context
 from kitchen.errors import ConfigError
 from kitchen.hooks import ProgressHook, _summary, report_progress
@@ -175,3 +177,19 @@ def test_each_family_shows_what_its_users_watch() -> None:
         "dpo_loss=0.69 accuracy=0.5 eval/accuracy=1"
     )
     assert _summary({"step": 0, "env/all/pass": 1.0}) == "pass=1"
+
+
+def test_runs_without_log_path_in_the_same_second_get_their_own_directories(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs started within one second (fast noop runs do) must not resume or refuse each other."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(launch.time, "strftime", lambda fmt: "20260101-000000")
+    first = launch.resolve_log_path("math_rl", RunConfig())
+    assert first == Path("runs/math_rl-20260101-000000")
+    first.mkdir(parents=True)
+    second = launch.resolve_log_path("math_rl", RunConfig())
+    assert second == Path("runs/math_rl-20260101-000000-2")
+    second.mkdir()
+    assert launch.resolve_log_path("math_rl", RunConfig()).name == "math_rl-20260101-000000-3"
+    assert launch.resolve_log_path("math_rl", RunConfig(log_path="mine")) == Path("mine")
