@@ -74,7 +74,7 @@ class ModelInput:
 
     @classmethod
     def from_ints(cls, tokens: Sequence[int]) -> ModelInput:
-        return cls((EncodedTextChunk(tuple(int(t) for t in tokens)),)) if tokens else cls()
+        return cls((EncodedTextChunk(tuple(map(int, tokens))),)) if tokens else cls()
 
     @classmethod
     def empty(cls) -> ModelInput:
@@ -82,6 +82,8 @@ class ModelInput:
 
     def to_ints(self) -> list[int]:
         """The token ids; an input holding images has no ids for them: see `token_ids`."""
+        if len(self.chunks) == 1 and isinstance(self.chunks[0], EncodedTextChunk):  # the common case
+            return list(self.chunks[0].tokens)
         if self.images:
             raise ValueError(
                 f"this model input holds {len(self.images)} image chunk(s), which have no token ids: "
@@ -130,7 +132,7 @@ class TensorData:
         self, data: Sequence[float] | Sequence[int] | torch.Tensor, dtype: TensorDtype, shape: Sequence[int]
     ) -> None:
         self.dtype = dtype
-        self.shape = tuple(int(n) for n in shape)
+        self.shape = tuple(map(int, shape))
         if _is_tensor(data):
             self._tensor: torch.Tensor | None = data.detach().to("cpu", _torch_dtype(dtype)).reshape(self.shape)
             self._data: tuple[float, ...] | tuple[int, ...] | None = None
@@ -142,15 +144,18 @@ class TensorData:
     def from_torch(cls, tensor: torch.Tensor) -> TensorData:
         """Keeps (a cpu copy of) the tensor itself: no conversion to Python numbers."""
         dtype: TensorDtype = "float32" if tensor.is_floating_point() else "int64"
-        kept = tensor.detach().to("cpu", _torch_dtype(dtype))
-        if kept.data_ptr() == tensor.data_ptr():
-            kept = kept.clone()  # never share storage with the caller's tensor
-        return cls(kept, dtype, tuple(tensor.shape))
+        made = cls.__new__(cls)  # one copy, never sharing the caller's storage (per datum: kept cheap)
+        made._tensor = tensor.detach().to("cpu", _torch_dtype(dtype), copy=True)
+        made._data, made.dtype, made.shape = None, dtype, tuple(tensor.shape)
+        return made
 
     @classmethod
     def from_list(cls, values: Sequence[float] | Sequence[int], dtype: TensorDtype) -> TensorData:
-        cast = int if dtype == "int64" else float
-        return cls(tuple(map(cast, values)), dtype, (len(values),))
+        # built directly, not through __init__: RL assembly makes several per datum
+        made = cls.__new__(cls)
+        made._data = tuple(map(int if dtype == "int64" else float, values))
+        made._tensor, made.dtype, made.shape = None, dtype, (len(made._data),)
+        return made
 
     @property
     def data(self) -> tuple[float, ...] | tuple[int, ...]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -19,9 +20,13 @@ def right_pad(sequences_B: Sequence[Sequence[int]], pad_id: int, device: torch.d
     Right padding needs no attention mask: a causal model never lets a real token see the pads
     that follow it, so real positions compute exactly what they would alone.
     """
-    width = max(len(tokens) for tokens in sequences_B)
-    rows = [[*tokens, *[pad_id] * (width - len(tokens))] for tokens in sequences_B]
-    return torch.tensor(rows, dtype=torch.long).to(device)  # one conversion for the batch
+    lengths_B = torch.tensor([len(tokens) for tokens in sequences_B])
+    padded_BL = torch.full((len(sequences_B), int(lengths_B.max())), pad_id, dtype=torch.long)
+    # one conversion for the batch; a row-major mask takes the tokens in their flat order
+    padded_BL[torch.arange(padded_BL.shape[1]) < lengths_B[:, None]] = torch.tensor(
+        list(itertools.chain.from_iterable(sequences_B)), dtype=torch.long
+    )
+    return padded_BL.to(device)
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,13 @@ def _end_sequence(stop: tuple[str, ...] | tuple[int, ...]) -> tuple[int, ...]:
     return end_sequence(stop, load_tokenizer(TINY_MODEL_NAME))
 
 
+@functools.lru_cache(maxsize=256)
+def _stop_matcher(stop: tuple[str, ...] | tuple[int, ...]) -> StopMatcher:
+    """The tiny tokenizer's matcher for `stop`, built once per stop condition (it holds no state
+    of a call)."""
+    return StopMatcher(list(stop), load_tokenizer(TINY_MODEL_NAME))
+
+
 @dataclass(frozen=True)
 class _SampleCall:
     """One checked sample call: everything its completions are a function of, but the weights."""
@@ -150,7 +157,6 @@ class NoopSamplingClient:
         """Check and record a sample call, and resolve what its completions depend on."""
         check_sampling_params(num_samples, sampling_params)
         prompt_T = _prompt_tokens(prompt)
-        tokenizer = load_tokenizer(TINY_MODEL_NAME)
         context_length = tiny_tokenizer().model_max_length  # without max_tokens, run this far, as local does
         if sampling_params.seed is None:
             call_seed = hash_ints([_UNSEEDED, self._unseeded_calls])
@@ -172,7 +178,7 @@ class NoopSamplingClient:
             num_samples,
             sampling_params.max_tokens or max(1, context_length - len(prompt_T)),
             call_seed,
-            StopMatcher(sampling_params.stop, tokenizer),
+            _stop_matcher(tuple(sampling_params.stop or ())),
             _end_sequence(tuple(sampling_params.stop or ())),
         )
 

@@ -50,14 +50,23 @@ class NoopTrainingClient:
         self.lora_rank = lora_rank
         self.client_id = runtime.new_client_id("training")
         self.queue = SerialQueue()
+        self._service_free_at = 0.0  # the event loop's time at which the simulated service ends its last request
         self._nonfinite = False  # the gradients accumulated since the last optim_step hold NaN/inf
 
     def _submit(self, method: str, work: Callable[[], T]) -> asyncio.Task[T]:
-        """Queue `work` behind earlier requests; it takes `method`'s simulated latency in all."""
+        """Queue `work` behind earlier requests; it takes `method`'s simulated latency in all,
+        counted from when the simulated service takes it up: at its submission or when the request
+        before it ends, whichever is later (not when this client's event loop gets round to it, as
+        a busy loop would only stretch a remote service's latency, never delay its start)."""
+        loop = asyncio.get_running_loop()
+        submitted = loop.time()
 
         async def run() -> T:
-            started = asyncio.get_running_loop().time()
-            result = work()  # the service's own computation is part of its latency
+            started = max(submitted, self._service_free_at)
+            try:
+                result = work()  # the service's own computation is part of its latency
+            finally:
+                self._service_free_at = max(loop.time(), started + self.runtime.latency.seconds(method))
             await self.runtime.latency.pad(method, started)
             return result
 

@@ -30,7 +30,13 @@ from train_core.renderers.base import Renderer
 from train_core.rl.advantages import compute_advantages
 from train_core.rl.data_processing import assemble_training_data, remove_constant_reward_groups
 from train_core.rl.kl_penalty import incorporate_kl_penalty
-from train_core.rl.metrics import compute_kl_pre_post, rollout_failure_metrics, rollout_metrics, train_step_metrics
+from train_core.rl.metrics import (
+    compute_kl_pre_post,
+    forward_backward_metrics,
+    optim_step_metrics,
+    rollout_failure_metrics,
+    rollout_metrics,
+)
 from train_core.rl.overlong import filter_overlong, shape_overlong_rewards
 from train_core.rl.policy_objective import REFERENCE_LOGPROBS
 from train_core.rl.rollouts import (
@@ -372,10 +378,15 @@ class RLTrainStep(Stage):
         async def forward_backward(chunk: Sequence[Datum]) -> Awaitable[ForwardBackwardOutput]:
             return await update.submit(training_client, chunk)
 
-        results = await pipelined_steps(training_client, chunks, forward_backward, adam_params(ctx, config))
+        def measure(fb_outputs: list[ForwardBackwardOutput]) -> None:
+            """While the last optimizer step runs."""
+            ctx.record(forward_backward_metrics(data_D, fb_outputs))
+            ctx.record(update.metrics(data_D, fb_outputs))
+
+        adam = adam_params(ctx, config)
+        results = await pipelined_steps(training_client, chunks, forward_backward, adam, on_forward_backward=measure)
         fb_outputs, optim_outputs = [fb for fb, _ in results], [optim for _, optim in results]
-        ctx.record(train_step_metrics(data_D, fb_outputs, optim_outputs))
-        ctx.record(update.metrics(data_D, fb_outputs))
+        ctx.record(optim_step_metrics(optim_outputs))
         guard_nonfinite(ctx, ctx.step, config.max_bad_steps, optim_outputs, fb_outputs)
         return TrainedData(data_D)
 

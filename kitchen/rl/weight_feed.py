@@ -13,6 +13,7 @@ versions of what a step trains on.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 
 from kitchen.ports import FollowsWeightUpdates, SamplingClient, WeightFeed
@@ -46,6 +47,13 @@ def tagged(result: SampleResult, version: int) -> SampleResult:
     )
 
 
+@functools.cache
+def _follows(client_type: type) -> bool:
+    """Whether a sampling client class can follow weight updates (a protocol `isinstance` check
+    costs tens of microseconds: once per class, not once per sample call)."""
+    return issubclass(client_type, FollowsWeightUpdates)
+
+
 class FollowingSampler:
     """A `Sampler` that follows `feed`: the newest weights for every request and, where the
     backend allows, within a generation (see the module doc)."""
@@ -55,7 +63,7 @@ class FollowingSampler:
 
     async def sample(self, prompt: ModelInput, num_samples: int, sampling_params: SamplingParams) -> SampleResult:
         version, client = self.feed.latest()
-        if isinstance(client, FollowsWeightUpdates):
+        if _follows(type(client)):
             return await client.sample_following(prompt, num_samples, sampling_params, self.feed, version)
         return tagged(await client.sample(prompt, num_samples, sampling_params), version)
 

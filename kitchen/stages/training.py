@@ -203,13 +203,16 @@ async def pipelined_steps(
     forward_backward: SubmitForwardBackward,
     adam: AdamParams,
     on_result: Callable[[int, tuple[ForwardBackwardOutput, OptimStepOutput]], None] | None = None,
+    on_forward_backward: Callable[[list[ForwardBackwardOutput]], None] | None = None,
 ) -> list[tuple[ForwardBackwardOutput, OptimStepOutput]]:
     """One optimizer step per chunk, in order; the results of every chunk (each also given to
     `on_result(index, result)` as it arrives, e.g. for progress).
 
     Each chunk's forward_backward + optim_step pair is submitted before the previous one's results
     are awaited, so the backend never waits for the client between substeps (requests run in
-    submission order)."""
+    submission order). `on_forward_backward` gets every chunk's forward_backward output as soon
+    as the last one arrives, before the last optimizer step is awaited: the client's work on them
+    (metrics) runs while the backend takes that step."""
 
     async def submit(chunk: Sequence[Datum]) -> _Submitted:
         return await forward_backward(chunk), await client.optim_step(adam)
@@ -222,7 +225,10 @@ async def pipelined_steps(
         if index + 1 < len(chunks):
             submitted.append(await submit(chunks[index + 1]))
         fb, optim = submitted.pop(0)
-        results.append((await fb, await optim))
+        fb_output = await fb
+        if on_forward_backward is not None and index + 1 == len(chunks):
+            on_forward_backward([*(result for result, _ in results), fb_output])
+        results.append((fb_output, await optim))
         if on_result is not None:
             on_result(index, results[-1])
     return results

@@ -10,10 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from adapters.noop import NoopBackend
-from kitchen.stages.training import train_in_chunks
+from kitchen.stages.training import pipelined_steps, train_in_chunks
 from train_core.batching import split_evenly
 from train_core.supervised import datum_from_tokens_weights
-from train_core.types import AdamParams, Datum
+from train_core.types import AdamParams, Datum, ForwardBackwardOutput
 
 T = TypeVar("T")
 
@@ -72,6 +72,32 @@ def test_next_chunk_is_submitted_before_the_current_is_awaited() -> None:
         "submit fb2", "submit optim2", "await fb1", "await optim1",
         "await fb2", "await optim2",
     ]  # fmt: skip
+
+
+def test_forward_backward_outputs_are_handed_over_before_the_last_optimizer_step_is_awaited() -> None:
+    """The client's work on a step's losses (the RL metrics) overlaps the backend's last step."""
+    chunks = [[datum_from_tokens_weights([5, 6, 7, 8], [0, 1, 1, 1])] for _ in range(2)]
+    events: list[str] = []
+    handed: list[list[ForwardBackwardOutput]] = []
+
+    def measure(fb_outputs: list[ForwardBackwardOutput]) -> None:
+        events.append(f"measure {len(fb_outputs)}")
+        handed.append(fb_outputs)
+
+    async def run() -> list[ForwardBackwardOutput]:
+        backend = NoopBackend(seed=0, latency={"forward_backward": 0.01})
+        client = RecordingClient(await backend.create_training_client("tiny"), events)
+
+        async def forward_backward(chunk: Sequence[Datum]) -> Awaitable[ForwardBackwardOutput]:
+            return await client.forward_backward(chunk, "cross_entropy")
+
+        adam = AdamParams(1e-3)
+        results = await pipelined_steps(client, chunks, forward_backward, adam, on_forward_backward=measure)  # type: ignore[arg-type]
+        return [fb for fb, _ in results]
+
+    outputs = asyncio.run(run())
+    assert events[-3:] == ["await fb1", "measure 2", "await optim1"]
+    assert handed == [outputs]
 
 
 def test_no_chunks_means_no_calls() -> None:

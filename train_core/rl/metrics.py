@@ -11,7 +11,7 @@ from train_core.rl.data_processing import shared_prompt_tokens
 from train_core.rl.dynamic_sampling import has_reward_spread
 from train_core.rl.rollouts import DroppedGroup, SampledGroup
 from train_core.rl.types import EPISODE_STOPS, Metrics, TrajectoryGroup
-from train_core.types import Datum, ForwardBackwardOutput, OptimStepOutput
+from train_core.types import Datum, ForwardBackwardOutput, OptimStepOutput, TensorData
 
 if TYPE_CHECKING:
     import torch
@@ -34,8 +34,8 @@ def action_token_logprobs(
         return empty, empty
     # one concatenation per input, then one mask: a batch of many short datums costs a few tensor
     # operations instead of several per datum
-    sampling_N = torch.cat([datum.loss_fn_inputs["logprobs"].to_torch().reshape(-1) for datum in data_D])
-    action_N = torch.cat([datum.loss_fn_inputs["mask"].to_torch().reshape(-1) for datum in data_D]) > 0
+    sampling_N = TensorData.concat([datum.loss_fn_inputs["logprobs"] for datum in data_D], "float32")
+    action_N = TensorData.concat([datum.loss_fn_inputs["mask"] for datum in data_D], "float32") > 0
     other_N = torch.cat([other_T.detach().reshape(-1) for other_T in logprobs_D])
     return sampling_N.double()[action_N], other_N.double()[action_N]
 
@@ -158,9 +158,7 @@ def trained_tokens(data_D: Sequence[Datum]) -> float:
     """Action tokens the update trains on (mask > 0): sampled tokens less masked turns."""
     if not data_D:
         return 0.0
-    import torch
-
-    return float((torch.cat([d.loss_fn_inputs["mask"].to_torch().reshape(-1) for d in data_D]) > 0).sum().item())
+    return float((TensorData.concat([d.loss_fn_inputs["mask"] for d in data_D], "float32") > 0).sum().item())
 
 
 def rollout_failure_metrics(groups: Sequence[SampledGroup], dropped: Sequence[DroppedGroup]) -> Metrics:
@@ -209,16 +207,27 @@ def training_logprobs(outputs: Sequence[ForwardBackwardOutput]) -> list[torch.Te
 def train_step_metrics(
     data_D: Sequence[Datum], fb_outputs: Sequence[ForwardBackwardOutput], optim_outputs: Sequence[OptimStepOutput]
 ) -> Metrics:
+    """A step's `forward_backward_metrics` and `optim_step_metrics` together."""
+    return {**forward_backward_metrics(data_D, fb_outputs), **optim_step_metrics(optim_outputs)}
+
+
+def forward_backward_metrics(data_D: Sequence[Datum], fb_outputs: Sequence[ForwardBackwardOutput]) -> Metrics:
     """Sampler/trainer agreement and entropy over action tokens (`data_D` still holds its masks;
-    left out when every action token is masked), the summed loss, the optimizer's metrics averaged
-    over substeps, the trained token count (`tokens/trained`) and what the loss reported over the
-    whole step (`loss_ratios`: clip fractions of a clipping loss, KL and entropy means)."""
+    left out when every action token is masked), the summed loss, the trained token count
+    (`tokens/trained`) and what the loss reported over the whole step (`loss_ratios`: clip
+    fractions of a clipping loss, KL and entropy means)."""
     n_trained = trained_tokens(data_D)
     metrics = compute_kl_sample_train(data_D, training_logprobs(fb_outputs)) if n_trained else {}
     metrics["tokens/trained"] = n_trained
     loss_metrics = merge_loss_metrics([fb.metrics for fb in fb_outputs])
     metrics["optim/loss:sum"] = loss_metrics.get("loss:sum", 0.0)
     metrics.update(loss_ratios(loss_metrics))
+    return metrics
+
+
+def optim_step_metrics(optim_outputs: Sequence[OptimStepOutput]) -> Metrics:
+    """The optimizer's metrics averaged over a step's substeps, and their count."""
+    metrics: Metrics = {}
     keys = {key for out in optim_outputs for key in out.metrics}
     for key in sorted(keys):
         values = [out.metrics[key] for out in optim_outputs if key in out.metrics]
