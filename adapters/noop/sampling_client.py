@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from dataclasses import dataclass, replace
+from typing import cast
 
 from adapters.common.requests import check_sampling_params, check_token_ids
 from adapters.common.stop_matcher import StopMatcher
@@ -23,7 +24,7 @@ from adapters.noop.pseudo_logprobs import PseudoWeights, hash_ints, prompt_logpr
 from adapters.noop.runtime import NOOP_IMAGE_TOKEN, NoopRuntime, tiny_tokenizer, tiny_vocab_ids, vocab_size
 from kitchen.errors import DataError
 from kitchen.ports import WeightFeed
-from train_core.types import ModelInput, SampleResult, SamplingParams, TokensWithLogprobs
+from train_core.types import ModelInput, SampleResult, SamplingParams, StopCondition, TokensWithLogprobs
 
 _SEEDED, _UNSEEDED = 1, 0  # keep explicit seeds and call counters from ever colliding
 
@@ -52,7 +53,7 @@ def _end_sequence(stop: tuple[str, ...] | tuple[int, ...]) -> tuple[int, ...]:
 def _stop_matcher(stop: tuple[str, ...] | tuple[int, ...]) -> StopMatcher:
     """The tiny tokenizer's matcher for `stop`, built once per stop condition (it holds no state
     of a call)."""
-    return StopMatcher(list(stop), load_tokenizer(TINY_MODEL_NAME))
+    return StopMatcher(cast(StopCondition, list(stop)), load_tokenizer(TINY_MODEL_NAME))
 
 
 @dataclass(frozen=True)

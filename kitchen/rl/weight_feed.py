@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Sequence
+from typing import cast
 
 from kitchen.ports import FollowsWeightUpdates, SamplingClient, WeightFeed
 from train_core.rl.rollouts import SampledGroup
@@ -64,7 +65,8 @@ class FollowingSampler:
     async def sample(self, prompt: ModelInput, num_samples: int, sampling_params: SamplingParams) -> SampleResult:
         version, client = self.feed.latest()
         if _follows(type(client)):
-            return await client.sample_following(prompt, num_samples, sampling_params, self.feed, version)
+            following = cast(FollowsWeightUpdates, client)
+            return await following.sample_following(prompt, num_samples, sampling_params, self.feed, version)
         return tagged(await client.sample(prompt, num_samples, sampling_params), version)
 
 
