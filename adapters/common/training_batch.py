@@ -11,7 +11,7 @@ import torch
 from adapters.common.requests import check_token_ids
 from kitchen.errors import DataError
 from train_core.losses import TARGET_TOKENS, require_inputs
-from train_core.types import Datum, ImageChunk, TensorData
+from train_core.types import Datum, ImageChunk, TensorData, numbers_tensor
 
 
 def right_pad(sequences_B: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> torch.Tensor:
@@ -23,8 +23,8 @@ def right_pad(sequences_B: Sequence[Sequence[int]], pad_id: int, device: torch.d
     lengths_B = torch.tensor([len(tokens) for tokens in sequences_B])
     padded_BL = torch.full((len(sequences_B), int(lengths_B.max())), pad_id, dtype=torch.long)
     # one conversion for the batch; a row-major mask takes the tokens in their flat order
-    padded_BL[torch.arange(padded_BL.shape[1]) < lengths_B[:, None]] = torch.tensor(
-        list(itertools.chain.from_iterable(sequences_B)), dtype=torch.long
+    padded_BL[torch.arange(padded_BL.shape[1]) < lengths_B[:, None]] = numbers_tensor(
+        lambda: itertools.chain.from_iterable(sequences_B), "int64"
     )
     return padded_BL.to(device)
 
@@ -67,7 +67,7 @@ def build_training_batch(
     for index, datum in enumerate(data):
         where = f"datum {index}"
         require_inputs(datum.loss_fn_inputs.keys(), required_keys, user, where)
-        if datum.model_input.images and image_token_id is None:
+        if image_token_id is None and datum.model_input.images:
             raise DataError(f"{where}: model_input holds images, but this model takes no images")
         tokens = datum.model_input.token_ids(image_token_id or 0)
         if not tokens:
@@ -79,17 +79,21 @@ def build_training_batch(
                     f"{where}: loss_fn_inputs[{key!r}] has shape {shape}, "
                     f"expected ({len(tokens)},) to match model_input"
                 )
-        targets = list(map(int, datum.loss_fn_inputs[TARGET_TOKENS].data))
-        check_token_ids(tokens, vocab_size, f"{where}: model_input")
-        check_token_ids(targets, vocab_size, f"{where}: {TARGET_TOKENS}")
         inputs_D.append(tokens)
-        targets_D.append(targets)
+        targets_D.append(list(map(int, datum.loss_fn_inputs[TARGET_TOKENS].data)))
+    cpu = torch.device("cpu")
+    input_ids_BL, targets_BL = right_pad(inputs_D, pad_id, cpu), right_pad(targets_D, pad_id, cpu)
+    for what, ids_BL, ids_D in (("model_input", input_ids_BL, inputs_D), (TARGET_TOKENS, targets_BL, targets_D)):
+        # one range check for the whole batch; the rows it flags are looked at one by one (a
+        # padding id outside the vocabulary flags rows with nothing wrong in them)
+        for index in ((ids_BL < 0) | (ids_BL >= vocab_size)).any(dim=1).nonzero().flatten().tolist():
+            check_token_ids(ids_D[index], vocab_size, f"datum {index}: {what}")
     loss_inputs = {
         key: TensorData.concat([d.loss_fn_inputs[key] for d in data], "float32").to(device) for key in float_keys
     }
     return TrainingBatch(
-        input_ids_BL=right_pad(inputs_D, pad_id, device),
-        targets_BL=right_pad(targets_D, pad_id, device),
+        input_ids_BL=input_ids_BL.to(device),
+        targets_BL=targets_BL.to(device),
         lengths_D=[len(tokens) for tokens in inputs_D],
         loss_inputs=loss_inputs,
         images=tuple(image for datum in data for image in datum.model_input.images),
