@@ -46,8 +46,18 @@ from train_core.rl.task import RLTask
 from train_core.rl.types import Env, EnvGroupBuilder
 
 HANDOVER_TURNS = 8
-"""Event-loop turns the trainer yields after publishing: enough for an admitted worker to get
-from its wake-up to its first sampling request (admission, rollout tasks, the shared policy)."""
+"""Event-loop turns the trainer yields after it admitted workers (publishing weights, taking
+groups): enough for an admitted worker to get from its wake-up to its first sampling request
+(admission, rollout tasks, the shared policy)."""
+
+
+async def hand_over() -> None:
+    """Let the workers just admitted send their sampling requests before the trainer's own CPU work
+    holds the event loop: their sampling latency then runs alongside it. (A worker admitted only
+    when the trainer took its last group would otherwise start after the trainer's CPU work, end
+    that much after the next publication, and keep the next batch waiting: step after step.)"""
+    for _ in range(HANDOVER_TURNS):
+        await asyncio.sleep(0)
 
 MAX_DROPS_IN_A_ROW = 4
 """Batches' worth of consecutive dropped groups after which async mode gives up (the trainer
@@ -71,6 +81,24 @@ class TakenBatch:
     in_flight_at_start: int
 
 
+class Changes:
+    """Wakes every waiter at once when the queue changes; each re-checks its own condition. No lock:
+    the event loop runs one callback at a time, so a check and what the waiter does on it cannot
+    interleave with another's, and the workers a publication admits all start in the same loop
+    turn (a condition variable would pass them through its lock one turn each)."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def notify(self) -> None:
+        self._event.set()
+        self._event = asyncio.Event()
+
+    async def wait_for(self, condition: Callable[[], bool]) -> None:
+        while not condition():
+            await self._event.wait()
+
+
 class OffPolicyQueue:
     def __init__(self, groups_per_batch: int, max_steps_off_policy: int, first_step: int) -> None:
         self.groups_per_batch = groups_per_batch
@@ -79,7 +107,7 @@ class OffPolicyQueue:
         self.closed = asyncio.Event()
         self._finished: list[SampledGroup] = []
         self._in_flight: dict[int, int] = {}  # sampler_step -> groups being sampled with it
-        self._changed = asyncio.Condition()
+        self._changes = Changes()
         self._next_step = first_step  # the step whose batch the trainer takes next
         self._taken = 0  # groups already taken for that batch
         self.dropped: list[DroppedGroup] = []  # dropped by the failure policy since the last batch
@@ -102,11 +130,10 @@ class OffPolicyQueue:
     async def wait_to_start(self, sampler_step: Callable[[], int]) -> int:
         """Wait until a group drawn with the current weights can be trained in time (admission),
         then count it in flight until it is `put`; the weights' step it was admitted with."""
-        async with self._changed:
-            await self._changed.wait_for(lambda: self.predicted_age(sampler_step()) <= self.max_steps_off_policy)
-            step = sampler_step()
-            self._in_flight[step] = self._in_flight.get(step, 0) + 1
-            return step
+        await self._changes.wait_for(lambda: self.predicted_age(sampler_step()) <= self.max_steps_off_policy)
+        step = sampler_step()
+        self._in_flight[step] = self._in_flight.get(step, 0) + 1
+        return step
 
     async def put(self, group: SampledGroup | DroppedGroup, sampler_step: int) -> None:
         """Hand over a group sampled with weights `sampler_step`; a dropped one
@@ -152,10 +179,9 @@ class OffPolicyQueue:
         taken: list[SampledGroup] = []
         trained: list[SampledGroup] = []
         while len(trained) < self.groups_per_batch and (budget is None or len(taken) < budget):
-            async with self._changed:
-                await self._changed.wait_for(lambda: self._can_take(step))
-                group = min(self._finished, key=lambda g: g.sampler_step)
-                self._finished.remove(group)
+            await self._changes.wait_for(lambda: self._can_take(step))
+            group = min(self._finished, key=lambda g: g.sampler_step)
+            self._finished.remove(group)
             taken.append(group)
             if keep is None or keep(group):
                 trained.append(group)
@@ -173,8 +199,7 @@ class OffPolicyQueue:
         await self._notify()
 
     async def _notify(self) -> None:
-        async with self._changed:
-            self._changed.notify_all()
+        self._changes.notify()
 
 
 @dataclass(frozen=True)
@@ -206,10 +231,7 @@ class PublishSampler(Stage):
     ) -> None:
         weight_feed.publish(sampler_step, sampling_client)
         await off_policy_queue.notify()
-        # let the woken workers send their requests before the trainer's own CPU work for the next
-        # step holds the event loop: their sampling latency then runs alongside it
-        for _ in range(HANDOVER_TURNS):
-            await asyncio.sleep(0)
+        await hand_over()
 
 
 class RolloutWorkers(Stage):
@@ -307,6 +329,7 @@ class TakeFreshGroups(Stage):
             batch = await queue.take_batch(ctx.step, is_informative, dynamic.max_rounds * config.groups_per_batch)
             dropped = len(batch.groups) - len(batch.trained)
             ctx.record(fill_metrics(len(batch.groups), dropped, len(batch.trained), config.groups_per_batch))
+        await hand_over()
         failed, queue.dropped = queue.dropped, []
         note_dropped(ctx, failed)
         ctx.record(rollout_failure_metrics(batch.groups, failed))

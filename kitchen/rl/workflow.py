@@ -104,8 +104,10 @@ def rl_workflow(
         step = [GetEnvGroups(), evaluate, StartRollouts(), minibatches, FinishStreamStep()]
         main = [Loop("rl", "num_steps", [*step, RecordRolloutMetrics(), WriteTranscripts(), *finish], step=True)]
     else:
-        step = [evaluate, TakeFreshGroups(), RecordRolloutMetrics(), WriteTranscripts()]
-        trainer = Loop("rl", "num_steps", [*step, *filled, RLTrainStep(), *finish], step=True)
+        # the taken groups' metrics and transcripts are written while the update is in flight
+        logs: list[Node] = [RecordRolloutMetrics(), WriteTranscripts()]
+        update_and_log = Parallel("update_and_log", [[*filled, RLTrainStep()], logs])
+        trainer = Loop("rl", "num_steps", [evaluate, TakeFreshGroups(), update_and_log, *finish], step=True)
         main = [
             CreateOffPolicyQueue(),
             Parallel("sample_and_train", [[RolloutWorkers()], [trainer, StopRolloutWorkers()]]),
