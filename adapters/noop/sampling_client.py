@@ -126,13 +126,14 @@ class NoopSamplingClient:
     async def sample_following(
         self, prompt: ModelInput, num_samples: int, sampling_params: SamplingParams, feed: WeightFeed, version: int
     ) -> SampleResult:
-        """As `sample`, with the simulated decode spread evenly over the call's latency: each token
-        is decoded at its turn with the newest noop weights published to `feed` by then (the
-        context re-walked under them, so its logprob is exactly theirs) and tagged with their
+        """As `sample`, with the simulated decode spread evenly over the call's latency: token i of
+        n is decoded at (i + 1) / (n + 1) of it (none at the request itself, as an engine's first
+        token comes after its prefill) with the newest noop weights published to `feed` by then
+        (the context re-walked under them, so its logprob is exactly theirs) and tagged with their
         version."""
         call = self._start_call(prompt, num_samples, sampling_params)
-        decoders = call.decoders()
-        done: list[TokensWithLogprobs | None] = [None] * len(decoders)
+        decoders: list[Decoder] = []
+        done: list[TokensWithLogprobs | None] = [None] * num_samples
         versions_T: list[int] = []
         current = (version, self.weights)
         loop = asyncio.get_running_loop()
@@ -140,10 +141,12 @@ class NoopSamplingClient:
         stride = -(-call.max_tokens // FEED_CHECKS)
         for index in range(call.max_tokens):
             if index % stride == 0:
-                await asyncio.sleep(max(0.0, started + seconds * index / call.max_tokens - loop.time()))
+                turn = started + seconds * (index + 1) / (call.max_tokens + 1)
+                await asyncio.sleep(max(0.0, turn - loop.time()))
                 newest, client = feed.latest()
                 if newest > current[0] and isinstance(client, NoopSamplingClient):
                     current = (newest, client.weights)
+            decoders = decoders or call.decoders()
             versions_T.append(current[0])
             for row, decoder in enumerate(decoders):
                 if done[row] is None:
