@@ -59,6 +59,7 @@ async def hand_over() -> None:
     for _ in range(HANDOVER_TURNS):
         await asyncio.sleep(0)
 
+
 MAX_DROPS_IN_A_ROW = 4
 """Batches' worth of consecutive dropped groups after which async mode gives up (the trainer
 would otherwise wait forever for a group)."""
@@ -81,24 +82,6 @@ class TakenBatch:
     in_flight_at_start: int
 
 
-class Changes:
-    """Wakes every waiter at once when the queue changes; each re-checks its own condition. No lock:
-    the event loop runs one callback at a time, so a check and what the waiter does on it cannot
-    interleave with another's, and the workers a publication admits all start in the same loop
-    turn (a condition variable would pass them through its lock one turn each)."""
-
-    def __init__(self) -> None:
-        self._event = asyncio.Event()
-
-    def notify(self) -> None:
-        self._event.set()
-        self._event = asyncio.Event()
-
-    async def wait_for(self, condition: Callable[[], bool]) -> None:
-        while not condition():
-            await self._event.wait()
-
-
 class OffPolicyQueue:
     def __init__(self, groups_per_batch: int, max_steps_off_policy: int, first_step: int) -> None:
         self.groups_per_batch = groups_per_batch
@@ -107,7 +90,7 @@ class OffPolicyQueue:
         self.closed = asyncio.Event()
         self._finished: list[SampledGroup] = []
         self._in_flight: dict[int, int] = {}  # sampler_step -> groups being sampled with it
-        self._changes = Changes()
+        self._changed = asyncio.Condition()
         self._next_step = first_step  # the step whose batch the trainer takes next
         self._taken = 0  # groups already taken for that batch
         self.dropped: list[DroppedGroup] = []  # dropped by the failure policy since the last batch
@@ -130,10 +113,11 @@ class OffPolicyQueue:
     async def wait_to_start(self, sampler_step: Callable[[], int]) -> int:
         """Wait until a group drawn with the current weights can be trained in time (admission),
         then count it in flight until it is `put`; the weights' step it was admitted with."""
-        await self._changes.wait_for(lambda: self.predicted_age(sampler_step()) <= self.max_steps_off_policy)
-        step = sampler_step()
-        self._in_flight[step] = self._in_flight.get(step, 0) + 1
-        return step
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.predicted_age(sampler_step()) <= self.max_steps_off_policy)
+            step = sampler_step()
+            self._in_flight[step] = self._in_flight.get(step, 0) + 1
+            return step
 
     async def put(self, group: SampledGroup | DroppedGroup, sampler_step: int) -> None:
         """Hand over a group sampled with weights `sampler_step`; a dropped one
@@ -179,9 +163,10 @@ class OffPolicyQueue:
         taken: list[SampledGroup] = []
         trained: list[SampledGroup] = []
         while len(trained) < self.groups_per_batch and (budget is None or len(taken) < budget):
-            await self._changes.wait_for(lambda: self._can_take(step))
-            group = min(self._finished, key=lambda g: g.sampler_step)
-            self._finished.remove(group)
+            async with self._changed:
+                await self._changed.wait_for(lambda: self._can_take(step))
+                group = min(self._finished, key=lambda g: g.sampler_step)
+                self._finished.remove(group)
             taken.append(group)
             if keep is None or keep(group):
                 trained.append(group)
@@ -199,7 +184,8 @@ class OffPolicyQueue:
         await self._notify()
 
     async def _notify(self) -> None:
-        self._changes.notify()
+        async with self._changed:
+            self._changed.notify_all()
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import re
 import time
 from dataclasses import dataclass
@@ -234,3 +235,28 @@ def test_progress_hook_prints_one_line_per_step_when_not_a_terminal(capsys: pyte
         "step 3/3 train_mean_nll=0",
     ]
     assert lines[3].startswith("done: 3 steps in ") and lines[3].endswith("; train_mean_nll=0")
+
+
+class NoteFrozen(Stage):
+    """Notes how many objects sit in the collector's permanent generation while it runs."""
+
+    async def run(self, ctx: Context, log: list[LogEntry]) -> Log:
+        return Log([*log, (self.name, ctx.step, gc.get_freeze_count())])
+
+
+def test_the_steps_run_with_the_setup_objects_frozen_and_unfrozen_after() -> None:
+    """A full collection then walks only what the steps made (not the modules and models), and a
+    process running many runs can still collect their cycles once each is over."""
+    inner = Loop("inner", over="n", body=[NoteFrozen(name="in_inner")])
+    workflow = Workflow(
+        "wf", [NoteFrozen(name="setup"), Loop("steps", over="n", step=True, body=[NoteFrozen(name="body"), inner])]
+    )
+    ctx = make_ctx()
+    assert gc.get_freeze_count() == 0
+    asyncio.run(Runner(workflow).run(ctx))
+    frozen = {name: count for name, _, count in ctx.state["log"]}
+    assert frozen["setup"] == 0 and frozen["body"] > 1000 and frozen["in_inner"] == frozen["body"]
+    assert gc.get_freeze_count() == 0
+    with pytest.raises(StageFailure):
+        asyncio.run(Runner(Workflow("wf", [Loop("steps", over="n", step=True, body=[Boom(name="boom")])])).run(ctx))
+    assert gc.get_freeze_count() == 0

@@ -97,6 +97,37 @@ def test_the_trainer_waits_for_an_unfinished_group_due_this_step() -> None:
     assert sorted(asyncio.run(run())) == [3, 4]
 
 
+def test_new_weights_admit_every_waiting_worker_in_one_loop_turn() -> None:
+    """Workers waiting for fresher weights all start as soon as they are published (the trainer
+    then hands the loop over for their requests: `hand_over`), and no more than the staleness
+    bound lets start."""
+
+    async def run() -> tuple[int, list[int]]:
+        queue = OffPolicyQueue(groups_per_batch=4, max_steps_off_policy=0, first_step=1)
+        weights = [0]
+        order: list[int] = []
+
+        async def worker(index: int) -> None:
+            await queue.wait_to_start(lambda: weights[0])
+            order.append(index)
+
+        workers = [asyncio.create_task(worker(index)) for index in range(6)]
+        await asyncio.sleep(0.01)
+        assert not order  # weights 0 are one step too old for step 1's batch
+        weights[0] = 1
+        await queue.notify()
+        await asyncio.sleep(0)  # one turn
+        started = len(order)
+        await asyncio.sleep(0.01)
+        for task in workers:
+            task.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+        return started, order
+
+    started, order = asyncio.run(run())
+    assert started == 4 and order == [0, 1, 2, 3]  # the batch's 4 places; the other 2 wait
+
+
 @given(st.integers(0, 3), st.integers(1, 4), st.integers(0, 12))
 def test_workers_wait_while_a_new_group_would_be_stale(max_off: int, per_batch: int, ahead: int) -> None:
     """With `ahead` groups queued for step 0 and weights at step 0, one more may start only if
