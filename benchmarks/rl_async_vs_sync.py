@@ -9,7 +9,7 @@ overlap: the first batch (nothing to train on while it samples: over 20 steps th
 metrics, env steps), which a loaded machine stretches. The noop service's own computation counts
 inside its latency (`adapters.noop.latency`), as a remote service's would. Workers build their
 next group's envs while they wait to be admitted and the trainer yields after publishing new
-weights, so sampling requests go out as soon as the weights allow. Sampling 4x slower than
+weights and after taking its groups, so sampling requests go out as soon as the weights allow. Sampling 4x slower than
 training: with one step of staleness and one batch of workers async is sampling-bound
 (speed-up ~1.25x); with more staleness allowed and workers for several batches in flight it
 approaches the trainer's bound (5x here). AReaL reports 2.77x on its own (GPU) setup for
