@@ -10,7 +10,7 @@ N outputs back: the matmuls do N slots' work instead of B x W (8-10% fewer on a 
 polite_arithmetic), and each token computes what it computes in the padded rows. Row for row the
 forward is the padded one's (a matmul's output row does not depend on the other rows: on every
 batch of the rlhf recipe the logprobs came out bitwise equal here); the weight gradients sum over
-N rows instead of B x W, so they differ in float rounding (at most 4.3e-7 of the largest there).
+N rows instead of B x W, so they differ in float rounding (at most 4.5e-7 of the largest there).
 
 The attention function is named on the model's config only for the forward pass (not for
 gradient checkpointing's recomputation, nor inside a compiled body: those keep the padded rows);
