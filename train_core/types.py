@@ -164,17 +164,26 @@ class TensorData:
     def from_torch(cls, tensor: torch.Tensor) -> TensorData:
         """Keeps (a cpu copy of) the tensor itself: no conversion to Python numbers."""
         dtype: TensorDtype = "float32" if tensor.is_floating_point() else "int64"
-        made = cls.__new__(cls)  # one copy, never sharing the caller's storage (per datum: kept cheap)
-        made._tensor = tensor.detach().to("cpu", _torch_dtype(dtype), copy=True)
-        made._data, made.dtype, made.shape = None, dtype, tuple(tensor.shape)
-        return made
+        # one copy, never sharing the caller's storage
+        return cls._made(None, tensor.detach().to("cpu", _torch_dtype(dtype), copy=True), dtype, tuple(tensor.shape))
 
     @classmethod
     def from_list(cls, values: Sequence[float] | Sequence[int], dtype: TensorDtype) -> TensorData:
-        # built directly, not through __init__: RL assembly makes several per datum
+        numbers = tuple(map(int if dtype == "int64" else float, values))
+        return cls._made(numbers, None, dtype, (len(numbers),))
+
+    @classmethod
+    def _made(
+        cls,
+        data: tuple[float, ...] | tuple[int, ...] | None,
+        tensor: torch.Tensor | None,
+        dtype: TensorDtype,
+        shape: tuple[int, ...],
+    ) -> TensorData:
+        """One already in its final form, past `__init__`'s conversions (RL assembly makes several
+        per datum, so the constructors that know their input's form skip them)."""
         made = cls.__new__(cls)
-        made._data = tuple(map(int if dtype == "int64" else float, values))
-        made._tensor, made.dtype, made.shape = None, dtype, (len(made._data),)
+        made._data, made._tensor, made.dtype, made.shape = data, tensor, dtype, shape
         return made
 
     @property
