@@ -1,12 +1,17 @@
 """DPO throughput: kitchen's local backend against TRL's `DPOTrainer`, on the same problem.
 
     PYTHONPATH=. python benchmarks/dpo_vs_trl.py [--steps 30] [--batch-size 16] [--threads 2]
-        [--model tiny|32m|50m] [--lean-trl] [--profile]
+        [--model tiny|32m|50m] [--data polite_arithmetic|chat_sl] [--lean-trl] [--profile]
 
 Both train the same model — the embedded tiny model (`load_base_model("tiny")` builds it from the
 shipped config and a fixed seed) or, with `--model 32m` / `50m`, a random-weight Qwen3 model of
-that size written to a scratch directory and loaded by path — on the shipped polite_arithmetic
-comparisons, with
+that size written to a scratch directory and loaded by path — on the same comparisons (`--data`):
+the shipped polite_arithmetic comparisons (one-turn prompts of near-equal length, replies of
+~15 tokens), or `chat_sl`: pairs made from the shipped chat_sl conversations (one to three
+exchanges, some with a system message), each conversation's context as the prompt, its own last
+reply as the chosen completion and the next conversation's last reply as the rejected one — the
+multi-turn shape of open preference sets, whose prompts differ in length from pair to pair
+(`comparison_lengths` prints the shape each run trains on). Both sides get
 the same chat template (kitchen's `hf_chat_template` renderer is the tokenizer's template, which
 TRL applies), batch size in pairs, max length, beta, learning rate and schedule (linear), AdamW
 settings (betas 0.9/0.95, no weight decay, no clipping), float32 on the CPU with the same number
@@ -27,16 +32,21 @@ loss): the fairest comparison, as kitchen's DPO logs only pair-level metrics.
 Throughput is measured in steady state: pairs / seconds from the end of the warm-up steps to the
 end of the last step, i.e. everything a step costs — batching, reference logprobs, the
 forward-backward, the optimizer step and each framework's bookkeeping — but not model loading or
-dataset preparation. TRL is a benchmark-only dependency (`pip install .[bench]`). The last line is
-the ratio kitchen/TRL (goal: >= 2.0 on the 32M model). `--device cuda --bf16 --model 0.6b` runs it
-on a GPU in bfloat16 and prints each side's model FLOPs utilisation and peak memory.
+dataset preparation. `--max-length` must hold the longest sequence, so neither side truncates
+(the benchmark says which length the data needs). TRL is a benchmark-only dependency
+(`pip install .[bench]`). The last line is the ratio kitchen/TRL (goal: >= 2.0 on the 32M model).
+`--device cuda --bf16 --model 0.6b` runs it on a GPU in bfloat16 and prints each side's model FLOPs
+utilisation and peak memory.
 """
 
 from __future__ import annotations
 
 import copy
+import itertools
+import json
 import statistics
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -63,14 +73,65 @@ from benchmarks._trl import (
 from kitchen.metrics import read_metrics
 from recipes.data import shipped_data
 from train_core.preference.datasets import load_comparisons
+from train_core.renderers.messages import Message
 
-DATASET = shipped_data("preference/polite_arithmetic_train.jsonl")
+POLITE_ARITHMETIC = Path(shipped_data("preference/polite_arithmetic_train.jsonl"))
 RENDERER = "hf_chat_template"
 
 
 @dataclass(frozen=True)
 class DPOSettings(Settings):
     beta: float = 0.1
+    dataset: Path = POLITE_ARITHMETIC
+    """A comparisons-layout JSONL file both sides train on."""
+
+
+def chat_sl_comparisons(directory: Path) -> Path:
+    """Comparisons made from the shipped chat_sl conversations, written into `directory`: each
+    conversation's messages before its last reply as the prompt, that reply as chosen, the next
+    conversation's last reply as rejected (pairs whose two replies are equal are left out)."""
+    lines = Path(shipped_data("chat_sl/train.jsonl")).read_text().splitlines()
+    conversations = [json.loads(line)["messages"] for line in lines]
+    path = directory / "chat_sl_comparisons.jsonl"
+    with path.open("w") as out:
+        for messages, following in itertools.pairwise(conversations):
+            chosen, rejected = messages[-1]["content"], following[-1]["content"]
+            if chosen != rejected:
+                out.write(json.dumps({"prompt": messages[:-1], "chosen": chosen, "rejected": rejected}) + "\n")
+    return path
+
+
+def comparison_lengths(settings: DPOSettings) -> tuple[float, float, int]:
+    """The data's shape under the shared chat template: mean prompt tokens, mean reply tokens
+    (chosen and rejected) and the longest prompt + reply."""
+    tokenizer = cast(Any, load_tokenizer(settings.model))  # an HF tokenizer (TRL is handed the same one)
+
+    def length(messages: list[Message], generation_prompt: bool = False) -> int:
+        ids = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=generation_prompt)
+        return len(ids["input_ids"] if isinstance(ids, Mapping) else ids)
+
+    prompts, replies, longest = [], [], 0
+    for row in trl_rows(settings.dataset):
+        prompt = length(row["prompt"], generation_prompt=True)
+        prompts.append(prompt)
+        for side in ("chosen", "rejected"):
+            whole = length(row["prompt"] + row[side])
+            replies.append(whole - prompt)
+            longest = max(longest, whole)
+    return statistics.mean(prompts), statistics.mean(replies), longest
+
+
+def trl_rows(dataset: Path) -> list[dict[str, list[Message]]]:
+    """The comparisons as TRL's conversational prompt / chosen / rejected records."""
+    comparisons, _ = load_comparisons(dataset, "comparisons")
+    return [
+        {
+            "prompt": list(c.comparison.prompt_conversation),
+            "chosen": list(c.comparison.completion_A),
+            "rejected": list(c.comparison.completion_B),
+        }
+        for c in comparisons
+    ]
 
 
 def run_trl(settings: DPOSettings, workdir: Path, lean: bool = False) -> Result:
@@ -100,17 +161,7 @@ def run_trl(settings: DPOSettings, workdir: Path, lean: bool = False) -> Result:
             chosen, rejected = (logps - ref.sum(dim=1)).chunk(2, dim=0)
             return -torch.nn.functional.logsigmoid(self.beta * (chosen - rejected)).mean()
 
-    comparisons, _ = load_comparisons(DATASET, "comparisons")
-    dataset = Dataset.from_list(
-        [
-            {
-                "prompt": list(c.comparison.prompt_conversation),
-                "chosen": list(c.comparison.completion_A),
-                "rejected": list(c.comparison.completion_B),
-            }
-            for c in comparisons
-        ]
-    )
+    dataset = Dataset.from_list(trl_rows(settings.dataset))
     model = cast(PreTrainedModel, load_base_model(settings.model, model_dtype(settings)))
     config = DPOConfig(**trl_arguments(settings, str(workdir)), beta=settings.beta)
     clock = trl_step_clock()
@@ -141,7 +192,13 @@ def run_trl(settings: DPOSettings, workdir: Path, lean: bool = False) -> Result:
 
 def run_kitchen(settings: DPOSettings, workdir: Path) -> Result:
     metrics, clock = run_kitchen_recipe(
-        "dpo", settings, workdir, "load_preference_data", dataset=DATASET, renderer=RENDERER, dpo_beta=settings.beta
+        "dpo",
+        settings,
+        workdir,
+        "load_preference_data",
+        dataset=settings.dataset,
+        renderer=RENDERER,
+        dpo_beta=settings.beta,
     )
     rows = read_metrics(metrics)
     steady = rows[settings.warmup_steps :]
@@ -169,10 +226,16 @@ def main() -> None:
     parser = benchmark_parser(__doc__.splitlines()[0], "pairs", "tiny")
     parser.add_argument("--beta", type=float, default=0.1)
     parser.add_argument("--lean-trl", action="store_true", help="also run TRL without its per-token metrics")
+    parser.add_argument("--data", choices=("polite_arithmetic", "chat_sl"), default="polite_arithmetic")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch, tempfile.TemporaryDirectory() as tmp:
-        settings = DPOSettings(**settings_fields(parser, args, Path(scratch)), beta=args.beta)
+        dataset = POLITE_ARITHMETIC if args.data == "polite_arithmetic" else chat_sl_comparisons(Path(scratch))
+        settings = DPOSettings(**settings_fields(parser, args, Path(scratch)), beta=args.beta, dataset=dataset)
         print(settings)
+        prompt, reply, longest = comparison_lengths(settings)
+        print(f"{args.data}: prompts {prompt:.1f} tokens, replies {reply:.1f} on average, longest sequence {longest}")
+        if longest > settings.max_length:
+            parser.error(f"--max-length {settings.max_length} would truncate {args.data}: give at least {longest}")
         contenders = {"trl": lambda repeat: run_trl(settings, Path(tmp) / f"trl-{repeat}")}
         if args.lean_trl:
             contenders["trl-lean"] = lambda repeat: run_trl(settings, Path(tmp) / f"trl-lean-{repeat}", lean=True)

@@ -183,14 +183,20 @@ def test_held_out_prompts_ask_about_subjects_the_model_can_name() -> None:
 @pytest.mark.slow
 def test_shipped_example_learns(tmp_path: Path) -> None:
     """The shipped config used to lose reward (0.61 at step 1, 0.40 at step 20: the keyword score
-    fell to 0). Now RL raises it on the train prompts and on the rephrased held-out ones. Measured
-    (2026-11-25, learning rate 1e-3): train reward, first 10 steps -> last 10, 0.49 -> 0.66 (seed
-    0) and 0.31 -> 0.42 (seed 1); held-out 0.26 -> 0.64 and 0.22 -> 0.33. At 3e-4 the gains were
-    within float-rounding noise (held-out 0.26 -> 0.21 with chunked scoring, -> 0.49 with whole
-    logits)."""
-    config = load_config(RECIPE.config_cls, SHIPPED, [f"log_path={tmp_path}", "save_every=0"])
-    rows = read_metrics(run_recipe(RECIPE, config, progress=False).metrics)
-    reward = [row["env/all/reward/total"] for row in rows]
-    held_out = [row["eval/all/reward/total"] for row in rows if "eval/all/reward/total" in row]
-    assert len(reward) == 40 and sum(reward[-10:]) / 10 > sum(reward[:10]) / 10 + 0.05
-    assert held_out[-1] > held_out[0] + 0.1
+    fell to 0). Now RL raises it on the train prompts: mean reward of the last 10 steps minus the
+    first 10, measured (2026-11-26) over seeds 0-5: 0.12-0.22 (mean 0.18); with the learning rate
+    changed by one part in a million (1.000001e-3): 0.02-0.19 (mean 0.14). A tiny model's RL run
+    is chaotic at this scale: rounding-level changes move one seed's outcome by up to 0.15, so
+    the test asserts the mean over two seeds (0.17 and 0.10 in those two series). The held-out
+    reward is not asserted: its change from step 0 to step 39 was -0.20 to +0.29 across the same
+    runs (seed 0: +0.12, and -0.09 with the perturbed rate), so it measures rounding, not
+    learning."""
+    gains = []
+    for seed in (0, 1):
+        overrides = [f"log_path={tmp_path / str(seed)}", "save_every=0", f"seed={seed}"]
+        config = load_config(RECIPE.config_cls, SHIPPED, overrides)
+        rows = read_metrics(run_recipe(RECIPE, config, progress=False).metrics)
+        reward = [row["env/all/reward/total"] for row in rows]
+        assert len(reward) == 40 and sum("eval/all/reward/total" in row for row in rows) == 5
+        gains.append(sum(reward[-10:]) / 10 - sum(reward[:10]) / 10)
+    assert sum(gains) / len(gains) > 0.05, gains
