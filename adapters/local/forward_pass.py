@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import torch
 
 from adapters.common.training_batch import right_pad
-from adapters.local.token_scoring import Entropy, LogprobMethod, score_tokens
+from adapters.local.token_scoring import Entropy, LogprobMethod, output_head, score_tokens
+from adapters.local.unpadded_rows import may_run_unpadded, run_unpadded
 from kitchen.ports import Tokenizer
 
 MIN_SHARED_PREFIX = 8
@@ -184,8 +185,13 @@ class PackedRows:
     position_ids_BW: torch.Tensor
     attention_mask_B1WW: torch.Tensor
     slots_N: torch.Tensor
-    filled: int
-    """How many of the rows' slots hold a token (the rest are padding)."""
+    filled_N: torch.Tensor
+    """The slots that hold a token, in order (the rest are padding)."""
+
+    @property
+    def filled(self) -> int:
+        """How many of the rows' slots hold a token."""
+        return int(self.filled_N.numel())
 
 
 def pack_sequences(
@@ -242,7 +248,7 @@ def pack_sequences(
         right_pad(positions_B, 0, device),
         mask[:, None].to(device),
         slots_N.to(device),
-        sum(map(len, tokens_B)),
+        torch.cat([torch.arange(len(tokens)) + b * width for b, tokens in enumerate(tokens_B)]).to(device),
     )
 
 
@@ -311,7 +317,20 @@ def sequence_logprobs(
         }
         slots_N, slots, filled = packed.slots_N, packed.input_ids_BW.numel(), packed.filled
     targets_N = torch.tensor([t for targets in targets_D for t in targets], dtype=torch.long, device=device)
-    logprobs_N, entropy_N = score_tokens(model, model_inputs, slots_N, targets_N, method, entropy)
+    scores = None
+    if packed is not None and packed.filled < slots and may_run_unpadded(model):
+        if method != "full":
+            output_head(model)  # its one-time check runs the model's own attention, so before the switch
+        rows, width = packed.input_ids_BW.shape
+        rank_S = torch.full((slots,), -1, dtype=torch.long, device=device)
+        rank_S[packed.filled_N] = torch.arange(packed.filled, device=device)
+        unpadded_N = rank_S[slots_N]  # the scored tokens' places among the real ones
+
+        def score(inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
+            return score_tokens(model, inputs, unpadded_N, targets_N, method, entropy)
+
+        scores = run_unpadded(model, score, model_inputs, packed.filled_N, rows, width)
+    logprobs_N, entropy_N = scores or score_tokens(model, model_inputs, slots_N, targets_N, method, entropy)
     entropy_D = None if entropy_N is None else list(entropy_N.split(lengths_D))
     return ScoredSequences(list(logprobs_N.split(lengths_D)), slots, filled, entropy_D)
 

@@ -13,6 +13,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from adapters.common.tiny import TINY_DIR
 from adapters.common.training_batch import right_pad
+from adapters.local import unpadded_rows
 from adapters.local.forward_pass import (
     MAX_PACKED_WIDTH,
     MIN_SHARED_PREFIX,
@@ -158,3 +159,74 @@ def test_only_attention_that_applies_a_4d_mask_is_packed() -> None:
         model.config = config
         verdicts[implementation] = takes_packed_mask(model)
     assert verdicts == {"eager": True, "sdpa": True, "flash_attention_2": False, "flex_attention": False}
+
+
+def test_the_layers_skip_the_rows_padding_and_compute_the_same(model: torch.nn.Module) -> None:
+    """Outside attention the model runs on the real tokens only (no pad slot); logprobs and
+    gradients are those of the padded rows, within float rounding."""
+    sequences = _sequences(3)
+    inputs_D, targets_D = [s[:-1] for s in sequences], [s[1:] for s in sequences]
+    seen: list[int] = []
+    hf_model: Any = model  # a Qwen3ForCausalLM
+    mlp = hf_model.get_decoder().layers[0].mlp
+    hook = mlp.register_forward_hook(lambda _m, args, _o: seen.append(args[0].shape[:-1].numel()))
+    try:
+        unpadded = sequence_logprobs(model, inputs_D, targets_D, 0)
+        assert unpadded.filled < unpadded.slots and seen == [unpadded.filled]  # one [1, N] sequence
+        unpadded_grads = _gradients(model, unpadded.logprobs_D)
+        unpadded_rows._WORKS[model] = False  # the padded rows, as for a model that cannot skip them
+        padded = sequence_logprobs(model, inputs_D, targets_D, 0)
+        assert seen[-1] == padded.slots  # every slot of the rows, padding included
+        padded_grads = _gradients(model, padded.logprobs_D)
+    finally:
+        hook.remove()
+        unpadded_rows._WORKS.pop(model, None)
+    for a, b in zip(unpadded.logprobs_D, padded.logprobs_D, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+    for a, b in zip(unpadded_grads, padded_grads, strict=True):
+        assert (a - b).abs().max() <= 1e-5 * b.abs().max()
+
+
+def test_a_model_whose_layers_drop_the_layout_runs_padded(model: torch.nn.Module) -> None:
+    """The attention function needs the row layout; a model that does not pass it on fails the
+    first try and is scored on padded rows ever after, with the same logprobs."""
+    sequences = _sequences(4)
+    inputs_D, targets_D = [s[:-1] for s in sequences], [s[1:] for s in sequences]
+    expected = sequence_logprobs(model, inputs_D, targets_D, 0).logprobs_D
+    hf_model: Any = model  # a Qwen3ForCausalLM
+    attention = hf_model.get_decoder().layers[0].self_attn
+    forward = attention.forward
+
+    def drop_keywords(*args: Any, **kwargs: Any) -> Any:
+        kwargs.pop("kitchen_rows", None)
+        return forward(*args, **kwargs)
+
+    attention.forward = drop_keywords
+    try:
+        unpadded_rows._WORKS.pop(model, None)
+        got = sequence_logprobs(model, inputs_D, targets_D, 0).logprobs_D
+        assert unpadded_rows._WORKS[model] is False
+    finally:
+        del attention.forward
+        unpadded_rows._WORKS.pop(model, None)
+    for a, b in zip(got, expected, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+
+
+def test_layers_that_recompute_in_the_backward_pass_keep_the_padded_rows() -> None:
+    """Gradient checkpointing reruns each layer in the backward pass, after the forward's attention
+    name is restored: such a model is scored on padded rows (same logprobs and gradients)."""
+    fresh: Any = load_base_model("tiny", torch.float32).eval()
+    assert unpadded_rows.may_run_unpadded(fresh)
+    fresh.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    assert not unpadded_rows.may_run_unpadded(fresh)
+    sequences = _sequences(5)
+    inputs_D, targets_D = [s[:-1] for s in sequences], [s[1:] for s in sequences]
+    fresh.train()
+    scored = sequence_logprobs(fresh, inputs_D, targets_D, 0)
+    fresh.eval()
+    plain_D = _plain(fresh, inputs_D, targets_D)
+    for packed, plain in zip(scored.logprobs_D, plain_D, strict=True):
+        torch.testing.assert_close(packed, plain, rtol=0, atol=1e-5)
+    for packed, plain in zip(_gradients(fresh, scored.logprobs_D), _gradients(fresh, plain_D), strict=True):
+        assert (packed - plain).abs().max() <= 1e-5 * plain.abs().max()

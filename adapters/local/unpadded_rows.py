@@ -1,0 +1,147 @@
+"""Packed rows whose padding only attention sees.
+
+Packing (`adapters.local.forward_pass`) lays sequences into [B, W] rows; the slots past a row's
+last token are padding, ~10% of a DPO batch's slots. Only attention needs the row layout (its
+mask is per row); every other layer (projections, MLP, norms, rotary embeddings) works token by
+token. So the model runs on the N real tokens as one [1, N] sequence, and an attention function
+registered with transformers (`ROWS_ATTENTION`) scatters queries, keys and values into the [B, W]
+rows, runs the model's own attention (sdpa or eager) there under the packed mask, and gathers the
+N outputs back: the matmuls do N slots' work instead of B x W (8-10% fewer on a DPO batch of
+polite_arithmetic), and each token computes what it computes in the padded rows. Row for row the
+forward is the padded one's (a matmul's output row does not depend on the other rows: on every
+batch of the rlhf recipe the logprobs came out bitwise equal here); the weight gradients sum over
+N rows instead of B x W, so they differ in float rounding (at most 4.3e-7 of the largest there).
+
+The attention function is named on the model's config only for the forward pass (not for
+gradient checkpointing's recomputation, nor inside a compiled body: those keep the padded rows);
+that is safe because each model (and its config) is run by one thread at a time: the training
+client's worker, or the sampling thread for the snapshots and reference models it owns.
+A model whose layers do not pass keyword arguments through to their attention function fails
+its first try, and is then scored on padded rows from then on.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+ROWS_ATTENTION = "kitchen_unpadded_rows"
+"""The attention implementation's name in transformers' registry, while a forward runs unpadded."""
+
+
+@dataclass(frozen=True)
+class RowLayout:
+    """Where the N tokens of the [1, N] sequence sit in the [rows, width] packed rows."""
+
+    filled_N: torch.Tensor
+    """Each token's slot in the flattened rows, in order."""
+    rows: int
+    width: int
+    attention: str
+    """The model's own attention implementation, run on the rows."""
+
+
+def _to_rows(states_1HNd: torch.Tensor, layout: RowLayout) -> torch.Tensor:
+    """[1, heads, N, d] -> [rows, heads, width, d], zeros in the pad slots (their own segment: no
+    token attends to them)."""
+    heads, dim = states_1HNd.shape[1], states_1HNd.shape[3]
+    tokens_NHd = states_1HNd[0].transpose(0, 1)
+    slots_SHd = tokens_NHd.new_zeros((layout.rows * layout.width, heads, dim))
+    rows_BWHd = slots_SHd.index_copy(0, layout.filled_N, tokens_NHd).view(layout.rows, layout.width, heads, dim)
+    return rows_BWHd.transpose(1, 2)
+
+
+def rows_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """The model's attention over the packed rows, for the [1, N] unpadded sequence: [1, N, heads, d]."""
+    layout = kwargs.pop("kitchen_rows", None)
+    if not isinstance(layout, RowLayout):
+        raise TypeError("this model's layers do not pass keyword arguments to their attention function")
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    from transformers.models.llama.modeling_llama import eager_attention_forward
+
+    attend = ALL_ATTENTION_FUNCTIONS.get_interface(layout.attention, eager_attention_forward)
+    rows = [_to_rows(states, layout) for states in (query, key, value)]
+    output_BWHd, _ = attend(module, *rows, attention_mask, **kwargs)
+    heads, dim = output_BWHd.shape[2], output_BWHd.shape[3]
+    return output_BWHd.reshape(-1, heads, dim).index_select(0, layout.filled_N)[None], None
+
+
+@functools.cache
+def _register() -> None:
+    """Name `rows_attention` in transformers' registries (once per process)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+    AttentionInterface.register(ROWS_ATTENTION, rows_attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(ROWS_ATTENTION, sdpa_mask)  # unused: the 4D mask is passed in
+
+
+_WORKS: weakref.WeakKeyDictionary[torch.nn.Module, bool] = weakref.WeakKeyDictionary()
+"""Whether a model ran unpadded (False after a failed first try)."""
+
+
+def may_run_unpadded(model: torch.nn.Module) -> bool:
+    """Not when its layers recompute in the backward pass (gradient checkpointing) or its body is
+    compiled (the attention name would change under the compiled graph), nor after a failed try."""
+    if not _WORKS.get(model, True):
+        return False
+    # transformers 5 renamed `is_gradient_checkpointing` (the old name warns)
+    renamed = hasattr(model, "is_activation_checkpointing")
+    if getattr(model, "is_activation_checkpointing" if renamed else "is_gradient_checkpointing", False):
+        return False
+    return not any(getattr(module, "_compiled_call_impl", None) is not None for module in model.modules())
+
+
+@contextmanager
+def _attention_named(config: Any, name: str) -> Iterator[None]:
+    previous = config._attn_implementation
+    config._attn_implementation = name
+    try:
+        yield
+    finally:
+        config._attn_implementation = previous
+
+
+def run_unpadded(
+    model: torch.nn.Module,
+    forward: Any,
+    model_inputs: Mapping[str, torch.Tensor],
+    filled_N: torch.Tensor,
+    rows: int,
+    width: int,
+) -> Any | None:
+    """`forward(inputs)` on the real tokens of packed `model_inputs` ([rows, width] input ids and
+    position ids, a [rows, 1, width, width] mask), as a [1, N] sequence: its result, or None when
+    this model cannot run so (then it is never tried again)."""
+    config = model.config.get_text_config(decoder=True)  # type: ignore[union-attr, operator]
+    layout = RowLayout(filled_N, rows, width, config._attn_implementation)
+    inputs = {
+        "input_ids": model_inputs["input_ids"].flatten().index_select(0, filled_N)[None],
+        "position_ids": model_inputs["position_ids"].flatten().index_select(0, filled_N)[None],
+        "attention_mask": model_inputs["attention_mask"],
+        "kitchen_rows": layout,
+    }
+    _register()
+    try:
+        with _attention_named(config, ROWS_ATTENTION):
+            result = forward(inputs)
+    except (TypeError, RuntimeError, ValueError):
+        if model in _WORKS:  # it ran before: this is a real error
+            raise
+        _WORKS[model] = False
+        return None
+    _WORKS[model] = True
+    return result
