@@ -255,7 +255,10 @@ def test_the_steps_run_with_the_setup_objects_frozen_and_unfrozen_after() -> Non
     assert gc.get_freeze_count() == 0
     asyncio.run(Runner(workflow).run(ctx))
     frozen = {name: count for name, _, count in ctx.state["log"]}
-    assert frozen["setup"] == 0 and frozen["body"] > 1000 and frozen["in_inner"] == frozen["body"]
+    # the inner loop neither unfreezes nor freezes again (which would add what the step made); the
+    # count may fall a little in between: a frozen object still dies when its last reference goes
+    # (another test's threads let go of theirs)
+    assert frozen["setup"] == 0 and frozen["body"] > 1000 and 1000 < frozen["in_inner"] <= frozen["body"]
     assert gc.get_freeze_count() == 0
     with pytest.raises(StageFailure):
         asyncio.run(Runner(Workflow("wf", [Loop("steps", over="n", step=True, body=[Boom(name="boom")])])).run(ctx))
