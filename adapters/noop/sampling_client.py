@@ -146,7 +146,8 @@ class NoopSamplingClient:
                 newest, client = feed.latest()
                 if newest > current[0] and isinstance(client, NoopSamplingClient):
                     current = (newest, client.weights)
-            decoders = decoders or call.decoders()
+                if index == 0:  # primed at the first token's turn, not at the request
+                    decoders = call.decoders()
             versions_T.append(current[0])
             for row, decoder in enumerate(decoders):
                 if done[row] is None:
