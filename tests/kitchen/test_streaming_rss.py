@@ -88,6 +88,34 @@ def test_records_read_back_exactly_with_their_lines(tmp_path: Path) -> None:
     assert records[-1] == records[1] and records[0:1] == [records[0]] and len(records) == 2
 
 
+def test_records_read_in_any_order_across_cache_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Indexing decodes one row of the cached batch it falls in: a shuffled order jumping between
+    batches gets each record with its own location (JSONL line, parquet record number)."""
+    import random
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from kitchen import record_cache
+
+    monkeypatch.setattr(record_cache, "ROWS_PER_BATCH", 4)  # 11 rows: three batches in each cache
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    jsonl = tmp_path / "d.jsonl"
+    jsonl.write_text("".join(f'{{"i": {i}}}\n' + ("\n" if i == 5 else "") for i in range(11)))
+    parquet = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"i": list(range(11))}), parquet, row_group_size=4)
+    for source, where in (
+        (jsonl, lambda i: f"{jsonl} line {i + 1 + (i > 5)}"),
+        (parquet, lambda i: f"{parquet} record {i + 1}"),
+    ):
+        records = load_located_records(str(source))
+        assert records.__class__.__name__ == "CachedRecords" and len(records) == 11
+        order = list(range(11)) * 2
+        random.Random(0).shuffle(order)
+        assert [records[i] for i in order] == [(where(i), {"i": i}) for i in order]
+        assert list(records) == [(where(i), {"i": i}) for i in range(11)]
+
+
 def test_a_changed_file_is_read_again(tmp_path: Path) -> None:
     path = tmp_path / "d.jsonl"
     path.write_text('{"a": 1}\n')
