@@ -124,19 +124,24 @@ def _first_fit(lengths: Sequence[int], width: int) -> list[list[int]]:
     return rows
 
 
-def _row_cost(lengths: Sequence[int], rows: list[list[int]], attention_tokens: float) -> float:
-    """The model work of `rows` padded to their longest, in token slots: each slot costs 1 (the
-    layers' matmuls) plus width / `attention_tokens` (attention over the whole row, masked or not)."""
+def _row_cost(lengths: Sequence[int], rows: list[list[int]], attention_tokens: float, unpadded: bool) -> float:
+    """The model work of `rows` padded to their longest, in token slots: each slot costs
+    width / `attention_tokens` (attention over the whole row, masked or not) plus 1 (the layers'
+    matmuls), or, `unpadded`, only the real tokens pay the matmuls (`adapters.local.unpadded_rows`)."""
     width = max(sum(lengths[g] for g in row) for row in rows)
-    return len(rows) * width * (1 + width / attention_tokens)
+    slots = len(rows) * width
+    return (sum(lengths) if unpadded else slots) + slots * width / attention_tokens
 
 
-def pack_rows(inputs_D: Sequence[Sequence[int]], attention_tokens: float | None = None) -> list[list[Group]]:
+def pack_rows(
+    inputs_D: Sequence[Sequence[int]], attention_tokens: float | None = None, unpadded: bool = False
+) -> list[list[Group]]:
     """`prefix_groups` laid into rows, first-fit by decreasing length: short sequences fill the room
     that padding would otherwise take. Rows are as wide as the longest group, or, given
     `attention_tokens` (the row width at which a token's attention costs as much as its matmuls:
     `attention_break_even`), as wide as costs least: fewer, wider rows waste fewer slots on padding,
-    but every slot attends to the whole row (at most MAX_PACKED_WIDTH)."""
+    but every slot attends to the whole row (at most MAX_PACKED_WIDTH). Rows that run `unpadded`
+    waste nothing on padding but attention, so they stay narrow."""
     groups = prefix_groups(inputs_D)
     lengths = [_group_length(inputs_D, group) for group in groups]
     longest = max(lengths)
@@ -146,7 +151,9 @@ def pack_rows(inputs_D: Sequence[Sequence[int]], attention_tokens: float | None 
         widths = {-(-total // count) for count in range(1, len(lengths) + 1)}
         for width in sorted(w for w in widths if longest < w <= MAX_PACKED_WIDTH):
             rows = _first_fit(lengths, width)
-            if _row_cost(lengths, rows, attention_tokens) < _row_cost(lengths, best, attention_tokens):
+            if _row_cost(lengths, rows, attention_tokens, unpadded) < _row_cost(
+                lengths, best, attention_tokens, unpadded
+            ):
                 best = rows
     return [[groups[g] for g in row] for row in best]
 
@@ -200,18 +207,21 @@ def pack_sequences(
     dtype: torch.dtype,
     device: torch.device,
     attention_tokens: float | None = None,
+    unpadded: bool = False,
 ) -> PackedRows | None:
-    """Pack the sequences by `pack_rows` (`attention_tokens`: its row-width trade-off), or None when
-    that saves less than MIN_PACKING_SAVING of the token slots of plain right padding.
+    """Pack the sequences by `pack_rows` (`attention_tokens`, `unpadded`: its row-width trade-off),
+    or None when that saves less than MIN_PACKING_SAVING of the token slots of plain right padding
+    (the slots the matmuls see: the rows', or the real tokens when the rows run `unpadded`).
 
     Every slot has a segment (a prefix, or one sequence's suffix) and the segment it reads from
     besides its own (a suffix's prefix; a prefix's is itself): a query attends to earlier slots of
     those two. The additive float mask (0 where a query may attend, the dtype's minimum elsewhere)
     works for every attention implementation that takes a 4D mask; pad slots form one segment,
     so no softmax row is empty (an empty one would be NaN, and NaN reaches the gradients)."""
-    rows = pack_rows(inputs_D, attention_tokens)
+    rows = pack_rows(inputs_D, attention_tokens, unpadded)
     row_lengths = [sum(_group_length(inputs_D, group) for group in row) for row in rows]
-    if len(rows) * max(row_lengths) > (1 - MIN_PACKING_SAVING) * len(inputs_D) * max(map(len, inputs_D)):
+    work = sum(row_lengths) if unpadded else len(rows) * max(row_lengths)
+    if work > (1 - MIN_PACKING_SAVING) * len(inputs_D) * max(map(len, inputs_D)):
         return None
     tokens_B: list[list[int]] = [[] for _ in rows]
     positions_B: list[list[int]] = [[] for _ in rows]
@@ -301,8 +311,9 @@ def sequence_logprobs(
     device = parameter.device
     lengths_D = [len(tokens) for tokens in inputs_D]
     packed = None
+    unpadded = may_run_unpadded(model)
     if takes_packed_mask(model):
-        packed = pack_sequences(inputs_D, pad_id, parameter.dtype, device, attention_break_even(model))
+        packed = pack_sequences(inputs_D, pad_id, parameter.dtype, device, attention_break_even(model), unpadded)
     model_inputs: dict[str, torch.Tensor]
     if packed is None:
         input_ids_BL = right_pad(inputs_D, pad_id, device)
@@ -318,7 +329,7 @@ def sequence_logprobs(
         slots_N, slots, filled = packed.slots_N, packed.input_ids_BW.numel(), packed.filled
     targets_N = torch.tensor([t for targets in targets_D for t in targets], dtype=torch.long, device=device)
     scores = None
-    if packed is not None and packed.filled < slots and may_run_unpadded(model):
+    if packed is not None and packed.filled < slots and unpadded:
         if method != "full":
             output_head(model)  # its one-time check runs the model's own attention, so before the switch
         rows, width = packed.input_ids_BW.shape

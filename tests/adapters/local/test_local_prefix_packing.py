@@ -106,6 +106,22 @@ def test_rows_widen_while_attention_is_cheap_against_the_matmuls() -> None:
     assert cost["chosen"] <= cost["narrow"]
 
 
+def test_unpadded_rows_stay_as_narrow_as_the_longest_sequence() -> None:
+    """Run unpadded, a row's padding costs only attention (over the whole row), so the widest rows
+    that wide packing would choose only cost more: rows stay as wide as the longest sequence."""
+    rng = random.Random(2)
+    inputs_D = [[rng.randrange(1, 1500) for _ in range(rng.randint(5, 40))] for _ in range(24)]
+    longest = max(map(len, inputs_D))
+    for attention_tokens in (1.0, 500.0, 1e9):
+        rows = pack_rows(inputs_D, attention_tokens, unpadded=True)
+        assert sorted(i for row in rows for _, members in row for i in members) == list(range(len(inputs_D)))
+        assert _slots(inputs_D, rows)[1] == longest
+    assert _slots(inputs_D, pack_rows(inputs_D, 1e9))[1] > longest  # padded rows widen at that price
+    packed = pack_sequences(inputs_D, 0, torch.float32, CPU, 500.0, unpadded=True)
+    assert packed is not None and packed.input_ids_BW.shape[1] == longest
+    assert packed.filled == sum(map(len, inputs_D))
+
+
 def test_attention_break_even_counts_one_layers_weights(model: torch.nn.Module) -> None:
     """2 x a layer's weights over 4 x its query width: a token's matmuls against its attention."""
     hf_model: Any = model  # a Qwen3ForCausalLM
