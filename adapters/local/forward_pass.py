@@ -7,12 +7,12 @@ final hidden states a chunk of tokens at a time (`adapters.local.token_scoring`)
 whole [tokens, vocab] logits.
 
 Training and `compute_logprobs` score whole batches of sequences (`sequence_logprobs`) packed
-into rows: sequences that share a long prefix (a DPO pair's chosen and rejected replies after one
-prompt, a group of RL samples of one prompt) run that prefix once, prefix then each one's own
-suffix, and short sequences share a row instead of padding to the longest. An attention mask
-lets each suffix see only its prefix and itself, and position ids restart every suffix where its
-prefix ends, so each sequence computes what it would alone (within float rounding), on fewer
-tokens.
+into rows: sequences that start alike form a prefix tree whose shared parts run once (a DPO
+pair's prompt and the first words its two replies share, a group of RL samples of one prompt, the
+chat template and wording many prompts begin with), and short sequences share a row instead of
+padding to the longest. An attention mask lets each segment of a tree see only itself and its
+ancestors, and position ids go on where the parent segment ends, so each sequence computes what
+it would alone (within float rounding), on fewer tokens.
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ from adapters.local.token_scoring import Entropy, LogprobMethod, output_head, sc
 from adapters.local.unpadded_rows import may_run_unpadded, run_unpadded
 from kitchen.ports import Tokenizer
 
-MIN_SHARED_PREFIX = 8
-"""Sequences share a prefix only when they start with at least this many equal tokens."""
+MIN_SHARED_PREFIX = 4
+"""A sequence joins a prefix tree only when it starts with at least this many of its tokens (fewer
+would widen the row for almost no saving)."""
 MIN_PACKING_SAVING = 0.1
 """Pack only when it saves at least this fraction of the right-padded batch's token slots: the
 mask costs memory and keeps GPU attention off its fastest (mask-free causal) kernel."""
@@ -60,8 +61,63 @@ def pad_token_id(tokenizer: Tokenizer) -> int:
     return int(pad_id) if pad_id is not None else 0
 
 
-Group = tuple[int, list[int]]
-"""Sequences sharing a prefix: (its length, their indices); a lone sequence is its own prefix."""
+MAX_PACKED_WIDTH = 1024
+"""Rows grow past the largest prefix tree (to fit more trees per row) only up to this many tokens:
+the attention mask is [rows, width, width]."""
+
+
+@dataclass
+class PrefixTree:
+    """Sequences that share leading tokens, as a tree of segments: each segment continues its
+    parent's tokens (the root's parent is -1) from position `starts[segment]`, and a sequence is the
+    path from the root to its last segment (`ends`). Tokens shared by several sequences are in the
+    tree once: a DPO pair's prompt and the common start of its two replies, the prompt of a group
+    of RL samples, and the template and wording several prompts begin with."""
+
+    tokens: list[list[int]]
+    parents: list[int]
+    starts: list[int]
+    ends: dict[int, int]
+    """Each sequence's (its index in the batch) last segment."""
+
+    @classmethod
+    def of(cls, index: int, tokens: Sequence[int]) -> PrefixTree:
+        return cls([list(tokens)], [-1], [0], {index: 0})
+
+    @property
+    def size(self) -> int:
+        """Its tokens: the slots it takes in a row."""
+        return sum(map(len, self.tokens))
+
+    def path(self, index: int) -> list[int]:
+        """The segments of sequence `index`, root first."""
+        segments = [self.ends[index]]
+        while self.parents[segments[-1]] >= 0:
+            segments.append(self.parents[segments[-1]])
+        return segments[::-1]
+
+    def add(self, index: int, tokens: Sequence[int], shared: int, beside: int) -> None:
+        """Add sequence `index`, whose first `shared` (> 0) tokens are those of sequence `beside`:
+        the segment holding its last shared token is split there if it goes on, and the rest of
+        `tokens` becomes a new segment under it."""
+        segment = self.ends[beside]
+        while self.starts[segment] >= shared:
+            segment = self.parents[segment]
+        cut = shared - self.starts[segment]
+        if cut < len(self.tokens[segment]):  # split: the upper part becomes the parent
+            self.tokens.append(self.tokens[segment][:cut])
+            self.parents.append(self.parents[segment])
+            self.starts.append(self.starts[segment])
+            self.tokens[segment] = self.tokens[segment][cut:]
+            self.parents[segment], self.starts[segment] = len(self.tokens) - 1, shared
+            segment = len(self.tokens) - 1
+        if shared == len(tokens):  # a repeated sequence ends where the shared part does
+            self.ends[index] = segment
+            return
+        self.tokens.append(list(tokens[shared:]))
+        self.parents.append(segment)
+        self.starts.append(shared)
+        self.ends[index] = len(self.tokens) - 1
 
 
 def _shared_length(a: Sequence[int], b: Sequence[int]) -> int:
@@ -74,43 +130,36 @@ def _shared_length(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
-def prefix_groups(inputs_D: Sequence[Sequence[int]]) -> list[Group]:
-    """Sequences to pack together, as (shared prefix length, indices): sorting brings sequences
-    with a common prefix next to each other; one joins the group before it when they share at
-    least MIN_SHARED_PREFIX tokens and the packed row stays within twice the longest sequence (a
-    row's attention grows with the square of its length, so one shared system prompt must not
-    fold a whole batch into one row)."""
-    row_limit = 2 * max(len(tokens) for tokens in inputs_D)
-    groups: list[Group] = []
-    row_length = 0
+TREE_ATTENTION_SHARE = 0.05
+"""A prefix tree may grow past twice the longest sequence while a token's attention over a row as
+wide as the tree costs at most this share of its matmuls (see `attention_break_even`)."""
+
+
+def prefix_trees(inputs_D: Sequence[Sequence[int]], attention_tokens: float | None = None) -> list[PrefixTree]:
+    """The sequences as prefix trees: sorting brings sequences with a common start next to each
+    other (each shares the most with the one before it); one joins the tree before it when they
+    share at least MIN_SHARED_PREFIX tokens and the tree stays within twice the longest sequence, or
+    within the width where attention costs TREE_ATTENTION_SHARE of the matmuls when that is wider
+    (a row's attention grows with its width, so one shared system prompt must not fold a whole
+    batch into one row)."""
+    limit = 2 * max(len(tokens) for tokens in inputs_D)
+    if attention_tokens is not None:
+        limit = max(limit, min(MAX_PACKED_WIDTH, int(TREE_ATTENTION_SHARE * attention_tokens)))
+    trees: list[PrefixTree] = []
+    previous = -1
     for index in sorted(range(len(inputs_D)), key=lambda i: tuple(inputs_D[i])):
         tokens = inputs_D[index]
-        if groups:
-            prefix, members = groups[-1]
-            shared = _shared_length(inputs_D[members[0]][:prefix], tokens)
-            # a shorter prefix moves its lost tokens into every member's suffix
-            packed = row_length + (prefix - shared) * (len(members) - 1) + len(tokens) - shared
-            if shared >= MIN_SHARED_PREFIX and packed <= row_limit:
-                groups[-1] = (shared, [*members, index])
-                row_length = packed
-                continue
-        groups.append((len(tokens), [index]))
-        row_length = len(tokens)
-    return groups
-
-
-def _group_length(inputs_D: Sequence[Sequence[int]], group: Group) -> int:
-    prefix, members = group
-    return prefix + sum(len(inputs_D[i]) - prefix for i in members)
-
-
-MAX_PACKED_WIDTH = 1024
-"""Rows grow past the longest group (to fit more groups per row) only up to this many tokens: the
-attention mask is [rows, width, width]."""
+        shared = _shared_length(inputs_D[previous], tokens) if trees else 0
+        if shared >= MIN_SHARED_PREFIX and trees[-1].size + len(tokens) - shared <= limit:
+            trees[-1].add(index, tokens, shared, previous)
+        else:
+            trees.append(PrefixTree.of(index, tokens))
+        previous = index
+    return trees
 
 
 def _first_fit(lengths: Sequence[int], width: int) -> list[list[int]]:
-    """Group indices laid into rows of `width` slots, first-fit by decreasing length."""
+    """Tree indices laid into rows of `width` slots, first-fit by decreasing size."""
     rows: list[list[int]] = []
     room: list[int] = []
     for g in sorted(range(len(lengths)), key=lambda g: -lengths[g]):
@@ -135,27 +184,25 @@ def _row_cost(lengths: Sequence[int], rows: list[list[int]], attention_tokens: f
 
 def pack_rows(
     inputs_D: Sequence[Sequence[int]], attention_tokens: float | None = None, unpadded: bool = False
-) -> list[list[Group]]:
-    """`prefix_groups` laid into rows, first-fit by decreasing length: short sequences fill the room
-    that padding would otherwise take. Rows are as wide as the longest group, or, given
+) -> list[list[PrefixTree]]:
+    """`prefix_trees` laid into rows, first-fit by decreasing size: short sequences fill the room
+    that padding would otherwise take. Rows are as wide as the largest tree, or, given
     `attention_tokens` (the row width at which a token's attention costs as much as its matmuls:
     `attention_break_even`), as wide as costs least: fewer, wider rows waste fewer slots on padding,
     but every slot attends to the whole row (at most MAX_PACKED_WIDTH). Rows that run `unpadded`
     waste nothing on padding but attention, so they stay narrow."""
-    groups = prefix_groups(inputs_D)
-    lengths = [_group_length(inputs_D, group) for group in groups]
-    longest = max(lengths)
-    best = _first_fit(lengths, longest)
+    trees = prefix_trees(inputs_D, attention_tokens)
+    sizes = [tree.size for tree in trees]
+    largest = max(sizes)
+    best = _first_fit(sizes, largest)
     if attention_tokens is not None:
-        total = sum(lengths)
-        widths = {-(-total // count) for count in range(1, len(lengths) + 1)}
-        for width in sorted(w for w in widths if longest < w <= MAX_PACKED_WIDTH):
-            rows = _first_fit(lengths, width)
-            if _row_cost(lengths, rows, attention_tokens, unpadded) < _row_cost(
-                lengths, best, attention_tokens, unpadded
-            ):
+        total = sum(sizes)
+        widths = {-(-total // count) for count in range(1, len(sizes) + 1)}
+        for width in sorted(w for w in widths if largest < w <= MAX_PACKED_WIDTH):
+            rows = _first_fit(sizes, width)
+            if _row_cost(sizes, rows, attention_tokens, unpadded) < _row_cost(sizes, best, attention_tokens, unpadded):
                 best = rows
-    return [[groups[g] for g in row] for row in best]
+    return [[trees[t] for t in row] for row in best]
 
 
 def attention_break_even(model: torch.nn.Module) -> float | None:
@@ -213,45 +260,48 @@ def pack_sequences(
     or None when that saves less than MIN_PACKING_SAVING of the token slots of plain right padding
     (the slots the matmuls see: the rows', or the real tokens when the rows run `unpadded`).
 
-    Every slot has a segment (a prefix, or one sequence's suffix) and the segment it reads from
-    besides its own (a suffix's prefix; a prefix's is itself): a query attends to earlier slots of
-    those two. The additive float mask (0 where a query may attend, the dtype's minimum elsewhere)
-    works for every attention implementation that takes a 4D mask; pad slots form one segment,
-    so no softmax row is empty (an empty one would be NaN, and NaN reaches the gradients)."""
+    Every slot belongs to a segment of a prefix tree; a query attends to the earlier slots of its
+    own segment and of the segment's ancestors, and positions go on from where the parent segment
+    ends. The additive float mask (0 where a query may attend, the dtype's minimum elsewhere) works
+    for every attention implementation that takes a 4D mask; pad slots form one segment, so no
+    softmax row is empty (an empty one would be NaN, and NaN reaches the gradients)."""
     rows = pack_rows(inputs_D, attention_tokens, unpadded)
-    row_lengths = [sum(_group_length(inputs_D, group) for group in row) for row in rows]
+    row_lengths = [sum(tree.size for tree in row) for row in rows]
     work = sum(row_lengths) if unpadded else len(rows) * max(row_lengths)
     if work > (1 - MIN_PACKING_SAVING) * len(inputs_D) * max(map(len, inputs_D)):
         return None
     tokens_B: list[list[int]] = [[] for _ in rows]
     positions_B: list[list[int]] = [[] for _ in rows]
     segments_B: list[list[int]] = [[] for _ in rows]
-    reads_B: list[list[int]] = [[] for _ in rows]
+    ancestors_S: list[list[int]] = []  # every segment of the batch: itself and its ancestors
     slots_D: list[list[int]] = [[] for _ in inputs_D]
     for b, row in enumerate(rows):
-        tokens, positions, segments, reads = tokens_B[b], positions_B[b], segments_B[b], reads_B[b]
-        for prefix, members in row:
-            start, prefix_segment = len(tokens), segments[-1] + 1 if segments else 0
-            tokens += inputs_D[members[0]][:prefix]
-            positions += range(prefix)
-            segments += [prefix_segment] * prefix
-            reads += [prefix_segment] * prefix
-            for k, index in enumerate(members, start=1):
-                suffix = inputs_D[index][prefix:]
-                slots_D[index] = [*range(start, start + prefix), *range(len(tokens), len(tokens) + len(suffix))]
-                tokens += suffix
-                positions += range(prefix, prefix + len(suffix))
-                segments += [prefix_segment + k] * len(suffix)
-                reads += [prefix_segment] * len(suffix)
+        tokens, positions, segments = tokens_B[b], positions_B[b], segments_B[b]
+        for tree in row:
+            first = len(ancestors_S)  # the batch-wide number of the tree's segment 0
+            slot = [0] * len(tree.tokens)  # each segment's first slot in the row
+            ancestors_S += [[] for _ in tree.tokens]
+            for k in sorted(range(len(tree.tokens)), key=lambda k: tree.starts[k]):  # parents first
+                parent = tree.parents[k]
+                ancestors_S[first + k] = [first + k, *(ancestors_S[first + parent] if parent >= 0 else [])]
+                slot[k] = len(tokens)
+                tokens += tree.tokens[k]
+                positions += range(tree.starts[k], tree.starts[k] + len(tree.tokens[k]))
+                segments += [first + k] * len(tree.tokens[k])
+            for index in tree.ends:
+                slots_D[index] = [s for k in tree.path(index) for s in range(slot[k], slot[k] + len(tree.tokens[k]))]
     width = max(len(tokens) for tokens in tokens_B)
-    cpu = torch.device("cpu")
-    segment_BW, reads_BW = right_pad(segments_B, -1, cpu), right_pad(reads_B, -1, cpu)
-    key_B1W, slot_W = segment_BW[:, None, :], torch.arange(width)
-    allowed = (slot_W[None, None, :] <= slot_W[None, :, None]) & (
-        (key_B1W == segment_BW[:, :, None]) | (key_B1W == reads_BW[:, :, None])
-    )
+    pad_segment = len(ancestors_S)
+    reads_SS = torch.zeros((pad_segment + 1, pad_segment + 1), dtype=torch.bool)  # [query, key]
+    for segment, ancestors in enumerate(ancestors_S):
+        reads_SS[segment, ancestors] = True
+    reads_SS[pad_segment, pad_segment] = True
+    segment_BW, slot_W = right_pad(segments_B, pad_segment, torch.device("cpu")), torch.arange(width)
+    allowed = (slot_W[None, None, :] <= slot_W[None, :, None]) & reads_SS[
+        segment_BW[:, :, None], segment_BW[:, None, :]
+    ]
     mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
-    offsets = {index: b * width for b, row in enumerate(rows) for _, members in row for index in members}
+    offsets = {index: b * width for b, row in enumerate(rows) for tree in row for index in tree.ends}
     slots_N = torch.tensor([offsets[d] + slot for d, slots in enumerate(slots_D) for slot in slots], dtype=torch.long)
     return PackedRows(
         right_pad(tokens_B, pad_id, device),

@@ -17,10 +17,11 @@ from adapters.local import unpadded_rows
 from adapters.local.forward_pass import (
     MAX_PACKED_WIDTH,
     MIN_SHARED_PREFIX,
+    PrefixTree,
     attention_break_even,
     pack_rows,
     pack_sequences,
-    prefix_groups,
+    prefix_trees,
     sequence_logprobs,
     takes_packed_mask,
 )
@@ -60,13 +61,13 @@ def _gradients(model: torch.nn.Module, logprobs_D: list[torch.Tensor]) -> list[t
 def test_packed_sequences_get_what_they_get_alone(model: torch.nn.Module) -> None:
     sequences = _sequences(0)
     inputs_D, targets_D = [s[:-1] for s in sequences], [s[1:] for s in sequences]
-    groups = prefix_groups(inputs_D)
-    assert sorted(len(members) for _, members in groups) == [1, 1, 1, 1, 1, 3, 3, 3]  # a prompt's replies share it
-    assert len(pack_rows(inputs_D)) < len(groups)  # and short sequences share rows
+    trees = prefix_trees(inputs_D)
+    assert sorted(len(tree.ends) for tree in trees) == [1, 1, 1, 1, 1, 3, 3, 3]  # a prompt's replies share it
+    assert len(pack_rows(inputs_D)) < len(trees)  # and short sequences share rows
     scored = sequence_logprobs(model, inputs_D, targets_D, 0)
     packed_D, plain_D = scored.logprobs_D, _plain(model, inputs_D, targets_D)
     # what the pass cost: each shared prefix once, and fewer slots than right padding
-    assert scored.filled == sum(map(len, inputs_D)) - sum(prefix * (len(m) - 1) for prefix, m in groups)
+    assert scored.filled == sum(map(_distinct_prefixes, ([inputs_D[i] for i in tree.ends] for tree in trees)))
     assert scored.filled < scored.slots < len(inputs_D) * max(map(len, inputs_D))
     assert [lp.shape for lp in packed_D] == [lp.shape for lp in plain_D]
     for packed, plain in zip(packed_D, plain_D, strict=True):
@@ -75,9 +76,40 @@ def test_packed_sequences_get_what_they_get_alone(model: torch.nn.Module) -> Non
         assert (packed - plain).abs().max() <= 1e-5 * plain.abs().max()  # float32 sums in another order
 
 
-def _slots(inputs_D: list[list[int]], rows: list[list[tuple[int, list[int]]]]) -> tuple[int, int]:
+def _distinct_prefixes(sequences: list[list[int]]) -> int:
+    """The tokens a prefix tree of `sequences` holds: one per distinct non-empty prefix."""
+    return len({tuple(tokens[:n]) for tokens in sequences for n in range(1, len(tokens) + 1)})
+
+
+def test_sequences_sharing_nested_prefixes_run_each_shared_part_once(model: torch.nn.Module) -> None:
+    """A common start, then two prompts, each with two replies sharing their first words, a repeated
+    reply and one that stops where another goes on: one tree of four levels, each shared part in
+    it once, and every sequence gets what it gets alone."""
+    rng = random.Random(3)
+    start, answer = [rng.randrange(1, 1500) for _ in range(10)], [rng.randrange(1, 1500) for _ in range(3)]
+    sequences = []
+    for _ in range(2):
+        prompt = start + [rng.randrange(1, 1500) for _ in range(3)]
+        sequences += [prompt + answer + [rng.randrange(1, 1500) for _ in range(4)] for _ in range(2)]
+    sequences += [sequences[0], sequences[1][:-2]]
+    inputs_D, targets_D = [s[:-1] for s in sequences], [s[1:] for s in sequences]
+    (tree,) = prefix_trees(inputs_D)
+    assert tree.size == _distinct_prefixes(inputs_D) < sum(map(len, inputs_D)) - 3 * len(start)
+    assert max(len(tree.path(index)) for index in tree.ends) == 4
+    for index in tree.ends:
+        assert [t for k in tree.path(index) for t in tree.tokens[k]] == inputs_D[index]
+    scored = sequence_logprobs(model, inputs_D, targets_D, 0)
+    assert scored.filled == tree.size
+    plain_D = _plain(model, inputs_D, targets_D)
+    for packed, plain in zip(scored.logprobs_D, plain_D, strict=True):
+        torch.testing.assert_close(packed, plain, rtol=0, atol=1e-5)
+    for packed, plain in zip(_gradients(model, scored.logprobs_D), _gradients(model, plain_D), strict=True):
+        assert (packed - plain).abs().max() <= 1e-5 * plain.abs().max()
+
+
+def _slots(rows: list[list[PrefixTree]]) -> tuple[int, int]:
     """(rows x their widest, the widest) of packed rows."""
-    widths = [sum(prefix + sum(len(inputs_D[i]) - prefix for i in members) for prefix, members in row) for row in rows]
+    widths = [sum(tree.size for tree in row) for row in rows]
     return len(rows) * max(widths), max(widths)
 
 
@@ -85,12 +117,12 @@ def test_rows_widen_while_attention_is_cheap_against_the_matmuls() -> None:
     rng = random.Random(2)
     inputs_D = [[rng.randrange(1, 1500) for _ in range(rng.randint(5, 40))] for _ in range(24)]
     narrow = pack_rows(inputs_D)
-    assert _slots(inputs_D, narrow)[1] == max(map(len, inputs_D))  # no sequence shares a prefix here
+    assert _slots(narrow)[1] == max(map(len, inputs_D))  # no sequence shares a prefix here
     for attention_tokens in (1.0, 500.0, 1e9):
         rows = pack_rows(inputs_D, attention_tokens)
-        placed = sorted(i for row in rows for _, members in row for i in members)
+        placed = sorted(i for row in rows for tree in row for i in tree.ends)
         assert placed == list(range(len(inputs_D)))  # each sequence exactly once
-        slots, width = _slots(inputs_D, rows)
+        slots, width = _slots(rows)
         assert width <= MAX_PACKED_WIDTH
         if attention_tokens == 1.0:  # attention dominates: no row wider than the longest sequence
             assert width == max(map(len, inputs_D))
@@ -99,8 +131,8 @@ def test_rows_widen_while_attention_is_cheap_against_the_matmuls() -> None:
     cost = {
         name: slots * (1 + width / 500.0)
         for name, (slots, width) in (
-            ("narrow", _slots(inputs_D, narrow)),
-            ("chosen", _slots(inputs_D, pack_rows(inputs_D, 500.0))),
+            ("narrow", _slots(narrow)),
+            ("chosen", _slots(pack_rows(inputs_D, 500.0))),
         )
     }
     assert cost["chosen"] <= cost["narrow"]
@@ -114,9 +146,9 @@ def test_unpadded_rows_stay_as_narrow_as_the_longest_sequence() -> None:
     longest = max(map(len, inputs_D))
     for attention_tokens in (1.0, 500.0, 1e9):
         rows = pack_rows(inputs_D, attention_tokens, unpadded=True)
-        assert sorted(i for row in rows for _, members in row for i in members) == list(range(len(inputs_D)))
-        assert _slots(inputs_D, rows)[1] == longest
-    assert _slots(inputs_D, pack_rows(inputs_D, 1e9))[1] > longest  # padded rows widen at that price
+        assert sorted(i for row in rows for tree in row for i in tree.ends) == list(range(len(inputs_D)))
+        assert _slots(rows)[1] == longest
+    assert _slots(pack_rows(inputs_D, 1e9))[1] > longest  # padded rows widen at that price
     packed = pack_sequences(inputs_D, 0, torch.float32, CPU, 500.0, unpadded=True)
     assert packed is not None and packed.input_ids_BW.shape[1] == longest
     assert packed.filled == sum(map(len, inputs_D))
@@ -135,13 +167,13 @@ def test_attention_break_even_counts_one_layers_weights(model: torch.nn.Module) 
 
 def test_short_shared_prefixes_and_oversized_rows_are_not_packed() -> None:
     short = [[1, *range(100, 110)], [1, *range(200, 210)]]  # one shared token
-    assert prefix_groups(short) == [(11, [0]), (11, [1])]
+    assert [list(tree.ends) for tree in prefix_trees(short)] == [[0], [1]]
     assert pack_sequences(short, 0, torch.float32, CPU) is None  # nothing to save: plain right padding
     prompt = list(range(10, 10 + MIN_SHARED_PREFIX))
     many = [[*prompt, *range(1000 + 20 * i, 1020 + 20 * i)] for i in range(4)]  # each 28 tokens
-    rows = prefix_groups(many)
-    assert all(prefix + sum(len(many[i]) - prefix for i in members) <= 2 * 28 for prefix, members in rows)
-    assert [len(members) for _, members in rows] == [2, 2]
+    trees = prefix_trees(many)
+    assert all(tree.size <= 2 * 28 for tree in trees)
+    assert [len(tree.ends) for tree in trees] == [2, 2]
 
 
 def test_a_model_with_sliding_window_layers_is_never_packed() -> None:
