@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from adapters.common.tiny import TINY_DIR
@@ -105,6 +107,39 @@ def test_sequences_sharing_nested_prefixes_run_each_shared_part_once(model: torc
         torch.testing.assert_close(packed, plain, rtol=0, atol=1e-5)
     for packed, plain in zip(_gradients(model, scored.logprobs_D), _gradients(model, plain_D), strict=True):
         assert (packed - plain).abs().max() <= 1e-5 * plain.abs().max()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 3), st.lists(st.integers(1, 6), min_size=0, max_size=12)), min_size=1, max_size=10
+    ),
+    st.sampled_from([None, 1.0, 500.0, 1e9]),
+    st.booleans(),
+)
+def test_each_sequence_sees_exactly_its_own_earlier_tokens(
+    drawn: list[tuple[int, list[int]]], attention_tokens: float | None, unpadded: bool
+) -> None:
+    """Whatever the trees and rows: at each sequence's slots stand its tokens at its positions, and
+    each of its tokens may attend to exactly its own earlier tokens (the mask allows nothing else)."""
+    starts = [[7, 7, 7, 7, 7, 1], [7, 7, 7, 7, 2], [3, 3, 3, 3, 3, 3, 3], []]  # few-token alphabet: much sharing
+    inputs_D = [starts[k] + tail for k, tail in drawn]
+    if not any(inputs_D):
+        return
+    packed = pack_sequences(inputs_D, 0, torch.float32, CPU, attention_tokens, unpadded)
+    if packed is None:
+        return
+    ids_S, positions_S = packed.input_ids_BW.flatten(), packed.position_ids_BW.flatten()
+    allowed_BWW = packed.attention_mask_B1WW[:, 0] == 0
+    width = packed.input_ids_BW.shape[1]
+    slots_D = packed.slots_N.split([len(tokens) for tokens in inputs_D])
+    for tokens, slots in zip(inputs_D, slots_D, strict=True):
+        assert ids_S[slots].tolist() == tokens
+        assert positions_S[slots].tolist() == list(range(len(tokens)))
+        for i, slot in enumerate(slots.tolist()):
+            row, query = divmod(slot, width)
+            keys = set(torch.nonzero(allowed_BWW[row, query]).flatten().tolist())
+            assert keys == {s % width for s in slots[: i + 1].tolist()}
 
 
 def _slots(rows: list[list[PrefixTree]]) -> tuple[int, int]:
