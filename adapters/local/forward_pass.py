@@ -333,6 +333,14 @@ def takes_packed_mask(model: torch.nn.Module) -> bool:
     return all(kind == "full_attention" for kind in layer_types)
 
 
+def attend_alone(lengths_D: Sequence[int], rows: int, width: int) -> bool:
+    """Whether unpadded layers should run attention over each sequence alone rather than over the
+    packed rows: it repeats the shared tokens' queries but needs no mask, and pays when its
+    [D, L, L] scores are no more than the rows' [rows, width, width] (a DPO batch of
+    polite_arithmetic: 32 x 35^2 against ~5 x 145^2)."""
+    return len(lengths_D) * max(lengths_D) ** 2 <= rows * width**2
+
+
 @dataclass(frozen=True)
 class ScoredSequences:
     """Each sequence's target logprobs [L_d] (and each target position's entropy [L_d], when asked
@@ -379,7 +387,7 @@ def sequence_logprobs(
         slots_N, slots, filled = packed.slots_N, packed.input_ids_BW.numel(), packed.filled
     targets_N = torch.tensor([t for targets in targets_D for t in targets], dtype=torch.long, device=device)
     scores = None
-    if packed is not None and packed.filled < slots and unpadded:
+    if packed is not None and unpadded:
         if method != "full":
             output_head(model)  # its one-time check runs the model's own attention, so before the switch
         rows, width = packed.input_ids_BW.shape
@@ -390,7 +398,8 @@ def sequence_logprobs(
         def score(inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
             return score_tokens(model, inputs, unpadded_N, targets_N, method, entropy)
 
-        scores = run_unpadded(model, score, model_inputs, packed.filled_N, rows, width)
+        alone = attend_alone(lengths_D, rows, width)
+        scores = run_unpadded(model, score, model_inputs, packed.filled_N, (unpadded_N, lengths_D) if alone else None)
     logprobs_N, entropy_N = scores or score_tokens(model, model_inputs, slots_N, targets_N, method, entropy)
     entropy_D = None if entropy_N is None else list(entropy_N.split(lengths_D))
     return ScoredSequences(list(logprobs_N.split(lengths_D)), slots, filled, entropy_D)

@@ -15,7 +15,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from adapters.common.tiny import TINY_DIR
 from adapters.common.training_batch import right_pad
-from adapters.local import unpadded_rows
+from adapters.local import forward_pass, unpadded_rows
 from adapters.local.forward_pass import (
     MAX_PACKED_WIDTH,
     MIN_SHARED_PREFIX,
@@ -60,6 +60,14 @@ def _gradients(model: torch.nn.Module, logprobs_D: list[torch.Tensor]) -> list[t
     return [p.grad.clone() for p in model.parameters() if p.grad is not None]
 
 
+@pytest.fixture(params=["rows", "alone"])
+def attention_layout(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run unpadded, attention goes over the packed rows or over each sequence alone: both."""
+    monkeypatch.setattr(forward_pass, "attend_alone", lambda *_: request.param == "alone")
+    return str(request.param)
+
+
+@pytest.mark.usefixtures("attention_layout")
 def test_packed_sequences_get_what_they_get_alone(model: torch.nn.Module) -> None:
     sequences = _sequences(0)
     inputs_D, targets_D = [s[:-1] for s in sequences], [s[1:] for s in sequences]
@@ -67,6 +75,7 @@ def test_packed_sequences_get_what_they_get_alone(model: torch.nn.Module) -> Non
     assert sorted(len(tree.ends) for tree in trees) == [1, 1, 1, 1, 1, 3, 3, 3]  # a prompt's replies share it
     assert len(pack_rows(inputs_D)) < len(trees)  # and short sequences share rows
     scored = sequence_logprobs(model, inputs_D, targets_D, 0)
+    assert unpadded_rows._WORKS[model]  # the layers ran unpadded, attention as the fixture says
     packed_D, plain_D = scored.logprobs_D, _plain(model, inputs_D, targets_D)
     # what the pass cost: each shared prefix once, and fewer slots than right padding
     assert scored.filled == sum(map(_distinct_prefixes, ([inputs_D[i] for i in tree.ends] for tree in trees)))
@@ -83,6 +92,7 @@ def _distinct_prefixes(sequences: list[list[int]]) -> int:
     return len({tuple(tokens[:n]) for tokens in sequences for n in range(1, len(tokens) + 1)})
 
 
+@pytest.mark.usefixtures("attention_layout")
 def test_sequences_sharing_nested_prefixes_run_each_shared_part_once(model: torch.nn.Module) -> None:
     """A common start, then two prompts, each with two replies sharing their first words, a repeated
     reply and one that stops where another goes on: one tree of four levels, each shared part in
@@ -101,7 +111,7 @@ def test_sequences_sharing_nested_prefixes_run_each_shared_part_once(model: torc
     for index in tree.ends:
         assert [t for k in tree.path(index) for t in tree.tokens[k]] == inputs_D[index]
     scored = sequence_logprobs(model, inputs_D, targets_D, 0)
-    assert scored.filled == tree.size
+    assert scored.filled == tree.size and unpadded_rows._WORKS[model]
     plain_D = _plain(model, inputs_D, targets_D)
     for packed, plain in zip(scored.logprobs_D, plain_D, strict=True):
         torch.testing.assert_close(packed, plain, rtol=0, atol=1e-5)
@@ -244,6 +254,7 @@ def test_only_attention_that_applies_a_4d_mask_is_packed() -> None:
     assert verdicts == {"eager": True, "sdpa": True, "flash_attention_2": False, "flex_attention": False}
 
 
+@pytest.mark.usefixtures("attention_layout")
 def test_the_layers_skip_the_rows_padding_and_compute_the_same(model: torch.nn.Module) -> None:
     """Outside attention the model runs on the real tokens only (no pad slot); logprobs and
     gradients are those of the padded rows, within float rounding."""
