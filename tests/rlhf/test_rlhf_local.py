@@ -16,20 +16,27 @@ from kitchen.recipe import get_recipe
 
 @pytest.mark.slow
 def test_rlhf_on_the_tiny_model(tmp_path: Path) -> None:
+    """Two seeds, their mean win rate asserted: one 25-step RL run of the tiny model is chaotic
+    under float rounding (seeds 0-3 gave 0.73, 0.71, 0.80, 0.68 with the packing of 2026-11-26 and
+    0.65, 0.72, 0.78, 0.64 with prefix trees, whose logprobs agree within 1e-5)."""
     recipe = get_recipe("rlhf")
-    config = load_config(
-        recipe.config_cls,
-        None,
-        # the shipped defaults (both-ways tournaments, a gentle learning rate and 25 RL steps: a
-        # longer one-way phase collapsed the policy onto one reply the learned judge liked);
-        # intermediate win-rate evaluations off
-        [f"log_path={tmp_path}", "rl.eval_every=0"],
-    )
-    run_recipe(recipe, config, progress=False)
-    pm = [row for row in read_metrics(tmp_path / "preference_model" / "metrics.jsonl") if "eval/judge_accuracy" in row]
-    assert pm[-1]["eval/judge_accuracy"] >= 0.9
-    assert abs(pm[-1]["eval/judge_position_bias"]) < 0.2
-    final = read_metrics(tmp_path / "rl" / "metrics.jsonl")[-1]
-    assert final["eval/win_rate"] >= 0.65
-    assert final["eval/win_rate"] - 2 * final["eval/win_rate_stderr"] > 0.5
-    assert read_records(tmp_path / "rl" / "checkpoints.jsonl")[-1].name == "final"
+    win_rates = []
+    for seed in (0, 1):
+        run = tmp_path / f"seed-{seed}"
+        config = load_config(
+            recipe.config_cls,
+            None,
+            # the shipped defaults (both-ways tournaments, a gentle learning rate and 25 RL steps: a
+            # longer one-way phase collapsed the policy onto one reply the learned judge liked);
+            # intermediate win-rate evaluations off
+            [f"log_path={run}", "rl.eval_every=0", f"seed={seed}"],
+        )
+        run_recipe(recipe, config, progress=False)
+        pm = [row for row in read_metrics(run / "preference_model" / "metrics.jsonl") if "eval/judge_accuracy" in row]
+        assert pm[-1]["eval/judge_accuracy"] >= 0.9
+        assert abs(pm[-1]["eval/judge_position_bias"]) < 0.2
+        final = read_metrics(run / "rl" / "metrics.jsonl")[-1]
+        assert final["eval/win_rate"] - 2 * final["eval/win_rate_stderr"] > 0.5, final  # each run beats the SFT policy
+        assert read_records(run / "rl" / "checkpoints.jsonl")[-1].name == "final"
+        win_rates.append(final["eval/win_rate"])
+    assert sum(win_rates) / len(win_rates) >= 0.65, win_rates

@@ -71,8 +71,9 @@ def test_microbatched_gradients_equal_one_batch(
     for a_row, b_row in zip(whole_lp, split_lp, strict=True):  # outputs come back in datum order
         assert a_row == pytest.approx(b_row, abs=tolerance * 10)
     assert split_metrics["loss:sum"] == pytest.approx(whole_metrics["loss:sum"], rel=tolerance * 10)
-    # Sorted by length, the micro-batches pad less than the one batch.
-    assert 0 <= split_metrics["padding_fraction:mean"] < whole_metrics["padding_fraction:mean"] < 1
+    # Each reports its packed rows' padding (which pads less depends on how each batch packs: with
+    # prefix trees the one batch shares more and pads less here, 0.06 against 0.09).
+    assert 0 <= split_metrics["padding_fraction:mean"] < 1 and 0 <= whole_metrics["padding_fraction:mean"] < 1
 
 
 def test_gradient_checkpointing_gives_the_same_gradients(tmp_path: Path, sl_batch: list[Datum]) -> None:
