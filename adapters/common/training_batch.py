@@ -29,6 +29,12 @@ def right_pad(sequences_B: Sequence[Sequence[int]], pad_id: int, device: torch.d
     return padded_BL.to(device)
 
 
+def row_slots(lengths_B: Sequence[int], width: int, device: torch.device) -> torch.Tensor:
+    """Where the tokens of rows of `lengths_B` tokens, each padded on the right to `width`, sit in
+    the flattened [B * width] rows: row by row, in order."""
+    return torch.cat([torch.arange(length) + row * width for row, length in enumerate(lengths_B)]).to(device)
+
+
 @dataclass(frozen=True)
 class TrainingBatch:
     """Right-padded inputs and targets, the true length of each datum, and its loss inputs."""

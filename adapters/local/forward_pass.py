@@ -23,7 +23,7 @@ from typing import Any, cast
 
 import torch
 
-from adapters.common.training_batch import right_pad
+from adapters.common.training_batch import right_pad, row_slots
 from adapters.local.token_scoring import Entropy, LogprobMethod, output_head, score_tokens
 from adapters.local.unpadded_rows import may_run_unpadded, run_unpadded
 from kitchen.ports import Tokenizer
@@ -308,7 +308,7 @@ def pack_sequences(
         right_pad(positions_B, 0, device),
         mask[:, None].to(device),
         slots_N.to(device),
-        torch.cat([torch.arange(len(tokens)) + b * width for b, tokens in enumerate(tokens_B)]).to(device),
+        row_slots([len(tokens) for tokens in tokens_B], width, device),
     )
 
 
@@ -368,15 +368,15 @@ def sequence_logprobs(
     parameter = next(model.parameters())
     device = parameter.device
     lengths_D = [len(tokens) for tokens in inputs_D]
-    packed = None
-    unpadded = may_run_unpadded(model)
+    packed, unpadded = None, False
     if takes_packed_mask(model):
+        unpadded = may_run_unpadded(model)
         packed = pack_sequences(inputs_D, pad_id, parameter.dtype, device, attention_break_even(model), unpadded)
     model_inputs: dict[str, torch.Tensor]
     if packed is None:
         input_ids_BL = right_pad(inputs_D, pad_id, device)
         width = input_ids_BL.shape[1]
-        slots_N = torch.cat([torch.arange(length) + row * width for row, length in enumerate(lengths_D)]).to(device)
+        slots_N = row_slots(lengths_D, width, device)
         model_inputs, slots, filled = {"input_ids": input_ids_BL}, input_ids_BL.numel(), sum(lengths_D)
     else:
         model_inputs = {

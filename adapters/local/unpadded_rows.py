@@ -34,6 +34,8 @@ from typing import Any
 
 import torch
 
+from adapters.common.training_batch import row_slots
+
 ROWS_ATTENTION = "kitchen_unpadded_rows"
 """The attention implementation's name in transformers' registry, while a forward runs unpadded."""
 
@@ -63,17 +65,27 @@ class SequenceLayout:
     copy_N: torch.Tensor
     """For each of the N tokens, the place in the flattened [D, L] grid its output comes from."""
     attention: str
+    causal_1LL: torch.Tensor | None
+    """The causal mask for implementations that need one (sdpa: None, which means causal)."""
 
     @classmethod
-    def of(cls, tokens_N: torch.Tensor, lengths_D: list[int], tokens: int, attention: str) -> SequenceLayout:
+    def of(
+        cls, tokens_N: torch.Tensor, lengths_D: list[int], tokens: int, attention: str, dtype: torch.dtype
+    ) -> SequenceLayout:
         """From each sequence's tokens as places among the N (`tokens_N`: the sequences' places,
-        concatenated in order; `tokens` = N)."""
-        width = max(lengths_D)
+        concatenated in order; `tokens` = N), for the model's `attention` and `dtype`."""
+        width, device = max(lengths_D), tokens_N.device
         index_DL = tokens_N.new_zeros((len(lengths_D), width))
-        grid_N = torch.cat([torch.arange(length) + d * width for d, length in enumerate(lengths_D)]).to(tokens_N.device)
+        grid_N = row_slots(lengths_D, width, device)
         index_DL.view(-1)[grid_N] = tokens_N
-        copy_N = torch.full((tokens,), len(lengths_D) * width, dtype=torch.long, device=tokens_N.device)
-        return cls(index_DL, copy_N.scatter_reduce_(0, tokens_N, grid_N, "amin"), attention)
+        copy_N = torch.full((tokens,), len(lengths_D) * width, dtype=torch.long, device=device)
+        causal = None
+        if attention != "sdpa":
+            above = torch.ones((width, width), dtype=torch.bool, device=device).triu(1)
+            causal = torch.zeros((1, 1, width, width), dtype=dtype, device=device).masked_fill_(
+                above, torch.finfo(dtype).min
+            )
+        return cls(index_DL, copy_N.scatter_reduce_(0, tokens_N, grid_N, "amin"), attention, causal)
 
 
 def _to_rows(states_1HNd: torch.Tensor, layout: RowLayout) -> torch.Tensor:
@@ -104,12 +116,7 @@ def rows_attention(
     attend = ALL_ATTENTION_FUNCTIONS.get_interface(layout.attention, eager_attention_forward)
     if isinstance(layout, SequenceLayout):
         sequences = [states[0][:, layout.index_DL].transpose(0, 1) for states in (query, key, value)]
-        causal = None  # sdpa: no mask means causal
-        if layout.attention != "sdpa":
-            width = layout.index_DL.shape[1]
-            above = torch.ones((width, width), dtype=torch.bool, device=query.device).triu(1)
-            causal = query.new_zeros((1, 1, width, width)).masked_fill_(above, torch.finfo(query.dtype).min)
-        output_DLHd, _ = attend(module, *sequences, causal, **kwargs)
+        output_DLHd, _ = attend(module, *sequences, layout.causal_1LL, **kwargs)
         heads, dim = output_DLHd.shape[2], output_DLHd.shape[3]
         return output_DLHd.reshape(-1, heads, dim).index_select(0, layout.copy_N)[None], None
     rows = [_to_rows(states, layout) for states in (query, key, value)]
@@ -170,7 +177,8 @@ def run_unpadded(
     rows, width = model_inputs["input_ids"].shape
     layout: RowLayout | SequenceLayout = RowLayout(filled_N, rows, width, config._attn_implementation)
     if sequences is not None:
-        layout = SequenceLayout.of(*sequences, int(filled_N.numel()), config._attn_implementation)
+        dtype = next(model.parameters()).dtype
+        layout = SequenceLayout.of(*sequences, int(filled_N.numel()), config._attn_implementation, dtype)
     inputs = {
         "input_ids": model_inputs["input_ids"].flatten().index_select(0, filled_N)[None],
         "position_ids": model_inputs["position_ids"].flatten().index_select(0, filled_N)[None],

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from adapters.common.stop_matcher import StopMatcher
-from adapters.common.training_batch import right_pad
+from adapters.common.training_batch import right_pad, row_slots
 from adapters.local.token_scoring import Entropy, logits_scores
 from kitchen.errors import ConfigError, DataError
 from train_core.types import ImageChunk, SamplingParams, TokensWithLogprobs
@@ -138,7 +138,7 @@ def vision_logprobs(
     one path sampling uses too."""
     batch = vision_inputs(model, inputs_D, images, pad_id)
     logits_BLV = model(**batch.model_kwargs(), use_cache=False).logits
-    slots_N = torch.cat([torch.arange(len(inputs)) + row * logits_BLV.shape[1] for row, inputs in enumerate(inputs_D)])
+    slots_N = row_slots([len(inputs) for inputs in inputs_D], logits_BLV.shape[1], torch.device("cpu"))
     targets_N = torch.tensor([t for targets in targets_D for t in targets], dtype=torch.long)
     device = logits_BLV.device
     logprobs_N, entropy_N = logits_scores(
