@@ -12,7 +12,10 @@ pair's prompt and the first words its two replies share, a group of RL samples o
 chat template and wording many prompts begin with), and short sequences share a row instead of
 padding to the longest. An attention mask lets each segment of a tree see only itself and its
 ancestors, and position ids go on where the parent segment ends, so each sequence computes what
-it would alone (within float rounding), on fewer tokens.
+it would alone (within float rounding), on fewer tokens. Where attention runs over each sequence
+alone instead (`attend_alone`: `adapters.local.unpadded_rows`), no row is ever attended over, so
+trees are not bounded: the batch's whole prefix trie runs, every shared start once. The output
+head, too, scores each distinct (slot, target) pair once (`token_scoring.distinct_pairs`).
 """
 
 from __future__ import annotations
@@ -135,22 +138,26 @@ TREE_ATTENTION_SHARE = 0.05
 wide as the tree costs at most this share of its matmuls (see `attention_break_even`)."""
 
 
-def prefix_trees(inputs_D: Sequence[Sequence[int]], attention_tokens: float | None = None) -> list[PrefixTree]:
+def prefix_trees(
+    inputs_D: Sequence[Sequence[int]], attention_tokens: float | None = None, unbounded: bool = False
+) -> list[PrefixTree]:
     """The sequences as prefix trees: sorting brings sequences with a common start next to each
     other (each shares the most with the one before it); one joins the tree before it when they
     share at least MIN_SHARED_PREFIX tokens and the tree stays within twice the longest sequence, or
     within the width where attention costs TREE_ATTENTION_SHARE of the matmuls when that is wider
     (a row's attention grows with its width, so one shared system prompt must not fold a whole
-    batch into one row)."""
+    batch into one row). `unbounded`: a shared first token is enough and trees grow without limit
+    (the batch's whole prefix trie), for attention that never sees the rows (`attend_alone`)."""
     limit = 2 * max(len(tokens) for tokens in inputs_D)
     if attention_tokens is not None:
         limit = max(limit, min(MAX_PACKED_WIDTH, int(TREE_ATTENTION_SHARE * attention_tokens)))
+    least = 1 if unbounded else MIN_SHARED_PREFIX
     trees: list[PrefixTree] = []
     previous = -1
     for index in sorted(range(len(inputs_D)), key=lambda i: tuple(inputs_D[i])):
         tokens = inputs_D[index]
         shared = _shared_length(inputs_D[previous], tokens) if trees else 0
-        if shared >= MIN_SHARED_PREFIX and trees[-1].size + len(tokens) - shared <= limit:
+        if shared >= least and (unbounded or trees[-1].size + len(tokens) - shared <= limit):
             trees[-1].add(index, tokens, shared, previous)
         else:
             trees.append(PrefixTree.of(index, tokens))
@@ -237,7 +244,9 @@ class PackedRows:
 
     input_ids_BW: torch.Tensor
     position_ids_BW: torch.Tensor
-    attention_mask_B1WW: torch.Tensor
+    attention_mask_B1WW: torch.Tensor | None
+    """None when attention runs over each sequence alone (`alone`): the rows are then one row of
+    every tree, which no attention sees."""
     slots_N: torch.Tensor
     filled_N: torch.Tensor
     """The slots that hold a token, in order (the rest are padding)."""
@@ -246,6 +255,10 @@ class PackedRows:
     def filled(self) -> int:
         """How many of the rows' slots hold a token."""
         return int(self.filled_N.numel())
+
+    @property
+    def alone(self) -> bool:
+        return self.attention_mask_B1WW is None
 
 
 def pack_sequences(
@@ -258,7 +271,9 @@ def pack_sequences(
 ) -> PackedRows | None:
     """Pack the sequences by `pack_rows` (`attention_tokens`, `unpadded`: its row-width trade-off),
     or None when that saves less than MIN_PACKING_SAVING of the token slots of plain right padding
-    (the slots the matmuls see: the rows', or the real tokens when the rows run `unpadded`).
+    (the slots the matmuls see: the rows', or the real tokens when the rows run `unpadded`). Rows
+    that run unpadded with attention over each sequence alone (`attend_alone`) hold the batch's
+    whole prefix trie in one row, with no mask: only the layers outside attention see them.
 
     Every slot belongs to a segment of a prefix tree; a query attends to the earlier slots of its
     own segment and of the segment's ancestors, and positions go on from where the parent segment
@@ -267,6 +282,10 @@ def pack_sequences(
     softmax row is empty (an empty one would be NaN, and NaN reaches the gradients)."""
     rows = pack_rows(inputs_D, attention_tokens, unpadded)
     row_lengths = [sum(tree.size for tree in row) for row in rows]
+    alone = unpadded and attend_alone(list(map(len, inputs_D)), len(rows), max(row_lengths))
+    if alone:
+        rows = [prefix_trees(inputs_D, unbounded=True)]
+        row_lengths = [sum(tree.size for tree in rows[0])]
     work = sum(row_lengths) if unpadded else len(rows) * max(row_lengths)
     if work > (1 - MIN_PACKING_SAVING) * len(inputs_D) * max(map(len, inputs_D)):
         return None
@@ -291,6 +310,12 @@ def pack_sequences(
             for index in tree.ends:
                 slots_D[index] = [s for k in tree.path(index) for s in range(slot[k], slot[k] + len(tree.tokens[k]))]
     width = max(len(tokens) for tokens in tokens_B)
+    offsets = {index: b * width for b, row in enumerate(rows) for tree in row for index in tree.ends}
+    slots_N = torch.tensor([offsets[d] + slot for d, slots in enumerate(slots_D) for slot in slots], dtype=torch.long)
+    ids_BW, positions_BW = right_pad(tokens_B, pad_id, device), right_pad(positions_B, 0, device)
+    filled_N = row_slots(list(map(len, tokens_B)), width, device)
+    if alone:
+        return PackedRows(ids_BW, positions_BW, None, slots_N.to(device), filled_N)
     pad_segment = len(ancestors_S)
     reads_SS = torch.zeros((pad_segment + 1, pad_segment + 1), dtype=torch.bool)  # [query, key]
     for segment, ancestors in enumerate(ancestors_S):
@@ -301,15 +326,7 @@ def pack_sequences(
         segment_BW[:, :, None], segment_BW[:, None, :]
     ]
     mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
-    offsets = {index: b * width for b, row in enumerate(rows) for tree in row for index in tree.ends}
-    slots_N = torch.tensor([offsets[d] + slot for d, slots in enumerate(slots_D) for slot in slots], dtype=torch.long)
-    return PackedRows(
-        right_pad(tokens_B, pad_id, device),
-        right_pad(positions_B, 0, device),
-        mask[:, None].to(device),
-        slots_N.to(device),
-        row_slots([len(tokens) for tokens in tokens_B], width, device),
-    )
+    return PackedRows(ids_BW, positions_BW, mask[:, None].to(device), slots_N.to(device), filled_N)
 
 
 MASKED_ATTENTION = ("eager", "sdpa")
@@ -368,39 +385,61 @@ def sequence_logprobs(
     parameter = next(model.parameters())
     device = parameter.device
     lengths_D = [len(tokens) for tokens in inputs_D]
-    packed, unpadded = None, False
+    targets_N = torch.tensor([t for targets in targets_D for t in targets], dtype=torch.long, device=device)
+    packed = None
     if takes_packed_mask(model):
-        unpadded = may_run_unpadded(model)
-        packed = pack_sequences(inputs_D, pad_id, parameter.dtype, device, attention_break_even(model), unpadded)
-    model_inputs: dict[str, torch.Tensor]
+        attention_tokens, unpadded = attention_break_even(model), may_run_unpadded(model)
+        packed = pack_sequences(inputs_D, pad_id, parameter.dtype, device, attention_tokens, unpadded)
+        if packed is not None and unpadded:
+            scores = _score_unpadded(model, packed, lengths_D, targets_N, method, entropy)
+            if scores is not None:
+                return _scored(scores, lengths_D, packed.input_ids_BW.numel(), packed.filled)
+            packed = pack_sequences(inputs_D, pad_id, parameter.dtype, device, attention_tokens)  # masked rows now
     if packed is None:
         input_ids_BL = right_pad(inputs_D, pad_id, device)
-        width = input_ids_BL.shape[1]
-        slots_N = row_slots(lengths_D, width, device)
-        model_inputs, slots, filled = {"input_ids": input_ids_BL}, input_ids_BL.numel(), sum(lengths_D)
-    else:
-        model_inputs = {
-            "input_ids": packed.input_ids_BW,
-            "position_ids": packed.position_ids_BW,
-            "attention_mask": packed.attention_mask_B1WW,
-        }
-        slots_N, slots, filled = packed.slots_N, packed.input_ids_BW.numel(), packed.filled
-    targets_N = torch.tensor([t for targets in targets_D for t in targets], dtype=torch.long, device=device)
-    scores = None
-    if packed is not None and unpadded:
-        if method != "full":
-            output_head(model)  # its one-time check runs the model's own attention, so before the switch
-        rows, width = packed.input_ids_BW.shape
-        rank_S = torch.full((slots,), -1, dtype=torch.long, device=device)
-        rank_S[packed.filled_N] = torch.arange(packed.filled, device=device)
-        unpadded_N = rank_S[slots_N]  # the scored tokens' places among the real ones
+        slots_N = row_slots(lengths_D, input_ids_BL.shape[1], device)
+        scores = score_tokens(model, {"input_ids": input_ids_BL}, slots_N, targets_N, method, entropy)
+        return _scored(scores, lengths_D, input_ids_BL.numel(), sum(lengths_D))
+    assert packed.attention_mask_B1WW is not None  # packed for masked rows
+    model_inputs = {
+        "input_ids": packed.input_ids_BW,
+        "position_ids": packed.position_ids_BW,
+        "attention_mask": packed.attention_mask_B1WW,
+    }
+    scores = score_tokens(model, model_inputs, packed.slots_N, targets_N, method, entropy)
+    return _scored(scores, lengths_D, packed.input_ids_BW.numel(), packed.filled)
 
-        def score(inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
-            return score_tokens(model, inputs, unpadded_N, targets_N, method, entropy)
 
-        alone = attend_alone(lengths_D, rows, width)
-        scores = run_unpadded(model, score, model_inputs, packed.filled_N, (unpadded_N, lengths_D) if alone else None)
-    logprobs_N, entropy_N = scores or score_tokens(model, model_inputs, slots_N, targets_N, method, entropy)
+def _score_unpadded(
+    model: torch.nn.Module,
+    packed: PackedRows,
+    lengths_D: list[int],
+    targets_N: torch.Tensor,
+    method: LogprobMethod,
+    entropy: Entropy,
+) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """`score_tokens` on the real tokens of the packed rows (`run_unpadded`); None when the model
+    cannot run so (then it never tries again)."""
+    if method != "full":
+        output_head(model)  # its one-time check runs the model's own attention, so before the switch
+    slots = packed.input_ids_BW.numel()
+    rank_S = torch.full((slots,), -1, dtype=torch.long, device=targets_N.device)
+    rank_S[packed.filled_N] = torch.arange(packed.filled, device=targets_N.device)
+    unpadded_N = rank_S[packed.slots_N]  # the scored tokens' places among the real ones
+
+    def score(inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return score_tokens(model, inputs, unpadded_N, targets_N, method, entropy)
+
+    model_inputs = {"input_ids": packed.input_ids_BW, "position_ids": packed.position_ids_BW}
+    if packed.attention_mask_B1WW is not None:
+        model_inputs["attention_mask"] = packed.attention_mask_B1WW
+    return run_unpadded(model, score, model_inputs, packed.filled_N, (unpadded_N, lengths_D) if packed.alone else None)
+
+
+def _scored(
+    scores: tuple[torch.Tensor, torch.Tensor | None], lengths_D: list[int], slots: int, filled: int
+) -> ScoredSequences:
+    logprobs_N, entropy_N = scores
     entropy_D = None if entropy_N is None else list(entropy_N.split(lengths_D))
     return ScoredSequences(list(logprobs_N.split(lengths_D)), slots, filled, entropy_D)
 

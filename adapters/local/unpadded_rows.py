@@ -10,7 +10,8 @@ N outputs back: the matmuls do N slots' work instead of B x W (8-10% fewer on a 
 polite_arithmetic), and each token computes what it computes in the padded rows. Where it costs
 less, attention runs instead over each sequence alone (`SequenceLayout`: a token shared by several
 sequences is a query in each, its keys and values computed once; plain causal attention, no
-mask), which on a DPO batch of one-turn pairs is a third of the rows' attention scores. Row for row the
+mask), which on a DPO batch of one-turn pairs is a third of the rows' attention scores; as no
+row is then attended over, the packing puts the batch's whole prefix trie in one row. Row for row the
 forward is the padded one's (a matmul's output row does not depend on the other rows: on every
 batch of the rlhf recipe the logprobs came out bitwise equal here); the weight gradients sum over
 N rows instead of B x W, so they differ in float rounding (at most 4.3e-7 of the largest there).
@@ -98,6 +99,15 @@ def _to_rows(states_1HNd: torch.Tensor, layout: RowLayout) -> torch.Tensor:
     return rows_BWHd.transpose(1, 2)
 
 
+def _to_sequences(states_1HNd: torch.Tensor, index_DL: torch.Tensor) -> torch.Tensor:
+    """[1, heads, N, d] -> [D, heads, L, d]: each sequence's tokens. A row gather (whose backward
+    adds rows) rather than advanced indexing (whose backward scatters element by element: twice
+    the time on the CPU)."""
+    (sequences, width), heads, dim = index_DL.shape, states_1HNd.shape[1], states_1HNd.shape[3]
+    tokens_NHd = states_1HNd[0].transpose(0, 1)
+    return tokens_NHd.index_select(0, index_DL.flatten()).view(sequences, width, heads, dim).transpose(1, 2)
+
+
 def rows_attention(
     module: torch.nn.Module,
     query: torch.Tensor,
@@ -115,7 +125,7 @@ def rows_attention(
 
     attend = ALL_ATTENTION_FUNCTIONS.get_interface(layout.attention, eager_attention_forward)
     if isinstance(layout, SequenceLayout):
-        sequences = [states[0][:, layout.index_DL].transpose(0, 1) for states in (query, key, value)]
+        sequences = [_to_sequences(states, layout.index_DL) for states in (query, key, value)]
         output_DLHd, _ = attend(module, *sequences, layout.causal_1LL, **kwargs)
         heads, dim = output_DLHd.shape[2], output_DLHd.shape[3]
         return output_DLHd.reshape(-1, heads, dim).index_select(0, layout.copy_N)[None], None
@@ -169,7 +179,8 @@ def run_unpadded(
     sequences: tuple[torch.Tensor, list[int]] | None = None,
 ) -> Any | None:
     """`forward(inputs)` on the real tokens of packed `model_inputs` ([rows, width] input ids and
-    position ids, a [rows, 1, width, width] mask), as a [1, N] sequence: its result, or None when
+    position ids, and for attention over the rows their [rows, 1, width, width] mask), as a [1, N]
+    sequence: its result, or None when
     this model cannot run so (then it is never tried again). Attention runs over the packed rows,
     or, given `sequences` (each sequence's tokens as places among the N, concatenated, and the
     sequences' lengths), over each sequence on its own (`SequenceLayout`)."""
@@ -182,7 +193,9 @@ def run_unpadded(
     inputs = {
         "input_ids": model_inputs["input_ids"].flatten().index_select(0, filled_N)[None],
         "position_ids": model_inputs["position_ids"].flatten().index_select(0, filled_N)[None],
-        "attention_mask": model_inputs["attention_mask"],
+        # a 4D mask reaches the attention function untouched; per-sequence attention reads none, but
+        # without one transformers would build its own [N, N] mask from the position ids
+        "attention_mask": model_inputs.get("attention_mask", filled_N.new_zeros((1, 1, 1, 1), dtype=torch.bool)),
         "kitchen_rows": layout,
     }
     _register()

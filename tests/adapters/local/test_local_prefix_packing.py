@@ -67,8 +67,7 @@ def attention_layout(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
     return str(request.param)
 
 
-@pytest.mark.usefixtures("attention_layout")
-def test_packed_sequences_get_what_they_get_alone(model: torch.nn.Module) -> None:
+def test_packed_sequences_get_what_they_get_alone(model: torch.nn.Module, attention_layout: str) -> None:
     sequences = _sequences(0)
     inputs_D, targets_D = [s[:-1] for s in sequences], [s[1:] for s in sequences]
     trees = prefix_trees(inputs_D)
@@ -77,9 +76,12 @@ def test_packed_sequences_get_what_they_get_alone(model: torch.nn.Module) -> Non
     scored = sequence_logprobs(model, inputs_D, targets_D, 0)
     assert unpadded_rows._WORKS[model]  # the layers ran unpadded, attention as the fixture says
     packed_D, plain_D = scored.logprobs_D, _plain(model, inputs_D, targets_D)
-    # what the pass cost: each shared prefix once, and fewer slots than right padding
+    # what the pass cost: each shared prefix once (no bound on the trees when no attention sees
+    # them), and fewer slots than right padding (the rows' padding, or none in one row of trees)
+    trees = prefix_trees(inputs_D, unbounded=attention_layout == "alone")
     assert scored.filled == sum(map(_distinct_prefixes, ([inputs_D[i] for i in tree.ends] for tree in trees)))
-    assert scored.filled < scored.slots < len(inputs_D) * max(map(len, inputs_D))
+    assert scored.slots < len(inputs_D) * max(map(len, inputs_D))
+    assert scored.filled < scored.slots if attention_layout == "rows" else scored.filled == scored.slots
     assert [lp.shape for lp in packed_D] == [lp.shape for lp in plain_D]
     for packed, plain in zip(packed_D, plain_D, strict=True):
         torch.testing.assert_close(packed, plain, rtol=0, atol=1e-5)
@@ -140,12 +142,17 @@ def test_each_sequence_sees_exactly_its_own_earlier_tokens(
     if packed is None:
         return
     ids_S, positions_S = packed.input_ids_BW.flatten(), packed.position_ids_BW.flatten()
-    allowed_BWW = packed.attention_mask_B1WW[:, 0] == 0
     width = packed.input_ids_BW.shape[1]
     slots_D = packed.slots_N.split([len(tokens) for tokens in inputs_D])
+    if packed.attention_mask_B1WW is None:  # attention over each sequence alone: it reads its slots
+        assert unpadded and packed.input_ids_BW.shape[0] == 1 and packed.filled == width  # one row, no pad
+        assert packed.filled == sum(tree.size for tree in prefix_trees(inputs_D, unbounded=True))
+    allowed_BWW = None if packed.attention_mask_B1WW is None else packed.attention_mask_B1WW[:, 0] == 0
     for tokens, slots in zip(inputs_D, slots_D, strict=True):
         assert ids_S[slots].tolist() == tokens
         assert positions_S[slots].tolist() == list(range(len(tokens)))
+        if allowed_BWW is None:
+            continue
         for i, slot in enumerate(slots.tolist()):
             row, query = divmod(slot, width)
             keys = set(torch.nonzero(allowed_BWW[row, query]).flatten().tolist())
@@ -221,6 +228,23 @@ def test_short_shared_prefixes_and_oversized_rows_are_not_packed() -> None:
     assert [len(tree.ends) for tree in trees] == [2, 2]
 
 
+def test_attention_over_each_sequence_alone_lets_every_shared_start_run_once() -> None:
+    """Trees are bounded because rows' attention grows with their width; attention over each
+    sequence alone never sees the rows, so there the batch's whole prefix trie runs, in one row."""
+    short = [[1, *range(100, 110)], [1, *range(200, 210)]]
+    (tree,) = prefix_trees(short, unbounded=True)
+    assert tree.size == 1 + 2 * 10  # one shared token is enough
+    prompt = list(range(10, 22))
+    many = [[*prompt, *range(1000 + 20 * i, 1020 + 20 * i)] for i in range(4)]  # 32 tokens each
+    assert [tree.size for tree in prefix_trees(many)] == [2 * 20 + len(prompt)] * 2  # bounded: two trees
+    (tree,) = prefix_trees(many, unbounded=True)
+    packed = pack_sequences(many, 0, torch.float32, CPU, 500.0, unpadded=True)
+    assert packed is not None and packed.alone  # 4 x 32^2 scores alone against 2 x 52^2 over the rows
+    assert packed.filled == packed.input_ids_BW.numel() == tree.size == 4 * 20 + len(prompt)
+    padded = pack_sequences(many, 0, torch.float32, CPU, 500.0)
+    assert padded is not None and not padded.alone  # rows the layers see padded keep their mask
+
+
 def test_a_model_with_sliding_window_layers_is_never_packed() -> None:
     """A 4D mask would override the window, so such a model gets the right-padded pass, and with it
     its windowed logprobs."""
@@ -254,8 +278,7 @@ def test_only_attention_that_applies_a_4d_mask_is_packed() -> None:
     assert verdicts == {"eager": True, "sdpa": True, "flash_attention_2": False, "flex_attention": False}
 
 
-@pytest.mark.usefixtures("attention_layout")
-def test_the_layers_skip_the_rows_padding_and_compute_the_same(model: torch.nn.Module) -> None:
+def test_the_layers_skip_the_rows_padding_and_compute_the_same(model: torch.nn.Module, attention_layout: str) -> None:
     """Outside attention the model runs on the real tokens only (no pad slot); logprobs and
     gradients are those of the padded rows, within float rounding."""
     sequences = _sequences(3)
@@ -266,7 +289,8 @@ def test_the_layers_skip_the_rows_padding_and_compute_the_same(model: torch.nn.M
     hook = mlp.register_forward_hook(lambda _m, args, _o: seen.append(args[0].shape[:-1].numel()))
     try:
         unpadded = sequence_logprobs(model, inputs_D, targets_D, 0)
-        assert unpadded.filled < unpadded.slots and seen == [unpadded.filled]  # one [1, N] sequence
+        assert seen == [unpadded.filled]  # one [1, N] sequence: the rows' padding skipped, or none in them
+        assert unpadded.filled < unpadded.slots if attention_layout == "rows" else unpadded.filled == unpadded.slots
         unpadded_grads = _gradients(model, unpadded.logprobs_D)
         unpadded_rows._WORKS[model] = False  # the padded rows, as for a model that cannot skip them
         padded = sequence_logprobs(model, inputs_D, targets_D, 0)
@@ -281,6 +305,7 @@ def test_the_layers_skip_the_rows_padding_and_compute_the_same(model: torch.nn.M
         assert (a - b).abs().max() <= 1e-5 * b.abs().max()
 
 
+@pytest.mark.usefixtures("attention_layout")
 def test_a_model_whose_layers_drop_the_layout_runs_padded(model: torch.nn.Module) -> None:
     """The attention function needs the row layout; a model that does not pass it on fails the
     first try and is scored on padded rows ever after, with the same logprobs."""

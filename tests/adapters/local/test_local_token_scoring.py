@@ -8,6 +8,7 @@ import asyncio
 import random
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 import torch
@@ -15,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import Gemma2Config, Gemma2ForCausalLM
 
-from adapters.local import LocalBackend, token_scoring
+from adapters.local import LocalBackend, forward_pass, token_scoring
 from adapters.local.forward_pass import sequence_logprobs
 from adapters.local.model_loading import load_base_model
 from adapters.local.prompt_scoring import ScoreRequest, score_prompts
@@ -149,6 +150,31 @@ def test_sequence_logprobs_chunked_equal_the_whole_logits(
     probs_LV = torch.softmax(logits_1LV[0].double(), -1)
     expected = -(probs_LV * probs_LV.log()).sum(-1)
     torch.testing.assert_close(chunked[1][: len(inputs_D[0])].double(), expected, rtol=0, atol=1e-5)
+
+
+def test_tokens_that_sequences_share_reach_the_head_once(
+    model: torch.nn.Module, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shared prompt's tokens have the same hidden state and the same target in each sequence that
+    starts with it: the head scores each (prefix, target) pair once, and every sequence still gets
+    its logprobs (gradients: `test_sequence_logprobs_chunked_equal_the_whole_logits`)."""
+    monkeypatch.setattr(forward_pass, "attend_alone", lambda *_: True)  # the whole batch in one tree
+    inputs_D, targets_D = _sequences(0, True)
+    rows: list[int] = []
+    output_head(model)  # its one-time check calls the head too
+    head = cast(torch.nn.Module, cast(Any, model).get_output_embeddings())
+    hook = head.register_forward_hook(lambda _m, args, _o: rows.append(args[0].shape[0]))
+    try:
+        with torch.no_grad():
+            scored = sequence_logprobs(model, inputs_D, targets_D, 0)
+    finally:
+        hook.remove()
+    pairs = {(tuple(i[: t + 1]), o[t]) for i, o in zip(inputs_D, targets_D, strict=True) for t in range(len(i))}
+    assert rows == [len(pairs)] and len(pairs) == sum(map(len, targets_D)) - 5 * 11  # 11 shared targets, 6 times
+    with torch.no_grad():
+        full = sequence_logprobs(model, inputs_D, targets_D, 0, "full")
+    for got, expected in zip(scored.logprobs_D, full.logprobs_D, strict=True):
+        torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
 
 
 def test_prompt_scoring_is_the_same_chunked_or_whole(model: torch.nn.Module) -> None:
