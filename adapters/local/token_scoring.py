@@ -201,15 +201,14 @@ def score_tokens(
         logits_BWV = model(**model_inputs, use_cache=False).logits
         return logits_scores(logits_BWV.flatten(0, 1).index_select(0, slots_N), targets_N, entropy)
     hidden_BWH = split.body(**model_inputs, use_cache=False).last_hidden_state
-    vocab = _vocab(split.head)
-    distinct = distinct_pairs(slots_N, targets_N, vocab)
+    distinct = distinct_pairs(slots_N, targets_N)
     if distinct is not None:
         slots_N, targets_N, inverse_N = distinct
     hidden_NH = hidden_BWH.flatten(0, 1).index_select(0, slots_N)
     if method == "liger" and entropy == "none" and isinstance(split.head, torch.nn.Linear):
         scores: tuple[torch.Tensor, torch.Tensor | None] = liger_scores(split.head, hidden_NH, targets_N), None
     else:
-        scores = chunked_scores(split.head, hidden_NH, targets_N, entropy, chunk_tokens_for(vocab))
+        scores = chunked_scores(split.head, hidden_NH, targets_N, entropy, chunk_tokens_for(_vocab(split.head)))
     if distinct is None:
         return scores
     logprobs_U, entropy_U = scores
@@ -217,17 +216,18 @@ def score_tokens(
 
 
 def distinct_pairs(
-    slots_N: torch.Tensor, targets_N: torch.Tensor, vocab: int
+    slots_N: torch.Tensor, targets_N: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
     """The distinct (slot, target) pairs among the N to score, and for each of the N its place
     among them; None when all N are distinct. Packed sequences that share a prefix read their
     shared tokens' hidden states from the same slots, with the same targets: those need the head,
-    softmax and gather once (the head costs as much per row as a layer's projections over a
-    151,936-token vocabulary). Indexing sums the copies' gradients onto the one row, as the
-    copies' own rows would have had them summed in the shared slot."""
+    softmax and gather once (over a 151,936-token vocabulary the head is a quarter of a 0.6B
+    model's work per token). Indexing sums the copies' gradients onto the one row, as the copies'
+    own rows would have had them summed in the shared slot."""
     if slots_N.numel() < 2:
         return None
-    distinct_U, inverse_N = torch.unique(slots_N * vocab + targets_N, return_inverse=True)
+    base = int(targets_N.max()) + 1  # every target below it, so no two pairs share a key
+    distinct_U, inverse_N = torch.unique(slots_N * base + targets_N, return_inverse=True)
     if distinct_U.numel() == slots_N.numel():
         return None
-    return distinct_U // vocab, distinct_U % vocab, inverse_N
+    return distinct_U // base, distinct_U % base, inverse_N

@@ -180,10 +180,10 @@ def run_unpadded(
 ) -> Any | None:
     """`forward(inputs)` on the real tokens of packed `model_inputs` ([rows, width] input ids and
     position ids, and for attention over the rows their [rows, 1, width, width] mask), as a [1, N]
-    sequence: its result, or None when
-    this model cannot run so (then it is never tried again). Attention runs over the packed rows,
-    or, given `sequences` (each sequence's tokens as places among the N, concatenated, and the
-    sequences' lengths), over each sequence on its own (`SequenceLayout`)."""
+    sequence: its result, or None when this model cannot run so (then it is never tried again).
+    Attention runs over the packed rows, or, given `sequences` (each sequence's tokens as places
+    among the N, concatenated, and the sequences' lengths), over each sequence on its own
+    (`SequenceLayout`)."""
     config = model.config.get_text_config(decoder=True)  # type: ignore[union-attr, operator]
     rows, width = model_inputs["input_ids"].shape
     layout: RowLayout | SequenceLayout = RowLayout(filled_N, rows, width, config._attn_implementation)

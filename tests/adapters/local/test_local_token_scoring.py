@@ -152,6 +152,22 @@ def test_sequence_logprobs_chunked_equal_the_whole_logits(
     torch.testing.assert_close(chunked[1][: len(inputs_D[0])].double(), expected, rtol=0, atol=1e-5)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 9), st.integers(0, 200_000)), min_size=0, max_size=30))
+def test_distinct_pairs_give_back_every_pair_from_one_copy(pairs: list[tuple[int, int]]) -> None:
+    """Whatever the slots and targets (ids past any vocabulary included): each of the N pairs is
+    its distinct pair, and no two distinct pairs are equal."""
+    slots_N = torch.tensor([slot for slot, _ in pairs], dtype=torch.long)
+    targets_N = torch.tensor([target for _, target in pairs], dtype=torch.long)
+    distinct = token_scoring.distinct_pairs(slots_N, targets_N)
+    if distinct is None:
+        assert len(set(pairs)) == len(pairs)
+        return
+    slots_U, targets_U, inverse_N = distinct
+    assert len(set(zip(slots_U.tolist(), targets_U.tolist(), strict=True))) == len(slots_U) == len(set(pairs))
+    assert slots_U[inverse_N].tolist() == slots_N.tolist() and targets_U[inverse_N].tolist() == targets_N.tolist()
+
+
 def test_tokens_that_sequences_share_reach_the_head_once(
     model: torch.nn.Module, monkeypatch: pytest.MonkeyPatch
 ) -> None:
