@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import tempfile
 
+import pytest
 import torch
 from hypothesis import settings
 
@@ -24,3 +25,11 @@ settings.load_profile("kitchen")
 # not the user's ~/.cache: set before any test reads data, inherited by CLI subprocesses.
 if "KITCHEN_CACHE_DIR" not in os.environ:
     os.environ["KITCHEN_CACHE_DIR"] = tempfile.mkdtemp(prefix="kitchen-test-cache-")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Modules with end-to-end (slow) tests first, otherwise in collected order: under `--dist
+    loadfile` the two workers take whole modules in this order, so the long ones start first and
+    the quick ones fill in at the end (else the suite ends on one long module running alone)."""
+    slow = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow)
