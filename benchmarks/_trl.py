@@ -13,9 +13,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from kitchen.context import Context
-from kitchen.hooks import Hooks
-from kitchen.stage import Stage
+from kitchen.engine.context import Context
+from kitchen.engine.hooks import Hooks
+from kitchen.engine.stage import Stage
 
 
 @dataclass(frozen=True)
@@ -284,9 +284,9 @@ def run_kitchen_recipe(
     """A kitchen run of `recipe_name` on the local cpu backend with the benchmark's shared settings
     (plus the recipe's own `overrides`): its metrics file and its step clock, started at the end
     of `data_stage`."""
-    from kitchen.config import load_config
-    from kitchen.launch import run_recipe
-    from kitchen.recipe import get_recipe
+    from kitchen.engine.config.loading import load_config
+    from kitchen.engine.launch import run_recipe
+    from kitchen.engine.recipe import get_recipe
 
     recipe = get_recipe(recipe_name)
     shared = {

@@ -70,7 +70,7 @@ from benchmarks._trl import (
     trl_arguments,
     trl_step_clock,
 )
-from kitchen.metrics import read_metrics
+from kitchen.engine.runs.metrics import read_metrics
 from recipes.data import shipped_data
 from train_core.preference.datasets import load_comparisons
 from train_core.renderers.messages import Message

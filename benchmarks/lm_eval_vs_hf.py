@@ -59,7 +59,7 @@ def main() -> None:
     import torch
     from lm_eval.tasks import TaskManager
 
-    from kitchen.cli import main as kitchen
+    from kitchen.apps.cli import main as kitchen
 
     torch.set_num_threads(1)
     folder = Path(tempfile.mkdtemp(prefix="lm_eval_vs_hf-"))

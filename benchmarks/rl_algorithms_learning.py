@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kitchen.config import load_config
-from kitchen.launch import run_recipe
-from kitchen.metrics import read_metrics
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.launch import run_recipe
+from kitchen.engine.runs.metrics import read_metrics
 from recipes.math_rl import RECIPE, Config
 
 REWARD = "env/all/reward/total"

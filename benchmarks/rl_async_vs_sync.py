@@ -33,15 +33,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kitchen.config import load_config
-from kitchen.context import Context
-from kitchen.hooks import Hooks
-from kitchen.launch import run_recipe
-from kitchen.metrics import read_metrics
-from kitchen.recipe import Recipe
-from kitchen.rl.settings import RLSettings
-from kitchen.rl.workflow import rl_workflow_for
-from kitchen.stage import Stage
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.context import Context
+from kitchen.engine.hooks import Hooks
+from kitchen.engine.launch import run_recipe
+from kitchen.engine.recipe import Recipe
+from kitchen.engine.runs.metrics import read_metrics
+from kitchen.engine.stage import Stage
+from kitchen.families.rl.settings import RLSettings
+from kitchen.families.rl.workflow import rl_workflow_for
 from recipes.envs.parity import ParityDataset, parity_task
 from train_core.renderers.base import Renderer
 from train_core.rl.task import RLTask

@@ -28,12 +28,12 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from kitchen.context import Context
-from kitchen.logging import make_run_logger
-from kitchen.metrics import MetricsRecorder
-from kitchen.runner import Runner
-from kitchen.stage import Stage
-from kitchen.workflow import Loop, Workflow
+from kitchen.engine.context import Context
+from kitchen.engine.observe.logging import make_run_logger
+from kitchen.engine.runner import Runner
+from kitchen.engine.runs.metrics import MetricsRecorder
+from kitchen.engine.stage import Stage
+from kitchen.engine.workflow import Loop, Workflow
 
 
 class Nothing(Stage):

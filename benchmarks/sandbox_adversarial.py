@@ -22,11 +22,11 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from kitchen.sandbox import Program
-from kitchen.sandbox.bubblewrap import BubblewrapSandbox
-from kitchen.sandbox.local import ResourceLimits
-from kitchen.sandbox.process import ProcessSandbox
 from recipes.envs.code import CodeProblem, grade_code
+from sandbox import Program
+from sandbox.bubblewrap import BubblewrapSandbox
+from sandbox.local import ResourceLimits
+from sandbox.process import ProcessSandbox
 
 PROBLEM = CodeProblem.from_asserts("Write add_three(x).", ["assert add_three(2) == 5", "assert add_three(-3) == 0"])
 

@@ -11,9 +11,9 @@ import sys
 import time
 import warnings
 
-from kitchen.sandbox import Program, Sandbox, bubblewrap_unavailable_reason
-from kitchen.sandbox.bubblewrap import BubblewrapSandbox
-from kitchen.sandbox.process import ProcessSandbox
+from sandbox import Program, Sandbox, bubblewrap_unavailable_reason
+from sandbox.bubblewrap import BubblewrapSandbox
+from sandbox.process import ProcessSandbox
 
 PROGRAM = Program("print(1 + 1)")
 

@@ -1,5 +1,5 @@
 """Peak RSS of an SFT run against the size of its JSONL file: records stream from the file's Arrow
-cache (kitchen.record_cache) and datums are built per batch, so the peak should not grow with the
+cache (kitchen.engine.runs.record_cache) and datums are built per batch, so the peak should not grow with the
 file. Goal: a 1 GB file trains with under 2 GB peak RSS.
 
     PYTHONPATH=. python benchmarks/sft_streaming_rss.py [--sizes-mb 10 100 1000] [--steps 2]
@@ -32,12 +32,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from kitchen.record_cache import CACHE_ENV
+from kitchen.engine.runs.record_cache import CACHE_ENV
 
 CHILD = """
 import os, resource, sys, threading, time
-import kitchen.supervised.stages as stages
-from kitchen.cli import main
+import kitchen.families.supervised.stages as stages
+from kitchen.apps.cli import main
 
 built, stop_after = [0], int(sys.argv[4])
 tokenize = stages._datum

@@ -45,7 +45,7 @@ from benchmarks._trl import (
     trl_arguments,
     trl_step_clock,
 )
-from kitchen.metrics import read_metrics
+from kitchen.engine.runs.metrics import read_metrics
 from recipes.data import shipped_data
 
 DATASET = shipped_data("sl_basic/train.jsonl")

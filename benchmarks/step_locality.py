@@ -26,15 +26,20 @@ import types
 from pathlib import Path
 from typing import Any
 
-from kitchen.config import load_config
-from kitchen.hooks import Hooks
-from kitchen.launch import run_recipe
-from kitchen.recipe import get_recipe
-from kitchen.workflow import Workflow
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.hooks import Hooks
+from kitchen.engine.launch import run_recipe
+from kitchen.engine.recipe import get_recipe
+from kitchen.engine.workflow import Workflow
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ("kitchen", "train_core", "recipes")
-FRAMEWORK = {"kitchen/stage.py", "kitchen/context.py", "kitchen/workflow.py", "kitchen/runner.py"}
+FRAMEWORK = {
+    "kitchen/engine/stage.py",
+    "kitchen/engine/context.py",
+    "kitchen/engine/workflow.py",
+    "kitchen/engine/runner.py",
+}
 
 
 def in_repo(filename: str) -> str | None:

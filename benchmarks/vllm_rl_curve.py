@@ -49,9 +49,9 @@ class Curve:
 
 def run(log_path: Path, sampler: str, seed: int, steps: int) -> Curve:
     """One math_rl run on tiny32 with `sampler`, read back from its metrics."""
-    from kitchen.config import load_config
-    from kitchen.launch import run_recipe
-    from kitchen.metrics import read_metrics
+    from kitchen.engine.config.loading import load_config
+    from kitchen.engine.launch import run_recipe
+    from kitchen.engine.runs.metrics import read_metrics
     from recipes.math_rl import RECIPE, Config
 
     overrides = [

@@ -38,7 +38,7 @@ from adapters.local.backend import LocalBackend
 from adapters.local.vllm_settings import VllmSettings
 from benchmarks._models import model_name
 from benchmarks.sampling_vs_hf import Timer, hf_generate, make_prompts
-from kitchen.ports import SamplingClient
+from kitchen.engine.ports import SamplingClient
 from train_core.types import ModelInput, SamplingParams
 
 

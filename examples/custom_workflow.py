@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import sys
 
-from kitchen.config import load_config
-from kitchen.context import Context
-from kitchen.launch import RunDir, run_recipe
-from kitchen.metrics import read_metrics
-from kitchen.recipe import Recipe
-from kitchen.stage import Stage
-from kitchen.stages.checkpoint import SaveCheckpoint
-from kitchen.stages.setup import CloseBackend, CreateTrainingClient, GetTokenizer
-from kitchen.stages.training import CollectTrainStep, SubmitTrainStep
-from kitchen.supervised.examples import PromptCompletion
-from kitchen.supervised.stages import Batch, GetSupervisedBatch, LoadSupervisedData
-from kitchen.workflow import Loop, Workflow
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.context import Context
+from kitchen.engine.launch import RunDir, run_recipe
+from kitchen.engine.recipe import Recipe
+from kitchen.engine.runs.metrics import read_metrics
+from kitchen.engine.stage import Stage
+from kitchen.engine.workflow import Loop, Workflow
+from kitchen.families.common.checkpoint import SaveCheckpoint
+from kitchen.families.common.setup import CloseBackend, CreateTrainingClient, GetTokenizer
+from kitchen.families.common.training import CollectTrainStep, SubmitTrainStep
+from kitchen.families.supervised.examples import PromptCompletion
+from kitchen.families.supervised.stages import Batch, GetSupervisedBatch, LoadSupervisedData
 from recipes.sl_basic import Config
 from train_core.types import Datum
 

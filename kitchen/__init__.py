@@ -2,7 +2,7 @@
 
 The public surface, importable from `kitchen` itself; everything else is internal and may change
 between minor versions (see CHANGELOG.md). Names load on first use, so `import kitchen` stays
-cheap and a backend adapter importing `kitchen.ports` does not pull in the whole engine.
+cheap and a backend adapter importing `kitchen.engine.ports` does not pull in the whole engine.
 
     from kitchen import Stage, Workflow, Loop, Context, run_recipe, load_config
 
@@ -26,76 +26,89 @@ import importlib
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
+from kitchen import moved
+
+moved.install()
+
 if TYPE_CHECKING:
-    from kitchen.backends import BackendSpec, backend_specs, get_backend_spec, register_backend
-    from kitchen.config import Count, NonNegative, Rate, RunConfig, defaults, load_config
-    from kitchen.context import Context
-    from kitchen.errors import ConfigError, DataError, KitchenError, StageError, WiringError
-    from kitchen.hooks import Hooks
-    from kitchen.launch import RunDir, run_recipe
-    from kitchen.metrics import read_metrics
-    from kitchen.ports import SamplingClient, ServiceBackend, Tokenizer, TrainingClient
-    from kitchen.preference.settings import PreferenceSettings
-    from kitchen.recipe import Recipe, get_recipe, recipe_names
-    from kitchen.rl.settings import RLSettings
-    from kitchen.runner import Runner, StageFailure, run_stage
-    from kitchen.settings import DatasetSettings, OptimizerSettings, OtherModel, RendererSettings
-    from kitchen.stage import Live, Persisted, Stage
-    from kitchen.supervised.settings import ChatSupervisedSettings, SupervisedSettings
-    from kitchen.validation import validate_recipe
-    from kitchen.workflow import ConfigPredicate, Loop, Parallel, When, Workflow, WorkflowBuilder, every, render_tree
+    from kitchen.engine.backends import BackendSpec, backend_specs, get_backend_spec, register_backend
+    from kitchen.engine.config.loading import Count, NonNegative, Rate, RunConfig, defaults, load_config
+    from kitchen.engine.context import Context
+    from kitchen.engine.errors import ConfigError, DataError, KitchenError, StageError, WiringError
+    from kitchen.engine.hooks import Hooks
+    from kitchen.engine.launch import RunDir, run_recipe
+    from kitchen.engine.ports import SamplingClient, ServiceBackend, Tokenizer, TrainingClient
+    from kitchen.engine.recipe import Recipe, get_recipe, recipe_names
+    from kitchen.engine.runner import Runner, StageFailure, run_stage
+    from kitchen.engine.runs.metrics import read_metrics
+    from kitchen.engine.stage import Live, Persisted, Stage
+    from kitchen.engine.validation import validate_recipe
+    from kitchen.engine.workflow import (
+        ConfigPredicate,
+        Loop,
+        Parallel,
+        When,
+        Workflow,
+        WorkflowBuilder,
+        every,
+        render_tree,
+    )
+    from kitchen.families.common.settings import DatasetSettings, OptimizerSettings, OtherModel, RendererSettings
+    from kitchen.families.preference.settings import PreferenceSettings
+    from kitchen.families.rl.settings import RLSettings
+    from kitchen.families.supervised.settings import ChatSupervisedSettings, SupervisedSettings
 
 _EXPORTS: dict[str, str] = {
-    "Stage": "kitchen.stage",
-    "Persisted": "kitchen.stage",
-    "Live": "kitchen.stage",
-    "Workflow": "kitchen.workflow",
-    "Loop": "kitchen.workflow",
-    "When": "kitchen.workflow",
-    "Parallel": "kitchen.workflow",
-    "every": "kitchen.workflow",
-    "ConfigPredicate": "kitchen.workflow",
-    "WorkflowBuilder": "kitchen.workflow",
-    "render_tree": "kitchen.workflow",
-    "Context": "kitchen.context",
-    "Runner": "kitchen.runner",
-    "run_stage": "kitchen.runner",
-    "StageFailure": "kitchen.runner",
-    "Hooks": "kitchen.hooks",
-    "run_recipe": "kitchen.launch",
-    "RunDir": "kitchen.launch",
-    "read_metrics": "kitchen.metrics",
-    "validate_recipe": "kitchen.validation",
-    "Recipe": "kitchen.recipe",
-    "get_recipe": "kitchen.recipe",
-    "recipe_names": "kitchen.recipe",
-    "load_config": "kitchen.config",
-    "defaults": "kitchen.config",
-    "RunConfig": "kitchen.config",
-    "Count": "kitchen.config",
-    "Rate": "kitchen.config",
-    "NonNegative": "kitchen.config",
-    "OptimizerSettings": "kitchen.settings",
-    "RendererSettings": "kitchen.settings",
-    "DatasetSettings": "kitchen.settings",
-    "OtherModel": "kitchen.settings",
-    "SupervisedSettings": "kitchen.supervised.settings",
-    "ChatSupervisedSettings": "kitchen.supervised.settings",
-    "PreferenceSettings": "kitchen.preference.settings",
-    "RLSettings": "kitchen.rl.settings",
-    "ServiceBackend": "kitchen.ports",
-    "TrainingClient": "kitchen.ports",
-    "SamplingClient": "kitchen.ports",
-    "Tokenizer": "kitchen.ports",
-    "BackendSpec": "kitchen.backends",
-    "register_backend": "kitchen.backends",
-    "backend_specs": "kitchen.backends",
-    "get_backend_spec": "kitchen.backends",
-    "KitchenError": "kitchen.errors",
-    "ConfigError": "kitchen.errors",
-    "DataError": "kitchen.errors",
-    "WiringError": "kitchen.errors",
-    "StageError": "kitchen.errors",
+    "Stage": "kitchen.engine.stage",
+    "Persisted": "kitchen.engine.stage",
+    "Live": "kitchen.engine.stage",
+    "Workflow": "kitchen.engine.workflow",
+    "Loop": "kitchen.engine.workflow",
+    "When": "kitchen.engine.workflow",
+    "Parallel": "kitchen.engine.workflow",
+    "every": "kitchen.engine.workflow",
+    "ConfigPredicate": "kitchen.engine.workflow",
+    "WorkflowBuilder": "kitchen.engine.workflow",
+    "render_tree": "kitchen.engine.workflow",
+    "Context": "kitchen.engine.context",
+    "Runner": "kitchen.engine.runner",
+    "run_stage": "kitchen.engine.runner",
+    "StageFailure": "kitchen.engine.runner",
+    "Hooks": "kitchen.engine.hooks",
+    "run_recipe": "kitchen.engine.launch",
+    "RunDir": "kitchen.engine.launch",
+    "read_metrics": "kitchen.engine.runs.metrics",
+    "validate_recipe": "kitchen.engine.validation",
+    "Recipe": "kitchen.engine.recipe",
+    "get_recipe": "kitchen.engine.recipe",
+    "recipe_names": "kitchen.engine.recipe",
+    "load_config": "kitchen.engine.config.loading",
+    "defaults": "kitchen.engine.config.loading",
+    "RunConfig": "kitchen.engine.config.loading",
+    "Count": "kitchen.engine.config.loading",
+    "Rate": "kitchen.engine.config.loading",
+    "NonNegative": "kitchen.engine.config.loading",
+    "OptimizerSettings": "kitchen.families.common.settings",
+    "RendererSettings": "kitchen.families.common.settings",
+    "DatasetSettings": "kitchen.families.common.settings",
+    "OtherModel": "kitchen.families.common.settings",
+    "SupervisedSettings": "kitchen.families.supervised.settings",
+    "ChatSupervisedSettings": "kitchen.families.supervised.settings",
+    "PreferenceSettings": "kitchen.families.preference.settings",
+    "RLSettings": "kitchen.families.rl.settings",
+    "ServiceBackend": "kitchen.engine.ports",
+    "TrainingClient": "kitchen.engine.ports",
+    "SamplingClient": "kitchen.engine.ports",
+    "Tokenizer": "kitchen.engine.ports",
+    "BackendSpec": "kitchen.engine.backends",
+    "register_backend": "kitchen.engine.backends",
+    "backend_specs": "kitchen.engine.backends",
+    "get_backend_spec": "kitchen.engine.backends",
+    "KitchenError": "kitchen.engine.errors",
+    "ConfigError": "kitchen.engine.errors",
+    "DataError": "kitchen.engine.errors",
+    "WiringError": "kitchen.engine.errors",
+    "StageError": "kitchen.engine.errors",
 }
 
 __all__ = [

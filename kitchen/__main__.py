@@ -1,5 +1,5 @@
 import sys
 
-from kitchen.cli import main
+from kitchen.apps.cli import main
 
 sys.exit(main())

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from kitchen.config import defaults
-from kitchen.recipe import Recipe
-from kitchen.renderers import renderer_takes_images
-from kitchen.stages.setup import renderer_name
-from kitchen.supervised.examples import Conversation
-from kitchen.supervised.settings import ChatSupervisedSettings
-from kitchen.supervised.workflow import supervised_workflow
-from kitchen.workflow import Workflow
+from kitchen.engine.config.loading import defaults
+from kitchen.engine.recipe import Recipe
+from kitchen.engine.renderers import renderer_takes_images
+from kitchen.engine.workflow import Workflow
+from kitchen.families.common.setup import renderer_name
+from kitchen.families.supervised.examples import Conversation
+from kitchen.families.supervised.settings import ChatSupervisedSettings
+from kitchen.families.supervised.workflow import supervised_workflow
 from recipes.data import shipped_data
 from train_core.renderers.train_on_what import TrainOnWhat
 

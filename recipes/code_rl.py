@@ -17,14 +17,10 @@ from functools import partial
 
 from pydantic import Field, model_validator
 
-from kitchen.config import Count, defaults
-from kitchen.recipe import Recipe
-from kitchen.rl.settings import RLSettings
-from kitchen.rl.workflow import rl_workflow_for
-from kitchen.sandbox import SandboxKind, make_sandbox
-from kitchen.sandbox.factory import UNSAFE_SANDBOX_SETTING
-from kitchen.sandbox.local import LocalSandbox
-from kitchen.sandbox.process import PROCESS_SANDBOX_WARNING, ProcessSandbox
+from kitchen.engine.config.loading import Count, defaults
+from kitchen.engine.recipe import Recipe
+from kitchen.families.rl.settings import RLSettings
+from kitchen.families.rl.workflow import rl_workflow_for
 from recipes.data import shipped_data
 from recipes.envs.code import (
     CodeDataset,
@@ -34,6 +30,10 @@ from recipes.envs.code import (
     load_code_problems,
     weak_tests_warning,
 )
+from sandbox import SandboxKind, make_sandbox
+from sandbox.factory import UNSAFE_SANDBOX_SETTING
+from sandbox.local import LocalSandbox
+from sandbox.process import PROCESS_SANDBOX_WARNING, ProcessSandbox
 from train_core.renderers.base import Renderer
 from train_core.rl.task import RLTask
 

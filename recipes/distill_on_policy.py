@@ -17,12 +17,12 @@ import random
 
 from pydantic import Field
 
-from kitchen.config import defaults
-from kitchen.datasets import is_hub_name
-from kitchen.distillation.settings import OnPolicyDistillationSettings
-from kitchen.distillation.stages import load_prompts
-from kitchen.distillation.workflow import on_policy_distillation_workflow_for
-from kitchen.recipe import Recipe
+from kitchen.engine.config.loading import defaults
+from kitchen.engine.recipe import Recipe
+from kitchen.engine.runs.datasets import is_hub_name
+from kitchen.families.distillation.settings import OnPolicyDistillationSettings
+from kitchen.families.distillation.stages import load_prompts
+from kitchen.families.distillation.workflow import on_policy_distillation_workflow_for
 from recipes.data import shipped_data
 from recipes.envs.arithmetic import AdditionDemonstrations, Problem, problem_group, question
 from train_core.distillation import CompositeDataset, PromptDataset

@@ -12,10 +12,10 @@ on resume; `generated_dataset=DIR` reuses an earlier run's. Metrics: `eval/nll_i
 
 from __future__ import annotations
 
-from kitchen.config import defaults
-from kitchen.distillation.settings import PromptDistillationSettings
-from kitchen.distillation.workflow import prompt_distillation_workflow
-from kitchen.recipe import Recipe
+from kitchen.engine.config.loading import defaults
+from kitchen.engine.recipe import Recipe
+from kitchen.families.distillation.settings import PromptDistillationSettings
+from kitchen.families.distillation.workflow import prompt_distillation_workflow
 from recipes.data import shipped_data
 
 SYSTEM_PROMPT = (

@@ -9,20 +9,20 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from kitchen.config import defaults
-from kitchen.errors import ConfigError
-from kitchen.preference.reward_model import OpenModelJudge
-from kitchen.preference.settings import PreferenceSettings
-from kitchen.preference.workflow import preference_workflow
-from kitchen.recipe import Recipe
-from kitchen.settings import OtherModel
-from kitchen.stages.setup import OpenOtherModel
-from kitchen.workflow import Workflow
+from kitchen.engine.config.loading import defaults
+from kitchen.engine.errors import ConfigError
+from kitchen.engine.recipe import Recipe
+from kitchen.engine.workflow import Workflow
+from kitchen.families.common.settings import OtherModel
+from kitchen.families.common.setup import OpenOtherModel
+from kitchen.families.preference.reward_model import OpenModelJudge
+from kitchen.families.preference.settings import PreferenceSettings
+from kitchen.families.preference.workflow import preference_workflow
 from recipes.data import shipped_data
 from recipes.judges import check_judge_name, get_judge
 
 PREFERENCE_MODEL = "preference_model"
-"""`win_rate_judge` value naming a learned judge (see `kitchen.completers.PreferenceModelJudge`)."""
+"""`win_rate_judge` value naming a learned judge (see `kitchen.families.common.completers.PreferenceModelJudge`)."""
 
 
 @defaults(

@@ -12,16 +12,16 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from kitchen.eval.generation import Grade, Item, evaluate_generation
-from kitchen.eval.graders import Grader, math_grader
-from kitchen.eval.task import EvalModel, EvalSettings, EvalTask, TaskResult
-from kitchen.sandbox import SandboxKind, make_sandbox
+from kitchen.engine.eval_tasks import EvalModel, EvalSettings, EvalTask, TaskResult
+from kitchen.families.evaluation.generation import Grade, Item, evaluate_generation
+from kitchen.families.evaluation.graders import Grader, math_grader
 from recipes.data import shipped_data
 from recipes.envs.arithmetic import eval_problems, question
 from recipes.envs.code import INSTRUCTION as CODE_INSTRUCTION
 from recipes.envs.code import grade_code, load_code_problems
 from recipes.envs.gsm8k import INSTRUCTION as GSM8K_INSTRUCTION
 from recipes.envs.gsm8k import load_word_problems
+from sandbox import SandboxKind, make_sandbox
 from train_core.renderers.messages import Message
 from train_core.rl.code_grading import extract_code
 

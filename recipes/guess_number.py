@@ -9,10 +9,10 @@ rate over every secret rises from about 0.6 to about 0.8 over the 60 steps.
 
 from __future__ import annotations
 
-from kitchen.config import defaults
-from kitchen.recipe import Recipe
-from kitchen.rl.settings import RLSettings
-from kitchen.rl.workflow import rl_workflow_for
+from kitchen.engine.config.loading import defaults
+from kitchen.engine.recipe import Recipe
+from kitchen.families.rl.settings import RLSettings
+from kitchen.families.rl.workflow import rl_workflow_for
 from recipes.envs.guess_number import ENV, GuessNumberSettings
 from train_core.renderers.base import Renderer
 from train_core.rl.task import RLTask

@@ -1,5 +1,5 @@
 """Judges recipes can name: offline preference models that compare two completions (the
-`kitchen.preference.stages.Judge` protocol), for DPO's win-rate evaluator and other evaluators.
+`kitchen.families.preference.stages.Judge` protocol), for DPO's win-rate evaluator and other evaluators.
 
 A judge answers in [-1, 1]: -1 prefers completion A, +1 prefers B, 0 is a tie. The evaluator
 asks in both orderings, which cancels a judge's position bias (the rule judge here has none, so
@@ -12,8 +12,8 @@ import difflib
 import re
 from collections.abc import Callable, Sequence
 
-from kitchen.errors import ConfigError, DataError
-from kitchen.preference.stages import Judge
+from kitchen.engine.errors import ConfigError, DataError
+from kitchen.families.preference.stages import Judge
 from recipes.data.preference.generate_polite_arithmetic import POLITE_CLOSINGS, RUDE_CLOSINGS
 from train_core.renderers.base import Message
 

@@ -8,11 +8,11 @@ offline on two CPU cores.
 
 from __future__ import annotations
 
-from kitchen.config import defaults
-from kitchen.preference.kto import kto_workflow
-from kitchen.preference.settings import KTOSettings
-from kitchen.recipe import Recipe
-from kitchen.workflow import Workflow
+from kitchen.engine.config.loading import defaults
+from kitchen.engine.recipe import Recipe
+from kitchen.engine.workflow import Workflow
+from kitchen.families.preference.kto import kto_workflow
+from kitchen.families.preference.settings import KTOSettings
 from recipes.data import shipped_data
 
 

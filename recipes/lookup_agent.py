@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 import openai
 from pydantic import Field
 
-from kitchen.config import defaults
-from kitchen.recipe import Recipe
-from kitchen.rl.settings import RLSettings
-from kitchen.rl.workflow import rl_workflow_for
-from kitchen.stages.setup import renderer_name
+from kitchen.engine.config.loading import defaults
+from kitchen.engine.recipe import Recipe
+from kitchen.families.common.setup import renderer_name
+from kitchen.families.rl.settings import RLSettings
+from kitchen.families.rl.workflow import rl_workflow_for
 from recipes.agents.lookup import CORPUS, TOOLS, Corpus, answer
 from train_core.renderers.base import Renderer
 from train_core.renderers.messages import Message, ToolCall
@@ -33,8 +33,10 @@ from train_core.renderers.registry import check_tool_renderer
 from train_core.rl.task import RLTask
 from train_core.rl.types import EnvGroupBuilder, RLDataset
 
-if TYPE_CHECKING:  # kitchen.agents serves over FastAPI and the tinker types: imported when a run builds episodes
-    from kitchen.agents import AgentEndpoint
+if (
+    TYPE_CHECKING
+):  # kitchen.integrations.agents serves over FastAPI and the tinker types: imported when a run builds episodes
+    from kitchen.integrations.agents import AgentEndpoint
 
 QUESTIONS = Path(__file__).resolve().parent / "data" / "lookup" / "questions.jsonl"
 
@@ -115,7 +117,7 @@ class Questions(RLDataset):
         self.agent, self.questions, self.renderer, self.config = agent, questions, renderer, config
 
     def get_batch(self, index: int) -> list[EnvGroupBuilder]:
-        from kitchen.agents import AgentGroupBuilder
+        from kitchen.integrations.agents import AgentGroupBuilder
 
         rng = random.Random(f"lookup/{self.config.seed}/{index}")
         return [
@@ -128,7 +130,7 @@ class Questions(RLDataset):
 
 
 def build_task(config: Config, renderer: Renderer) -> RLTask:
-    from kitchen.agents import AgentGroupBuilder
+    from kitchen.integrations.agents import AgentGroupBuilder
 
     corpus = Corpus.load(CORPUS)
     questions = load_questions()

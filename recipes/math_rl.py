@@ -12,11 +12,11 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from kitchen.config import defaults
-from kitchen.recipe import Recipe
-from kitchen.rl.envs import EnvSpec
-from kitchen.rl.settings import RLSettings
-from kitchen.rl.workflow import rl_workflow_for
+from kitchen.engine.config.loading import defaults
+from kitchen.engine.recipe import Recipe
+from kitchen.families.rl.envs import EnvSpec
+from kitchen.families.rl.settings import RLSettings
+from kitchen.families.rl.workflow import rl_workflow_for
 from recipes.envs import arithmetic, gsm8k
 from train_core.renderers.base import Renderer
 from train_core.rl.task import RLTask

@@ -14,16 +14,16 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from kitchen.config import defaults
-from kitchen.errors import ConfigError
-from kitchen.preference.bradley_terry import OpenRewardModelJudge
-from kitchen.preference.online_dpo import online_dpo_workflow
-from kitchen.preference.reward_model import OpenModelJudge
-from kitchen.preference.settings import OnlineDPOSettings, RewardJudgeSettings
-from kitchen.recipe import Recipe
-from kitchen.settings import OtherModel
-from kitchen.stages.setup import OpenOtherModel
-from kitchen.workflow import Workflow
+from kitchen.engine.config.loading import defaults
+from kitchen.engine.errors import ConfigError
+from kitchen.engine.recipe import Recipe
+from kitchen.engine.workflow import Workflow
+from kitchen.families.common.settings import OtherModel
+from kitchen.families.common.setup import OpenOtherModel
+from kitchen.families.preference.bradley_terry import OpenRewardModelJudge
+from kitchen.families.preference.online_dpo import online_dpo_workflow
+from kitchen.families.preference.reward_model import OpenModelJudge
+from kitchen.families.preference.settings import OnlineDPOSettings, RewardJudgeSettings
 from recipes.data import shipped_data
 from recipes.judges import check_judge_name, get_judge
 

@@ -19,12 +19,12 @@ from typing import Any, overload
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from kitchen.config import config_dir, defaults
-from kitchen.datasets import is_hub_name, load_located_records, prompt_key, prompt_messages
-from kitchen.errors import DataError
-from kitchen.recipe import Recipe
-from kitchen.rl.settings import RLSettings
-from kitchen.rl.workflow import rl_workflow_for
+from kitchen.engine.config.loading import config_dir, defaults
+from kitchen.engine.errors import DataError
+from kitchen.engine.recipe import Recipe
+from kitchen.engine.runs.datasets import is_hub_name, load_located_records, prompt_key, prompt_messages
+from kitchen.families.rl.settings import RLSettings
+from kitchen.families.rl.workflow import rl_workflow_for
 from recipes.data import shipped_data
 from recipes.rewards import Completion, RewardFn, resolve_reward_fns, score_group, weighted_total
 from train_core.renderers.base import Renderer

@@ -33,16 +33,23 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from kitchen.backends import backend_specs
-from kitchen.checkpoints import CheckpointRecord, append_record, finished, read_records, resolve_state_path
-from kitchen.completers import AsyncJudge
-from kitchen.config import Count, defaults
-from kitchen.context import Context
-from kitchen.errors import ConfigError
-from kitchen.hooks import ProgressHook
-from kitchen.launch import run_recipe_async
-from kitchen.ports import ServiceBackend
-from kitchen.preference.reward_model import (
+from kitchen.engine.backends import backend_specs
+from kitchen.engine.config.loading import Count, defaults
+from kitchen.engine.context import Context
+from kitchen.engine.errors import ConfigError
+from kitchen.engine.hooks import ProgressHook
+from kitchen.engine.launch import run_recipe_async
+from kitchen.engine.ports import ServiceBackend
+from kitchen.engine.recipe import Recipe
+from kitchen.engine.runs.checkpoints import CheckpointRecord, append_record, finished, read_records, resolve_state_path
+from kitchen.engine.stage import Stage
+from kitchen.engine.subruns import PhaseBackend
+from kitchen.engine.validation import validate_recipe
+from kitchen.engine.workflow import Node, Workflow
+from kitchen.families.common.completers import AsyncJudge
+from kitchen.families.common.settings import OtherModel, RendererSettings
+from kitchen.families.common.setup import CloseBackend, CreateReferenceClient, OpenOtherModel
+from kitchen.families.preference.reward_model import (
     EvaluatePreferenceModel,
     OpenModelJudge,
     ProvideJudge,
@@ -50,21 +57,14 @@ from kitchen.preference.reward_model import (
     check_comparison_files,
     read_comparisons,
 )
-from kitchen.preference.settings import ComparisonSettings, JudgeEvalSettings, WinRateSettings
-from kitchen.preference.stages import EvaluateWinRate
-from kitchen.recipe import Recipe
-from kitchen.rl.settings import RLSettings
-from kitchen.rl.step import ApplyKLPenalty
-from kitchen.rl.workflow import rl_workflow
-from kitchen.settings import OtherModel, RendererSettings
-from kitchen.stage import Stage
-from kitchen.stages.setup import CloseBackend, CreateReferenceClient, OpenOtherModel
-from kitchen.subruns import PhaseBackend
-from kitchen.supervised.examples import Conversation
-from kitchen.supervised.settings import ChatSupervisedSettings
-from kitchen.supervised.workflow import supervised_workflow
-from kitchen.validation import validate_recipe
-from kitchen.workflow import Node, Workflow
+from kitchen.families.preference.settings import ComparisonSettings, JudgeEvalSettings, WinRateSettings
+from kitchen.families.preference.stages import EvaluateWinRate
+from kitchen.families.rl.settings import RLSettings
+from kitchen.families.rl.step import ApplyKLPenalty
+from kitchen.families.rl.workflow import rl_workflow
+from kitchen.families.supervised.examples import Conversation
+from kitchen.families.supervised.settings import ChatSupervisedSettings
+from kitchen.families.supervised.workflow import supervised_workflow
 from recipes.data import shipped_data
 from recipes.judges import check_judge_name, get_judge
 from train_core.renderers.base import Message, Renderer

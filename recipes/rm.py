@@ -8,11 +8,11 @@ Defaults train the embedded tiny model on the shipped `polite_arithmetic` compar
 
 from __future__ import annotations
 
-from kitchen.config import defaults
-from kitchen.preference.bradley_terry import reward_model_workflow
-from kitchen.preference.settings import RewardModelSettings
-from kitchen.recipe import Recipe
-from kitchen.workflow import Workflow
+from kitchen.engine.config.loading import defaults
+from kitchen.engine.recipe import Recipe
+from kitchen.engine.workflow import Workflow
+from kitchen.families.preference.bradley_terry import reward_model_workflow
+from kitchen.families.preference.settings import RewardModelSettings
 from recipes.data import shipped_data
 
 

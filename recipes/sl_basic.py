@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from kitchen.config import defaults
-from kitchen.recipe import Recipe
-from kitchen.supervised.examples import PromptCompletion
-from kitchen.supervised.settings import SupervisedSettings
-from kitchen.supervised.workflow import supervised_workflow
-from kitchen.workflow import Workflow
+from kitchen.engine.config.loading import defaults
+from kitchen.engine.recipe import Recipe
+from kitchen.engine.workflow import Workflow
+from kitchen.families.supervised.examples import PromptCompletion
+from kitchen.families.supervised.settings import SupervisedSettings
+from kitchen.families.supervised.workflow import supervised_workflow
 from recipes.data import shipped_data
 
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from kitchen.config import defaults
-from kitchen.recipe import Recipe
-from kitchen.rl.settings import RLSettings
-from kitchen.rl.workflow import rl_workflow_for
-from kitchen.stages.setup import renderer_name
+from kitchen.engine.config.loading import defaults
+from kitchen.engine.recipe import Recipe
+from kitchen.families.common.setup import renderer_name
+from kitchen.families.rl.settings import RLSettings
+from kitchen.families.rl.workflow import rl_workflow_for
 from recipes.envs.calculator import calculator_task
 from train_core.renderers.base import Renderer
 from train_core.renderers.registry import check_tool_renderer

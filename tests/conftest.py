@@ -21,7 +21,7 @@ torch.set_num_threads(1)
 settings.register_profile("kitchen", deadline=None)
 settings.load_profile("kitchen")
 
-# The record cache (kitchen.record_cache) of this test session goes under the session's temp dir,
+# The record cache (kitchen.engine.runs.record_cache) of this test session goes under the session's temp dir,
 # not the user's ~/.cache: set before any test reads data, inherited by CLI subprocesses.
 if "KITCHEN_CACHE_DIR" not in os.environ:
     os.environ["KITCHEN_CACHE_DIR"] = tempfile.mkdtemp(prefix="kitchen-test-cache-")

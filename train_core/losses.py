@@ -482,7 +482,7 @@ BUILTIN_LOSS_NAMES: frozenset[str] = frozenset(name for name, spec in LOSS_SPECS
 
 
 def register_loss(spec: LossSpec) -> None:
-    """Add a loss (a plugin's, see `kitchen.plugins`). Registering the same spec again changes
+    """Add a loss (a plugin's, see `kitchen.engine.plugins`). Registering the same spec again changes
     nothing; another spec under a taken name is refused, so a plugin never shadows a built-in.
     A registered loss is never `builtin`: the Tinker service runs only its own."""
     present = LOSS_SPECS.get(spec.name)

@@ -251,7 +251,7 @@ class TokensWithLogprobs:
     stop_reason: StopReason = "stop"
     maybe_versions: list[int] | None = None
     """The policy version that produced each token, where the sampler followed weight updates
-    during the generation (`kitchen.rl.weight_feed`); None: all of them the sampler's own."""
+    during the generation (`kitchen.families.rl.weight_feed`); None: all of them the sampler's own."""
 
     @property
     def logprobs(self) -> list[float]:

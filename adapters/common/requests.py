@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kitchen.errors import ConfigError, DataError
+from kitchen.engine.errors import ConfigError, DataError
 from train_core.types import SamplingParams
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import weakref
 from collections.abc import Sequence
 
-from kitchen.errors import ConfigError
-from kitchen.ports import Tokenizer
+from kitchen.engine.errors import ConfigError
+from kitchen.engine.ports import Tokenizer
 from train_core.types import StopCondition
 
 _MAX_BYTES_PER_CHAR = 4

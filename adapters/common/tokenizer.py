@@ -9,8 +9,8 @@ from typing import cast
 from transformers import AutoTokenizer
 
 from adapters.common.tiny import EMBEDDED_MODELS, TINY_DIR, TINY_VL_MODEL_NAME, VISION_TOKENS
-from kitchen.errors import ConfigError
-from kitchen.ports import Tokenizer
+from kitchen.engine.errors import ConfigError
+from kitchen.engine.ports import Tokenizer
 
 
 def model_dir(base_model: str) -> str:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from adapters.common.requests import check_token_ids
-from kitchen.errors import DataError
+from kitchen.engine.errors import DataError
 from train_core.losses import TARGET_TOKENS, require_inputs
 from train_core.types import Datum, ImageChunk, TensorData, numbers_tensor
 

@@ -18,8 +18,8 @@ from adapters.local.sampling_client import LocalSamplingClient
 from adapters.local.serial_executor import SerialExecutor
 from adapters.local.token_scoring import liger_available
 from adapters.local.training_client import LocalTrainingClient, TrainingOptions
-from kitchen.errors import ConfigError
-from kitchen.ports import SamplingClient, Tokenizer
+from kitchen.engine.errors import ConfigError
+from kitchen.engine.ports import SamplingClient, Tokenizer
 
 if TYPE_CHECKING:
     from adapters.local.distributed import DistributedOptions, DistributedTrainingClient, WorkerPool

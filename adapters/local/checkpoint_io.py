@@ -26,7 +26,7 @@ from typing import Any, Literal
 import torch
 from safetensors.torch import load_file, save_file
 
-from kitchen.errors import ConfigError
+from kitchen.engine.errors import ConfigError
 
 CheckpointKind = Literal["state", "sampler"]
 _METADATA = "metadata.json"

@@ -71,9 +71,9 @@ from adapters.local.training_client import (
     backward_custom_loss,
     microbatches,
 )
-from kitchen.errors import ConfigError, KitchenError
-from kitchen.losses import get_loss_fn
-from kitchen.ports import CustomLossFn, SamplingClient, Tokenizer
+from kitchen.engine.errors import ConfigError, KitchenError
+from kitchen.engine.losses import get_loss_fn
+from kitchen.engine.ports import CustomLossFn, SamplingClient, Tokenizer
 from train_core.losses import TARGET_TOKENS, merge_loss_metrics
 from train_core.types import AdamParams, Datum, ForwardBackwardOutput, OptimStepOutput, TensorData
 

@@ -35,7 +35,7 @@ from adapters.local.checkpoint_io import ModelIdentity, load_keeping_kernel, tra
 from adapters.local.model_loading import LoraOptions, load_model
 from adapters.local.serial_executor import SerialExecutor
 from adapters.local.training_client import LocalTrainingClient, TrainingOptions, make_adamw, microbatches
-from kitchen.losses import get_loss_fn
+from kitchen.engine.losses import get_loss_fn
 from train_core.losses import TARGET_TOKENS, merge_loss_metrics
 from train_core.types import AdamParams, Datum, OptimStepOutput
 

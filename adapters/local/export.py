@@ -20,7 +20,7 @@ from adapters.common.tiny import EMBEDDED_MODELS
 from adapters.common.tokenizer import load_tokenizer
 from adapters.local.checkpoint_io import load_weights, read_identity
 from adapters.local.model_loading import LoraOptions, load_base_model, load_model
-from kitchen.errors import ConfigError
+from kitchen.engine.errors import ConfigError
 
 
 def export_hf(

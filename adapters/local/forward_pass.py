@@ -29,7 +29,7 @@ import torch
 from adapters.common.training_batch import right_pad, row_slots
 from adapters.local.token_scoring import Entropy, LogprobMethod, output_head, score_tokens
 from adapters.local.unpadded_rows import may_run_unpadded, run_unpadded
-from kitchen.ports import Tokenizer
+from kitchen.engine.ports import Tokenizer
 
 MIN_SHARED_PREFIX = 4
 """A sequence joins a prefix tree only when it starts with at least this many of its tokens (fewer

@@ -12,7 +12,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, PretrainedConfig
 
 from adapters.common.tiny import EMBEDDED_MODELS
-from kitchen.errors import ConfigError
+from kitchen.engine.errors import ConfigError
 
 TINY_INIT_SEED = 0
 """An embedded model's weights are a pure function of this seed, so "tiny" names one fixed model

@@ -13,8 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from adapters.common.tiny import EMBEDDED_MODELS
 from adapters.local.vllm_settings import SamplerName, VllmSettings, missing_vllm_problem
-from kitchen.backends import BackendSpec
-from kitchen.ports import ServiceBackend
+from kitchen.engine.backends import BackendSpec
+from kitchen.engine.ports import ServiceBackend
 
 
 class LocalSettings(BaseModel):

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 from adapters.local.serial_executor import SerialExecutor
-from kitchen.errors import ConfigError
+from kitchen.engine.errors import ConfigError
 
 
 @dataclass(frozen=True)

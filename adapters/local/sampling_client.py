@@ -16,8 +16,8 @@ from adapters.local.sampler_pool import ModelLease
 from adapters.local.serial_executor import SerialExecutor
 from adapters.local.token_scoring import LogprobMethod
 from adapters.local.vision import image_token_id
-from kitchen.errors import DataError
-from kitchen.ports import Tokenizer, WeightFeed
+from kitchen.engine.errors import DataError
+from kitchen.engine.ports import Tokenizer, WeightFeed
 from train_core.types import ModelInput, SampleResult, SamplingParams, TokensWithLogprobs
 
 

@@ -42,9 +42,9 @@ from adapters.local.sampling_client import LocalSamplingClient
 from adapters.local.serial_executor import SerialExecutor
 from adapters.local.token_scoring import Entropy, LogprobMethod, output_head
 from adapters.local.vision import image_token_id, is_vision_model, vision_logprobs
-from kitchen.errors import ConfigError, KitchenError
-from kitchen.losses import get_loss_fn
-from kitchen.ports import CustomLossFn, SamplingClient, Tokenizer
+from kitchen.engine.errors import ConfigError, KitchenError
+from kitchen.engine.losses import get_loss_fn
+from kitchen.engine.ports import CustomLossFn, SamplingClient, Tokenizer
 from train_core.losses import TARGET_TOKENS, LossSpec, is_policy_gradient, merge_loss_metrics
 from train_core.types import AdamParams, Datum, ForwardBackwardOutput, OptimStepOutput, TensorData
 

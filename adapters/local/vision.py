@@ -25,8 +25,9 @@ import torch
 
 from adapters.common.stop_matcher import StopMatcher
 from adapters.common.training_batch import right_pad, row_slots
+from adapters.local.token_draw import next_tokens
 from adapters.local.token_scoring import Entropy, logits_scores
-from kitchen.errors import ConfigError, DataError
+from kitchen.engine.errors import ConfigError, DataError
 from train_core.types import ImageChunk, SamplingParams, TokensWithLogprobs
 
 
@@ -163,8 +164,6 @@ def sample_with_images(
     """`num_samples` continuations of one prompt holding images: the prompt (and its images) runs
     once, its KV cache is copied to every sample row, then all rows decode together, each new
     token at the position after the prompt's last multimodal position."""
-    from adapters.local.sampler import next_tokens
-
     batch = vision_inputs(model, [prompt], images, pad_id)
     output = model(**batch.model_kwargs(), use_cache=True, logits_to_keep=1)
     cache = output.past_key_values

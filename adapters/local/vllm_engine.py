@@ -34,7 +34,7 @@ from adapters.local.vllm_protocol import (
     LoraAdapter,
     ScoreRequest,
 )
-from kitchen.errors import ConfigError
+from kitchen.engine.errors import ConfigError
 
 LOG_TAIL_LINES = 30
 """Lines of the engine's log quoted in the error when it dies."""

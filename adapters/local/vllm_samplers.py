@@ -37,8 +37,8 @@ from adapters.local.vllm_engine import BASE_WEIGHTS, EngineProcess, EngineTransp
 from adapters.local.vllm_protocol import EngineInfo, EngineSpec, LoraAdapter
 from adapters.local.vllm_sampling_client import VllmSamplingClient
 from adapters.local.vllm_settings import VllmSettings
-from kitchen.errors import ConfigError
-from kitchen.ports import Tokenizer
+from kitchen.engine.errors import ConfigError
+from kitchen.engine.ports import Tokenizer
 
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 """The adapter rank limits vLLM accepts (`max_lora_rank`); an adapter of any rank up to it runs."""

@@ -24,8 +24,8 @@ from adapters.local.request_batcher import BatchLimits, RequestBatcher
 from adapters.local.serial_executor import SerialExecutor
 from adapters.local.vllm_engine import FullWeights, VllmEngine
 from adapters.local.vllm_protocol import Completion, EngineInfo, GenerateRequest, LoraAdapter, ScoreRequest
-from kitchen.errors import DataError
-from kitchen.ports import Tokenizer
+from kitchen.engine.errors import DataError
+from kitchen.engine.ports import Tokenizer
 from train_core.types import ModelInput, SampleResult, SamplingParams, TokensWithLogprobs
 
 ENGINE_BATCH = BatchLimits(max_sequences=4096, max_tokens=1 << 30)

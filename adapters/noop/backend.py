@@ -18,8 +18,8 @@ from adapters.noop.pseudo_logprobs import PseudoWeights
 from adapters.noop.runtime import NoopRuntime
 from adapters.noop.sampling_client import NoopSamplingClient
 from adapters.noop.training_client import NoopTrainingClient
-from kitchen.errors import KitchenError
-from kitchen.ports import Tokenizer
+from kitchen.engine.errors import KitchenError
+from kitchen.engine.ports import Tokenizer
 
 
 def _check_base_model(base_model: str) -> None:
@@ -28,7 +28,7 @@ def _check_base_model(base_model: str) -> None:
 
 
 class NoopBackend:
-    """Implements `kitchen.ports.ServiceBackend` without a model.
+    """Implements `kitchen.engine.ports.ServiceBackend` without a model.
 
     `seed` fixes every pseudo-logprob and sample; `latency` maps call kinds (see
     `adapters.noop.latency.LATENCY_KINDS`) to seconds slept per call; with `checkpoint_dir`, saves

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 from adapters.noop.pseudo_logprobs import PseudoWeights
-from kitchen.errors import KitchenError
+from kitchen.engine.errors import KitchenError
 
 SCHEME = "noop://"
 SaveKind = Literal["state", "sampler_weights"]

@@ -18,7 +18,7 @@ from transformers import PreTrainedTokenizerBase
 
 from adapters.common.stop_matcher import StopMatcher
 from adapters.noop.pseudo_logprobs import PseudoWeights, advance, hash_ints, token_logprob
-from kitchen.ports import Tokenizer
+from kitchen.engine.ports import Tokenizer
 from train_core.types import TokensWithLogprobs
 
 MEAN_NATURAL_LENGTH = 24

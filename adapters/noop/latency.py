@@ -11,7 +11,7 @@ import asyncio
 import math
 from collections.abc import Mapping
 
-from kitchen.errors import ConfigError
+from kitchen.engine.errors import ConfigError
 
 LATENCY_KINDS: tuple[str, ...] = (
     "create_training_client",

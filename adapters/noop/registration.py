@@ -7,8 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kitchen.backends import BackendSpec
-from kitchen.ports import ServiceBackend
+from kitchen.engine.backends import BackendSpec
+from kitchen.engine.ports import ServiceBackend
 
 
 class NoopSettings(BaseModel):

@@ -22,8 +22,8 @@ from adapters.noop.completion import (
 )
 from adapters.noop.pseudo_logprobs import PseudoWeights, hash_ints, prompt_logprobs
 from adapters.noop.runtime import NOOP_IMAGE_TOKEN, NoopRuntime, tiny_tokenizer, tiny_vocab_ids, vocab_size
-from kitchen.errors import DataError
-from kitchen.ports import WeightFeed
+from kitchen.engine.errors import DataError
+from kitchen.engine.ports import WeightFeed
 from train_core.types import ModelInput, SampleResult, SamplingParams, StopCondition, TokensWithLogprobs
 
 _SEEDED, _UNSEEDED = 1, 0  # keep explicit seeds and call counters from ever colliding

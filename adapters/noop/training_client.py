@@ -23,9 +23,9 @@ from adapters.noop.pseudo_logprobs import PseudoWeights, target_logprobs_BL
 from adapters.noop.runtime import NOOP_IMAGE_TOKEN, NoopRuntime, vocab_size
 from adapters.noop.sampling_client import NoopSamplingClient
 from adapters.noop.serial_queue import SerialQueue
-from kitchen.errors import KitchenError
-from kitchen.losses import get_loss_fn
-from kitchen.ports import CustomLossFn, Tokenizer
+from kitchen.engine.errors import KitchenError
+from kitchen.engine.losses import get_loss_fn
+from kitchen.engine.ports import CustomLossFn, Tokenizer
 from train_core.losses import TARGET_TOKENS, LossSpec
 from train_core.types import AdamParams, Datum, ForwardBackwardOutput, OptimStepOutput, TensorData
 

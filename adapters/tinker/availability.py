@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import os
 
-from kitchen.errors import ConfigError
+from kitchen.engine.errors import ConfigError
 
 API_KEY_ENV = "TINKER_API_KEY"
 INSTALL_HINT = "pip install 'kitchen[tinker]'"

@@ -22,8 +22,8 @@ from adapters.tinker.retry import RetryPolicy, with_retries
 from adapters.tinker.sampling_client import TinkerSamplingClient
 from adapters.tinker.sdk_surface import SdkFuture, SdkServiceClient, SdkTrainingClient
 from adapters.tinker.training_client import TinkerTrainingClient
-from kitchen.errors import ConfigError
-from kitchen.ports import Tokenizer
+from kitchen.engine.errors import ConfigError
+from kitchen.engine.ports import Tokenizer
 
 LORA_ONLY_MESSAGE = (
     "lora_rank: the Tinker service trains LoRA adapters only; set lora_rank (for example "

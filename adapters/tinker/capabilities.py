@@ -1,7 +1,7 @@
 """What the tinker backend supports, for `kitchen validate RECIPE backend=tinker` (no network, no SDK);
 its registration hands these to kitchen's backend registry.
 
-Calls are named `<Port>.<method>` after the protocols in `kitchen.ports`. The service runs every
+Calls are named `<Port>.<method>` after the protocols in `kitchen.engine.ports`. The service runs every
 port call; what it does not do is full fine-tuning, so a training client needs `lora_rank`.
 """
 

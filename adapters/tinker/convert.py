@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from tinker import types as sdk
 
-from kitchen.errors import KitchenError
+from kitchen.engine.errors import KitchenError
 from train_core.types import (
     AdamParams,
     Datum,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import NoReturn
 
 from adapters.tinker.redaction import Redactor
-from kitchen.errors import StageError
+from kitchen.engine.errors import StageError
 
 
 class TinkerCallError(StageError):

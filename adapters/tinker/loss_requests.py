@@ -12,8 +12,8 @@ from typing import TypeGuard, get_args
 
 from tinker import types as sdk
 
-from kitchen.errors import ConfigError, DataError
-from kitchen.losses import get_loss_fn
+from kitchen.engine.errors import ConfigError, DataError
+from kitchen.engine.losses import get_loss_fn
 from train_core.losses import TARGET_TOKENS, require_inputs
 from train_core.types import Datum
 

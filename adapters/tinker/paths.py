@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kitchen.errors import ConfigError
+from kitchen.engine.errors import ConfigError
 
 TINKER_SCHEME = "tinker://"
 

@@ -49,7 +49,7 @@ class _ResponseWatch(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         # Read from the formatted message, never `record.args`: kitchen's secret redaction
-        # (kitchen.secrets) formats every record at creation and drops its args.
+        # (kitchen.engine.secrets) formats every record at creation and drops its args.
         message = record.getMessage()
         with self._lock:
             if response := _RESPONSE.match(message):

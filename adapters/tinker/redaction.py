@@ -1,4 +1,4 @@
-"""Keeping the API key out of every message: the adapter's view of `kitchen.secrets`.
+"""Keeping the API key out of every message: the adapter's view of `kitchen.engine.secrets`.
 
 The key given here is registered with kitchen's one redaction filter, which also covers every
 `*_API_KEY` / `*_TOKEN` environment variable and credentials in URLs.
@@ -6,7 +6,7 @@ The key given here is registered with kitchen's one redaction filter, which also
 
 from __future__ import annotations
 
-from kitchen import secrets
+from kitchen.engine import secrets
 
 REDACTED = secrets.REDACTED
 

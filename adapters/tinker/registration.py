@@ -9,8 +9,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from adapters.tinker import capabilities
-from kitchen.backends import BackendSpec
-from kitchen.ports import ServiceBackend
+from kitchen.engine.backends import BackendSpec
+from kitchen.engine.ports import ServiceBackend
 
 
 class TinkerSettings(BaseModel):

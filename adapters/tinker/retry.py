@@ -20,7 +20,7 @@ from tinker.lib.retry_handler import RetryConfig, is_retryable_status_code
 from adapters.tinker.errors import raise_call_error
 from adapters.tinker.progress import log
 from adapters.tinker.redaction import Redactor
-from kitchen.errors import ConfigError
+from kitchen.engine.errors import ConfigError
 
 T = TypeVar("T")
 

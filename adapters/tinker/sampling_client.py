@@ -12,7 +12,7 @@ from adapters.tinker.convert import (
 from adapters.tinker.redaction import Redactor
 from adapters.tinker.retry import RetryPolicy
 from adapters.tinker.sdk_surface import SdkSamplingClient
-from kitchen.errors import DataError
+from kitchen.engine.errors import DataError
 from train_core.types import ModelInput, SampleResult, SamplingParams
 
 

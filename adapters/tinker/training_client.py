@@ -26,7 +26,7 @@ from adapters.tinker.redaction import Redactor
 from adapters.tinker.retry import RetryPolicy
 from adapters.tinker.sampling_client import TinkerSamplingClient
 from adapters.tinker.sdk_surface import SdkFuture, SdkLossCall, SdkSamplingClient, SdkTrainingClient
-from kitchen.ports import CustomLossFn, Tokenizer
+from kitchen.engine.ports import CustomLossFn, Tokenizer
 from train_core.types import AdamParams, Datum, ForwardBackwardOutput, OptimStepOutput
 
 

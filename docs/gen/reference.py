@@ -42,7 +42,7 @@ def _code(text: str) -> str:
 
 def _field_at(model: type[BaseModel], dotted: str) -> FieldInfo | None:
     """The pydantic field of a dotted config key (`local.vllm.dtype`)."""
-    from kitchen.cli_tools import config_sections
+    from kitchen.apps.cli_tools import config_sections
 
     head, _, rest = dotted.partition(".")
     info = model.model_fields.get(head)
@@ -80,8 +80,8 @@ def _readers(recipe: Any) -> dict[str, str]:
     """Top-level config key -> who reads it, over the recipe's default config and its shipped
     configs (each may build another workflow shape): the stages by name, or, when many stages
     share the settings model that holds it, how many and which models."""
-    from kitchen.config import load_config
-    from kitchen.recipe import shipped_configs
+    from kitchen.engine.config.loading import load_config
+    from kitchen.engine.recipe import shipped_configs
 
     readers: dict[str, set[str]] = defaultdict(set)
     models: dict[str, set[str]] = defaultdict(set)
@@ -121,8 +121,8 @@ def _default(text: str) -> str:
 def config_rows(recipe_name: str) -> list[dict[str, str]]:
     """One row per key `kitchen keys RECIPE` prints: key, type, default, bounds, description and
     the stages that read it."""
-    from kitchen.cli_tools import config_keys
-    from kitchen.recipe import get_recipe
+    from kitchen.apps.cli_tools import config_keys
+    from kitchen.engine.recipe import get_recipe
 
     recipe = get_recipe(recipe_name)
     readers = _readers(recipe)
@@ -167,7 +167,7 @@ def _table(rows: list[dict[str, str]], read_by: bool) -> list[str]:
 
 def config_reference() -> str:
     """Every recipe's keys (without the backend sections, listed once at the end)."""
-    from kitchen.recipe import get_recipe, recipe_names
+    from kitchen.engine.recipe import get_recipe, recipe_names
 
     lines: list[str] = []
     backend_rows: dict[str, dict[str, str]] = {}
@@ -234,7 +234,7 @@ def _argument_rows(parser: argparse.ArgumentParser) -> list[str]:
 
 def cli_reference() -> str:
     """Every `kitchen` subcommand: its usage line, help and arguments."""
-    from kitchen.cli import build_parser
+    from kitchen.apps.cli import build_parser
 
     parser = build_parser()
     lines = [f"`kitchen`: {parser.description}.", "", "| argument | default | meaning |", "| --- | --- | --- |"]
@@ -352,8 +352,8 @@ def error_index() -> str:
 
 
 def _flatten(nodes: Any, condition: str = "") -> Iterator[tuple[Any, str]]:
-    from kitchen.stage import Stage
-    from kitchen.workflow import Loop, Parallel, When
+    from kitchen.engine.stage import Stage
+    from kitchen.engine.workflow import Loop, Parallel, When
 
     for node in nodes:
         if isinstance(node, Stage):
@@ -371,9 +371,9 @@ def rl_step_dataflow(recipe_name: str = "math_rl") -> str:
     """A mermaid flowchart of the step loop of `kitchen show RECIPE`: one node per stage (dashed
     when it runs only sometimes), one edge per state key from its last writer to each reader;
     keys written before the loop come from a `setup` node."""
-    from kitchen.config import load_config
-    from kitchen.recipe import get_recipe
-    from kitchen.workflow import Loop
+    from kitchen.engine.config.loading import load_config
+    from kitchen.engine.recipe import get_recipe
+    from kitchen.engine.workflow import Loop
 
     recipe = get_recipe(recipe_name)
     workflow = recipe.workflow(load_config(recipe.config_cls, None, []))

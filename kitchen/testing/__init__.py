@@ -24,15 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kitchen.backends import make_backend
-from kitchen.checkpoints import CheckpointRecord, read_records
-from kitchen.config import RunConfig, load_config
-from kitchen.hooks import Hooks
-from kitchen.launch import run_recipe
-from kitchen.metrics import read_metrics
-from kitchen.ports import ServiceBackend
-from kitchen.recipe import Recipe, get_recipe
-from kitchen.workflow import Workflow
+from kitchen.engine.backends import make_backend
+from kitchen.engine.config.loading import RunConfig, load_config
+from kitchen.engine.hooks import Hooks
+from kitchen.engine.launch import run_recipe
+from kitchen.engine.ports import ServiceBackend
+from kitchen.engine.recipe import Recipe, get_recipe
+from kitchen.engine.runs.checkpoints import CheckpointRecord, read_records
+from kitchen.engine.runs.metrics import read_metrics
+from kitchen.engine.workflow import Workflow
 
 Target = str | Recipe | Workflow | Callable[[Any], Workflow]
 """A recipe name or file, a `Recipe`, a `Workflow`, or a function of the config that builds one."""

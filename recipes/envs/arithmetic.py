@@ -12,8 +12,8 @@ from functools import partial
 
 from pydantic import Field
 
-from kitchen.rl.envs import EnvSpec
-from kitchen.rl.settings import RLSettings
+from kitchen.families.rl.envs import EnvSpec
+from kitchen.families.rl.settings import RLSettings
 from recipes.envs.settings import ProblemSettings
 from train_core.renderers.base import Renderer
 from train_core.renderers.messages import Message

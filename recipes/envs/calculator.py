@@ -20,7 +20,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kitchen.tools import Toolbox, ToolUseEnv, tool
+from kitchen.integrations.tools import Toolbox, ToolUseEnv, tool
 from train_core.renderers.base import Renderer
 from train_core.renderers.messages import Message, ToolCall
 from train_core.rl.math_grading import extract_last_number

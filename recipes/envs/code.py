@@ -22,9 +22,9 @@ from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
-from kitchen.datasets import build_all
-from kitchen.errors import DataError
-from kitchen.sandbox import Program, Sandbox, SandboxUnavailableError
+from kitchen.engine.errors import DataError
+from kitchen.engine.runs.datasets import build_all
+from sandbox import Program, Sandbox, SandboxUnavailableError
 from train_core.errors import InvalidInputError
 from train_core.renderers.base import Renderer
 from train_core.renderers.messages import Message

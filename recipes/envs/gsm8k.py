@@ -13,10 +13,10 @@ from typing import Any
 
 from pydantic import Field
 
-from kitchen.datasets import build_all
-from kitchen.errors import DataError
-from kitchen.rl.envs import EnvSpec
-from kitchen.rl.settings import RLSettings
+from kitchen.engine.errors import DataError
+from kitchen.engine.runs.datasets import build_all
+from kitchen.families.rl.envs import EnvSpec
+from kitchen.families.rl.settings import RLSettings
 from recipes.data import shipped_data
 from recipes.envs.settings import ProblemSettings
 from train_core.renderers.base import Renderer

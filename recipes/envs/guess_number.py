@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
-from kitchen.rl.envs import EnvSettings, EnvSpec
-from kitchen.rl.settings import RLSettings
+from kitchen.families.rl.envs import EnvSettings, EnvSpec
+from kitchen.families.rl.settings import RLSettings
 from train_core.renderers.base import Renderer
 from train_core.renderers.messages import Message
 from train_core.rl.math_grading import extract_last_number

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kitchen.callables import import_callable
-from kitchen.errors import ConfigError, DataError
-from kitchen.rewards import REWARDS, RewardCallable
+from kitchen.engine.callables import import_callable
+from kitchen.engine.errors import ConfigError, DataError
+from kitchen.engine.rewards import REWARDS, RewardCallable
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class RewardFn:
 def resolve_reward_fn(spec: str, config_dir: Path | None = None) -> RewardFn:
     """The callable `spec` names: a reward function registered under that name, or a
     `module:function` whose module is looked for beside the config file (`config_dir`) and in the
-    working directory when it is not importable as it is (`kitchen.callables`); a ValueError (a
+    working directory when it is not importable as it is (`kitchen.engine.callables`); a ValueError (a
     config error) saying what is wrong otherwise."""
     if ":" not in spec:
         try:

@@ -18,7 +18,7 @@ from transformers import PreTrainedTokenizerFast
 from adapters.common.stop_matcher import StopMatcher
 from adapters.common.tiny import TINY_MODEL_NAME
 from adapters.common.tokenizer import load_tokenizer
-from kitchen.ports import Tokenizer
+from kitchen.engine.ports import Tokenizer
 
 TINY = load_tokenizer(TINY_MODEL_NAME)
 TINY_IDS = TINY.encode("The cat sat. Ünïcødé → ok!\n\nUser: 12 + 30 = 42, é 中文 ", add_special_tokens=False)

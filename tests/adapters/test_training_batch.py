@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from adapters.common.training_batch import build_training_batch, right_pad
-from kitchen.errors import DataError
+from kitchen.engine.errors import DataError
 from train_core.supervised import datum_from_tokens_weights
 from train_core.types import Datum, TensorData
 

@@ -11,19 +11,19 @@ from pathlib import Path
 import pytest
 from pydantic import Field
 
-from kitchen.cli import main
-from kitchen.config import load_config
-from kitchen.errors import WiringError
-from kitchen.launch import run_recipe
-from kitchen.preference.workflow import preference_workflow
-from kitchen.recipe import Recipe
-from kitchen.rl.settings import RLSettings
-from kitchen.rl.workflow import rl_workflow_for
-from kitchen.settings import DatasetSettings, OptimizerSettings, RendererSettings
-from kitchen.supervised.examples import PromptCompletion
-from kitchen.supervised.settings import SupervisedSettings
-from kitchen.supervised.workflow import supervised_workflow
-from kitchen.validation import validate_recipe
+from kitchen.apps.cli import main
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.errors import WiringError
+from kitchen.engine.launch import run_recipe
+from kitchen.engine.recipe import Recipe
+from kitchen.engine.validation import validate_recipe
+from kitchen.families.common.settings import DatasetSettings, OptimizerSettings, RendererSettings
+from kitchen.families.preference.workflow import preference_workflow
+from kitchen.families.rl.settings import RLSettings
+from kitchen.families.rl.workflow import rl_workflow_for
+from kitchen.families.supervised.examples import PromptCompletion
+from kitchen.families.supervised.settings import SupervisedSettings
+from kitchen.families.supervised.workflow import supervised_workflow
 from recipes.math_rl import build_task
 
 
@@ -104,7 +104,7 @@ def test_predicates_declare_the_keys_they_read() -> None:
 
 
 def test_every_shipped_recipe_declares_only_keys_its_config_has() -> None:
-    from kitchen.recipe import get_recipe, recipe_names
+    from kitchen.engine.recipe import get_recipe, recipe_names
 
     for name in recipe_names():
         recipe = get_recipe(name)
@@ -145,7 +145,7 @@ class Tuned(RLSettings):
 
 
 def test_defaults_override_inherited_keys_keeping_their_bounds_and_description() -> None:
-    from kitchen.config import defaults
+    from kitchen.engine.config.loading import defaults
 
     tuned: type[Tuned] = defaults(learning_rate=0.25, groups_per_batch=3)(type("TunedAgain", (Tuned,), {}))
     assert tuned().learning_rate == 0.25 and tuned().groups_per_batch == 3 and Tuned().groups_per_batch == 16
@@ -168,14 +168,14 @@ def test_defaults_override_inherited_keys_keeping_their_bounds_and_description()
     ],
 )
 def test_a_moved_key_names_its_new_place(override: str, moved_to: str) -> None:
-    from kitchen.errors import ConfigError
+    from kitchen.engine.errors import ConfigError
 
     with pytest.raises(ConfigError, match=f"has moved: set '{moved_to}"):
         load_config(Tuned, None, [override])
 
 
 def test_a_moved_key_in_yaml_names_file_and_line(tmp_path: Path) -> None:
-    from kitchen.errors import ConfigError
+    from kitchen.engine.errors import ConfigError
 
     path = tmp_path / "old.yaml"
     path.write_text("seed: 1\nasync_config:\n  max_steps_off_policy: 1\n  groups_per_batch: 8\n")

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from kitchen.backends import BACKENDS
-from kitchen.losses import LOSSES
-from kitchen.plugins import ExtensionPoint
-from kitchen.recipe import RECIPES
-from kitchen.renderers import RENDERERS
-from kitchen.rewards import REWARDS
-from kitchen.rl.envs import ENVS
+from kitchen.engine.backends import BACKENDS
+from kitchen.engine.losses import LOSSES
+from kitchen.engine.plugins import ExtensionPoint
+from kitchen.engine.recipe import RECIPES
+from kitchen.engine.renderers import RENDERERS
+from kitchen.engine.rewards import REWARDS
+from kitchen.families.rl.envs import ENVS
 from tests.testing.distributions import run_python, write_distribution
 from train_core.losses import LOSS_SPECS
 from train_core.renderers.registry import BUILTIN_RENDERERS
@@ -62,11 +62,11 @@ PLUGIN = textwrap.dedent(
 
     from pydantic import Field
 
-    from kitchen.rl.envs import EnvSettings, EnvSpec
+    from kitchen.families.rl.envs import EnvSettings, EnvSpec
 
-    from kitchen.recipe import Recipe
-    from kitchen.supervised.examples import PromptCompletion
-    from kitchen.supervised.workflow import supervised_workflow
+    from kitchen.engine.recipe import Recipe
+    from kitchen.families.supervised.examples import PromptCompletion
+    from kitchen.families.supervised.workflow import supervised_workflow
     from recipes.envs.guess_number import guess_number_task
     from recipes.sl_basic import Config
     from train_core.losses import LossSpec, importance_sampling
@@ -106,7 +106,7 @@ PLUGIN = textwrap.dedent(
 CHECKS = textwrap.dedent(
     """
     import json
-    from kitchen.cli import main
+    from kitchen.apps.cli import main
 
     results = {}
     for name, argv in {
@@ -158,7 +158,7 @@ def test_a_throwaway_distribution_adds_a_recipe_a_loss_a_renderer_an_env_and_a_r
     assert "plugin_sl" in result.stdout and "sl_basic, from a plugin" in result.stdout
     assert (tmp_path / "run" / "checkpoints.jsonl").exists()
     # the Tinker service has no built-in 'halved_is': the RL update sends it through
-    # forward_backward_custom there, so validate accepts it (kitchen.rl.policy_update)
+    # forward_backward_custom there, so validate accepts it (kitchen.families.rl.policy_update)
     assert (tmp_path / "env_run" / "checkpoints.jsonl").exists()
     assert "env_args.sides: Input should be greater than or equal to 2" in result.stderr
     assert result.stderr.count("kitchen: error") == 1

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-import kitchen.rl.stream
-from kitchen.config import load_config
-from kitchen.rl.step import ApplyKLPenalty, AssembleData, ComputeAdvantages
-from kitchen.rl.workflow import rl_workflow
-from kitchen.stage import Stage
-from kitchen.workflow import When
+import kitchen.families.rl.stream
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.stage import Stage
+from kitchen.engine.workflow import When
+from kitchen.families.rl.step import ApplyKLPenalty, AssembleData, ComputeAdvantages
+from kitchen.families.rl.workflow import rl_workflow
 from tests.rl_workflow.runs import run_toy
 from tests.rl_workflow.toy_task import TOY_RECIPE, ToyConfig, build_task
 
@@ -52,7 +52,7 @@ def test_every_mode_runs_the_same_update_stages_and_slots(mode: str) -> None:
 
 def test_stream_mode_holds_no_update_math_of_its_own() -> None:
     """The stream stages call no advantage, assembly or KL function: the shared stages do that."""
-    tree = ast.parse(inspect.getsource(kitchen.rl.stream))
+    tree = ast.parse(inspect.getsource(kitchen.families.rl.stream))
     names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
     names |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names}
     forbidden = {

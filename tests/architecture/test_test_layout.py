@@ -26,3 +26,12 @@ def test_no_test_folder_is_named_like_a_probed_package() -> None:
     probed = probed_top_level_modules()
     clashes = sorted(str(path.relative_to(TESTS)) for path in TESTS.rglob("*") if path.is_dir() and path.name in probed)
     assert clashes == [], f"rename these test folders, they shadow optional packages: {clashes}"
+
+
+def test_no_test_package_is_named_like_a_package_of_this_repository() -> None:
+    """A test folder with an `__init__.py` is imported under its own name: `tests/sandbox/` made
+    `import sandbox` load the tests instead of the sandbox package."""
+    ours = {path.parent.name for path in TESTS.parent.glob("*/__init__.py")}
+    assert {"kitchen", "train_core", "adapters", "recipes", "sandbox"} <= ours
+    clashes = sorted(str(p.parent.relative_to(TESTS)) for p in TESTS.rglob("__init__.py") if p.parent.name in ours)
+    assert clashes == [], f"rename these test packages, they shadow the repository's own: {clashes}"

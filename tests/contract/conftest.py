@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from adapters.noop import NoopBackend
-from kitchen.ports import ServiceBackend
+from kitchen.engine.ports import ServiceBackend
 
 if TYPE_CHECKING:
     from adapters.local.distributed import WorkerPool

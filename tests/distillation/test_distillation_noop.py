@@ -12,14 +12,14 @@ from transformers import AutoTokenizer
 
 from adapters.common.tiny import TINY_DIR
 from adapters.noop import NoopBackend
-from kitchen.checkpoints import read_records
-from kitchen.config import load_config
-from kitchen.errors import ConfigError
-from kitchen.launch import run_recipe
-from kitchen.metrics import read_metrics
-from kitchen.ports import Tokenizer
-from kitchen.recipe import get_recipe
-from kitchen.runner import StageFailure
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.errors import ConfigError
+from kitchen.engine.launch import run_recipe
+from kitchen.engine.ports import Tokenizer
+from kitchen.engine.recipe import get_recipe
+from kitchen.engine.runner import StageFailure
+from kitchen.engine.runs.checkpoints import read_records
+from kitchen.engine.runs.metrics import read_metrics
 from recipes.data import shipped_data
 from tests.rl_workflow.runs import CrashAfterStep, without_times
 

@@ -88,7 +88,7 @@ def run_command(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     runs in bash."""
     argv = shlex.split(command)
     if argv[0] in ("kitchen", ".venv/bin/kitchen"):
-        from kitchen.cli import main
+        from kitchen.apps.cli import main
 
         def call() -> int:
             return main(argv[1:])

@@ -12,9 +12,9 @@ import pytest
 
 import kitchen
 from docs.gen import hooks, reference
-from kitchen.cli import build_parser
-from kitchen.cli_tools import config_keys, format_keys
-from kitchen.recipe import get_recipe, recipe_names
+from kitchen.apps.cli import build_parser
+from kitchen.apps.cli_tools import config_keys, format_keys
+from kitchen.engine.recipe import get_recipe, recipe_names
 from tests.helpers import REPO
 
 DOCS = REPO / "docs"
@@ -98,7 +98,7 @@ def test_api_reference_documents_every_public_name_at_its_module() -> None:
 def test_every_error_class_is_indexed_and_has_a_troubleshooting_section() -> None:
     classes = {row["name"]: row for row in reference.error_classes()}
     assert {"ConfigError", "DataError", "WiringError", "StageError", "RunDirError", "TinkerCallError"} <= set(classes)
-    assert "kitchen.workflow" in classes["WiringError"]["raised_in"]
+    assert "kitchen.engine.workflow" in classes["WiringError"]["raised_in"]
     prose = (DOCS / "reference" / "troubleshooting.md").read_text()
     missing = [name for name in classes if f"\n### {name}\n" not in prose]
     assert missing == [], f"explain these errors in docs/reference/troubleshooting.md: {missing}"

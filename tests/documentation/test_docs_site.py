@@ -18,5 +18,5 @@ def test_kitchen_docs_builds_the_site_strictly(tmp_path: Path) -> None:
     config = (tmp_path / "site" / "reference" / "config" / "index.html").read_text()
     assert "local.vllm.gpu_memory_utilization" in config and "sl_basic" in config
     api = (tmp_path / "site" / "reference" / "api" / "index.html").read_text()
-    assert 'id="kitchen.stage.Stage"' in api
+    assert 'id="kitchen.engine.stage.Stage"' in api
     assert 'class="mermaid"' in (tmp_path / "site" / "explanation" / "concepts" / "index.html").read_text()

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from kitchen.config import load_config
-from kitchen.launch import run_recipe
-from kitchen.metrics import read_metrics
-from kitchen.recipe import get_recipe
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.launch import run_recipe
+from kitchen.engine.recipe import get_recipe
+from kitchen.engine.runs.metrics import read_metrics
 from tests.train_core.renderers.renderer_cases import NEWER_FAMILIES
 from train_core.renderers.registry import renderer_names
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kitchen.metrics import read_metrics
+from kitchen.engine.runs.metrics import read_metrics
 from tests.helpers import run_cli
 
 

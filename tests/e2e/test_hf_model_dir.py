@@ -10,10 +10,10 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from adapters.common.tiny import TINY_DIR
-from kitchen.config import load_config
-from kitchen.launch import run_recipe
-from kitchen.metrics import read_metrics
-from kitchen.recipe import get_recipe
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.launch import run_recipe
+from kitchen.engine.recipe import get_recipe
+from kitchen.engine.runs.metrics import read_metrics
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from kitchen.checkpoints import read_records
-from kitchen.metrics import read_metrics
+from kitchen.engine.runs.checkpoints import read_records
+from kitchen.engine.runs.metrics import read_metrics
 from tests.helpers import REPO, run_cli
 
 ARGS = ["max_steps=30", "save_every=5", "eval_every=10", "batch_size=16", "max_length=64", "learning_rate=3e-3"]

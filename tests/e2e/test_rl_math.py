@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kitchen.checkpoints import read_records
-from kitchen.metrics import read_metrics
+from kitchen.engine.runs.checkpoints import read_records
+from kitchen.engine.runs.metrics import read_metrics
 from tests.helpers import run_cli
 
 

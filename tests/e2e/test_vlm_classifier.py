@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kitchen.metrics import read_metrics
+from kitchen.engine.runs.metrics import read_metrics
 from recipes.data import shipped_data
 from tests.helpers import run_cli
 

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from kitchen.config import load_config
-from kitchen.errors import ConfigError
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.errors import ConfigError
 from recipes.env_rl import Config
 
 

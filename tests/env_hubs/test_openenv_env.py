@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from kitchen.errors import ConfigError
+from kitchen.engine.errors import ConfigError
 from kitchen.testing import run_on_noop
 from recipes.env_rl import RECIPE
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from kitchen.errors import ConfigError
-from kitchen.hooks import Hooks
+from kitchen.engine.errors import ConfigError
+from kitchen.engine.hooks import Hooks
 from kitchen.testing import run_on_noop
 from recipes.env_rl import RECIPE
 from tests.tool_use.test_openai_agent import Captured, check_trained_equals_sampled

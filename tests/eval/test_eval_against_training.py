@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from kitchen.cli import main
-from kitchen.config import load_config
-from kitchen.launch import run_recipe
-from kitchen.recipe import get_recipe
+from kitchen.apps.cli import main
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.launch import run_recipe
+from kitchen.engine.recipe import get_recipe
 from recipes.data import shipped_data
 
 pytestmark = pytest.mark.slow

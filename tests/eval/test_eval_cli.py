@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from kitchen import backends
-from kitchen.backends import BackendSpec, backend_specs
-from kitchen.cli import main
+from kitchen.apps.cli import main
+from kitchen.engine import backends
+from kitchen.engine.backends import BackendSpec, backend_specs
 
 
 def run_eval(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

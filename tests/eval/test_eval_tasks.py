@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from kitchen.errors import ConfigError
-from kitchen.eval.command import plan_tasks
-from kitchen.eval.generation import Grade, Item, item_seed, summarise
-from kitchen.eval.graders import GraderError, as_grade, resolve_grader
-from kitchen.eval.registry import eval_tasks, graders
+from kitchen.apps.eval.command import plan_tasks
+from kitchen.engine.errors import ConfigError
+from kitchen.engine.eval_tasks import eval_tasks, graders
+from kitchen.families.evaluation.generation import Grade, Item, item_seed, summarise
+from kitchen.families.evaluation.graders import GraderError, as_grade, resolve_grader
 
 SHARED = {"limit": None, "samples": None, "seed": None, "temperature": None, "max_tokens": None}
 

@@ -11,19 +11,19 @@ from typing import Any
 
 import pytest
 
-from kitchen.best_checkpoint import BEST_FILE
-from kitchen.checkpoints import read_records
-from kitchen.cli import main
-from kitchen.config import load_config
-from kitchen.errors import ConfigError, DataError
-from kitchen.eval.target import resolve_target
-from kitchen.eval.training import FinishEvals, StartEvals
-from kitchen.launch import run_recipe
-from kitchen.recipe import get_recipe
-from kitchen.runner import StageFailure
-from kitchen.stages.checkpoint import SaveCheckpoint
+from kitchen.apps.cli import main
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.errors import ConfigError, DataError
+from kitchen.engine.launch import run_recipe
+from kitchen.engine.recipe import get_recipe
+from kitchen.engine.runner import StageFailure
+from kitchen.engine.runs.best_checkpoint import BEST_FILE
+from kitchen.engine.runs.checkpoints import read_records
+from kitchen.engine.workflow import Loop, _iter_nodes, _iter_stages
+from kitchen.families.common.checkpoint import SaveCheckpoint
+from kitchen.families.evaluation.during_training import FinishEvals, StartEvals
+from kitchen.families.evaluation.target import resolve_target
 from kitchen.testing import RunResult
-from kitchen.workflow import Loop, _iter_nodes, _iter_stages
 from recipes.math_rl import Config as MathConfig
 
 RL = ("warm_start_steps=0", "groups_per_batch=2", "group_size=2", "eval_every=0", "max_operand=3")

@@ -17,10 +17,10 @@ lm_eval = pytest.importorskip(
     "lm_eval", reason="lm-evaluation-harness is not installed (bash scripts/setup_lm_eval.sh)"
 )
 
-from kitchen.cli import main  # noqa: E402
-from kitchen.config import load_config  # noqa: E402
-from kitchen.launch import run_recipe  # noqa: E402
-from kitchen.recipe import get_recipe  # noqa: E402
+from kitchen.apps.cli import main  # noqa: E402
+from kitchen.engine.config.loading import load_config  # noqa: E402
+from kitchen.engine.launch import run_recipe  # noqa: E402
+from kitchen.engine.recipe import get_recipe  # noqa: E402
 
 QUESTIONS = [(x, y) for x in range(6) for y in range(4)]
 

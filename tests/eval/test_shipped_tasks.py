@@ -16,8 +16,7 @@ from typing import Any
 import pytest
 
 from adapters.common.tokenizer import load_tokenizer
-from kitchen.eval.registry import get_task
-from kitchen.eval.task import EvalModel, TaskResult
+from kitchen.engine.eval_tasks import EvalModel, TaskResult, get_task
 from recipes.data import shipped_data
 from train_core.renderers.registry import get_renderer
 from train_core.types import ModelInput, SampleResult, SamplingParams, TokensWithLogprobs

@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 
 from adapters.noop import NoopBackend
-from kitchen.checkpoints import read_records
-from kitchen.config import load_config
-from kitchen.context import Context
-from kitchen.hooks import Hooks
-from kitchen.launch import run_recipe
-from kitchen.metrics import read_metrics
-from kitchen.recipe import get_recipe, recipe_names
-from kitchen.stage import Stage
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.context import Context
+from kitchen.engine.hooks import Hooks
+from kitchen.engine.launch import run_recipe
+from kitchen.engine.recipe import get_recipe, recipe_names
+from kitchen.engine.runs.checkpoints import read_records
+from kitchen.engine.runs.metrics import read_metrics
+from kitchen.engine.stage import Stage
 
 # A few steps of each recipe; a recipe missing here fails test_every_recipe_is_covered.
 SMOKE_OVERRIDES: dict[str, list[str]] = {

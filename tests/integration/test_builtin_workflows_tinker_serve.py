@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from kitchen.checkpoints import read_records
-from kitchen.config import load_config
-from kitchen.launch import run_recipe
-from kitchen.metrics import read_metrics
-from kitchen.recipe import get_recipe
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.launch import run_recipe
+from kitchen.engine.recipe import get_recipe
+from kitchen.engine.runs.checkpoints import read_records
+from kitchen.engine.runs.metrics import read_metrics
 from tests.integration.test_builtin_workflows_noop import SMOKE_OVERRIDES
 from tests.serve.server_process import API_KEY as PLANTED_KEY
 from tests.serve.server_process import shared_server
@@ -48,7 +48,7 @@ def test_recipe_runs_on_kitchen_serve(name: str, tmp_path: Path, monkeypatch: py
 def test_service_failure_names_stage_and_call_and_finally_runs(tmp_path: Path) -> None:
     # On the fake SDK: a failure injected at one exact call in the middle of a recipe, which the
     # local server has no hook to produce.
-    from kitchen.runner import StageFailure
+    from kitchen.engine.runner import StageFailure
     from tests.adapters.tinker.fake_checks import service_error
     from tests.adapters.tinker.fake_sdk import make_fake_backend
 

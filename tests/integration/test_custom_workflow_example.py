@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from kitchen.metrics import read_metrics
+from kitchen.engine.runs.metrics import read_metrics
 from tests.helpers import REPO
 
 

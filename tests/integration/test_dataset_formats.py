@@ -11,10 +11,10 @@ from typing import Any
 import datasets
 import pytest
 
-from kitchen.config import load_config
-from kitchen.launch import run_recipe
-from kitchen.metrics import read_metrics
-from kitchen.recipe import get_recipe
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.launch import run_recipe
+from kitchen.engine.recipe import get_recipe
+from kitchen.engine.runs.metrics import read_metrics
 
 RECORDS = [{"prompt": f"Question: {i} + 1?\nAnswer:", "completion": f" {i + 1}"} for i in range(40)]
 
@@ -79,7 +79,7 @@ def test_conversational_prompt_completion_trains_the_completion(tmp_path: Path) 
     from transformers import AutoTokenizer
 
     from adapters.common.tiny import TINY_DIR
-    from kitchen.supervised.examples import Conversation
+    from kitchen.families.supervised.examples import Conversation
     from train_core.renderers import get_renderer
 
     record = {

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kitchen.cli import main
+from kitchen.apps.cli import main
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
@@ -72,7 +72,7 @@ def test_missing_dataset_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 
 def test_debug_shows_traceback(capsys: pytest.CaptureFixture[str]) -> None:
-    from kitchen.errors import ConfigError
+    from kitchen.engine.errors import ConfigError
 
     with pytest.raises(ConfigError):
         main(["--debug", "validate", "sl_basic", "batch_sise=4"])

@@ -13,10 +13,10 @@ COMMANDS = [["ls"], ["show", "sl_basic"], ["validate", "sl_basic"], ["validate",
 # pulls in a heavy module is the one named (a later command cannot hide or cause it).
 SCRIPT = """
 import contextlib, io, sys
-import kitchen.cli
+import kitchen.apps.cli
 for argv in {commands!r}:
     with contextlib.redirect_stdout(io.StringIO()):
-        kitchen.cli.main(argv)
+        kitchen.apps.cli.main(argv)
     heavy = sorted(m for m in ("torch", "transformers") if m in sys.modules)
     assert not heavy, f"{{argv}} imported {{heavy}}"
 """

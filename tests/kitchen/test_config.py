@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from kitchen.config import RunConfig, load_config, parse_override
-from kitchen.errors import ConfigError
+from kitchen.engine.config.loading import RunConfig, load_config, parse_override
+from kitchen.engine.errors import ConfigError
 
 
 class Optim(BaseModel):
@@ -85,7 +85,7 @@ def test_backend_must_be_known() -> None:
 @pytest.mark.parametrize("recipe", ["sl_basic", "chat_sl", "dpo", "math_rl", "guess_number"])
 @pytest.mark.parametrize("override", ["learning_rate=-1", "batch_size=0"])
 def test_recipe_overridden_defaults_keep_their_bounds(recipe: str, override: str) -> None:
-    from kitchen.recipe import get_recipe
+    from kitchen.engine.recipe import get_recipe
 
     config_cls = get_recipe(recipe).config_cls
     if override.split("=")[0] not in config_cls.model_fields:
@@ -99,7 +99,7 @@ def test_a_recipe_default_replaces_a_default_factory() -> None:
     used to, which silently gave distill_prompt an untrained teacher)."""
     from pydantic import Field
 
-    from kitchen.config import defaults
+    from kitchen.engine.config.loading import defaults
 
     class Base(RunConfig):
         teachers: list[str] = Field(default_factory=list, description="test key")

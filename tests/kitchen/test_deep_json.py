@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kitchen.report.rundata import read_jsonl as read_run_jsonl
+from kitchen.apps.report.rundata import read_jsonl as read_run_jsonl
 from train_core.errors import DataFormatError
 from train_core.jsonl import read_jsonl
 
@@ -29,7 +29,7 @@ def test_a_run_record_line_nested_too_deeply_counts_as_bad(tmp_path: Path) -> No
 
 
 def test_a_request_body_nested_too_deeply_is_a_wire_error() -> None:
-    from kitchen.serve.app import WireError, _json_object
+    from kitchen.apps.serve.app import WireError, _json_object
 
     with pytest.raises(WireError, match="nested too deeply"):
         _json_object(('{"x": ' + DEEP + "}").encode())

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from kitchen.context import Context
-from kitchen.logging import make_run_logger
-from kitchen.runner import Runner, StageFailure
-from kitchen.stage import Stage
-from kitchen.workflow import Loop, Workflow
+from kitchen.engine.context import Context
+from kitchen.engine.observe.logging import make_run_logger
+from kitchen.engine.runner import Runner, StageFailure
+from kitchen.engine.stage import Stage
+from kitchen.engine.workflow import Loop, Workflow
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -81,11 +81,11 @@ def test_sigterm_flushes_buffered_events_then_kills_the_process(tmp_path: Path) 
         import asyncio, os, signal
         from pathlib import Path
         from pydantic import BaseModel
-        from kitchen.context import Context
-        from kitchen.logging import handle_sigterm, make_run_logger
-        from kitchen.runner import Runner
-        from kitchen.stage import Stage
-        from kitchen.workflow import Workflow
+        from kitchen.engine.context import Context
+        from kitchen.engine.observe.logging import handle_sigterm, make_run_logger
+        from kitchen.engine.runner import Runner
+        from kitchen.engine.stage import Stage
+        from kitchen.engine.workflow import Workflow
 
         class Cfg(BaseModel):
             pass

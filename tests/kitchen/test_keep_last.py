@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from kitchen.best_checkpoint import best_checkpoint
-from kitchen.checkpoints import CheckpointRecord, last_resumable, read_records
-from kitchen.config import load_config
-from kitchen.launch import run_recipe
-from kitchen.metrics import read_metrics
-from kitchen.recipe import get_recipe
-from kitchen.stages.checkpoint import checkpoints_to_delete
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.launch import run_recipe
+from kitchen.engine.recipe import get_recipe
+from kitchen.engine.runs.best_checkpoint import best_checkpoint
+from kitchen.engine.runs.checkpoints import CheckpointRecord, last_resumable, read_records
+from kitchen.engine.runs.metrics import read_metrics
+from kitchen.families.common.checkpoint import checkpoints_to_delete
 
 
 def _record(step: int, name: str | None = None) -> CheckpointRecord:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kitchen.metrics import MetricsRecorder, read_metrics, truncate_metrics
+from kitchen.engine.runs.metrics import MetricsRecorder, read_metrics, truncate_metrics
 
 
 def test_rows_written_in_step_order_and_held_steps_wait(tmp_path: Path) -> None:

@@ -10,11 +10,11 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from kitchen.cli import main
-from kitchen.config import load_config
-from kitchen.errors import ConfigError
-from kitchen.rl.presets import ALGORITHM_NAMES, ALGORITHM_PRESETS
-from kitchen.rl.settings import RLSettings
+from kitchen.apps.cli import main
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.errors import ConfigError
+from kitchen.families.rl.presets import ALGORITHM_NAMES, ALGORITHM_PRESETS
+from kitchen.families.rl.settings import RLSettings
 from recipes.math_rl import Config as MathConfig
 from train_core.rl.advantages import compute_advantages
 from train_core.rl.dynamic_sampling import trajectory_batch_fill

@@ -16,14 +16,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import BaseModel
 
-from kitchen.checkpoints import CheckpointRecord
-from kitchen.context import Context
-from kitchen.errors import WiringError
-from kitchen.hooks import Hooks
-from kitchen.metrics import MetricsRecorder
-from kitchen.runner import Runner, StageFailure
-from kitchen.stage import Stage
-from kitchen.workflow import Loop, Parallel, When, Workflow, every
+from kitchen.engine.context import Context
+from kitchen.engine.errors import WiringError
+from kitchen.engine.hooks import Hooks
+from kitchen.engine.runner import Runner, StageFailure
+from kitchen.engine.runs.checkpoints import CheckpointRecord
+from kitchen.engine.runs.metrics import MetricsRecorder
+from kitchen.engine.stage import Stage
+from kitchen.engine.workflow import Loop, Parallel, When, Workflow, every
 
 _EXPORTER = InMemorySpanExporter()
 _provider = TracerProvider()
@@ -220,7 +220,7 @@ def test_step_end_callbacks_run_after_the_row_is_written() -> None:
 
 
 def test_progress_hook_prints_one_line_per_step_when_not_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
-    from kitchen.hooks import ProgressHook
+    from kitchen.engine.hooks import ProgressHook
 
     class Nll(Stage):
         async def run(self, ctx: Context) -> None:

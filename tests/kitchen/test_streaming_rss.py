@@ -1,6 +1,6 @@
 """Reading a data set (SFT records, RL prompts, math and code problems; JSONL, parquet or a
 `datasets.save_to_disk` folder) takes memory independent of its size: records come from the
-source's Arrow cache a batch at a time (kitchen.record_cache). Measured as the peak RSS of a
+source's Arrow cache a batch at a time (kitchen.engine.runs.record_cache). Measured as the peak RSS of a
 subprocess that reads every record (the high-water mark reset after its imports, whose own peak
 would hide a smaller growth), for files 8 times larger than others (no timing)."""
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from kitchen.datasets import load_located_records
-from kitchen.record_cache import CACHE_ENV, cached_jsonl
+from kitchen.engine.runs.datasets import load_located_records
+from kitchen.engine.runs.record_cache import CACHE_ENV, cached_jsonl
 
 PEAK = """
 def reset_peak():  # Linux: writing 5 to clear_refs resets VmHWM to the current RSS
@@ -29,7 +29,7 @@ READ_ALL = (
     + """
 import sys
 import pyarrow.parquet, datasets  # imported before the reset, as the loaders would import them
-from kitchen.datasets import BuiltRecords, load_located_records
+from kitchen.engine.runs.datasets import BuiltRecords, load_located_records
 from recipes.reward_fn_rl import load_prompt_records
 from train_core.renderers.messages import STANDARD_ROLES
 reset_peak()
@@ -96,7 +96,7 @@ def test_records_read_in_any_order_across_cache_batches(tmp_path: Path, monkeypa
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from kitchen import record_cache
+    from kitchen.engine.runs import record_cache
 
     monkeypatch.setattr(record_cache, "ROWS_PER_BATCH", 4)  # 11 rows: three batches in each cache
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
@@ -129,7 +129,7 @@ READ_OTHER_SOURCES = (
     + """
 import sys
 import pyarrow.parquet, datasets  # imported before the reset, as the loaders would import them
-from kitchen.datasets import load_located_records
+from kitchen.engine.runs.datasets import load_located_records
 from recipes.envs.code import load_code_problems
 from recipes.envs.gsm8k import load_word_problems
 reset_peak()

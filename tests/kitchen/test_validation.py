@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from kitchen.config import load_config
-from kitchen.errors import ConfigError, WiringError
-from kitchen.recipe import get_recipe
-from kitchen.stage import Stage
-from kitchen.validation import validate_recipe
-from kitchen.workflow import Workflow
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.errors import ConfigError, WiringError
+from kitchen.engine.recipe import get_recipe
+from kitchen.engine.stage import Stage
+from kitchen.engine.validation import validate_recipe
+from kitchen.engine.workflow import Workflow
 
 
 def _not_a_port_method() -> None: ...

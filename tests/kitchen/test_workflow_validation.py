@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from kitchen.backends import BackendSpec
-from kitchen.context import Context
-from kitchen.errors import ConfigError, WiringError
-from kitchen.ports import ServiceBackend, TrainingClient
-from kitchen.stage import Live, Persisted, Stage
-from kitchen.workflow import Loop, Parallel, When, Workflow, render_tree
+from kitchen.engine.backends import BackendSpec
+from kitchen.engine.context import Context
+from kitchen.engine.errors import ConfigError, WiringError
+from kitchen.engine.ports import ServiceBackend, TrainingClient
+from kitchen.engine.stage import Live, Persisted, Stage
+from kitchen.engine.workflow import Loop, Parallel, When, Workflow, render_tree
 
 
 @dataclass(frozen=True)
@@ -105,10 +105,10 @@ class SubmitsCustom(Stage):
 
 def test_a_call_the_backend_lacks_names_stage_and_call() -> None:
     """`kitchen validate` asks the configured backend's registered spec, with no backend built."""
-    from kitchen.backends import _REGISTERED, register_backend
-    from kitchen.config import RunConfig
-    from kitchen.recipe import Recipe
-    from kitchen.validation import validate_recipe
+    from kitchen.engine.backends import _REGISTERED, register_backend
+    from kitchen.engine.config.loading import RunConfig
+    from kitchen.engine.recipe import Recipe
+    from kitchen.engine.validation import validate_recipe
 
     register_backend(BackendSpec("narrow", "", BaseModel, print, frozenset({"TrainingClient.forward"})))  # type: ignore[arg-type]
     try:

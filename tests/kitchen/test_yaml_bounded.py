@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kitchen.config import read_yaml
-from kitchen.errors import ConfigError
-from kitchen.yaml_bounded import MAX_DEPTH, MAX_NODES, load_yaml, load_yaml_document
+from kitchen.engine.config.loading import read_yaml
+from kitchen.engine.config.yaml_bounded import MAX_DEPTH, MAX_NODES, load_yaml, load_yaml_document
+from kitchen.engine.errors import ConfigError
 from tests.safety.test_bad_inputs import BOMB
 
 

@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from kitchen import launch
-from kitchen.cli import main
-from kitchen.config import RunConfig
-from kitchen.context import Context
-from kitchen.errors import ConfigError
-from kitchen.hooks import ProgressHook, _summary, report_progress
-from kitchen.metrics import MetricsRecorder, read_metrics
-from kitchen.runner import Runner
-from kitchen.stage import Stage
-from kitchen.workflow import Loop, Workflow
+from kitchen.apps.cli import main
+from kitchen.engine import launch
+from kitchen.engine.config.loading import RunConfig
+from kitchen.engine.context import Context
+from kitchen.engine.errors import ConfigError
+from kitchen.engine.hooks import ProgressHook, _summary, report_progress
+from kitchen.engine.runner import Runner
+from kitchen.engine.runs.metrics import MetricsRecorder, read_metrics
+from kitchen.engine.stage import Stage
+from kitchen.engine.workflow import Loop, Workflow
 from tests.helpers import REPO
 
 
@@ -75,7 +75,7 @@ def test_keys_lists_nested_sections_with_types_and_defaults(capsys: pytest.Captu
 def test_a_recipe_file_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     file = tmp_path / "my_recipe.py"
     file.write_text(
-        "from kitchen.recipe import Recipe\n"
+        "from kitchen.engine.recipe import Recipe\n"
         "from recipes.sl_basic import Config, workflow\n"
         "RECIPE = Recipe('mine', 'my own recipe', Config, workflow)\n"
     )

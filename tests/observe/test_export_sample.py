@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 import torch
 
-from kitchen.cli import main
-from kitchen.config import load_config
-from kitchen.inference import open_backend, resolve_checkpoint
-from kitchen.launch import run_recipe
+from kitchen.apps.cli import main
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.launch import run_recipe
+from kitchen.engine.runs.targets import open_backend, resolve_checkpoint
 from recipes.sl_basic import RECIPE
 from tests.helpers import REPO
 from train_core.types import ModelInput

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from kitchen.cli import main
-from kitchen.config import load_config
-from kitchen.errors import ConfigError
-from kitchen.inference import export_checkpoint, resolve_checkpoint
-from kitchen.launch import run_recipe
+from kitchen.apps.cli import main
+from kitchen.apps.inference import export_checkpoint
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.errors import ConfigError
+from kitchen.engine.launch import run_recipe
+from kitchen.engine.runs.targets import resolve_checkpoint
 from recipes.chat_sl import RECIPE as CHAT_SL
 
 

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-import kitchen.launch
-import kitchen.observe
-import kitchen.sinks
-from kitchen.cli import main
-from kitchen.config import load_config
-from kitchen.errors import ConfigError
-from kitchen.launch import run_recipe
-from kitchen.metrics import read_metrics
+import kitchen.engine.launch
+import kitchen.engine.observe.sinks
+import kitchen.engine.observe.traces
+from kitchen.apps.cli import main
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.errors import ConfigError
+from kitchen.engine.launch import run_recipe
+from kitchen.engine.runs.metrics import read_metrics
 from recipes.sl_basic import RECIPE
 
 STEPS = 4
@@ -50,7 +50,9 @@ def test_missing_logger_is_a_config_error_naming_the_extra(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     real = importlib.util.find_spec
-    monkeypatch.setattr(kitchen.sinks.importlib.util, "find_spec", lambda name: None if name == "wandb" else real(name))
+    monkeypatch.setattr(
+        kitchen.engine.observe.sinks.importlib.util, "find_spec", lambda name: None if name == "wandb" else real(name)
+    )
     with pytest.raises(ConfigError, match=r"kitchen\[wandb\]"):
         load_config(RECIPE.config_cls, None, ["loggers=[wandb]"])
     assert main(["validate", "sl_basic", "loggers=[wandb]"]) == 2
@@ -102,7 +104,7 @@ def test_wandb_offline_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert "sink.failed" not in events
 
 
-class _Broken(kitchen.sinks.Sink):
+class _Broken(kitchen.engine.observe.sinks.Sink):
     name = "broken"
 
     def __init__(self) -> None:
@@ -115,8 +117,8 @@ class _Broken(kitchen.sinks.Sink):
 
 
 def test_a_failing_sink_warns_and_training_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kitchen.sinks, "make_sink", lambda *args: _Broken())
-    monkeypatch.setattr(kitchen.sinks.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(kitchen.engine.observe.sinks, "make_sink", lambda *args: _Broken())
+    monkeypatch.setattr(kitchen.engine.observe.sinks.importlib.util, "find_spec", lambda name: object())
     run_dir = _run(tmp_path, "loggers=[tensorboard]")
     assert len(_nll(run_dir)) == STEPS
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
@@ -145,13 +147,13 @@ def test_trace_file_has_one_span_per_stage_with_attributes(tmp_path: Path, no_gl
     assert stages and all(s["parent_id"] == workflow[0]["span_id"] for s in stages)
     for span in spans:
         assert span["attributes"]["kitchen.run_id"] == "run"
-        assert span["attributes"]["kitchen.recipe"] == "sl_basic"
+        assert span["attributes"]["kitchen.engine.recipe"] == "sl_basic"
     for span in stages:
-        assert span["attributes"]["kitchen.stage"] == span["name"].removeprefix("stage ")
+        assert span["attributes"]["kitchen.engine.stage"] == span["name"].removeprefix("stage ")
         assert isinstance(span["attributes"]["kitchen.step"], int)
     steps = [s["attributes"]["kitchen.step"] for s in stages if s["name"] == "stage submit_train_step"]
     assert steps == list(range(STEPS))
-    names = {s["attributes"]["kitchen.stage"] for s in stages}
+    names = {s["attributes"]["kitchen.engine.stage"] for s in stages}
     assert {"get_tokenizer", "create_training_client", "save_final_checkpoint", "close_backend"} <= names
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     declared = next(e["stages"] for e in events if e.get("event") == "run.start")
@@ -168,20 +170,20 @@ def test_in_memory_exporter_and_no_export_by_default(
     for name in ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
         monkeypatch.delenv(name, raising=False)
     config = load_config(RECIPE.config_cls, None, [])
-    assert kitchen.observe.start_observability("sl_basic", config, tmp_path).tracer is None
+    assert kitchen.engine.observe.traces.start_observability("sl_basic", config, tmp_path).tracer is None
 
     memory = InMemorySpanExporter()
-    real = kitchen.observe.start_observability
+    real = kitchen.engine.observe.traces.start_observability
 
     def with_memory(recipe: str, config: Any, run_dir: Path) -> Any:
         return real(recipe, config, run_dir, extra_exporters=[(memory, False)])
 
-    monkeypatch.setattr(kitchen.launch, "start_observability", with_memory)
+    monkeypatch.setattr(kitchen.engine.launch, "start_observability", with_memory)
     run_dir = _run(tmp_path)
     spans = memory.get_finished_spans()
     by_stage = [s for s in spans if s.name == "stage collect_train_step"]
     assert len(by_stage) == STEPS
-    assert all((s.attributes or {})["kitchen.recipe"] == "sl_basic" for s in spans)
+    assert all((s.attributes or {})["kitchen.engine.recipe"] == "sl_basic" for s in spans)
     assert not (run_dir / "traces.jsonl").exists()
 
 
@@ -194,7 +196,7 @@ def test_otlp_requested_without_the_exporter_warns_and_runs(
     def no_exporter(name: str) -> Any:
         raise ImportError(name)
 
-    monkeypatch.setattr(kitchen.observe.importlib, "import_module", no_exporter)
+    monkeypatch.setattr(kitchen.engine.observe.traces.importlib, "import_module", no_exporter)
     run_dir = _run(tmp_path)
     assert "opentelemetry-exporter-otlp is not installed" in capsys.readouterr().err
     assert len(_nll(run_dir)) == STEPS

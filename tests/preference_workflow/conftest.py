@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from kitchen.launch import RunDir
+from kitchen.engine.launch import RunDir
 from tests.preference_workflow.dpo_runs import RunDpo, run_dpo_recipe
 
 

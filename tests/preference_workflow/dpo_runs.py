@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from kitchen.config import load_config
-from kitchen.launch import RunDir, run_recipe
-from kitchen.recipe import get_recipe
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.launch import RunDir, run_recipe
+from kitchen.engine.recipe import get_recipe
 
 
 class RunDpo(Protocol):

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kitchen.cli import main
-from kitchen.metrics import read_metrics
+from kitchen.apps.cli import main
+from kitchen.engine.runs.metrics import read_metrics
 from tests.preference_workflow.dpo_runs import RunDpo, write_jsonl
 
 GOOD = {"prompt": "What is 2 + 3?", "chosen": "The answer is 5. Thank you!", "rejected": "The answer is 6. Go away."}

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kitchen.errors import ConfigError, DataError
+from kitchen.engine.errors import ConfigError, DataError
 from recipes.data import shipped_data
 from recipes.data.preference.generate_polite_arithmetic import POLITE_CLOSINGS, RUDE_CLOSINGS
 from recipes.judges import PoliteArithmeticJudge, get_judge

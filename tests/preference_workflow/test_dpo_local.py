@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kitchen.checkpoints import read_records
-from kitchen.metrics import read_metrics
+from kitchen.engine.runs.checkpoints import read_records
+from kitchen.engine.runs.metrics import read_metrics
 from tests.preference_workflow.dpo_runs import RunDpo
 
 LOCAL = [

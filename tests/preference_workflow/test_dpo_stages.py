@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adapters.noop import NoopBackend
-from kitchen.completers import as_async_judge
-from kitchen.context import Context
-from kitchen.preference.stages import EvaluateWinRate, GetPreferenceBatch
-from kitchen.runner import run_stage
-from kitchen.stage import Stage
+from kitchen.engine.context import Context
+from kitchen.engine.runner import run_stage
+from kitchen.engine.stage import Stage
+from kitchen.families.common.completers import as_async_judge
+from kitchen.families.preference.stages import EvaluateWinRate, GetPreferenceBatch
 from recipes.dpo import Config
 from train_core.renderers.base import Message
 from train_core.renderers.registry import get_renderer

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from kitchen.checkpoints import read_records
-from kitchen.launch import RunDir
-from kitchen.metrics import read_metrics
-from kitchen.runner import StageFailure
+from kitchen.engine.launch import RunDir
+from kitchen.engine.runner import StageFailure
+from kitchen.engine.runs.checkpoints import read_records
+from kitchen.engine.runs.metrics import read_metrics
 from tests.preference_workflow.dpo_runs import RunDpo, run_dpo_recipe
 
 SMALL = ["backend=noop", "max_steps=5", "batch_size=4", "save_every=2", "eval_every=2", "max_length=64"]
@@ -91,7 +91,7 @@ def test_resume_without_a_recorded_reference_is_refused(run_dpo: RunDpo, tmp_pat
 def test_each_evaluation_writes_held_out_examples_for_the_report(run_dpo: RunDpo, tmp_path: Path) -> None:
     import time
 
-    from kitchen.report.build import write_report
+    from kitchen.apps.report.build import write_report
 
     run_dir = run_dpo("max_steps=4", "eval_every=2")
     files = sorted((run_dir.path / "preference_examples").glob("step_*.jsonl"))

@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-from kitchen.errors import ConfigError
-from kitchen.preference.bradley_terry import score_token_ids
-from kitchen.preference.online_dpo import judged_pair
+from kitchen.engine.errors import ConfigError
+from kitchen.families.preference.bradley_terry import score_token_ids
+from kitchen.families.preference.online_dpo import judged_pair
 from train_core.preference.bradley_terry import bradley_terry_loss, make_reward_custom_loss, score_datums
 
 

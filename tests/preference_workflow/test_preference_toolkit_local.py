@@ -14,18 +14,18 @@ import pytest
 import torch
 
 from adapters.common.tokenizer import load_tokenizer
-from kitchen.backends import make_backend
-from kitchen.checkpoints import resolve_sampler_path
-from kitchen.cli import main
-from kitchen.completers import RewardModelJudge
-from kitchen.config import load_config
-from kitchen.launch import RunDir, run_recipe
-from kitchen.metrics import read_metrics
-from kitchen.preference.bradley_terry import score_token_ids
-from kitchen.preference.online_dpo import online_dpo_workflow
-from kitchen.preference.reward_model import read_comparisons
-from kitchen.recipe import Recipe, get_recipe
-from kitchen.renderers import get_renderer
+from kitchen.apps.cli import main
+from kitchen.engine.backends import make_backend
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.launch import RunDir, run_recipe
+from kitchen.engine.recipe import Recipe, get_recipe
+from kitchen.engine.renderers import get_renderer
+from kitchen.engine.runs.checkpoints import resolve_sampler_path
+from kitchen.engine.runs.metrics import read_metrics
+from kitchen.families.common.completers import RewardModelJudge
+from kitchen.families.preference.bradley_terry import score_token_ids
+from kitchen.families.preference.online_dpo import online_dpo_workflow
+from kitchen.families.preference.reward_model import read_comparisons
 from recipes.data import shipped_data
 from recipes.online_dpo import Config as OnlineDPOConfig
 from recipes.rm import Config as RMConfig

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kitchen.config import load_config
-from kitchen.launch import run_recipe
-from kitchen.recipe import get_recipe
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.launch import run_recipe
+from kitchen.engine.recipe import get_recipe
 
 RUNS: dict[str, list[str]] = {
     "sl_basic": ["max_steps=6", "save_every=3", "eval_every=3", "batch_size=8"],

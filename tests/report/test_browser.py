@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kitchen.report.build import write_report
+from kitchen.apps.report.build import write_report
 from tests.report.png import read_png
 
 ARTIFACTS = Path(__file__).parent / "artifacts"

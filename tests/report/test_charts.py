@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kitchen.report.charts import Chart, build_charts, downsample, family_of
+from kitchen.apps.report.charts import Chart, build_charts, downsample, family_of
 
 
 def _charts(rows: list[dict[str, Any]], stages: list[str] | None = None) -> dict[str, Chart]:
@@ -86,7 +86,8 @@ def test_long_run_series_are_capped() -> None:
 
 
 def test_evals_during_training_get_their_own_charts_in_the_evaluation_section() -> None:
-    """`eval/<task>/<metric>` from a config's `evals:` (kitchen.eval.training), beside RL's own."""
+    """`eval/<task>/<metric>` from a config's `evals:` (kitchen.families.evaluation.during_training),
+    beside RL's own."""
     row = {"step": 1, "env/all/reward/total": 0.2, "eval/all/reward/total": 0.1, "eval/arithmetic/accuracy": 0.5}
     row.update({"eval/arithmetic/mean_reward": 0.5, "eval/arithmetic/pass@4": 0.75})
     charts = _charts([{"step": 0, "env/all/reward/total": 0.3}, row])

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kitchen.cli import main
-from kitchen.report.runs import headline
+from kitchen.apps.cli import main
+from kitchen.apps.report.runs import headline
 from tests.report.conftest import copy_run, crash
 
 

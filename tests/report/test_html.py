@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kitchen.report.build import write_report
-from kitchen.report.html import embed_json
-from kitchen.report.samples import Caps, clip, read_transcripts, spread
+from kitchen.apps.report.build import write_report
+from kitchen.apps.report.html import embed_json
+from kitchen.apps.report.samples import Caps, clip, read_transcripts, spread
 from tests.report.conftest import HOSTILE_ACTION, copy_run
 
 

@@ -7,11 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kitchen.config import load_config
-from kitchen.errors import KitchenError
-from kitchen.launch import run_recipe
-from kitchen.recipe import get_recipe
-from kitchen.report.rundata import (
+from kitchen.apps.report.rundata import (
     RUNNING_WITHIN_S,
     load_run,
     merge_metric_rows,
@@ -20,7 +16,11 @@ from kitchen.report.rundata import (
     run_status,
     run_timing,
 )
-from kitchen.runner import StageFailure
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.errors import KitchenError
+from kitchen.engine.launch import run_recipe
+from kitchen.engine.recipe import get_recipe
+from kitchen.engine.runner import StageFailure
 
 
 def test_read_jsonl_skips_blank_torn_and_non_object_lines(tmp_path: Path) -> None:

@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from adapters.noop import NoopBackend
-from kitchen.config import load_config
-from kitchen.context import Context
-from kitchen.hooks import Hooks
-from kitchen.launch import RunDir, run_recipe
-from kitchen.metrics import read_metrics
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.context import Context
+from kitchen.engine.hooks import Hooks
+from kitchen.engine.launch import RunDir, run_recipe
+from kitchen.engine.runs.metrics import read_metrics
 from tests.rl_workflow.toy_task import TOY_RECIPE, ToyConfig
 
 

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from kitchen.errors import ConfigError
-from kitchen.rl.presets import ALGORITHM_NAMES, ALGORITHM_PRESETS
+from kitchen.engine.errors import ConfigError
+from kitchen.families.rl.presets import ALGORITHM_NAMES, ALGORITHM_PRESETS
 from kitchen.testing import RunResult
 from tests.rl_workflow.toy_task import TOY_RECIPE
 

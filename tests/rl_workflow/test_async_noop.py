@@ -14,8 +14,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kitchen.rl.async_mode import OffPolicyQueue
-from kitchen.rl.weight_feed import FollowingSampler
+from kitchen.families.rl.async_mode import OffPolicyQueue
+from kitchen.families.rl.weight_feed import FollowingSampler
 from kitchen.testing.contract.data import ScriptedFeed
 from recipes.envs.parity import ParityGroup
 from tests.rl_workflow.envs_common import renderer

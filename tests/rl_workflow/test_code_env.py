@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kitchen.sandbox import Program, RunResult, Sandbox, SandboxUnavailableError, make_sandbox
 from recipes.envs.code import CodeDemonstrations, CodeEnv, CodeProblem, grade_code, load_code_problems, parse_problem
+from sandbox import Program, RunResult, Sandbox, SandboxUnavailableError, make_sandbox
 from tests.rl_workflow.envs_common import renderer, reply_tokens
 from train_core.errors import InvalidInputError
 

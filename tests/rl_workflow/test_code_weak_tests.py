@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kitchen.config import load_config
-from kitchen.errors import ConfigError
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.errors import ConfigError
 from recipes.code_rl import Config, build_task
 from recipes.envs.code import CodeProblem, load_code_problems, parse_problem, passes_trivially, weak_tests_warning
 from tests.rl_workflow.envs_common import renderer

@@ -9,8 +9,8 @@ import pytest
 from transformers import AutoTokenizer
 
 from adapters.common.tiny import TINY_DIR
-from kitchen.errors import ConfigError
-from kitchen.rl.envs import ENVS
+from kitchen.engine.errors import ConfigError
+from kitchen.families.rl.envs import ENVS
 from recipes.env_rl import Config
 from recipes.env_rl import build_task as build_env_task
 from recipes.guess_number import Config as GuessNumberConfig

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from kitchen.config import load_config
-from kitchen.hooks import Hooks
-from kitchen.launch import run_recipe
-from kitchen.metrics import read_metrics
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.hooks import Hooks
+from kitchen.engine.launch import run_recipe
+from kitchen.engine.runs.metrics import read_metrics
 from tests.rl_workflow.runs import CrashAfterStep, without_times
 from tests.rl_workflow.toy_task import TOY_RECIPE, ToyConfig
 

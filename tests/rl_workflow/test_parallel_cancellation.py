@@ -8,10 +8,10 @@ import asyncio
 import pytest
 from pydantic import BaseModel
 
-from kitchen.context import Context
-from kitchen.runner import Runner, StageFailure
-from kitchen.stage import Stage
-from kitchen.workflow import Parallel, Workflow
+from kitchen.engine.context import Context
+from kitchen.engine.runner import Runner, StageFailure
+from kitchen.engine.stage import Stage
+from kitchen.engine.workflow import Parallel, Workflow
 
 
 class _Config(BaseModel):

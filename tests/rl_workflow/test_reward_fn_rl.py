@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kitchen.cli import main
-from kitchen.config import load_config
-from kitchen.errors import ConfigError, DataError
-from kitchen.launch import run_recipe
-from kitchen.metrics import read_metrics
-from kitchen.recipe import configs_dir, get_recipe
-from kitchen.runner import StageFailure
+from kitchen.apps.cli import main
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.errors import ConfigError, DataError
+from kitchen.engine.launch import run_recipe
+from kitchen.engine.recipe import configs_dir, get_recipe
+from kitchen.engine.runner import StageFailure
+from kitchen.engine.runs.metrics import read_metrics
 from recipes.rewards import Completion, resolve_reward_fn, resolve_reward_fns, score, score_group, weighted_total
 
 RECIPE = get_recipe("reward_fn_rl")

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kitchen.config import load_config
-from kitchen.errors import ConfigError
-from kitchen.runner import StageFailure
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.errors import ConfigError
+from kitchen.engine.runner import StageFailure
 from tests.rl_workflow.runs import noop_backend, run_toy
 from tests.rl_workflow.toy_task import ToyConfig
 

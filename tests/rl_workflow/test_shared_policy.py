@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from adapters.noop import NoopBackend
-from kitchen.errors import DataError
+from kitchen.engine.errors import DataError
 from train_core.rl.rollouts import shared_sampling_policy
 from train_core.types import ModelInput, SamplingParams, TokensWithLogprobs
 

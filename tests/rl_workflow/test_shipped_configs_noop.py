@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from kitchen.config import load_config
-from kitchen.launch import run_recipe
-from kitchen.metrics import read_metrics
-from kitchen.recipe import configs_dir, get_recipe
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.launch import run_recipe
+from kitchen.engine.recipe import configs_dir, get_recipe
+from kitchen.engine.runs.metrics import read_metrics
 
 SHORT = ["backend=noop", "num_batches=2", "warm_start_steps=2", "eval_every=1", "save_every=1", "groups_per_batch=4"]
 CONFIGS = sorted(p.name for p in configs_dir().glob("*.yaml") if p.name.startswith(("math_rl", "guess_number")))

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from kitchen.checkpoints import read_records
-from kitchen.config import load_config
-from kitchen.errors import ConfigError
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.errors import ConfigError
+from kitchen.engine.runs.checkpoints import read_records
 from tests.rl_workflow.runs import CrashAfterStep, noop_backend, run_toy, without_times
 from tests.rl_workflow.toy_task import ToyConfig
 

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from adapters.noop import NoopBackend
-from kitchen.stages.training import pipelined_steps, train_in_chunks
+from kitchen.families.common.training import pipelined_steps, train_in_chunks
 from train_core.batching import split_evenly
 from train_core.supervised import datum_from_tokens_weights
 from train_core.types import AdamParams, Datum, ForwardBackwardOutput

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 
 from pydantic import Field
 
-from kitchen.config import defaults
-from kitchen.recipe import Recipe
-from kitchen.rl.settings import RLSettings
-from kitchen.rl.workflow import rl_workflow_for
+from kitchen.engine.config.loading import defaults
+from kitchen.engine.recipe import Recipe
+from kitchen.families.rl.settings import RLSettings
+from kitchen.families.rl.workflow import rl_workflow_for
 from recipes.envs.parity import ParityDataset, parity_task
 from train_core.renderers.base import Renderer
 from train_core.rl.task import RLTask

@@ -11,10 +11,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kitchen.config import load_config
-from kitchen.errors import ConfigError
-from kitchen.metrics import read_metrics
-from kitchen.recipe import get_recipe
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.errors import ConfigError
+from kitchen.engine.recipe import get_recipe
+from kitchen.engine.runs.metrics import read_metrics
 from tests.preference_workflow.dpo_runs import run_dpo_recipe
 from train_core.preference.losses import PREFERENCE_LOSSES, PairBatch, PreferenceLossParams, preference_loss
 

@@ -8,7 +8,7 @@ import asyncio
 import math
 
 from adapters.noop import NoopBackend
-from kitchen.completers import MessageCompleter, PreferenceModelJudge
+from kitchen.families.common.completers import MessageCompleter, PreferenceModelJudge
 from train_core.renderers.base import Message, Renderer
 from train_core.renderers.registry import get_renderer
 from train_core.types import ModelInput, SamplingParams

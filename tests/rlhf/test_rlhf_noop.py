@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from kitchen.checkpoints import read_records
-from kitchen.config import load_config
-from kitchen.errors import ConfigError
-from kitchen.launch import RunDir, run_recipe
-from kitchen.metrics import read_metrics
-from kitchen.recipe import get_recipe
-from kitchen.runner import StageFailure
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.errors import ConfigError
+from kitchen.engine.launch import RunDir, run_recipe
+from kitchen.engine.recipe import get_recipe
+from kitchen.engine.runner import StageFailure
+from kitchen.engine.runs.checkpoints import read_records
+from kitchen.engine.runs.metrics import read_metrics
 from tests.rl_workflow.runs import CrashAfterStep
 
 SMALL = (

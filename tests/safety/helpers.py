@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kitchen.cli import main
+from kitchen.apps.cli import main
 
 FAST = ("backend=noop", "max_steps=5", "save_every=2", "eval_every=0")
 

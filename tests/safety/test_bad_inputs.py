@@ -163,7 +163,7 @@ CASES: dict[str, tuple[Case, tuple[str, ...]]] = {
 @pytest.fixture(scope="module")
 def template_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run dir stopped at step 4 (max_steps=4): a rerun with max_steps=8 would continue it."""
-    from kitchen.cli import main
+    from kitchen.apps.cli import main
 
     log = tmp_path_factory.mktemp("template") / "run"
     assert main(["run", "sl_basic", *FAST, "max_steps=4", f"log_path={log}"]) == 0
@@ -207,7 +207,7 @@ def test_cuda_without_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 def test_torn_metrics_line_is_dropped_on_resume(
     template_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from kitchen.metrics import read_metrics
+    from kitchen.engine.runs.metrics import read_metrics
 
     run_dir = tmp_path / "run"
     shutil.copytree(template_run, run_dir)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kitchen.metrics import read_metrics
+from kitchen.engine.runs.metrics import read_metrics
 from recipes.data import shipped_data
 from tests.safety.helpers import assert_one_error_line, cli
 

@@ -46,8 +46,8 @@ def test_read_only_run_dir(tmpfs: Path, capsys: pytest.CaptureFixture[str]) -> N
 
 
 def _assert_previous_checkpoint_kept(log: Path) -> None:
-    from kitchen.checkpoints import read_records
-    from kitchen.rundir import verify_record
+    from kitchen.engine.runs.checkpoints import read_records
+    from kitchen.engine.runs.rundir import verify_record
 
     records = read_records(log / "checkpoints.jsonl")
     assert [r.name for r in records] == ["000002"]

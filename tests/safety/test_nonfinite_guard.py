@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import adapters.noop.training_client as noop_client
-from kitchen.checkpoints import read_records
-from kitchen.metrics import read_metrics
+from kitchen.engine.runs.checkpoints import read_records
+from kitchen.engine.runs.metrics import read_metrics
 from tests.safety.helpers import FAST, assert_one_error_line, cli
 
 

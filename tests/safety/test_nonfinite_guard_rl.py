@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import adapters.noop.training_client as noop_client
-from kitchen.metrics import read_metrics
+from kitchen.engine.runs.metrics import read_metrics
 from tests.safety.helpers import assert_one_error_line, cli
 
 RL = ("backend=noop", "warm_start_steps=0", "groups_per_batch=4", "eval_every=0", "save_every=1", "num_batches=6")

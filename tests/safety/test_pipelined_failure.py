@@ -18,7 +18,7 @@ import sys
 import pytest
 import tinker
 
-from kitchen.cli import main
+from kitchen.apps.cli import main
 from tests.adapters.tinker.fake_checks import service_error
 from tests.adapters.tinker.fake_sdk import install_fake_sdk
 

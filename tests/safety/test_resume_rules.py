@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kitchen.checkpoints import read_records
-from kitchen.metrics import read_metrics
+from kitchen.engine.runs.checkpoints import read_records
+from kitchen.engine.runs.metrics import read_metrics
 from tests.safety.helpers import FAST, assert_one_error_line, cli, finished_run, snapshot
 
 CHANGES = {
@@ -88,10 +88,10 @@ def test_raising_max_steps_continues_a_finished_run(tmp_path: Path, capsys: pyte
 
 def test_load_checkpoint_path_must_match_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from adapters.noop.backend import NoopBackend
-    from kitchen.config import load_config
-    from kitchen.errors import ConfigError
-    from kitchen.launch import run_recipe
-    from kitchen.recipe import get_recipe
+    from kitchen.engine.config.loading import load_config
+    from kitchen.engine.errors import ConfigError
+    from kitchen.engine.launch import run_recipe
+    from kitchen.engine.recipe import get_recipe
 
     source = tmp_path / "source"
     finished_run(capsys, source, "lora_rank=4")

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import adapters.noop.training_client as noop_client
-from kitchen.cli import main
-from kitchen.secrets import redact
+from kitchen.apps.cli import main
+from kitchen.engine.secrets import redact
 from tests.safety.helpers import FAST
 
 KEY = "tml-planted-key-5f3a9c1e77"
@@ -75,10 +75,10 @@ def test_secret_override_is_not_echoed(tmp_path: Path, capfd: pytest.CaptureFixt
 def test_failing_tinker_request_does_not_leak(
     tmp_path: Path, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    from kitchen.config import load_config
-    from kitchen.launch import run_recipe
-    from kitchen.recipe import get_recipe
-    from kitchen.runner import StageFailure
+    from kitchen.engine.config.loading import load_config
+    from kitchen.engine.launch import run_recipe
+    from kitchen.engine.recipe import get_recipe
+    from kitchen.engine.runner import StageFailure
     from tests.adapters.tinker.fake_checks import service_error
     from tests.adapters.tinker.fake_sdk import make_fake_backend
 
@@ -157,8 +157,8 @@ def test_query_string_secrets_redacted_everywhere(
 def test_events_read_the_environment_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Secret values are computed when the run's logger is made (and when one is added), not for
     every structlog event (which scanned all of os.environ each time)."""
-    from kitchen import secrets
-    from kitchen.logging import make_run_logger
+    from kitchen.engine import secrets
+    from kitchen.engine.observe.logging import make_run_logger
 
     scans = []
     real = secrets.secret_values

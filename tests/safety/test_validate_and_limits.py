@@ -41,7 +41,7 @@ def test_lora_rank_above_hidden_size_is_a_config_error(tmp_path: Path, capsys: p
 
 
 def test_huge_record_is_cut_before_tokenizing(tmp_path: Path) -> None:
-    from kitchen.supervised.examples import Conversation, PromptCompletion
+    from kitchen.families.supervised.examples import Conversation, PromptCompletion
 
     class CountingTokenizer:
         eos_token_id = 0

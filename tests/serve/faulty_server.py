@@ -18,8 +18,8 @@ import httpx
 import uvicorn
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from kitchen.serve.app import create_app
-from kitchen.serve.server import ServeSettings, build_service
+from kitchen.apps.serve.app import create_app
+from kitchen.apps.serve.server import ServeSettings, build_service
 from tests.serve.server_process import free_port
 
 

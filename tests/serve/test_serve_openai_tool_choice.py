@@ -17,10 +17,10 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionMessageFunctionToolCall
 
-from kitchen.serve.app import create_app
-from kitchen.serve.loopback import LoopbackServer
-from kitchen.serve.openai_router import openai_router_for
-from kitchen.serve.server import ServeSettings, build_service
+from kitchen.apps.serve.app import create_app
+from kitchen.apps.serve.loopback import LoopbackServer
+from kitchen.apps.serve.openai_router import openai_router_for
+from kitchen.apps.serve.server import ServeSettings, build_service
 
 TOOLS: list[Any] = [
     {

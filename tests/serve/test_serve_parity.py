@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from kitchen.config import load_config
-from kitchen.launch import run_recipe
-from kitchen.metrics import read_metrics
-from kitchen.recipe import get_recipe
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.launch import run_recipe
+from kitchen.engine.recipe import get_recipe
+from kitchen.engine.runs.metrics import read_metrics
 from tests.rl_workflow.runs import without_times
 from tests.serve.server_process import API_KEY, ServerProcess
 

@@ -15,7 +15,7 @@ import torch
 from tinker import types
 from transformers import AutoTokenizer
 
-from kitchen.losses import get_loss_fn
+from kitchen.engine.losses import get_loss_fn
 from tests.serve.server_process import API_KEY, ServerProcess, shared_server
 from train_core.errors import InvalidInputError
 

@@ -14,9 +14,9 @@ import httpx
 import pytest
 import tinker
 
-from kitchen.errors import ConfigError
-from kitchen.serve import keys as keys_module
-from kitchen.serve.server import ServeSettings, build_service, is_loopback
+from kitchen.apps.serve import keys as keys_module
+from kitchen.apps.serve.server import ServeSettings, build_service, is_loopback
+from kitchen.engine.errors import ConfigError
 from tests.serve.server_process import API_KEY, OTHER_KEY, ServerProcess
 
 INTRUDER = "tml-not-a-listed-key-000000"

@@ -9,24 +9,24 @@ from pathlib import Path
 
 import pytest
 
-from kitchen.context import Context
-from kitchen.stage import Stage
-from kitchen.stages.setup import CreateTrainingClient, GetTokenizer
-from kitchen.stages.training import CollectTrainStep, SubmitTrainStep
-from kitchen.supervised.examples import PromptCompletion
-from kitchen.supervised.stages import Batch, GetSupervisedBatch, LoadSupervisedData
+from kitchen.engine.context import Context
+from kitchen.engine.stage import Stage
+from kitchen.engine.workflow import Loop, Workflow
+from kitchen.families.common.setup import CreateTrainingClient, GetTokenizer
+from kitchen.families.common.training import CollectTrainStep, SubmitTrainStep
+from kitchen.families.supervised.examples import PromptCompletion
+from kitchen.families.supervised.stages import Batch, GetSupervisedBatch, LoadSupervisedData
 from kitchen.testing import RunResult, run_on_noop
-from kitchen.workflow import Loop, Workflow
 from recipes.sl_basic import Config
 from tests.testing.distributions import run_python, write_distribution
 from train_core.types import Datum
 
 USER_TEST = """
 from kitchen import Loop, Stage, Workflow
-from kitchen.stages.setup import CreateTrainingClient, GetTokenizer
-from kitchen.stages.training import CollectTrainStep, SubmitTrainStep
-from kitchen.supervised.examples import PromptCompletion
-from kitchen.supervised.stages import GetSupervisedBatch, LoadSupervisedData
+from kitchen.families.common.setup import CreateTrainingClient, GetTokenizer
+from kitchen.families.common.training import CollectTrainStep, SubmitTrainStep
+from kitchen.families.supervised.examples import PromptCompletion
+from kitchen.families.supervised.stages import GetSupervisedBatch, LoadSupervisedData
 from recipes.sl_basic import Config
 
 
@@ -120,7 +120,7 @@ THIRD_PARTY_BACKEND = textwrap.dedent(
     real third-party backend, which this test cannot install)."""
     from pydantic import BaseModel
 
-    from kitchen.backends import BackendSpec
+    from kitchen.engine.backends import BackendSpec
 
 
     class Settings(BaseModel):

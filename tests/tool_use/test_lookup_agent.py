@@ -14,9 +14,9 @@ from test_openai_agent import Captured, check_trained_equals_sampled
 from transformers import AutoTokenizer
 
 from adapters.common.tiny import TINY_DIR
-from kitchen.config import load_config
-from kitchen.launch import run_recipe
-from kitchen.metrics import read_metrics
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.launch import run_recipe
+from kitchen.engine.runs.metrics import read_metrics
 from kitchen.testing import run_on_noop
 from recipes.agents.lookup import Corpus
 from recipes.lookup_agent import RECIPE, Config, Teacher, load_questions

@@ -10,8 +10,8 @@ import pytest
 from transformers import AutoTokenizer
 
 from adapters.common.tiny import TINY_DIR
-from kitchen.cli import main
-from kitchen.tools import Toolbox
+from kitchen.apps.cli import main
+from kitchen.integrations.tools import Toolbox
 from recipes.envs.calculator import Problem, TeacherEpisodes, calculator, grade
 from train_core.renderers import Message, get_renderer
 

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kitchen.report.build import write_report
+from kitchen.apps.report.build import write_report
 from kitchen.testing import run_on_noop
 
 

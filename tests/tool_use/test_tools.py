@@ -10,8 +10,8 @@ import pytest
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from adapters.common.tiny import TINY_DIR
-from kitchen.tools import Tool, Toolbox, ToolUseEnv, tool
-from kitchen.tools.env import PARSE_ERROR_MESSAGE
+from kitchen.integrations.tools import Tool, Toolbox, ToolUseEnv, tool
+from kitchen.integrations.tools.env import PARSE_ERROR_MESSAGE
 from train_core.renderers import Message, RendererError, get_renderer
 
 

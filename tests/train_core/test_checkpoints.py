@@ -5,7 +5,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kitchen.checkpoints import CheckpointRecord, append_record, last_resumable, read_records
+from kitchen.engine.runs.checkpoints import CheckpointRecord, append_record, last_resumable, read_records
 
 
 def test_append_and_last_resumable(tmp_path: Path) -> None:

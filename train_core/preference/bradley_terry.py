@@ -8,7 +8,7 @@ The score is a linear head on the final hidden state `h` at the conversation's l
 It is read from the language model as `log p(pos | x) - log p(neg | x)` at that position (the
 softmax normaliser cancels), so it trains through any backend's `forward_backward_custom`;
 a checkpoint exports as a Hugging Face sequence-classification model whose `score` weight is
-that row difference (`kitchen.preference.reward_export`), with the same scores.
+that row difference (`kitchen.families.preference.reward_export`), with the same scores.
 
 Data: each conversation (prompt + completion, rendered) becomes two datums with the same
 input and weight only on one extra target after the last token, `pos` then `neg`; a pair is

@@ -24,7 +24,7 @@ from train_core.types import Datum
 if TYPE_CHECKING:
     import torch
 
-# The shape of `kitchen.ports.CustomLossFn`, restated so train_core does not import kitchen.
+# The shape of `kitchen.engine.ports.CustomLossFn`, restated so train_core does not import kitchen.
 DpoCustomLossFn = Callable[[Sequence[Datum], list["torch.Tensor"]], tuple["torch.Tensor", dict[str, float]]]
 
 

@@ -10,7 +10,7 @@ completion pairs (prompt i with completion i-1 of the batch), clamped at 0 and h
 
 and the loss is the mean over the batch's examples. At the reference (`r = z = 0`) every loss
 is `w / 2`. Data arrive as `[x_0 .. x_{B-1}, kl_0 .. kl_{B-1}]`: the B examples, then their B
-mismatched pairs (`kl_datums` in `kitchen.preference.kto` builds them).
+mismatched pairs (`kl_datums` in `kitchen.families.preference.kto` builds them).
 """
 
 from __future__ import annotations

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from kitchen.backends import get_backend_spec
-from kitchen.config import RunConfig, load_config
-from kitchen.ports import ServiceBackend
+from kitchen.engine.backends import get_backend_spec
+from kitchen.engine.config.loading import RunConfig, load_config
+from kitchen.engine.ports import ServiceBackend
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kitchen.ports import SamplingClient, ServiceBackend, TrainingClient
+from kitchen.engine.ports import SamplingClient, ServiceBackend, TrainingClient
 from train_core.types import AdamParams, Datum, ModelInput, TensorData
 
 BASE_MODEL = "tiny"

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from kitchen.ports import ServiceBackend
+from kitchen.engine.ports import ServiceBackend
 from kitchen.testing.contract.data import (
     BASE_MODEL,
     LOGPROB_ATOL,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kitchen.ports import FollowsWeightUpdates, ServiceBackend
+from kitchen.engine.ports import FollowsWeightUpdates, ServiceBackend
 from kitchen.testing.contract.data import (
     BASE_MODEL,
     LOGPROB_ATOL,

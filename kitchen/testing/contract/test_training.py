@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import pytest
 import torch
 
-from kitchen.ports import ServiceBackend
+from kitchen.engine.ports import ServiceBackend
 from kitchen.testing.contract.data import (
     BASE_MODEL,
     LOGPROB_ATOL,

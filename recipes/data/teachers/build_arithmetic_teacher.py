@@ -14,10 +14,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from kitchen.checkpoints import resolve_sampler_path
-from kitchen.config import load_config
-from kitchen.launch import run_recipe
-from kitchen.recipe import get_recipe
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.launch import run_recipe
+from kitchen.engine.recipe import get_recipe
+from kitchen.engine.runs.checkpoints import resolve_sampler_path
 
 TEACHER_DIR = Path(__file__).resolve().parent / "arithmetic"
 

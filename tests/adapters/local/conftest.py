@@ -12,7 +12,7 @@ from transformers import AutoTokenizer
 
 from adapters.common.tiny import TINY_DIR
 from adapters.local import LocalBackend
-from kitchen.ports import Tokenizer
+from kitchen.engine.ports import Tokenizer
 from train_core.types import Datum, ModelInput, TensorData
 
 TEXTS = (

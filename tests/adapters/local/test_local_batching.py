@@ -18,7 +18,7 @@ from adapters.local.model_loading import load_model
 from adapters.local.request_batcher import DEFAULT_BATCH_LIMITS, BatchLimits
 from adapters.local.sampling_client import LocalSamplingClient
 from adapters.local.serial_executor import SerialExecutor
-from kitchen.ports import Tokenizer
+from kitchen.engine.ports import Tokenizer
 from train_core.types import ModelInput, SampleResult, SamplingParams, TokensWithLogprobs
 
 VOCAB = json.loads((TINY_DIR / "config.json").read_text())["vocab_size"]

@@ -11,8 +11,8 @@ import pytest
 from safetensors.torch import load_file
 
 from adapters.local import LocalBackend
-from kitchen.errors import ConfigError
-from kitchen.ports import SamplingClient, TrainingClient
+from kitchen.engine.errors import ConfigError
+from kitchen.engine.ports import SamplingClient, TrainingClient
 from train_core.types import AdamParams, Datum, ModelInput
 
 ADAM = AdamParams(learning_rate=1e-2)

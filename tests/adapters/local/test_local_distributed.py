@@ -27,9 +27,9 @@ from adapters.local.distributed import (
     split_by_tokens,
 )
 from adapters.local.distributed_worker import FAULT_ENV
-from kitchen.cli import main
-from kitchen.errors import KitchenError
-from kitchen.metrics import read_metrics
+from kitchen.apps.cli import main
+from kitchen.engine.errors import KitchenError
+from kitchen.engine.runs.metrics import read_metrics
 from kitchen.testing.contract.data import encode_texts, sft_datum
 from train_core.types import AdamParams, Datum, ModelInput, TensorData
 

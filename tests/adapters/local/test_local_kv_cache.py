@@ -15,7 +15,7 @@ from adapters.local.forward_pass import left_pad, takes_packed_mask
 from adapters.local.kv_cache import packed_inputs, unpacked_cache
 from adapters.local.model_loading import load_base_model
 from adapters.local.sampler import PACK_TOKENS, SampleRequest, sample_batch
-from kitchen.ports import Tokenizer
+from kitchen.engine.ports import Tokenizer
 from train_core.types import SamplingParams
 
 PROMPTS = [[8, 685, 245, 377, 325, 267], [12, 40], [900, 31, 77, 5, 1200, 64, 3, 88, 402]]

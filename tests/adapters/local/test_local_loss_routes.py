@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 
 from adapters.local import LocalBackend
 from adapters.local.training_client import TrainingOptions
-from kitchen.ports import TrainingClient
+from kitchen.engine.ports import TrainingClient
 from train_core.losses import loss_ratios
 from train_core.rl.aggregation import AGGREGATION_MODES
 from train_core.rl.policy_objective import PolicyObjective

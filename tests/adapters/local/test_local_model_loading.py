@@ -12,7 +12,7 @@ from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 from adapters.common.tiny import TINY_DIR
 from adapters.local import LocalBackend
 from adapters.local.model_loading import load_model, resolve_device
-from kitchen.errors import ConfigError
+from kitchen.engine.errors import ConfigError
 from train_core.types import ModelInput
 
 CPU = torch.device("cpu")

@@ -289,7 +289,7 @@ def test_tensor_data_concat_is_the_numbers_in_order_whatever_each_holds() -> Non
 
 def test_lora_options_choose_alpha_dropout_and_target_layers() -> None:
     from adapters.local.model_loading import LoraOptions, add_lora, load_base_model
-    from kitchen.errors import ConfigError
+    from kitchen.engine.errors import ConfigError
 
     model = add_lora(load_base_model("tiny", torch.float32), 4, 0, LoraOptions(16, 0.1, ("q_proj", "v_proj")))
     trainable = [name for name, p in model.named_parameters() if p.requires_grad]

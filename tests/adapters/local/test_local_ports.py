@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 
 from adapters.local import LocalBackend
-from kitchen.ports import SamplingClient, ServiceBackend, TrainingClient
+from kitchen.engine.ports import SamplingClient, ServiceBackend, TrainingClient
 
 
 def test_local_backend_and_clients_implement_the_ports(tmp_path: Path) -> None:

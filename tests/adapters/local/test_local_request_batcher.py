@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from adapters.local.request_batcher import BatchLimits, RequestBatcher, split_batches
 from adapters.local.serial_executor import SerialExecutor
-from kitchen.errors import ConfigError
+from kitchen.engine.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from adapters.local import LocalBackend
 from adapters.local.model_loading import load_model
-from adapters.local.sampler import truncate_logprobs
-from kitchen.errors import ConfigError, DataError
-from kitchen.ports import SamplingClient, Tokenizer
+from adapters.local.token_draw import truncate_logprobs
+from kitchen.engine.errors import ConfigError, DataError
+from kitchen.engine.ports import SamplingClient, Tokenizer
 from train_core.types import AdamParams, Datum, ModelInput, SamplingParams, TensorData, TokensWithLogprobs
 
 PROMPT = ModelInput.from_ints([8, 685, 245, 377, 325, 267])

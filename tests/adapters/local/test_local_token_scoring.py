@@ -22,7 +22,7 @@ from adapters.local.model_loading import load_base_model
 from adapters.local.prompt_scoring import ScoreRequest, score_prompts
 from adapters.local.token_scoring import Entropy, chunked_scores, logits_scores, output_head
 from adapters.local.training_client import TrainingOptions
-from kitchen.errors import ConfigError
+from kitchen.engine.errors import ConfigError
 from train_core.types import AdamParams, Datum
 
 ENTROPIES: tuple[Entropy, ...] = ("none", "value", "grad")

@@ -15,8 +15,8 @@ from safetensors.torch import load_file
 
 from adapters.local import LocalBackend
 from adapters.local.training_client import TrainingOptions
-from kitchen.errors import DataError
-from kitchen.ports import TrainingClient
+from kitchen.engine.errors import DataError
+from kitchen.engine.ports import TrainingClient
 from train_core.errors import InvalidInputError
 from train_core.losses import LOSS_SPECS, get_loss_fn
 from train_core.types import AdamParams, Datum, ForwardBackwardOutput, ModelInput, TensorData

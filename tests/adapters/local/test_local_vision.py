@@ -15,7 +15,7 @@ from PIL import Image, ImageDraw
 
 from adapters.common.tiny import TINY_VL_MODEL_NAME
 from adapters.local import LocalBackend
-from kitchen.errors import DataError
+from kitchen.engine.errors import DataError
 from train_core.renderers.images import VisionSpec
 from train_core.renderers.registry import get_renderer
 from train_core.supervised import datum_from_model_input

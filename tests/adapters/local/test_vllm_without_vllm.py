@@ -26,9 +26,9 @@ from adapters.local.vllm_engine import (
 from adapters.local.vllm_protocol import EngineInfo, EngineSpec
 from adapters.local.vllm_samplers import engine_cpu_threads, lora_rank_limit
 from adapters.local.vllm_settings import VllmSettings
-from kitchen.config import RunConfig, load_config
-from kitchen.errors import ConfigError
-from kitchen.rl.step import weight_sync_metrics
+from kitchen.engine.config.loading import RunConfig, load_config
+from kitchen.engine.errors import ConfigError
+from kitchen.families.rl.step import weight_sync_metrics
 
 VLLM_MISSING = importlib.util.find_spec("vllm") is None
 SPEC = EngineSpec(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from adapters.noop import NoopBackend, NoopCall
-from kitchen.errors import ConfigError, KitchenError
+from kitchen.engine.errors import ConfigError, KitchenError
 from kitchen.testing.contract.data import BASE_MODEL, sft_batch, train_step
 from train_core.types import AdamParams, ModelInput, SamplingParams
 

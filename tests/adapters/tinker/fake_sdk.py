@@ -48,7 +48,7 @@ from adapters.tinker.availability import API_KEY_ENV
 from adapters.tinker.backend import TinkerBackend
 from adapters.tinker.redaction import Redactor
 from adapters.tinker.retry import RetryPolicy
-from kitchen.ports import Tokenizer
+from kitchen.engine.ports import Tokenizer
 from tests.adapters.tinker.fake_checks import (
     accepted_config,
     accepted_data,

@@ -17,10 +17,10 @@ from adapters.tinker.backend import TinkerBackend
 from adapters.tinker.redaction import Redactor
 from adapters.tinker.retry import RetryPolicy
 from adapters.tinker.training_client import TinkerTrainingClient
-from kitchen.backends import make_backend
-from kitchen.config import RunConfig
-from kitchen.errors import ConfigError, DataError
-from kitchen.ports import SamplingClient, ServiceBackend, TrainingClient
+from kitchen.engine.backends import make_backend
+from kitchen.engine.config.loading import RunConfig
+from kitchen.engine.errors import ConfigError, DataError
+from kitchen.engine.ports import SamplingClient, ServiceBackend, TrainingClient
 from tests.serve.server_process import API_KEY, shared_server
 from train_core.errors import InvalidInputError
 from train_core.types import AdamParams, Datum, ModelInput, SamplingParams, TensorData
@@ -253,7 +253,7 @@ def test_seeded_sampling_is_deterministic_and_honours_stop_ids() -> None:
 def test_tiny_tokenizer_loads_offline_and_other_names_fail_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
     """Defect 5: `sdk_tokenizer("tiny")` raised a raw OSError offline."""
     from adapters.tinker.backend import sdk_tokenizer
-    from kitchen.errors import ConfigError
+    from kitchen.engine.errors import ConfigError
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert sdk_tokenizer(BASE).decode(sdk_tokenizer(BASE).encode(TEXT)) == TEXT

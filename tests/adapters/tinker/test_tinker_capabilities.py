@@ -13,8 +13,8 @@ from adapters.tinker.loss_requests import SDK_LOSS_FNS
 from adapters.tinker.registration import BACKEND
 from adapters.tinker.sampling_client import TinkerSamplingClient
 from adapters.tinker.training_client import TinkerTrainingClient
-from kitchen import ports
-from kitchen.backends import get_backend_spec
+from kitchen.engine import ports
+from kitchen.engine.backends import get_backend_spec
 
 ADAPTER_CLASSES = {
     "ServiceBackend": TinkerBackend,

@@ -27,7 +27,7 @@ from adapters.tinker.convert import (
     tensor_from_sdk,
     tensor_to_sdk,
 )
-from kitchen.errors import KitchenError
+from kitchen.engine.errors import KitchenError
 from train_core.types import (
     AdamParams,
     Datum,

@@ -25,7 +25,7 @@ from adapters.tinker.backend import TinkerBackend
 from adapters.tinker.errors import TinkerCallError
 from adapters.tinker.redaction import REDACTED
 from adapters.tinker.retry import RetryPolicy
-from kitchen.errors import ConfigError, StageError
+from kitchen.engine.errors import ConfigError, StageError
 from tests.adapters.tinker.fake_sdk import FAST_RETRY, FakeServiceClient, make_fake_backend, service_error
 from train_core.types import Datum, ModelInput, SamplingParams, TensorData
 

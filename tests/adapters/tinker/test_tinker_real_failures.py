@@ -15,7 +15,7 @@ from adapters.tinker.backend import TinkerBackend
 from adapters.tinker.errors import TinkerCallError
 from adapters.tinker.redaction import Redactor
 from adapters.tinker.retry import RetryPolicy
-from kitchen.secrets import install_logging_filter
+from kitchen.engine.secrets import install_logging_filter
 from tests.serve.faulty_server import Fault, faulty_server
 from tests.serve.server_process import API_KEY
 from train_core.types import AdamParams, Datum, ModelInput, TensorData

@@ -18,7 +18,7 @@ from adapters.common.tiny import EMBEDDED_MODELS, TINY32_MODEL_NAME, TINY_DIR
 from adapters.local import LocalBackend
 from adapters.local.vllm_sampling_client import VllmSamplingClient
 from adapters.local.vllm_settings import VllmSettings
-from kitchen.ports import SamplingClient, TrainingClient
+from kitchen.engine.ports import SamplingClient, TrainingClient
 from tests.adapters.vllm_engine.engine_checks import (
     SKIP_REASON,
     run,

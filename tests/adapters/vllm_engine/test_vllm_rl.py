@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kitchen.metrics import read_metrics
+from kitchen.engine.runs.metrics import read_metrics
 from tests.adapters.vllm_engine.engine_checks import SKIP_REASON
 from tests.helpers import run_cli
 

@@ -24,7 +24,7 @@ from adapters.local.training_client import LocalTrainingClient
 from adapters.local.vllm_engine import EngineDied
 from adapters.local.vllm_sampling_client import VllmSamplingClient
 from adapters.local.vllm_settings import VllmSettings
-from kitchen.errors import ConfigError, DataError
+from kitchen.engine.errors import ConfigError, DataError
 from tests.adapters.vllm_engine.engine_checks import (
     SKIP_REASON,
     run,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kitchen import Context, Stage
-from kitchen.settings import OptimizerSettings
+from kitchen.families.common.settings import OptimizerSettings
 from train_core.types import Datum
 
 

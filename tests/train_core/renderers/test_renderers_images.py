@@ -12,8 +12,8 @@ from transformers import AutoImageProcessor, PreTrainedTokenizerBase
 
 from adapters.common.tiny import EMBEDDED_MODELS, TINY_VL_MODEL_NAME
 from adapters.common.tokenizer import load_tokenizer
-from kitchen.ports import Tokenizer
-from kitchen.supervised.examples import Conversation
+from kitchen.engine.ports import Tokenizer
+from kitchen.families.supervised.examples import Conversation
 from train_core.renderers.errors import RendererError
 from train_core.renderers.images import ImagePartError, VisionSpec, data_url, image_chunk, image_of_part, load_image
 from train_core.renderers.messages import MessageFormatError, check_messages

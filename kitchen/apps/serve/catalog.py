@@ -1,0 +1,60 @@
+"""The models file: the names programs ask for, mapped to what the backend loads.
+
+A YAML mapping, one model per line: `Qwen/Qwen3-8B: /models/qwen3-8b` (a local folder) or
+`tiny: tiny` (kitchen's embedded model). Without a file the server offers `tiny` only. The name a
+program uses is what `get_server_capabilities` lists and what training runs record.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from kitchen.engine.config.yaml_bounded import load_yaml
+from kitchen.engine.errors import ConfigError
+
+TINY = "tiny"
+
+
+class UnknownModel(ConfigError):
+    """A model name the server does not serve (HTTP 400)."""
+
+
+class ModelCatalog:
+    def __init__(self, models: dict[str, str]) -> None:
+        self.models = dict(models)
+
+    def backend_model(self, name: str) -> str:
+        """What the backend loads for `name`; an unknown name raises UnknownModel listing the served ones."""
+        if name not in self.models:
+            raise UnknownModel(
+                f"unknown base model {name!r}: this server serves {', '.join(sorted(self.models))} "
+                "(add it to the models file given with --models)"
+            )
+        return self.models[name]
+
+
+def read_models_file(path: Path | None) -> ModelCatalog:
+    """The catalog from `path` (None: `tiny` only); a malformed file is a ConfigError naming it."""
+    if path is None:
+        return ModelCatalog({TINY: TINY})
+    try:
+        raw = load_yaml(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"models file {path}: cannot read it ({exc})") from None
+    if not isinstance(raw, dict) or not raw:
+        raise ConfigError(f"models file {path}: expected a mapping of model name to local folder or 'tiny'")
+    models: dict[str, str] = {}
+    for name, target in raw.items():
+        if not isinstance(name, str) or not isinstance(target, str) or not target:
+            raise ConfigError(f"models file {path}: entry {name!r}: the value must be a local folder or 'tiny'")
+        if target != TINY:
+            folder = Path(target).expanduser()
+            if not folder.is_absolute():
+                folder = path.parent / folder
+            if not folder.is_dir():
+                raise ConfigError(f"models file {path}: entry {name!r}: {folder} is not a folder")
+            target = str(folder.resolve())
+        models[name] = target
+    return ModelCatalog(models)

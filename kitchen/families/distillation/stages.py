@@ -1,0 +1,271 @@
+"""Distillation stages: the teacher-KL advantage adjuster and its held-out twin (on-policy), and
+the teacher's answers as a data set plus the NLL floor it sets (prompt distillation)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kitchen.engine.context import Context
+from kitchen.engine.errors import ConfigError, DataError
+from kitchen.engine.ports import SamplingClient, ServiceBackend
+from kitchen.engine.runs.datasets import is_hub_name, load_located_records, prompt_messages
+from kitchen.engine.stage import Persisted, Stage
+from kitchen.families.common.requests import score_targets
+from kitchen.families.common.setup import message_roles, open_other_model
+from kitchen.families.distillation.settings import OnPolicyDistillationSettings, PromptDistillationSettings
+from kitchen.families.rl.settings import RLSettings
+from kitchen.families.rl.step import RLData, rollout_options, rollout_params
+from kitchen.families.supervised.examples import text_field
+from train_core.distillation import TeacherKL, incorporate_teacher_kl
+from train_core.errors import InvalidInputError
+from train_core.renderers.base import Message, Renderer
+from train_core.renderers.messages import STANDARD_ROLES, check_messages
+from train_core.rl.advantages import compute_advantages
+from train_core.rl.data_processing import assemble_training_data
+from train_core.rl.rollouts import kept_groups, sample_group
+from train_core.rl.task import RLTask
+from train_core.supervised import cut_messages, datum_from_tokens_weights, mean_nll
+from train_core.types import Datum, SamplingParams
+
+
+def load_prompts(path: str, roles: frozenset[str] = STANDARD_ROLES) -> list[list[Message]]:
+    """The conversations of a prompt set (see `kitchen.engine.runs.datasets.prompt_messages`)."""
+    return [prompt_messages(record, where, roles) for where, record in load_located_records(path)]
+
+
+def teacher_conversations(path: str, roles: frozenset[str] = STANDARD_ROLES) -> list[list[Message]]:
+    """The generated answers with the system prompt they were asked under: each record
+    `{"messages": [...], "system": text}` as `[system message, *messages]`; a bad record is a
+    DataError naming its file and line."""
+    conversations = []
+    for where, record in load_located_records(path, required_any=(("messages",), ("system",))):
+        try:
+            system: Message = {"role": "system", "content": text_field(record, "system")}
+            conversations.append([system, *check_messages(record["messages"], roles)])
+        except InvalidInputError as exc:
+            raise DataError(f"{where}: {exc}") from None
+    return conversations
+
+
+def teacher_of_each(tags_D: Sequence[Sequence[str]], teachers: Mapping[str, SamplingClient]) -> list[SamplingClient]:
+    """The teacher client for each datum: the one named by the datum's data-set tag."""
+    picked = []
+    for tags in tags_D:
+        names = [tag for tag in tags if tag in teachers]
+        if not names:
+            raise DataError(f"no teacher for a group tagged {list(tags)}; teachers: {sorted(teachers)}")
+        picked.append(teachers[names[0]])
+    return picked
+
+
+@dataclass(frozen=True)
+class Teachers:
+    teacher_clients: dict[str, SamplingClient]
+    """Each data set's teacher, by data-set name."""
+    teacher_client: SamplingClient
+    """The first data set's teacher (its held-out reward and KL are evaluated)."""
+    teacher_paths: Persisted[dict[str, str]]
+
+
+class OpenTeachers(Stage):
+    """A sampling client on each data set's teacher (`datasets[i].teacher`: a base model, or a
+    checkpoint / run directory)."""
+
+    calls = (ServiceBackend.create_sampling_client,)
+
+    async def run(self, ctx: Context, service: ServiceBackend, config: OnPolicyDistillationSettings) -> Teachers:
+        clients, paths = {}, {}
+        for dataset in config.datasets:
+            clients[dataset.name], paths[dataset.name] = await open_other_model(
+                service, dataset.teacher, config.model_name
+            )
+            ctx.log.info("model_client.ready", client=f"teacher/{dataset.name}", path=paths[dataset.name])
+        return Teachers(clients, clients[config.datasets[0].name], paths)
+
+
+class ApplyTeacherKL(Stage):
+    """An advantage adjuster: each datum's teacher (by its data set) scores the sampled tokens,
+    and `kl_penalty_coef` times the per-token reverse KL `lp_student - lp_teacher` is taken off
+    the advantages (discounted by `kl_discount_factor`). Logs `teacher_kl` (mean per action token)
+    and `teacher_kl/<dataset>`."""
+
+    calls = (SamplingClient.compute_logprobs,)
+
+    async def run(
+        self,
+        ctx: Context,
+        rl_data: list[Datum],
+        rl_data_tags: list[list[str]],
+        teacher_clients: dict[str, SamplingClient],
+        config: RLSettings,
+    ) -> RLData:
+        if not rl_data:
+            return RLData(rl_data)
+        teacher_lp_D = await score_targets(teacher_of_each(rl_data_tags, teacher_clients), rl_data)
+        new_data_D, kl = incorporate_teacher_kl(
+            rl_data, teacher_lp_D, config.kl_penalty_coef, config.kl_discount_factor
+        )
+        ctx.record(teacher_kl_metrics(kl, rl_data_tags, teacher_clients))
+        return RLData(new_data_D)
+
+
+def teacher_kl_metrics(kl: TeacherKL, tags_D: Sequence[Sequence[str]], names: Iterable[str]) -> dict[str, float]:
+    """`teacher_kl` over every action token, and `teacher_kl/<name>` over each data set's."""
+    metrics = {"teacher_kl": kl.mean()}
+    for name in names:
+        indices = [i for i, tags in enumerate(tags_D) if name in tags]
+        if indices:
+            metrics[f"teacher_kl/{name}"] = kl.mean(indices)
+    return metrics
+
+
+class EvaluateTeacherKL(Stage):
+    """The student's reverse KL to the (first data set's) teacher on the task's evaluation prompts,
+    sampled with the current sampler: `eval/teacher_kl`, and `eval/teacher_kl/<tag>` per logging
+    tag (e.g. the prompts it never trains on)."""
+
+    calls = (SamplingClient.sample, SamplingClient.compute_logprobs)
+
+    async def run(
+        self,
+        ctx: Context,
+        rl_task: RLTask,
+        sampling_client: SamplingClient,
+        sampler_step: int,
+        teacher_client: SamplingClient,
+        config: RLSettings,
+    ) -> None:
+        builders = rl_task.eval_builders
+        if not builders:
+            return
+        params, options = rollout_params(config), rollout_options(config)
+        results = await asyncio.gather(
+            *(
+                sample_group(b, sampling_client, sampler_step, params, ("eval_kl", config.seed, ctx.step, i), options)
+                for i, b in enumerate(builders)
+            )
+        )
+        groups, _ = kept_groups(results)
+        if not groups:
+            return
+        trajectories_P = [g.trajectories for g in groups]
+        data_D, metadata_D = assemble_training_data(trajectories_P, compute_advantages(trajectories_P))
+        teacher_lp_D = await score_targets(teacher_client, data_D)
+        _, kl = incorporate_teacher_kl(data_D, teacher_lp_D, coef=0.0)
+        tags_D = [groups[meta["group_idx"]].builder.logging_tags() for meta in metadata_D]
+        tags = sorted({tag for tags in tags_D for tag in tags})
+        ctx.record({f"eval/{key}": value for key, value in teacher_kl_metrics(kl, tags_D, tags).items()})
+
+
+@dataclass(frozen=True)
+class TeacherAnswers:
+    data_files: Persisted[dict[str, str]]
+
+
+class GenerateTeacherAnswers(Stage):
+    """The teacher's answers to the train (and held-out) prompts, asked under `system_prompt`,
+    written as conversations without it to `RUN_DIR/distill/{train,eval}.jsonl` (each record
+    keeps the system prompt under `system` for the teacher's NLL floor), as `data_files`.
+    Requests go out together so a backend batches them. A finished generation (its `.done`
+    marker) is reused on resume, and `generated_dataset` points at one from an earlier run instead."""
+
+    calls = (SamplingClient.sample,)
+
+    def check_inputs(self, config: Any) -> None:
+        """The local prompt sets' records and roles, or those of the `generated_dataset`."""
+        roles = message_roles(config)
+        if config.generated_dataset:
+            for split in ("train", "eval"):
+                path = Path(config.generated_dataset) / f"{split}.jsonl"
+                if split == "train" or path.exists():
+                    teacher_conversations(str(path), roles)
+            return
+        for source in (config.dataset, config.eval_dataset):
+            if source and not is_hub_name(source):
+                load_prompts(source, roles)
+
+    async def run(
+        self, ctx: Context, renderer: Renderer, teacher_client: SamplingClient, config: PromptDistillationSettings
+    ) -> TeacherAnswers:
+        if config.generated_dataset:
+            folder = Path(config.generated_dataset)
+            if not (folder / "train.jsonl").is_file():
+                raise ConfigError(f"generated_dataset {folder}: no train.jsonl there")
+        else:
+            if ctx.run_dir is None:
+                raise ConfigError("prompt distillation writes the teacher's answers to the run directory; none is set")
+            folder = ctx.run_dir / "distill"
+            for split, source in (("train", config.dataset), ("eval", config.eval_dataset)):
+                if source and not (folder / f"{split}.done").exists():
+                    await generate_answers(ctx, renderer, teacher_client, config, source, folder / f"{split}.jsonl")
+        return TeacherAnswers(
+            {
+                split: str(folder / f"{split}.jsonl")
+                for split in ("train", "eval")
+                if (folder / f"{split}.jsonl").is_file()
+            }
+        )
+
+
+async def generate_answers(
+    ctx: Context,
+    renderer: Renderer,
+    teacher: SamplingClient,
+    config: PromptDistillationSettings,
+    source: str,
+    out: Path,
+) -> None:
+    """The teacher's answers to `source`'s prompts as JSONL at `out`, then its `.done` marker."""
+    split = out.stem
+    prompts = [cut_messages(prompt, config.max_length) for prompt in load_prompts(source, renderer.roles)]
+    system: Message = {"role": "system", "content": config.system_prompt}
+    params = [
+        SamplingParams(
+            max_tokens=config.teacher_max_tokens,
+            temperature=config.teacher_temperature,
+            seed=hash((config.seed, split, index)) & 0x7FFFFFFF,
+            stop=renderer.get_stop_sequences(),
+        )
+        for index in range(len(prompts))
+    ]
+    results = await asyncio.gather(
+        *(
+            teacher.sample(renderer.build_generation_prompt([system, *prompt]), 1, p)
+            for prompt, p in zip(prompts, params, strict=True)
+        )
+    )
+    lines = []
+    for prompt, result in zip(prompts, results, strict=True):
+        reply, _ = renderer.parse_response(result.sequences[0].tokens)
+        answer: Message = {"role": "assistant", "content": reply["content"]}
+        lines.append(json.dumps({"messages": [*prompt, answer], "system": config.system_prompt}))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    out.with_suffix(".done").touch()
+    ctx.log.info("distill.generated", split=split, records=len(lines), path=str(out))
+
+
+class EvaluateTeacherFloor(Stage):
+    """The teacher's own NLL of its held-out answers, with the system prompt: the floor the
+    student's `eval/nll` (without it) is measured against, `eval/teacher_nll`."""
+
+    calls = (SamplingClient.compute_logprobs,)
+
+    async def run(
+        self, ctx: Context, data_files: dict[str, str], renderer: Renderer, teacher_client: SamplingClient
+    ) -> None:
+        path = data_files.get("eval")
+        if path is None:
+            return
+        data_D = []
+        for conversation in teacher_conversations(path, renderer.roles):
+            tokens, weights = renderer.build_supervised_example(conversation)
+            data_D.append(datum_from_tokens_weights(tokens.to_ints(), [float(w) for w in weights]))
+        logprobs_D = await score_targets(teacher_client, data_D)
+        weights_D = [d.loss_fn_inputs["weights"].to_torch() for d in data_D]
+        ctx.record({"eval/teacher_nll": mean_nll(logprobs_D, weights_D)})

@@ -1,0 +1,61 @@
+"""Held-out reward: the task's evaluation env groups rolled out with the current (pre-update)
+sampler every `eval_every` steps, and the same for another model (a teacher) once."""
+
+from __future__ import annotations
+
+import asyncio
+
+from kitchen.engine.context import Context
+from kitchen.engine.ports import SamplingClient
+from kitchen.engine.stage import Stage
+from kitchen.engine.workflow import ConfigPredicate
+from kitchen.families.rl.settings import RLSettings
+from kitchen.families.rl.step import note_dropped, rollout_options, rollout_params
+from train_core.rl.metrics import rollout_metrics
+from train_core.rl.rollouts import kept_groups, sample_group
+from train_core.rl.task import RLTask
+
+
+def _eval_due(ctx: Context) -> bool:
+    period = int(ctx.config.eval_every or 0)
+    return period > 0 and (ctx.step % period == 0 or ctx.step + 1 == ctx.total_steps)
+
+
+eval_due = ConfigPredicate("every eval_every steps and at the last step, before the update", ("eval_every",), _eval_due)
+"""Before the update of every `eval_every`-th step (step 0 included) and of the last step."""
+
+
+class EvaluateRewards(Stage):
+    """Reward on the task's held-out env groups with the current (pre-update) sampler, logged as
+    `eval/all/reward/total` and friends (`eval/{tag}/...` per logging tag). With
+    `keys={"sampling_client": ...}` and `prefix`, another model's reward on them (e.g. a
+    teacher's, as `teacher_eval/...`)."""
+
+    calls = (SamplingClient.sample,)
+
+    def __init__(self, prefix: str = "eval", name: str | None = None, client_key: str | None = None) -> None:
+        super().__init__(name, keys={"sampling_client": client_key} if client_key else None)
+        self.prefix = prefix
+
+    async def run(
+        self,
+        ctx: Context,
+        rl_task: RLTask,
+        sampling_client: SamplingClient,
+        config: RLSettings,
+        sampler_step: int = 0,
+    ) -> None:
+        builders = rl_task.eval_builders
+        if not builders:
+            return
+        params, options = rollout_params(config), rollout_options(config)
+        results = await asyncio.gather(
+            *(
+                sample_group(b, sampling_client, sampler_step, params, ("eval", config.seed, ctx.step, i), options)
+                for i, b in enumerate(builders)
+            )
+        )
+        groups, dropped = kept_groups(results)
+        note_dropped(ctx, dropped)
+        if groups:
+            ctx.record(rollout_metrics(groups, prefix=self.prefix))

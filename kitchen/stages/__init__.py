@@ -1,1 +1,0 @@
-"""Built-in stages, one concept per module. Each declares reads / writes / ports."""

@@ -1,6 +1,0 @@
-"""Tools a model may call during RL: typed Python functions, and the env that runs the loop."""
-
-from kitchen.tools.env import Toolbox, ToolUseEnv
-from kitchen.tools.tool import Tool, ToolResult, tool
-
-__all__ = ["Tool", "ToolResult", "ToolUseEnv", "Toolbox", "tool"]
