@@ -17,12 +17,13 @@ import random
 
 from pydantic import Field
 
-from kitchen.engine.config.loading import defaults
-from kitchen.engine.recipe import Recipe
-from kitchen.engine.runs.datasets import is_hub_name
-from kitchen.families.distillation.settings import OnPolicyDistillationSettings
-from kitchen.families.distillation.stages import load_prompts
-from kitchen.families.distillation.workflow import on_policy_distillation_workflow_for
+from kitchen import HeldOutEval, OptimizerSettings, Recipe, SamplingSettings, Section, defaults, is_hub_name
+from kitchen.families.distillation import (
+    OnPolicyDistillationSettings,
+    load_prompts,
+    on_policy_distillation_workflow_for,
+)
+from kitchen.families.rl import RLLoopSettings, WarmStartSettings
 from recipes.data import shipped_data
 from recipes.envs.arithmetic import AdditionDemonstrations, Problem, problem_group, question
 from train_core.distillation import CompositeDataset, PromptDataset
@@ -37,17 +38,9 @@ ARITHMETIC = "arithmetic"
 """The built-in prompt set: addition problems with operands up to `max_operand`, less the held-out ones."""
 
 
-@defaults(
-    datasets=[{"name": ARITHMETIC, "prompts": ARITHMETIC, "teacher": {"checkpoint": TEACHER}}],
-    learning_rate=1e-3,
-    max_tokens=8,
-    group_size=8,
-    groups_per_batch=32,
-    num_batches=40,
-    eval_every=5,
-    warm_start_steps=300,
-)
-class Config(OnPolicyDistillationSettings):
+class AdditionPrompts(Section):
+    """Config section `env`: the built-in addition problems, those held out, the warm start."""
+
     max_operand: int = Field(4, ge=1, description="built-in prompts: operands are drawn from [0, max_operand]")
     num_held_out: int = Field(5, ge=1, description="addition problems kept out of training (eval tag held_out)")
     teacher_error_rate: float = Field(
@@ -55,10 +48,23 @@ class Config(OnPolicyDistillationSettings):
     )
 
 
+@defaults(
+    datasets=[{"name": ARITHMETIC, "prompts": ARITHMETIC, "teacher": {"checkpoint": TEACHER}}],
+    optimizer=OptimizerSettings(learning_rate=1e-3),
+    sampling=SamplingSettings(max_tokens=8),
+    rl=RLLoopSettings(group_size=8, groups_per_batch=32, num_batches=40),
+    eval=HeldOutEval(every=5),
+    warm_start=WarmStartSettings(steps=300),
+)
+class Config(OnPolicyDistillationSettings):
+    env: AdditionPrompts = Field(default_factory=AdditionPrompts, description="the built-in addition problems")
+
+
 def split_problems(config: Config) -> tuple[list[Problem], list[Problem]]:
     """Every addition problem of the range, split into (trained, held out) by a seeded sample."""
-    every = [(x, y) for x in range(config.max_operand + 1) for y in range(config.max_operand + 1)]
-    held_out = random.Random(f"distill-held-out/{config.seed}").sample(every, min(config.num_held_out, len(every) - 1))
+    top, count = config.env.max_operand, config.env.num_held_out
+    every = [(x, y) for x in range(top + 1) for y in range(top + 1)]
+    held_out = random.Random(f"distill-held-out/{config.seed}").sample(every, min(count, len(every) - 1))
     return [p for p in every if p not in held_out], held_out
 
 
@@ -83,7 +89,7 @@ def build_task(config: Config, renderer: Renderer) -> RLTask:
             prompts_for(dataset.prompts, trained, renderer.roles),
             renderer,
             config.share(index),
-            config.group_size,
+            config.rl.group_size,
             config.seed,
         )
         for index, dataset in enumerate(config.datasets)
@@ -95,11 +101,11 @@ def build_task(config: Config, renderer: Renderer) -> RLTask:
         train=CompositeDataset(parts),
         eval_builders=[
             problem_group(
-                problem, renderer, config.group_size, 0.0, "trained" if problem in trained_set else "held_out"
+                problem, renderer, config.rl.group_size, 0.0, "trained" if problem in trained_set else "held_out"
             )
             for problem in sorted(trained_set | set(held_out))
         ],
-        demonstrations=AdditionDemonstrations(config.max_operand, config.teacher_error_rate),
+        demonstrations=AdditionDemonstrations(config.env.max_operand, config.env.teacher_error_rate),
     )
 
 

@@ -5,17 +5,15 @@ to behave as the teacher does when told.
 Defaults run offline on the embedded tiny model: the shipped arithmetic teacher answers addition
 questions under an instruction-style system prompt, and the student (the tiny base model) learns
 its answers. Generation is batched, written to `RUN_DIR/distill/` before training and not repeated
-on resume; `generated_dataset=DIR` reuses an earlier run's. Metrics: `eval/nll_initial` and
-`eval/nll` (the student's held-out NLL of the teacher's answers, without the system prompt) and
-`eval/teacher_nll` (the teacher's, with it: the floor).
+on resume; `teacher.generated_dataset=DIR` reuses an earlier run's. Metrics: `eval/nll_initial`
+and `eval/nll` (the student's held-out NLL of the teacher's answers, without the system prompt)
+and `eval/teacher_nll` (the teacher's, with it: the floor).
 """
 
 from __future__ import annotations
 
-from kitchen.engine.config.loading import defaults
-from kitchen.engine.recipe import Recipe
-from kitchen.families.distillation.settings import PromptDistillationSettings
-from kitchen.families.distillation.workflow import prompt_distillation_workflow
+from kitchen import CheckpointSettings, DataSettings, HeldOutEval, OptimizerSettings, OtherModel, Recipe, defaults
+from kitchen.families.distillation import PromptDistillationSettings, TeacherSettings, prompt_distillation_workflow
 from recipes.data import shipped_data
 
 SYSTEM_PROMPT = (
@@ -26,17 +24,21 @@ SYSTEM_PROMPT = (
 
 
 @defaults(
-    dataset=shipped_data("distill/prompts_train.jsonl"),
-    eval_dataset=shipped_data("distill/prompts_test.jsonl"),
-    system_prompt=SYSTEM_PROMPT,
-    teacher={"checkpoint": shipped_data("teachers/arithmetic")},
-    teacher_max_tokens=8,
-    learning_rate=3e-3,
-    batch_size=32,
-    num_epochs=3,
-    eval_every=10,
-    save_every=0,
-    max_length=128,
+    data=DataSettings(
+        dataset=shipped_data("distill/prompts_train.jsonl"),
+        eval_dataset=shipped_data("distill/prompts_test.jsonl"),
+        batch_size=32,
+        num_epochs=3,
+        max_length=128,
+    ),
+    teacher=TeacherSettings(
+        system_prompt=SYSTEM_PROMPT,
+        model=OtherModel(checkpoint=shipped_data("teachers/arithmetic")),
+        max_tokens=8,
+    ),
+    optimizer=OptimizerSettings(learning_rate=3e-3),
+    eval=HeldOutEval(every=10),
+    checkpoint=CheckpointSettings(save_every=0),
 )
 class Config(PromptDistillationSettings):
     pass

@@ -2,64 +2,52 @@
 `hh_rlhf` transcripts or `ultrafeedback` message lists; see `train_core.preference.datasets`).
 
 Defaults train the embedded tiny model on the shipped `polite_arithmetic` comparisons, offline,
-in well under three minutes on two CPU cores.
+in well under three minutes on two CPU cores. `win_rate.judge` also measures the policy's win rate
+against the reference: a rule (see `recipes.judges`) or a learned judge at `win_rate.judge_model`.
 """
 
 from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from kitchen.engine.config.loading import defaults
-from kitchen.engine.errors import ConfigError
-from kitchen.engine.recipe import Recipe
-from kitchen.engine.workflow import Workflow
-from kitchen.families.common.settings import OtherModel
-from kitchen.families.common.setup import OpenOtherModel
-from kitchen.families.preference.reward_model import OpenModelJudge
-from kitchen.families.preference.settings import PreferenceSettings
-from kitchen.families.preference.workflow import preference_workflow
+from kitchen import ConfigRef, OptimizerSettings, Recipe, Workflow, defaults
+from kitchen.families.preference import (
+    ComparisonData,
+    PreferenceSettings,
+    WinRateSettings,
+    judge_setup,
+    preference_workflow,
+)
 from recipes.data import shipped_data
-from recipes.judges import check_judge_name, get_judge
+from recipes.judges import check_any_judge, get_judge
 
-PREFERENCE_MODEL = "preference_model"
-"""`win_rate_judge` value naming a learned judge (see `kitchen.families.common.completers.PreferenceModelJudge`)."""
+
+class WinRate(WinRateSettings):
+    @field_validator("judge")
+    @classmethod
+    def _known_judge(cls, name: str | None) -> str | None:
+        return check_any_judge(name)
 
 
 @defaults(
-    dataset=shipped_data("preference/polite_arithmetic_train.jsonl"),
-    eval_dataset=shipped_data("preference/polite_arithmetic_test.jsonl"),
-    batch_size=16,
-    learning_rate=1e-3,
+    data=ComparisonData(
+        dataset=shipped_data("preference/polite_arithmetic_train.jsonl"),
+        eval_dataset=shipped_data("preference/polite_arithmetic_test.jsonl"),
+        batch_size=16,
+    ),
+    optimizer=OptimizerSettings(learning_rate=1e-3),
 )
 class Config(PreferenceSettings):
-    win_rate_judge: str | None = Field(
-        None,
-        description="also measure the policy's win rate against the reference with this judge: a rule "
-        "(see recipes.judges) or preference_model (a learned judge at win_rate_judge_model)",
-    )
-    win_rate_judge_model: OtherModel = Field(
-        default_factory=OtherModel, description="win_rate_judge=preference_model: its checkpoint or run directory"
-    )
+    win_rate: WinRate = Field(default_factory=WinRate, description="the policy's win rate against the reference")
 
-    @field_validator("win_rate_judge")
-    @classmethod
-    def _registered_judge(cls, name: str | None) -> str | None:
-        if name is None or name == PREFERENCE_MODEL:
-            return name
-        return check_judge_name(name)
+
+JUDGE_MODEL = ConfigRef(WinRateSettings, lambda win_rate: win_rate.judge_model)
 
 
 def workflow(config: Config) -> Workflow:
-    if config.win_rate_judge == PREFERENCE_MODEL:
-        model = config.win_rate_judge_model
-        if not (model.checkpoint or model.model_name):
-            raise ConfigError("win_rate_judge=preference_model needs win_rate_judge_model.checkpoint (or .model_name)")
-        setup = [
-            OpenOtherModel("win_rate_judge_model", "judge_client", "judge_client_path", name="open_judge_model"),
-            OpenModelJudge(),
-        ]
-        return preference_workflow(judge_setup=setup)
-    return preference_workflow(get_judge(config.win_rate_judge) if config.win_rate_judge else None)
+    judge = config.win_rate.judge
+    setup = [] if judge is None else judge_setup(judge, JUDGE_MODEL, config.win_rate.judge_model, get_judge)
+    return preference_workflow(judge_setup=setup)
 
 
 RECIPE = Recipe(

@@ -12,9 +12,17 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from kitchen.engine.eval_tasks import EvalModel, EvalSettings, EvalTask, TaskResult
-from kitchen.families.evaluation.generation import Grade, Item, evaluate_generation
-from kitchen.families.evaluation.graders import Grader, math_grader
+from kitchen.families.evaluation import (
+    EvalModel,
+    EvalSettings,
+    EvalTask,
+    Grade,
+    Grader,
+    Item,
+    TaskResult,
+    evaluate_generation,
+    math_grader,
+)
 from recipes.data import shipped_data
 from recipes.envs.arithmetic import eval_problems, question
 from recipes.envs.code import INSTRUCTION as CODE_INSTRUCTION

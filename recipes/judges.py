@@ -12,8 +12,8 @@ import difflib
 import re
 from collections.abc import Callable, Sequence
 
-from kitchen.engine.errors import ConfigError, DataError
-from kitchen.families.preference.stages import Judge
+from kitchen import ConfigError, DataError
+from kitchen.families.preference import LEARNED_JUDGES, Judge
 from recipes.data.preference.generate_polite_arithmetic import POLITE_CLOSINGS, RUDE_CLOSINGS
 from train_core.renderers.base import Message
 
@@ -70,3 +70,8 @@ def check_judge_name(name: str) -> str:
 
 def get_judge(name: str) -> Judge:
     return JUDGES[check_judge_name(name)]()
+
+
+def check_any_judge(name: str | None, learned: tuple[str, ...] = LEARNED_JUDGES) -> str | None:
+    """A config's judge name: none, a learned judge (`learned`), or a rule judge registered here."""
+    return name if name is None or name in learned else check_judge_name(name)

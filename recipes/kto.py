@@ -8,31 +8,26 @@ offline on two CPU cores.
 
 from __future__ import annotations
 
-from kitchen.engine.config.loading import defaults
-from kitchen.engine.recipe import Recipe
-from kitchen.engine.workflow import Workflow
-from kitchen.families.preference.kto import kto_workflow
-from kitchen.families.preference.settings import KTOSettings
+from kitchen import OptimizerSettings, Recipe, defaults
+from kitchen.families.preference import ComparisonData, KTOSettings, kto_workflow
 from recipes.data import shipped_data
 
 
 @defaults(
-    dataset=shipped_data("preference/polite_arithmetic_train.jsonl"),
-    eval_dataset=shipped_data("preference/polite_arithmetic_test.jsonl"),
-    batch_size=16,
-    learning_rate=1e-3,
+    data=ComparisonData(
+        dataset=shipped_data("preference/polite_arithmetic_train.jsonl"),
+        eval_dataset=shipped_data("preference/polite_arithmetic_test.jsonl"),
+        batch_size=16,
+    ),
+    optimizer=OptimizerSettings(learning_rate=1e-3),
 )
 class Config(KTOSettings):
     pass
-
-
-def workflow(config: Config) -> Workflow:
-    return kto_workflow()
 
 
 RECIPE = Recipe(
     name="kto",
     description="KTO: preference learning from unpaired desirable / undesirable examples",
     config_cls=Config,
-    workflow=workflow,
+    workflow=lambda config: kto_workflow(),
 )

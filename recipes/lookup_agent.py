@@ -1,148 +1,40 @@
 """lookup_agent: RL of an agent written as ordinary code against the `openai` client
 (recipes/agents/lookup.py): questions about a small shipped corpus of (fictional) towns, answered
-with two tools, `search` and `read`. kitchen gives each episode an OpenAI-compatible base URL and
-its own key, serves every chat completion from the policy, and trains exactly the tokens sampled.
+with two tools, `search` and `read` (the environment: recipes/envs/lookup.py). kitchen gives each
+episode an OpenAI-compatible base URL and its own key, serves every chat completion from the
+policy, and trains exactly the tokens sampled.
 
-Reward 1 when the final answer contains the right answer. The facts are invented, so only the
-tools can find them. A warm start imitates a teacher who searches, reads the first hit and
-answers from it, except that `teacher_error_rate` of the time it skips the tools and guesses.
 Defaults run on the embedded tiny model, offline, on CPU with `qwen3_instruct` (a renderer with a
 native tool format).
 """
 
 from __future__ import annotations
 
-import json
-import random
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import openai
 from pydantic import Field
 
-from kitchen.engine.config.loading import defaults
-from kitchen.engine.recipe import Recipe
-from kitchen.families.common.setup import renderer_name
-from kitchen.families.rl.settings import RLSettings
-from kitchen.families.rl.workflow import rl_workflow_for
-from recipes.agents.lookup import CORPUS, TOOLS, Corpus, answer
+from kitchen import HeldOutEval, OptimizerSettings, Recipe, SamplingSettings, defaults, renderer_name
+from kitchen.families.rl import RLLoopSettings, RLSettings, WarmStartSettings, rl_workflow_for
+from recipes.agents.lookup import CORPUS, Corpus
+from recipes.envs.lookup import LookupSettings, load_questions, lookup_task
 from train_core.renderers.base import Renderer
-from train_core.renderers.messages import Message, ToolCall
 from train_core.renderers.registry import check_tool_renderer
 from train_core.rl.task import RLTask
-from train_core.rl.types import EnvGroupBuilder, RLDataset
-
-if (
-    TYPE_CHECKING
-):  # kitchen.integrations.agents serves over FastAPI and the tinker types: imported when a run builds episodes
-    from kitchen.integrations.agents import AgentEndpoint
-
-QUESTIONS = Path(__file__).resolve().parent / "data" / "lookup" / "questions.jsonl"
 
 
 @defaults(
     renderer="qwen3_instruct",
-    learning_rate=1e-3,
-    max_tokens=40,
-    group_size=4,
-    groups_per_batch=4,
-    num_batches=20,
-    eval_every=10,
-    warm_start_steps=60,
+    optimizer=OptimizerSettings(learning_rate=1e-3),
+    sampling=SamplingSettings(max_tokens=40),
+    rl=RLLoopSettings(group_size=4, groups_per_batch=4, num_batches=20),
+    eval=HeldOutEval(every=10),
+    warm_start=WarmStartSettings(steps=60),
 )
 class Config(RLSettings):
-    max_calls: int = Field(4, ge=1, description="chat completion calls the agent makes per question")
-    num_eval_questions: int = Field(6, ge=0, description="held-out questions scored every eval_every steps")
-    teacher_error_rate: float = Field(
-        0.3, ge=0, le=1, description="share of warm-start episodes in which the teacher guesses without the tools"
-    )
-
-
-@dataclass(frozen=True)
-class Question:
-    question: str
-    answer: str
-    title: str
-
-
-def load_questions(path: Path = QUESTIONS) -> list[Question]:
-    return [Question(**json.loads(line)) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def lookup_agent(corpus: Corpus, max_calls: int) -> Any:
-    async def agent(endpoint: AgentEndpoint, question: Question) -> str:
-        client = openai.AsyncOpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0)
-        async with client:
-            return await answer(client, endpoint.model, question.question, corpus, max_calls)
-
-    return agent
-
-
-def grade(question: Question, reply: str) -> tuple[float, dict[str, float]]:
-    right = question.answer.lower() in reply.lower()
-    return float(right), {"lookup/answered": float(bool(reply.strip()))}
-
-
-@dataclass(frozen=True)
-class Teacher:
-    """Searches the town's name, reads the first hit and answers from it; guesses `error_rate` of
-    the time (another town's fact of the same kind)."""
-
-    renderer: Renderer
-    questions: list[Question]
-    corpus: Corpus
-    error_rate: float
-
-    def __call__(self, rng: random.Random, count: int) -> list[list[Message]]:
-        return [self._episode(rng) for _ in range(count)]
-
-    def _episode(self, rng: random.Random) -> list[Message]:
-        q = rng.choice(self.questions)
-        messages = [Message(role="user", content=q.question)]
-        if rng.random() < self.error_rate:
-            same_kind = [o for o in self.questions if o.question.split()[:2] == q.question.split()[:2] and o != q]
-            messages.append(Message(role="assistant", content=rng.choice(same_kind).answer))
-        else:
-            for name, args in (("search", {"query": q.title}), ("read", {"title": q.title})):
-                result = self.corpus.run(name, json.dumps(args))
-                messages.append(Message(role="assistant", content="", tool_calls=[ToolCall(name=name, arguments=args)]))
-                messages.append(Message(role="tool", content=result, name=name))
-            messages.append(Message(role="assistant", content=q.answer))
-        return self.renderer.declare_tools(messages, TOOLS)
-
-
-class Questions(RLDataset):
-    def __init__(self, agent: Any, questions: list[Question], renderer: Renderer, config: Config) -> None:
-        self.agent, self.questions, self.renderer, self.config = agent, questions, renderer, config
-
-    def get_batch(self, index: int) -> list[EnvGroupBuilder]:
-        from kitchen.integrations.agents import AgentGroupBuilder
-
-        rng = random.Random(f"lookup/{self.config.seed}/{index}")
-        return [
-            AgentGroupBuilder(self.agent, q, grade, self.renderer, self.config.group_size, "lookup")
-            for q in rng.sample(self.questions, self.config.groups_per_batch)
-        ]
-
-    def __len__(self) -> int:
-        return self.config.num_batches
+    env: LookupSettings = Field(default_factory=LookupSettings, description="the agent's budget and the questions")
 
 
 def build_task(config: Config, renderer: Renderer) -> RLTask:
-    from kitchen.integrations.agents import AgentGroupBuilder
-
-    corpus = Corpus.load(CORPUS)
-    questions = load_questions()
-    rng = random.Random(f"lookup-eval/{config.seed}")
-    held_out = rng.sample(questions, config.num_eval_questions)
-    train = [q for q in questions if q not in held_out]
-    agent = lookup_agent(corpus, config.max_calls)
-    return RLTask(
-        train=Questions(agent, train, renderer, config),
-        eval_builders=[AgentGroupBuilder(agent, q, grade, renderer, config.group_size, "lookup") for q in held_out],
-        demonstrations=Teacher(renderer, train, corpus, config.teacher_error_rate),
-    )
+    return lookup_task(config.env, config, renderer)
 
 
 def check(config: Config, roles: frozenset[str]) -> None:

@@ -1,7 +1,7 @@
 """online_dpo: DPO on pairs sampled from the policy as it trains, labelled by a judge: a rule
 (see `recipes.judges`), a learned pairwise preference model (`preference_model`, e.g. the
 `rlhf` recipe's phase 2) or a Bradley-Terry reward model (`reward_model`, the `rm` recipe), the
-learned ones at `judge_model`. Evaluations report the policy's win rate against the initial
+learned ones at `judge.model`. Evaluations report the policy's win rate against the initial
 policy by the same judge.
 
 Prompts come from comparison files (their completions are not used); defaults sample the
@@ -10,60 +10,51 @@ shipped `polite_arithmetic` prompts and judge them with its rule.
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import Field, field_validator
 
-from kitchen.engine.config.loading import defaults
-from kitchen.engine.errors import ConfigError
-from kitchen.engine.recipe import Recipe
-from kitchen.engine.workflow import Workflow
-from kitchen.families.common.settings import OtherModel
-from kitchen.families.common.setup import OpenOtherModel
-from kitchen.families.preference.bradley_terry import OpenRewardModelJudge
-from kitchen.families.preference.online_dpo import online_dpo_workflow
-from kitchen.families.preference.reward_model import OpenModelJudge
-from kitchen.families.preference.settings import OnlineDPOSettings, RewardJudgeSettings
+from kitchen import ConfigRef, OptimizerSettings, Recipe, Workflow, defaults
+from kitchen.families.preference import (
+    ComparisonData,
+    JudgeSettings,
+    OnlineDPOSettings,
+    WinRateSettings,
+    judge_setup,
+    online_dpo_workflow,
+)
 from recipes.data import shipped_data
-from recipes.judges import check_judge_name, get_judge
+from recipes.judges import check_any_judge, get_judge
 
-LEARNED_JUDGES = ("preference_model", "reward_model")
+
+class Judge(JudgeSettings):
+    @field_validator("name")
+    @classmethod
+    def _known_judge(cls, name: str) -> str:
+        return str(check_any_judge(name))
 
 
 @defaults(
-    dataset=shipped_data("preference/polite_arithmetic_train.jsonl"),
-    eval_dataset=shipped_data("preference/polite_arithmetic_test.jsonl"),
-    batch_size=16,
-    learning_rate=1e-3,
-    max_length=128,
-    win_rate_prompts=32,
-    win_rate_max_tokens=24,
+    data=ComparisonData(
+        dataset=shipped_data("preference/polite_arithmetic_train.jsonl"),
+        eval_dataset=shipped_data("preference/polite_arithmetic_test.jsonl"),
+        batch_size=16,
+        max_length=128,
+    ),
+    optimizer=OptimizerSettings(learning_rate=1e-3),
+    win_rate=WinRateSettings(prompts=32, max_tokens=24),
 )
-class Config(OnlineDPOSettings, RewardJudgeSettings):
-    judge: str = Field(
-        "polite_arithmetic",
-        description="labels the sampled pairs: a rule (recipes.judges), preference_model or reward_model "
-        "(a learned judge at judge_model)",
+class Config(OnlineDPOSettings):
+    judge: Judge = Field(
+        default_factory=lambda: Judge(name="polite_arithmetic"), description="the judge that labels the sampled pairs"
     )
-    judge_model: OtherModel = Field(default_factory=OtherModel, description="the learned judge's checkpoint")
 
-    @field_validator("judge")
-    @classmethod
-    def _known_judge(cls, name: str) -> str:
-        return name if name in LEARNED_JUDGES else check_judge_name(name)
+
+JUDGE_MODEL = ConfigRef(JudgeSettings, lambda judge: judge.model)
 
 
 def workflow(config: Config) -> Workflow:
-    if config.judge not in LEARNED_JUDGES:
-        return online_dpo_workflow(get_judge(config.judge))
-    if not (config.judge_model.checkpoint or config.judge_model.model_name):
-        raise ConfigError(f"judge={config.judge} needs judge_model.checkpoint (or .model_name)")
-    opener: Any = OpenModelJudge() if config.judge == "preference_model" else OpenRewardModelJudge()
+    judge = config.judge
     return online_dpo_workflow(
-        judge_setup=[
-            OpenOtherModel("judge_model", "judge_client", "judge_client_path", name="open_judge_model"),
-            opener,
-        ]
+        judge_setup=judge_setup(judge.name, JUDGE_MODEL, judge.model, get_judge, score_tokens=judge.score_tokens)
     )
 
 

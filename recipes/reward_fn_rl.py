@@ -1,262 +1,47 @@
 """reward_fn_rl: RL without writing an env. A prompt data set and one or more reward functions
-named as `module:function` (TRL's `reward_funcs`): each prompt is answered `group_size` times and
-each reply scored by `fn(prompt, completion, record)`; scores are numbers, or dicts of named
-numbers summed with `reward_weights`. Runs in every RL mode.
+named as `module:function` (TRL's `reward_funcs`): each prompt is answered `rl.group_size` times
+and each reply scored by `fn(prompt, completion, record)`; scores are numbers, or dicts of named
+numbers summed with `env.reward_weights`. Runs in every RL mode. The environment is the RL
+family's `reward_fn` (`kitchen.families.rl.reward_env`: the record formats are there).
 
-Records: `{"prompt": "..."}` (one user message), `{"prompt": [{role, content}, ...]}` or
-`{"messages": [...]}` (chat format); any other keys (e.g. a reference `answer`) reach the reward
-function in `record`. An optional string `completion` per record is a demonstration for the warm
-start. Defaults: the shipped prompts and `recipes.rewards.examples:length_and_keyword`.
+Defaults: the shipped prompts and `recipes.rewards.examples:keyword_reward`.
 """
 
 from __future__ import annotations
 
-import random
-from array import array
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, overload
+from pydantic import Field
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
-
-from kitchen.engine.config.loading import config_dir, defaults
-from kitchen.engine.errors import DataError
-from kitchen.engine.recipe import Recipe
-from kitchen.engine.runs.datasets import is_hub_name, load_located_records, prompt_key, prompt_messages
-from kitchen.families.rl.settings import RLSettings
-from kitchen.families.rl.workflow import rl_workflow_for
+from kitchen import HeldOutEval, OptimizerSettings, Recipe, SamplingSettings, defaults
+from kitchen.families.rl import (
+    REWARD_FN_ENV,
+    RewardFnSettings,
+    RLLoopSettings,
+    RLSettings,
+    WarmStartSettings,
+    env_check,
+    env_task,
+    rl_workflow_for,
+)
 from recipes.data import shipped_data
-from recipes.rewards import Completion, RewardFn, resolve_reward_fns, score_group, weighted_total
-from train_core.renderers.base import Renderer
-from train_core.renderers.messages import Message
-from train_core.rl.task import RLTask
-from train_core.rl.types import Action, Env, EnvGroupBuilder, Metrics, RLDataset, StepResult, Trajectory
-from train_core.types import ModelInput, StopCondition
+
+ENVS = {"reward_fn": REWARD_FN_ENV}
 
 
 @defaults(
-    learning_rate=1e-3,
-    max_tokens=16,
-    group_size=8,
-    groups_per_batch=8,
-    num_batches=40,
-    eval_every=10,
-    warm_start_steps=80,
-    warm_start_batch_size=16,
+    optimizer=OptimizerSettings(learning_rate=1e-3),
+    sampling=SamplingSettings(max_tokens=16),
+    rl=RLLoopSettings(group_size=8, groups_per_batch=8, num_batches=40),
+    eval=HeldOutEval(every=10),
+    warm_start=WarmStartSettings(steps=80, batch_size=16),
 )
 class Config(RLSettings):
-    dataset: str = Field(
-        default_factory=lambda: shipped_data("reward_fn/prompts.jsonl"),
-        description="prompts: JSONL / JSON / parquet, or a hub dataset name",
-    )
-    eval_dataset: str | None = Field(
-        default_factory=lambda: shipped_data("reward_fn/eval.jsonl"), description="held-out prompts; none = no eval"
-    )
-    split: str = Field("train", description="hub datasets: the split to read")
-    reward_fn: list[str] = Field(
-        default_factory=lambda: ["recipes.rewards.examples:keyword_reward"],
-        description="reward functions: registered names (kitchen.rewards) or module:function; one, or a list",
-    )
-    reward_weights: dict[str, float] = Field(default_factory=dict, description="weight of each named score (default 1)")
-
-    @field_validator("reward_fn", mode="before")
-    @classmethod
-    def _one_or_more(cls, value: Any) -> Any:
-        return [value] if isinstance(value, str) else value
-
-    @field_validator("reward_fn")
-    @classmethod
-    def _importable(cls, specs: list[str], info: ValidationInfo) -> list[str]:
-        if not specs:
-            raise ValueError("name at least one reward function (module:function)")
-        resolve_reward_fns(specs, config_dir(info))  # a ValueError names what cannot be imported
-        return specs
-
-    @model_validator(mode="after")
-    def _weights_name_scores(self) -> Config:
-        fns = resolve_reward_fns(self.reward_fn)
-        if all(not _returns_dict(fn) for fn in fns):
-            names = {fn.name for fn in fns}
-            unknown = sorted(set(self.reward_weights) - names)
-            if unknown:
-                raise ValueError(f"reward_weights names {unknown[0]!r}; the reward functions are {sorted(names)}")
-        return self
-
-
-def _returns_dict(fn: RewardFn) -> bool:
-    """Whether the function may return a dict (its annotation says so, or it has none)."""
-    annotation = getattr(fn.fn, "__annotations__", {}).get("return")
-    return annotation is None or "dict" in str(annotation).lower() or "mapping" in str(annotation).lower()
-
-
-@dataclass(frozen=True)
-class PromptRecord:
-    record: dict[str, Any]
-    prompt: Any
-    messages: list[Message]
-
-
-class PromptRecords(Sequence[PromptRecord]):
-    """The records at `kept` (all by default) of a prompt file, each made a PromptRecord when
-    asked for: a JSONL file streams from its cache, so memory does not grow with the file."""
-
-    def __init__(
-        self, located: Sequence[tuple[str, Any]], roles: frozenset[str], kept: Sequence[int] | None = None
-    ) -> None:
-        self.located, self.roles = located, roles
-        self.kept = range(len(located)) if kept is None else kept
-
-    def __len__(self) -> int:
-        return len(self.kept)
-
-    @overload
-    def __getitem__(self, index: int) -> PromptRecord: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[PromptRecord]: ...
-
-    def __getitem__(self, index: int | slice) -> PromptRecord | list[PromptRecord]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        where, record = self.located[self.kept[index]]
-        return PromptRecord(dict(record), record[prompt_key(record)], prompt_messages(record, where, self.roles))
-
-    def with_completions(self) -> PromptRecords | None:
-        """The records that hold a string `completion` (for the warm start), or None."""
-        kept = array("q", (i for i in self.kept if isinstance(self.located[i][1].get("completion"), str)))
-        return PromptRecords(self.located, self.roles, kept) if kept else None
-
-
-def load_prompt_records(source: str, split: str, roles: frozenset[str]) -> PromptRecords:
-    """Each record with its prompt as the reward function sees it (text, or messages) and as the
-    policy sees it; a bad record is a DataError naming its file and line (all checked here)."""
-    located = load_located_records(source, split=split)
-    for where, record in located:
-        prompt_messages(record, where, roles)
-    if not located:
-        raise DataError(f"{source}: no records")
-    return PromptRecords(located, roles)
-
-
-def check_prompts(config: Config, roles: frozenset[str]) -> None:
-    """The local prompt files' records, before anything starts."""
-    for source in (config.dataset, config.eval_dataset):
-        if source and not is_hub_name(source):
-            load_prompt_records(source, config.split, roles)
-
-
-class RewardFnEnv(Env):
-    """One prompt, one reply; the group scores the replies (`RewardFnGroup.compute_group_rewards`),
-    so batched reward functions see them all at once."""
-
-    def __init__(self, item: PromptRecord, renderer: Renderer) -> None:
-        self.item, self.renderer = item, renderer
-        self.completion: Completion | None = None
-
-    async def initial_observation(self) -> tuple[ModelInput, StopCondition]:
-        return self.renderer.build_generation_prompt(self.item.messages), self.renderer.get_stop_sequences()
-
-    async def step(self, action: Action) -> StepResult:
-        message, parsed = self.renderer.parse_response(action)
-        self.completion = Completion(message["content"], list(action))
-        return StepResult(
-            reward=0.0,
-            episode_done=True,
-            next_observation=ModelInput.empty(),
-            next_stop_condition=self.renderer.get_stop_sequences(),
-            parse_ok=parsed,
-        )
-
-
-@dataclass(frozen=True)
-class RewardFnGroup(EnvGroupBuilder):
-    item: PromptRecord
-    renderer: Renderer
-    fns: Sequence[RewardFn]
-    weights: Mapping[str, float]
-    group_size: int
-    tag: str
-
-    async def make_envs(self) -> list[RewardFnEnv]:
-        return [RewardFnEnv(self.item, self.renderer) for _ in range(self.group_size)]
-
-    async def compute_group_rewards(
-        self, trajectories_G: Sequence[Trajectory], envs_G: Sequence[Env]
-    ) -> list[tuple[float, Metrics]]:
-        """Each reply's weighted score (an episode a limit stopped before it replied gets 0)."""
-        replied = [env.completion for env in envs_G if isinstance(env, RewardFnEnv) and env.completion is not None]
-        scores = iter(await score_group(self.fns, self.item.prompt, replied, self.item.record))
-        optional = [fn.name for fn in self.fns if fn.batched]
-        out: list[tuple[float, Metrics]] = []
-        for env in envs_G:
-            if not isinstance(env, RewardFnEnv) or env.completion is None:
-                out.append((0.0, {}))
-                continue
-            named = next(scores)
-            metrics: Metrics = {f"score/{name}": value for name, value in named.items()}
-            out.append((weighted_total(named, self.weights, optional), metrics))
-        return out
-
-    def logging_tags(self) -> list[str]:
-        return [self.tag]
-
-
-@dataclass(frozen=True)
-class PromptDataset(RLDataset):
-    """Batches of `groups_per_batch` prompts: a seeded shuffle per epoch, wrapping around."""
-
-    items: Sequence[PromptRecord]
-    make: Any
-    groups_per_batch: int
-    seed: int
-
-    def _order(self, epoch: int) -> list[int]:
-        order = list(range(len(self.items)))
-        random.Random(f"reward_fn/{self.seed}/{epoch}").shuffle(order)
-        return order
-
-    def get_batch(self, index: int) -> list[EnvGroupBuilder]:
-        start = index * self.groups_per_batch
-        out = []
-        orders: dict[int, list[int]] = {}
-        for position in range(start, start + self.groups_per_batch):
-            epoch, offset = divmod(position, len(self.items))
-            order = orders.setdefault(epoch, self._order(epoch))
-            out.append(self.make(self.items[order[offset]]))
-        return out
-
-    def __len__(self) -> int:
-        return max(1, len(self.items) // self.groups_per_batch)
-
-
-@dataclass(frozen=True)
-class CompletionDemonstrations:
-    """The records' `completion`s as replies, for the warm start."""
-
-    items: Sequence[PromptRecord]
-
-    def __call__(self, rng: random.Random, count: int) -> list[list[Message]]:
-        out = []
-        for _ in range(count):
-            item = rng.choice(self.items)
-            out.append([*item.messages, Message(role="assistant", content=str(item.record["completion"]))])
-        return out
-
-
-def build_task(config: Config, renderer: Renderer) -> RLTask:
-    fns = resolve_reward_fns(config.reward_fn)
-    weights = dict(config.reward_weights)
-    train = load_prompt_records(config.dataset, config.split, renderer.roles)
-
-    def group(tag: str) -> Any:
-        return lambda item: RewardFnGroup(item, renderer, fns, weights, config.group_size, tag)
-
-    held_out = load_prompt_records(config.eval_dataset, config.split, renderer.roles) if config.eval_dataset else []
-    demos = train.with_completions()
-    return RLTask(
-        train=PromptDataset(train, group("prompts"), config.groups_per_batch, config.seed),
-        eval_builders=[group("eval")(item) for item in held_out],
-        demonstrations=CompletionDemonstrations(demos) if demos is not None else None,
+    env: RewardFnSettings = Field(
+        default_factory=lambda: RewardFnSettings(
+            dataset=shipped_data("reward_fn/prompts.jsonl"),
+            eval_dataset=shipped_data("reward_fn/eval.jsonl"),
+            reward_fn=["recipes.rewards.examples:keyword_reward"],
+        ),
+        description="the prompts and the reward functions that score the replies",
     )
 
 
@@ -264,5 +49,5 @@ RECIPE = Recipe(
     name="reward_fn_rl",
     description="RL on a prompt data set scored by reward functions named module:function (no env to write)",
     config_cls=Config,
-    workflow=rl_workflow_for(build_task, check_prompts),
+    workflow=rl_workflow_for(env_task(ENVS), env_check(ENVS)),
 )

@@ -8,32 +8,27 @@ Defaults train the embedded tiny model on the shipped `polite_arithmetic` compar
 
 from __future__ import annotations
 
-from kitchen.engine.config.loading import defaults
-from kitchen.engine.recipe import Recipe
-from kitchen.engine.workflow import Workflow
-from kitchen.families.preference.bradley_terry import reward_model_workflow
-from kitchen.families.preference.settings import RewardModelSettings
+from kitchen import OptimizerSettings, Recipe, defaults
+from kitchen.families.preference import ComparisonData, RewardModelSettings, reward_model_workflow
 from recipes.data import shipped_data
 
 
 @defaults(
-    dataset=shipped_data("preference/polite_arithmetic_train.jsonl"),
-    eval_dataset=shipped_data("preference/polite_arithmetic_test.jsonl"),
-    batch_size=16,
-    learning_rate=1e-3,
-    max_length=128,
+    data=ComparisonData(
+        dataset=shipped_data("preference/polite_arithmetic_train.jsonl"),
+        eval_dataset=shipped_data("preference/polite_arithmetic_test.jsonl"),
+        batch_size=16,
+        max_length=128,
+    ),
+    optimizer=OptimizerSettings(learning_rate=1e-3),
 )
 class Config(RewardModelSettings):
     pass
-
-
-def workflow(config: Config) -> Workflow:
-    return reward_model_workflow()
 
 
 RECIPE = Recipe(
     name="rm",
     description="Bradley-Terry reward model on comparison data (held-out pair accuracy, exportable)",
     config_cls=Config,
-    workflow=workflow,
+    workflow=lambda config: reward_model_workflow(),
 )

@@ -7,29 +7,24 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from kitchen.engine.config.loading import defaults
-from kitchen.engine.recipe import Recipe
-from kitchen.engine.workflow import Workflow
-from kitchen.families.supervised.examples import PromptCompletion
-from kitchen.families.supervised.settings import SupervisedSettings
-from kitchen.families.supervised.workflow import supervised_workflow
+from kitchen import OptimizerSettings, Recipe, Workflow, defaults
+from kitchen.families.supervised import PromptCompletion, PromptCompletionData, SupervisedSettings, supervised_workflow
 from recipes.data import shipped_data
 
 
-@defaults(
-    dataset=shipped_data("sl_basic/train.jsonl"),
-    eval_dataset=shipped_data("sl_basic/test.jsonl"),
-    learning_rate=3e-3,
-    num_epochs=2,
-)
+@defaults(optimizer=OptimizerSettings(learning_rate=3e-3))
 class Config(SupervisedSettings):
-    prompt_key: str = Field("prompt", description="record key of the prompt (no loss)")
-    completion_key: str = Field("completion", description="record key of the completion (trained on)")
-    text_key: str = Field("text", description="record key of plain text (all tokens trained on)")
+    data: PromptCompletionData = Field(
+        default_factory=lambda: PromptCompletionData(
+            dataset=shipped_data("sl_basic/train.jsonl"), eval_dataset=shipped_data("sl_basic/test.jsonl"), num_epochs=2
+        ),
+        description="the train and held-out files, their record keys, batches and epochs",
+    )
 
 
 def workflow(config: Config) -> Workflow:
-    return supervised_workflow(PromptCompletion(config.prompt_key, config.completion_key, config.text_key))
+    data = config.data
+    return supervised_workflow(PromptCompletion(data.prompt_key, data.completion_key, data.text_key))
 
 
 RECIPE = Recipe(

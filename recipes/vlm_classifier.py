@@ -8,39 +8,40 @@ message holds image parts (PIL image, file path or data URL) and an `answer`; se
 
 from __future__ import annotations
 
-from kitchen.engine.config.loading import defaults
-from kitchen.engine.errors import ConfigError
-from kitchen.engine.recipe import Recipe
-from kitchen.engine.renderers import image_renderer_names, renderer_takes_images
-from kitchen.engine.workflow import Workflow
-from kitchen.families.common.setup import renderer_name
-from kitchen.families.supervised.examples import Conversation
-from kitchen.families.supervised.settings import ChatSupervisedSettings
-from kitchen.families.supervised.workflow import supervised_workflow
+from kitchen import (
+    ConfigError,
+    DataSettings,
+    HeldOutEval,
+    OptimizerSettings,
+    Recipe,
+    Workflow,
+    defaults,
+    image_renderer_names,
+    renderer_name,
+    renderer_takes_images,
+)
+from kitchen.families.supervised import ChatSupervisedSettings, Conversation, supervised_workflow
 from recipes.data import shipped_data
 from train_core.renderers.train_on_what import TrainOnWhat
 
 TEST = shipped_data("vlm_classifier/test.jsonl")
+CLASSES = {
+    "task": "jsonl",
+    "name": "classes",
+    "every": 6,
+    "temperature": 0.0,
+    "max_tokens": 4,
+    "settings": {"dataset": TEST, "grader": "exact"},
+}
 
 
 @defaults(
     model_name="tiny-vl",
-    dataset=shipped_data("vlm_classifier/train.jsonl"),
-    eval_dataset=TEST,
-    batch_size=16,
-    learning_rate=1e-3,
-    num_epochs=4,
-    eval_every=6,
-    evals=[
-        {
-            "task": "jsonl",
-            "name": "classes",
-            "every": 6,
-            "temperature": 0.0,
-            "max_tokens": 4,
-            "settings": {"dataset": TEST, "grader": "exact"},
-        }
-    ],
+    data=DataSettings(
+        dataset=shipped_data("vlm_classifier/train.jsonl"), eval_dataset=TEST, batch_size=16, num_epochs=4
+    ),
+    optimizer=OptimizerSettings(learning_rate=1e-3),
+    eval=HeldOutEval.model_validate({"every": 6, "tasks": [CLASSES]}),
 )
 class Config(ChatSupervisedSettings):
     pass

@@ -251,32 +251,31 @@ def cli_reference() -> str:
 # --- API reference --------------------------------------------------------------------------
 
 
-def api_groups() -> dict[str, list[str]]:
-    """`kitchen.__all__` grouped as `kitchen/__init__.py`'s docstring groups it (`- Group: names`)."""
-    import kitchen
+STUB = REPO / "kitchen" / "__init__.pyi"
+"""Where kitchen's public names are written, grouped under `# comment` lines."""
 
-    groups: dict[str, list[str]] = {}
-    text = re.sub(r"\n[ \t]+", " ", kitchen.__doc__ or "")
-    for match in re.finditer(r"^- ([\w ]+): (.+)$", text, flags=re.MULTILINE):
-        names = [name for name in re.findall(r"`(\w+)`", match.group(2)) if name in kitchen._EXPORTS]
-        if names:
-            groups[match.group(1)] = names
-    grouped = {name for names in groups.values() for name in names}
-    rest = sorted(set(kitchen._EXPORTS) - grouped)
-    if rest:
-        groups["Other"] = rest
+
+def api_groups() -> dict[str, list[tuple[str, str]]]:
+    """(name, module) of every public name, grouped as the stub's comment lines group them."""
+    groups: dict[str, list[tuple[str, str]]] = {}
+    group = "Other"
+    for line in STUB.read_text(encoding="utf-8").splitlines():
+        heading = re.match(r"^# ([a-z][\w ,:]+)$", line)
+        if heading:
+            group = heading.group(1)[0].upper() + heading.group(1)[1:]
+        imported = re.match(r"^from ([\w.]+) import (\w+) as (\w+)$", line)
+        if imported and imported.group(2) == imported.group(3):
+            groups.setdefault(group, []).append((imported.group(2), imported.group(1)))
     return groups
 
 
 def api_reference() -> str:
     """mkdocstrings directives for every public name, at its defining module."""
-    import kitchen
-
     lines: list[str] = []
     for group, names in api_groups().items():
         lines += [f"## {group}", ""]
-        for name in names:
-            lines += [f"::: {kitchen._EXPORTS[name]}.{name}", ""]
+        for name, module in names:
+            lines += [f"::: {module}.{name}", ""]
     return "\n".join(lines)
 
 

@@ -10,12 +10,15 @@ import argparse
 import sys
 import time
 import traceback
+import warnings
 from pathlib import Path
 
 from kitchen.apps.cli_tools import add_commands as add_tool_commands
 from kitchen.apps.cli_tools import dispatch as dispatch_tool_command
 from kitchen.apps.cli_tools import format_keys
-from kitchen.engine.config.loading import RunConfig, load_config
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.config.renames import ConfigKeyRenamed
+from kitchen.engine.config.run import RunConfig
 from kitchen.engine.recipe import Recipe, get_recipe, recipe_names, resolve_config_path, shipped_configs
 from kitchen.engine.runner import StageFailure, is_environment_error
 from kitchen.engine.secrets import install_logging_filter, redact
@@ -125,6 +128,17 @@ def _error(message: object) -> None:
     print(f"kitchen: error: {text}", file=sys.stderr)
 
 
+def _show_warning(message: Warning | str, category: type[Warning], *args: object, **kwargs: object) -> None:
+    """A renamed config key is one line on stderr (other warnings as Python shows them)."""
+    if issubclass(category, ConfigKeyRenamed):
+        print(f"kitchen: warning: {message}", file=sys.stderr)
+    else:
+        _python_show_warning(message, category, *args, **kwargs)  # type: ignore[arg-type]
+
+
+_python_show_warning = warnings.showwarning
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -138,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     if extra:
         args.overrides = [*args.overrides, *extra]
     install_logging_filter()
+    warnings.showwarning = _show_warning
     try:
         _dispatch(args)
     except InvalidInputError as exc:

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from kitchen.engine.backends import make_backend
-from kitchen.engine.config.loading import RunConfig
+from kitchen.engine.config.run import RunConfig
 from kitchen.engine.context import Context
 from kitchen.engine.errors import ConfigError, DataError, RunDirError
 from kitchen.engine.hooks import Hooks, ProgressHook
@@ -33,7 +35,6 @@ from kitchen.engine.runs.datasets import is_hub_name, is_saved_dataset
 from kitchen.engine.runs.metrics import MetricsRecorder, read_metrics, truncate_metrics
 from kitchen.engine.runs.record_cache import cached_jsonl
 from kitchen.engine.runs.rundir import (
-    LENGTH_KEYS,
     RunDirWatch,
     RunLock,
     check_log_path,
@@ -43,6 +44,8 @@ from kitchen.engine.runs.rundir import (
     dump_config_with_history,
     fingerprint,
     is_run_dir,
+    recorded_fingerprint,
+    run_lengths,
 )
 from kitchen.engine.secrets import install_logging_filter
 from kitchen.engine.validation import validate_recipe
@@ -149,11 +152,9 @@ def check_data_file(source: str, key: str) -> None:
         cached_jsonl(path)  # as it is converted into the record cache, a batch at a time, for the run to read
 
 
-def check_data_files(config: Any) -> None:
-    for key in DATA_KEYS:
-        value = getattr(config, key, None)
-        if isinstance(value, str) and value:
-            check_data_file(value, key)
+def check_data_files(config: BaseModel) -> None:
+    for key, value in leaves_named(config, DATA_KEYS):
+        check_data_file(value, key)
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model", "vocab.txt", "tiktoken.model")
@@ -180,16 +181,16 @@ def check_model_dir(name: str, key: str) -> None:
         )
 
 
-def model_names(config: Any) -> list[tuple[str, str]]:
-    """(dotted key, value) of every `model_name` in the config: the trained model's, and those of
-    teachers, judges and other models in its sections."""
+def leaves_named(config: BaseModel, names: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(dotted key, value) of every non-empty string key called one of `names`, at any depth of
+    the config (a data section's `dataset`, an environment's, a teacher's `model_name`)."""
     found: list[tuple[str, str]] = []
 
     def walk(prefix: str, value: Any) -> None:
         if isinstance(value, dict):
             for key, child in value.items():
                 dotted = f"{prefix}.{key}" if prefix else str(key)
-                if key == "model_name" and isinstance(child, str) and child:
+                if key in names and isinstance(child, str) and child:
                     found.append((dotted, child))
                 else:
                     walk(dotted, child)
@@ -201,10 +202,16 @@ def model_names(config: Any) -> list[tuple[str, str]]:
     return found
 
 
-def check_load_checkpoint(service: Any, config: Any) -> None:
+def model_names(config: BaseModel) -> list[tuple[str, str]]:
+    """(dotted key, value) of every `model_name` in the config: the trained model's, and those of
+    teachers, judges and other models in its sections."""
+    return leaves_named(config, ("model_name",))
+
+
+def check_load_checkpoint(service: Any, config: RunConfig) -> None:
     """`load_checkpoint_path` must hold weights of `model_name` at `lora_rank` (when the backend
     can tell: `checkpoint_identity`)."""
-    path = getattr(config, "load_checkpoint_path", None)
+    path = config.load_checkpoint_path
     identify = getattr(service, "checkpoint_identity", None)
     if not path or identify is None:
         return
@@ -219,17 +226,14 @@ def check_load_checkpoint(service: Any, config: Any) -> None:
         )
 
 
-def completion_summary(run_dir: Path, final: CheckpointRecord, config: Any) -> str | None:
+def completion_summary(run_dir: Path, final: CheckpointRecord, config: RunConfig) -> str | None:
     """A summary line when `final` finished the run this config describes; None when the config
     asks for more steps (the run continues from `final`)."""
-    max_steps = getattr(config, "max_steps", None)
-    recorded = final.fingerprint
-    same_length = all(
-        f"@{key}" not in recorded or recorded[f"@{key}"] == getattr(config, key, None)
-        for key in LENGTH_KEYS
-        if hasattr(config, key)
-    )
-    if not (same_length or (max_steps is not None and max_steps <= final.step)):
+    recorded = recorded_fingerprint(final, config)
+    lengths = run_lengths(config)
+    same_length = all(key not in recorded or recorded[key] == value for key, value in lengths.items())
+    caps = [value for key, value in lengths.items() if key.endswith("max_steps") and isinstance(value, int)]
+    if not (same_length or any(cap <= final.step for cap in caps)):
         return None
     rows = read_metrics(run_dir / "metrics.jsonl")
     last = rows[-1] if rows else {}
@@ -253,7 +257,7 @@ def preflight(recipe: Recipe, config: RunConfig) -> tuple[Workflow, Path]:
     resume from is intact and was trained with the same settings. Changes nothing on disk."""
     workflow = validate_recipe(recipe, config)
     path = resolve_log_path(recipe.name, config)
-    check_log_path(path, bool(getattr(config, "overwrite", False)), config.resume)
+    check_log_path(path, config.overwrite, config.resume)
     check_data_files(config)
     for key, name in model_names(config):
         check_model_dir(name, key)
@@ -330,7 +334,7 @@ async def run_recipe_async(
         ctx = build_context(recipe, config, run_dir, service, resume, logger)
         ctx.fingerprint = current
         ctx.set_commit(commit)
-        observe = start_observability(recipe.name, config, run_dir.path)
+        observe = start_observability(recipe.name, config.logging, run_dir.path)
         observe.attach(ctx)
         watch = RunDirWatch(run_dir.path)
         all_hooks = [watch, *hooks, *observe.hooks, *([ProgressHook()] if progress else [])]

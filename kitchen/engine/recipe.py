@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kitchen.engine.config.loading import RunConfig
+from kitchen.engine.config.run import RunConfig
 from kitchen.engine.errors import ConfigError
 from kitchen.engine.plugins import ExtensionPoint, own_recipes_package
 from kitchen.engine.workflow import Workflow

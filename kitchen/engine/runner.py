@@ -18,6 +18,7 @@ from typing import Any
 from opentelemetry import trace
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from kitchen.engine.config.sections import section_of
 from kitchen.engine.context import Context, LoopPosition
 from kitchen.engine.errors import StageError, WiringError
 from kitchen.engine.hooks import Hooks
@@ -148,7 +149,7 @@ def records_spans(tracer: Any) -> bool:
 
 def stage_inputs(stage: Stage, spec: StageSpec, ctx: Context) -> dict[str, Any]:
     """The keyword arguments of the stage's `run` (`spec`: its spec): the state keys it reads (an
-    optional one only when written), the run's config for its settings, its ports."""
+    optional one only when written), the config's section of each settings type, its ports."""
     state = ctx.state
     inputs: dict[str, Any] = {}
     for read in spec.reads:
@@ -158,8 +159,8 @@ def stage_inputs(stage: Stage, spec: StageSpec, ctx: Context) -> dict[str, Any]:
             inputs[read.param] = state[read.key]
         elif read.required:
             raise WiringError(f"{read.key!r} is not in the run state (read by stage {stage.name!r})")
-    for param, _ in spec.settings:
-        inputs[param] = ctx.config
+    for param, model in spec.settings:
+        inputs[param] = section_of(ctx.config, model)
     for param, port in spec.ports:
         inputs[param] = ctx.ports[port]
     return inputs

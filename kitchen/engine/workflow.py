@@ -2,25 +2,29 @@
 
 A workflow is plain data: `Workflow(name, steps, finally_=...)` of stages, `Loop`s, `When`s and
 `Parallel`s. `validate` walks it in execution order and proves, from each stage's `run` signature
-(`kitchen.engine.stage`), that every key a stage reads was written before (or is in the initial state)
-with a type the stage accepts, that the recipe's config defines every setting a stage names,
-that every port it needs is bound, and that names are unique.
+(`kitchen.engine.stage`), that every key a stage reads was written before (or is in the initial
+state) with a type the stage accepts, that the recipe's config has every settings section a stage,
+predicate or loop count names (`kitchen.engine.config.sections`), that every port it needs is
+bound, and that names are unique.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
+from kitchen.engine.config.sections import locate, reference_path, section_of
 from kitchen.engine.errors import WiringError
 from kitchen.engine.stage import Read, Stage
 from kitchen.engine.typecompat import assignable, type_name
 
 if TYPE_CHECKING:
     from kitchen.engine.context import Context
+
+S = TypeVar("S", bound=BaseModel)
 
 
 @dataclass
@@ -90,62 +94,33 @@ class Workflow:
         """Raise WiringError naming the stage, key and types of the first wiring mistake.
 
         `initial` maps the initial state's keys to their types (`state_types`); with
-        `config_cls`, also every setting a stage, loop count or `When` predicate reads that the
-        class lacks or declares with another type."""
+        `config_cls`, also every settings section a stage, loop count or `When` predicate reads
+        that the class lacks (or holds in several places)."""
         names: set[str] = {self.name}
         start = {key: Available(tp, "the initial state") for key, tp in initial.items()}
         ports = set(bound_ports)
-        _check_nodes(self.steps, dict(start), ports, names, config_cls)
+        _check_nodes(self.steps, dict(start), ports, names)
         # finally_ stages run even when the main steps failed part-way, so they may rely only on
         # the initial state.
-        _check_nodes(self.finally_, dict(start), ports, names, config_cls, where="finally_")
+        _check_nodes(self.finally_, dict(start), ports, names, where="finally_")
         if config_cls is not None:
-            check_config_keys(self.config_keys(), config_cls)
+            check_sections(self.config_sections(), config_cls)
 
-    def config_keys(self) -> Iterator[tuple[str, str]]:
-        """(reader, key) for every config key a stage's settings, loop count or `When` predicate
-        reads."""
+    def config_sections(self) -> Iterator[tuple[str, type[BaseModel]]]:
+        """(reader, settings model) for every section a stage, loop count or `When` predicate reads."""
         for node in _iter_nodes([*self.steps, *self.finally_]):
             if isinstance(node, Stage):
-                for _, model in node.spec.settings:
-                    yield from ((f"stage {node.name!r}", key) for key in model.model_fields)
-            elif isinstance(node, Loop) and not isinstance(node.over, str):
-                yield from ((f"loop {node.name!r}", key) for key in getattr(node.over, "config_keys", ()))
-            elif isinstance(node, When):
-                yield from ((f"when {node.name!r}", key) for key in getattr(node.predicate, "config_keys", ()))
+                yield from ((f"stage {node.name!r}", model) for _, model in node.spec.settings)
+            elif isinstance(node, Loop) and isinstance(node.over, ConfigPredicate | ConfigCount):
+                yield f"loop {node.name!r}", node.over.section
+            elif isinstance(node, When) and isinstance(node.predicate, ConfigPredicate):
+                yield f"when {node.name!r}", node.predicate.section
 
 
-def _has_key(config_cls: type[BaseModel], key: str) -> bool:
-    return key in config_cls.model_fields or isinstance(getattr(config_cls, key, None), property)
-
-
-def check_config_keys(readers: Iterable[tuple[str, str]], config_cls: type[BaseModel]) -> None:
-    """Raise WiringError for the first (reader, key) whose key `config_cls` does not define."""
-    for reader, key in readers:
-        if not _has_key(config_cls, key):
-            raise WiringError(
-                f"{reader} reads config key {key!r}, which config class {config_cls.__name__} does not define "
-                f"(subclass the workflow family's settings, e.g. kitchen.families.rl.settings.RLSettings)"
-            )
-
-
-def check_settings(stage: Stage, config_cls: type[BaseModel]) -> None:
-    """Every field of every settings model the stage names is a config field of a type it accepts."""
-    for _, model in stage.spec.settings:
-        for key, wanted in model.model_fields.items():
-            present = config_cls.model_fields.get(key)
-            if present is None:
-                raise WiringError(
-                    f"stage {stage.name!r} needs setting {key!r} ({model.__name__}), which config class "
-                    f"{config_cls.__name__} does not define (subclass {model.__name__} or the workflow family's "
-                    "settings, e.g. kitchen.families.rl.settings.RLSettings)"
-                )
-            if not assignable(present.annotation, wanted.annotation):
-                raise WiringError(
-                    f"stage {stage.name!r} reads setting {key!r} as {type_name(wanted.annotation)} "
-                    f"({model.__name__}), but config class {config_cls.__name__} declares it as "
-                    f"{type_name(present.annotation)}"
-                )
+def check_sections(readers: Iterable[tuple[str, type[BaseModel]]], config_cls: type[BaseModel]) -> None:
+    """Raise WiringError for the first reader whose section `config_cls` lacks or holds twice."""
+    for reader, model in readers:
+        locate(config_cls, model, reader)
 
 
 def _iter_nodes(nodes: Sequence[Node]) -> Iterator[Node]:
@@ -185,13 +160,7 @@ def _check_read(stage: Stage, read: Read, available: dict[str, Available], where
         )
 
 
-def _check_stage(
-    stage: Stage,
-    available: dict[str, Available],
-    ports: set[str],
-    config_cls: type[BaseModel] | None,
-    where: str,
-) -> None:
+def _check_stage(stage: Stage, available: dict[str, Available], ports: set[str], where: str) -> None:
     spec = stage.spec
     for _, port in spec.ports:
         if port not in ports:
@@ -200,8 +169,6 @@ def _check_stage(
             )
     for read in spec.reads:
         _check_read(stage, read, available, where)
-    if config_cls is not None:
-        check_settings(stage, config_cls)
     for write in spec.writes:
         before = available.get(write.key)
         if before is not None and not assignable(write.type, before.type):
@@ -213,17 +180,12 @@ def _check_stage(
 
 
 def _check_nodes(
-    nodes: Sequence[Node],
-    available: dict[str, Available],
-    ports: set[str],
-    names: set[str],
-    config_cls: type[BaseModel] | None,
-    where: str = "",
+    nodes: Sequence[Node], available: dict[str, Available], ports: set[str], names: set[str], where: str = ""
 ) -> None:
     for node in nodes:
         if isinstance(node, Stage):
             _claim(node.name, names)
-            _check_stage(node, available, ports, config_cls, where)
+            _check_stage(node, available, ports, where)
         elif isinstance(node, Loop):
             _claim(node.name, names)
             if isinstance(node.over, str):
@@ -235,17 +197,17 @@ def _check_nodes(
                         f"loop {node.name!r} counts over {node.over!r}, which {count.writer} writes as "
                         f"{type_name(count.type)}, not int"
                     )
-            _check_nodes(node.body, available, ports, names, config_cls, where)
+            _check_nodes(node.body, available, ports, names, where)
         elif isinstance(node, When):
             _claim(node.name, names)
-            _check_nodes(node.body, dict(available), ports, names, config_cls, where)
+            _check_nodes(node.body, dict(available), ports, names, where)
         else:
             _claim(node.name, names)
             written: dict[str, int] = {}
             results: list[dict[str, Available]] = []
             for index, branch in enumerate(node.branches):
                 branch_keys = dict(available)
-                _check_nodes(branch, branch_keys, ports, names, config_cls, where)
+                _check_nodes(branch, branch_keys, ports, names, where)
                 for key, value in branch_keys.items():
                     if available.get(key) is value:
                         continue
@@ -260,16 +222,35 @@ def _check_nodes(
 
 
 @dataclass(frozen=True)
-class ConfigPredicate:
-    """A `When` predicate (or a `Loop` count) that reads config keys, declared so that building
-    the workflow checks them against the recipe's config class, as it does for stages."""
+class ConfigPredicate(Generic[S]):
+    """A `When` predicate that reads one config section, declared so that building the workflow
+    checks the config has it, as it does for stages: `test(ctx, section)`.
+
+        post_update_kl_on = ConfigPredicate("post_update_kl is on", RLLoopSettings, lambda ctx, rl: rl.post_update_kl)
+    """
 
     description: str
-    config_keys: tuple[str, ...]
-    test: Callable[[Context], bool]
+    section: type[S]
+    test: Callable[[Context, S], bool]
 
     def __call__(self, ctx: Context) -> bool:
-        return self.test(ctx)
+        return self.test(ctx, section_of(ctx.config, self.section))
+
+    @property
+    def __name__(self) -> str:
+        return self.description
+
+
+@dataclass(frozen=True)
+class ConfigCount(Generic[S]):
+    """A `Loop` count read from one config section (checked like a `ConfigPredicate`)."""
+
+    description: str
+    section: type[S]
+    count: Callable[[S], int]
+
+    def __call__(self, ctx: Context) -> int:
+        return self.count(section_of(ctx.config, self.section))
 
     @property
     def __name__(self) -> str:
@@ -278,29 +259,30 @@ class ConfigPredicate:
 
 @dataclass(frozen=True)
 class WorkflowBuilder:
-    """A recipe's `workflow(config)` that reads config keys to choose the workflow's shape (a
-    mode, optional stages), declared so they are checked before it is called."""
+    """A recipe's `workflow(config)` that reads config sections to choose the workflow's shape (a
+    mode, optional stages), declared so the config is checked to have them before it is called."""
 
     description: str
-    config_keys: tuple[str, ...]
+    sections: tuple[type[BaseModel], ...]
     build: Callable[[Any], Workflow]
 
     def __call__(self, config: Any) -> Workflow:
         return self.build(config)
 
 
-def every(config_key: str, include_last: bool = False) -> ConfigPredicate:
-    """Predicate for a step loop: the step count is a positive multiple of config `config_key`
-    (and, with `include_last`, also the last step when the period is positive)."""
+def every(section: type[S], period: Callable[[S], int | None], include_last: bool = False) -> ConfigPredicate[S]:
+    """Predicate for a step loop: the step count is a positive multiple of the period the section
+    gives (`every(CheckpointSettings, lambda c: c.save_every)`), and with `include_last` also the
+    last step when the period is positive."""
+    key = reference_path(section, period)
 
-    def due(ctx: Context) -> bool:
-        period = int(getattr(ctx.config, config_key) or 0)
+    def due(ctx: Context, settings: S) -> bool:
+        length = int(period(settings) or 0)
         done = ctx.step + 1
-        return period > 0 and (done % period == 0 or (include_last and done == ctx.total_steps))
+        return length > 0 and (done % length == 0 or (include_last and done == ctx.total_steps))
 
-    return ConfigPredicate(
-        f"every {config_key}" + (" and at the last step" if include_last else ""), (config_key,), due
-    )
+    described = f"every N steps, N = {section.__name__}.{key}" + (" and at the last step" if include_last else "")
+    return ConfigPredicate(described, section, due)
 
 
 def describe_stage(stage: Stage) -> str:

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from kitchen.engine.backends import make_backend
-from kitchen.engine.config.loading import RunConfig, load_config
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.config.run import RunConfig
 from kitchen.engine.hooks import Hooks
 from kitchen.engine.launch import run_recipe
 from kitchen.engine.ports import ServiceBackend

@@ -9,11 +9,11 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from functools import partial
+from typing import Literal
 
 from pydantic import Field
 
-from kitchen.families.rl.envs import EnvSpec
-from kitchen.families.rl.settings import RLSettings
+from kitchen.families.rl import EnvSpec, RLSettings
 from recipes.envs.settings import ProblemSettings
 from train_core.renderers.base import Renderer
 from train_core.renderers.messages import Message
@@ -146,22 +146,21 @@ def arithmetic_task(
 
 
 class ArithmeticSettings(ProblemSettings):
-    max_operand: int = Field(4, ge=0, description="arithmetic: operands are drawn from [0, max_operand]")
-    num_eval_problems: int = Field(32, ge=0, description="arithmetic: size of the held-out set")
-    teacher_error_rate: float = Field(
-        0.4, ge=0, le=1, description="arithmetic: share of warm-start answers that are off by one"
-    )
+    name: Literal["arithmetic"] = Field("arithmetic", description="generated additions")
+    max_operand: int = Field(4, ge=0, description="operands are drawn from [0, max_operand]")
+    num_eval_problems: int = Field(32, ge=0, description="size of the held-out set")
+    teacher_error_rate: float = Field(0.4, ge=0, le=1, description="share of warm-start answers that are off by one")
 
 
-def build_arithmetic_task(settings: ArithmeticSettings, rl: RLSettings, renderer: Renderer) -> RLTask:
+def build_arithmetic_task(settings: ArithmeticSettings, config: RLSettings, renderer: Renderer) -> RLTask:
     return arithmetic_task(
         renderer,
-        num_batches=rl.num_batches,
-        groups_per_batch=rl.groups_per_batch,
-        group_size=rl.group_size,
+        num_batches=config.rl.num_batches,
+        groups_per_batch=config.rl.groups_per_batch,
+        group_size=config.rl.group_size,
         max_operand=settings.max_operand,
         num_eval_problems=settings.num_eval_problems,
-        seed=rl.seed,
+        seed=config.seed,
         format_coef=settings.format_coef,
         teacher_error_rate=settings.teacher_error_rate,
     )

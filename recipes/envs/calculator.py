@@ -20,6 +20,9 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pydantic import Field
+
+from kitchen import Section
 from kitchen.integrations.tools import Toolbox, ToolUseEnv, tool
 from train_core.renderers.base import Renderer
 from train_core.renderers.messages import Message, ToolCall
@@ -187,4 +190,18 @@ def calculator_task(
         train=CalculatorDataset(make_group, num_batches, groups_per_batch, digits, seed),
         eval_builders=[make_group(random_problem(eval_rng, digits)) for _ in range(num_eval_problems)],
         demonstrations=TeacherEpisodes(renderer, toolbox, digits, teacher_error_rate),
+    )
+
+
+class CalculatorSettings(Section):
+    """Config section `env` of tool_rl: big-number additions and the calculator tool."""
+
+    digits: int = Field(2, ge=1, le=9, description="digits of each operand")
+    max_turns: int = Field(3, ge=1, description="model turns per episode (tool calls plus the answer)")
+    num_eval_problems: int = Field(8, ge=0, description="size of the held-out set")
+    teacher_error_rate: float = Field(
+        0.4, ge=0, le=1, description="share of warm-start episodes whose call is invalid (then a guess)"
+    )
+    tool_bonus: float = Field(
+        0.5, ge=0, description="reward for an episode whose calculator call was accepted, on top of 1 for the answer"
     )

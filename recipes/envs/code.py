@@ -16,15 +16,20 @@ import json
 import random
 import secrets
 from array import array
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property, partial
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from kitchen.engine.errors import DataError
-from kitchen.engine.runs.datasets import build_all
-from sandbox import Program, Sandbox, SandboxUnavailableError
+from pydantic import Field, model_validator
+
+from kitchen import Count, DataError, Section, build_all
+from kitchen.families.rl import RLSettings
+from sandbox import Program, Sandbox, SandboxKind, SandboxUnavailableError, make_sandbox
+from sandbox.factory import UNSAFE_SANDBOX_SETTING
+from sandbox.local import LocalSandbox
+from sandbox.process import PROCESS_SANDBOX_WARNING, ProcessSandbox
 from train_core.errors import InvalidInputError
 from train_core.renderers.base import Renderer
 from train_core.renderers.messages import Message
@@ -40,6 +45,7 @@ from train_core.rl.code_grading import (
     plan_assert_tests,
     read_reports,
 )
+from train_core.rl.task import RLTask
 from train_core.rl.types import Action, Env, EnvGroupBuilder, Metrics, RLDataset, StepResult
 from train_core.types import ModelInput, StopCondition
 
@@ -310,3 +316,81 @@ class CodeDemonstrations:
                 ]
             )
         return conversations
+
+
+class CodeSettings(Section):
+    """Config section `env` of code_rl: the problem files, the format penalty and the warm start."""
+
+    dataset: str = Field(..., description="code problems JSONL (DeepCoder-style)")
+    eval_dataset: str | None = Field(None, description="held-out problems; none = no eval")
+    format_coef: float = Field(0.1, ge=0, description="reward penalty for a reply without a ```python block")
+    teacher_error_rate: float = Field(0.6, ge=0, le=1, description="warm start: share of demonstrations that are wrong")
+
+
+class SandboxSettings(Section):
+    """Config section `sandbox`: where the model's programs run. A plain value is the kind."""
+
+    FLAT: ClassVar[Mapping[str, str]] = {"kind": "sandbox", "allow_unsafe": "allow_unsafe_sandbox"}
+    FLAT_PREFIX: ClassVar[str] = "sandbox_"
+    SHORTHAND: ClassVar[str | None] = "kind"
+
+    kind: SandboxKind = Field(
+        "auto", description="auto (bubblewrap, else process) | bubblewrap | process | sandboxfusion"
+    )
+    url: str | None = Field(None, description="the SandboxFusion server (kind sandboxfusion only)")
+    concurrency: Count = Field(8, description="programs run at once")
+    timeout_s: float = Field(10.0, gt=0, description="wall-clock limit of one program")
+    allow_unsafe: bool = Field(
+        False,
+        description="let RL run on the process sandbox (no network or filesystem isolation); otherwise refused",
+    )
+
+    @model_validator(mode="after")
+    def _url_with_sandboxfusion(self) -> SandboxSettings:
+        if (self.url is not None) != (self.kind == "sandboxfusion"):
+            raise ValueError("sandbox.url is set exactly when sandbox.kind is sandboxfusion")
+        return self
+
+    @model_validator(mode="after")
+    def _process_sandbox_only_when_allowed(self) -> SandboxSettings:
+        """Refused here, so `kitchen validate` says so before a warm start is spent."""
+        if self.kind == "process" and not self.allow_unsafe:
+            raise ValueError(
+                f"sandbox kind process is not safe for RL (no network or filesystem isolation): use bubblewrap or "
+                f"sandboxfusion, or set {UNSAFE_SANDBOX_SETTING}: true to accept the risk"
+            )
+        return self
+
+
+def load_problem_sets(env: CodeSettings) -> tuple[Sequence[CodeProblem], Sequence[CodeProblem]]:
+    """The train and held-out problems; a bad record is an error naming its file and line."""
+    return load_code_problems(env.dataset), load_code_problems(env.eval_dataset) if env.eval_dataset else []
+
+
+def code_task(env: CodeSettings, settings: SandboxSettings, config: RLSettings, renderer: Renderer) -> RLTask:
+    """The problems' envs, graded in the sandbox `settings` describe, with the warnings the run
+    should show (weak tests, an unsafe sandbox, soft limits)."""
+    sandbox = make_sandbox(settings.kind, settings.url, settings.concurrency, allow_process=settings.allow_unsafe)
+    group = partial(
+        CodeGroupBuilder,
+        renderer=renderer,
+        sandbox=sandbox,
+        group_size=config.rl.group_size,
+        format_coef=env.format_coef,
+        timeout_s=settings.timeout_s,
+    )
+    problems, held_out = load_problem_sets(env)
+    warnings = [weak_tests_warning(env.dataset, problems)]
+    if isinstance(sandbox, ProcessSandbox):
+        warnings.append(f"{UNSAFE_SANDBOX_SETTING}: programs run in the process sandbox. {PROCESS_SANDBOX_WARNING}")
+    notes: list[str] = []
+    if isinstance(sandbox, LocalSandbox):  # a soft (watchdog) bound is a warning, the kernel's a note
+        limits = f"sandbox total limits per program: {sandbox.total_limits()}"
+        (notes if sandbox.cgroups is not None else warnings).append(limits)
+    return RLTask(
+        train=CodeDataset(problems, config.rl.groups_per_batch, config.seed, group),
+        eval_builders=[group(problem) for problem in held_out],
+        demonstrations=CodeDemonstrations(problems, env.teacher_error_rate),
+        warnings=[warning for warning in warnings if warning],
+        notes=notes,
+    )

@@ -9,14 +9,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
-from kitchen.engine.errors import DataError
-from kitchen.engine.runs.datasets import build_all
-from kitchen.families.rl.envs import EnvSpec
-from kitchen.families.rl.settings import RLSettings
+from kitchen import DataError, build_all
+from kitchen.families.rl import EnvSpec, RLSettings
 from recipes.data import shipped_data
 from recipes.envs.settings import ProblemSettings
 from train_core.renderers.base import Renderer
@@ -151,28 +149,29 @@ def word_problem_task(
 
 
 class WordProblemSettings(ProblemSettings):
+    name: Literal["gsm8k"] = Field("gsm8k", description="grade-school word problems from a file")
     dataset: str = Field(
         default_factory=lambda: shipped_data("gsm8k_sample/train.jsonl"),
-        description="gsm8k: JSONL with 'question' and 'answer' (final answer after '####')",
+        description="JSONL with 'question' and 'answer' (final answer after '####')",
     )
     eval_dataset: str | None = Field(
-        default_factory=lambda: shipped_data("gsm8k_sample/test.jsonl"), description="gsm8k: held-out problems"
+        default_factory=lambda: shipped_data("gsm8k_sample/test.jsonl"), description="held-out problems"
     )
 
 
-def build_word_problem_task(settings: WordProblemSettings, rl: RLSettings, renderer: Renderer) -> RLTask:
+def build_word_problem_task(settings: WordProblemSettings, config: RLSettings, renderer: Renderer) -> RLTask:
     return word_problem_task(
         renderer,
         dataset=settings.dataset,
         eval_dataset=settings.eval_dataset,
-        groups_per_batch=rl.groups_per_batch,
-        group_size=rl.group_size,
-        seed=rl.seed,
+        groups_per_batch=config.rl.groups_per_batch,
+        group_size=config.rl.group_size,
+        seed=config.seed,
         format_coef=settings.format_coef,
     )
 
 
-def check_word_problems(settings: WordProblemSettings) -> None:
+def check_word_problems(settings: WordProblemSettings, roles: frozenset[str]) -> None:
     """The problem files, before anything starts."""
     for path in (settings.dataset, settings.eval_dataset):
         if path:

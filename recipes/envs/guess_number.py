@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Literal
 
 from pydantic import Field
 
-from kitchen.families.rl.envs import EnvSettings, EnvSpec
-from kitchen.families.rl.settings import RLSettings
+from kitchen.families.rl import EnvSettings, EnvSpec, RLSettings
 from train_core.renderers.base import Renderer
 from train_core.renderers.messages import Message
 from train_core.rl.math_grading import extract_last_number
@@ -186,6 +186,7 @@ def guess_number_task(
 
 
 class GuessNumberSettings(EnvSettings):
+    name: Literal["guess_number"] = Field("guess_number", description="guess a number from higher/lower hints")
     max_number: int = Field(10, ge=1, description="the secret is drawn from [1, max_number]")
     max_turns: int = Field(4, ge=1, description="guesses per game")
     teacher_bisect_rate: float = Field(
@@ -193,15 +194,15 @@ class GuessNumberSettings(EnvSettings):
     )
 
 
-def build_guess_number_task(settings: GuessNumberSettings, rl: RLSettings, renderer: Renderer) -> RLTask:
+def build_guess_number_task(settings: GuessNumberSettings, config: RLSettings, renderer: Renderer) -> RLTask:
     return guess_number_task(
         renderer,
-        num_batches=rl.num_batches,
-        groups_per_batch=rl.groups_per_batch,
-        group_size=rl.group_size,
+        num_batches=config.rl.num_batches,
+        groups_per_batch=config.rl.groups_per_batch,
+        group_size=config.rl.group_size,
         max_number=settings.max_number,
         max_turns=settings.max_turns,
-        seed=rl.seed,
+        seed=config.seed,
         teacher_bisect_rate=settings.teacher_bisect_rate,
     )
 

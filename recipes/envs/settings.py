@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from kitchen.families.rl.envs import EnvSettings
+from kitchen.families.rl import EnvSettings
 
 
 class ProblemSettings(EnvSettings):

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from kitchen.engine.config.loading import RunConfig, load_config, parse_override
+from kitchen.engine.config.loading import load_config, parse_override
+from kitchen.engine.config.run import RunConfig
 from kitchen.engine.errors import ConfigError
 
 

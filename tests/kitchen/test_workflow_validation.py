@@ -106,7 +106,7 @@ class SubmitsCustom(Stage):
 def test_a_call_the_backend_lacks_names_stage_and_call() -> None:
     """`kitchen validate` asks the configured backend's registered spec, with no backend built."""
     from kitchen.engine.backends import _REGISTERED, register_backend
-    from kitchen.engine.config.loading import RunConfig
+    from kitchen.engine.config.run import RunConfig
     from kitchen.engine.recipe import Recipe
     from kitchen.engine.validation import validate_recipe
 

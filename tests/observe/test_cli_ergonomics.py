@@ -12,7 +12,7 @@ import pytest
 
 from kitchen.apps.cli import main
 from kitchen.engine import launch
-from kitchen.engine.config.loading import RunConfig
+from kitchen.engine.config.run import RunConfig
 from kitchen.engine.context import Context
 from kitchen.engine.errors import ConfigError
 from kitchen.engine.hooks import ProgressHook, _summary, report_progress

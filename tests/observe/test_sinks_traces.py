@@ -170,7 +170,7 @@ def test_in_memory_exporter_and_no_export_by_default(
     for name in ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
         monkeypatch.delenv(name, raising=False)
     config = load_config(RECIPE.config_cls, None, [])
-    assert kitchen.engine.observe.traces.start_observability("sl_basic", config, tmp_path).tracer is None
+    assert kitchen.engine.observe.traces.start_observability("sl_basic", config.logging, tmp_path).tracer is None
 
     memory = InMemorySpanExporter()
     real = kitchen.engine.observe.traces.start_observability

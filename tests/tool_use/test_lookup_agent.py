@@ -19,7 +19,8 @@ from kitchen.engine.launch import run_recipe
 from kitchen.engine.runs.metrics import read_metrics
 from kitchen.testing import run_on_noop
 from recipes.agents.lookup import Corpus
-from recipes.lookup_agent import RECIPE, Config, Teacher, load_questions
+from recipes.envs.lookup import Teacher, load_questions
+from recipes.lookup_agent import RECIPE, Config
 from train_core.renderers import get_renderer
 
 CORPUS = Corpus.load()

@@ -65,7 +65,8 @@ def is_loopback(host: str) -> bool:
 
 def build_service(settings: ServeSettings) -> tuple[TinkerService, KeyCheck]:
     """The service and key check `settings` describe; configuration mistakes raise ConfigError."""
-    from kitchen.engine.config.loading import RunConfig, load_config
+    from kitchen.engine.config.loading import load_config
+    from kitchen.engine.config.run import RunConfig
 
     if not is_loopback(settings.host) and settings.api_keys is None:
         raise ConfigError(

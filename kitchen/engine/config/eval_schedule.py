@@ -1,11 +1,13 @@
-"""Evaluation during training, as every recipe's config declares it: the `evals:` list (which
-task, how often, on how many items, sampled how) and `best_checkpoint` (the metric that picks the
-checkpoint `kitchen eval RUN --checkpoint best` evaluates and `keep_last` never deletes).
+"""Evaluation during training, as every recipe's config declares it in its `eval` section: the
+`tasks` list (which task, how often, on how many items, sampled how) and `best_checkpoint` (the
+metric that picks the checkpoint `kitchen eval RUN --checkpoint best` evaluates and
+`checkpoint.keep_last` never deletes).
 
-    evals:
-      - {task: arithmetic, every: 5, limit: 32, temperature: 0.0}
-      - {task: nll, name: held_out_nll, every: 10, settings: {dataset: held_out.jsonl}}
-    best_checkpoint: {metric: eval/arithmetic/accuracy, mode: max}
+    eval:
+      tasks:
+        - {task: arithmetic, every: 5, limit: 32, temperature: 0.0}
+        - {task: nll, name: held_out_nll, every: 10, settings: {dataset: held_out.jsonl}}
+      best_checkpoint: {metric: eval/arithmetic/accuracy, mode: max}
 
 Only pydantic here: `kitchen.engine.config.loading` builds every recipe's config on it, so task names and
 settings are checked (against the task registry, loaded on first use) when the config is loaded.
@@ -14,9 +16,12 @@ settings are checked (against the task registry, loaded on first use) when the c
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from kitchen.engine.config.sections import Section
 
 EVAL_PREFIX = "eval"
 """Metrics of an eval during training are `eval/<name>/<metric>`."""
@@ -97,10 +102,13 @@ class BestCheckpoint(BaseModel):
     mode: Literal["max", "min"] = Field("max", description="max: higher is better; min: lower is better")
 
 
-class TrainingEvalSettings(BaseModel):
-    """The config keys of evaluation during training (every recipe's config has them)."""
+class EvalSchedule(Section):
+    """Config section `eval`: evaluation during training (every recipe's config has it; a training
+    family's adds the period of its own held-out evaluation)."""
 
-    evals: list[TrainingEval] = Field(
+    FLAT: ClassVar[Mapping[str, str]] = {"tasks": "evals"}
+
+    tasks: list[TrainingEval] = Field(
         default_factory=list,
         description="eval tasks run during training: [{task, every, limit, samples, temperature, max_tokens, "
         "settings}], logged as eval/<task>/<metric>",
@@ -111,25 +119,25 @@ class TrainingEvalSettings(BaseModel):
         "best_checkpoint.json, kept from keep_last pruning, and evaluated by kitchen eval RUN --checkpoint best",
     )
 
-    @field_validator("evals")
+    @field_validator("tasks")
     @classmethod
-    def _unique_names(cls, evals: list[TrainingEval]) -> list[TrainingEval]:
+    def _unique_names(cls, tasks: list[TrainingEval]) -> list[TrainingEval]:
         seen: set[str] = set()
-        for entry in evals:
+        for entry in tasks:
             if entry.label in seen:
-                raise ValueError(f"two evals are named {entry.label!r}; give one a different 'name'")
+                raise ValueError(f"two eval tasks are named {entry.label!r}; give one a different 'name'")
             seen.add(entry.label)
-        return evals
+        return tasks
 
     @model_validator(mode="after")
-    def _metric_of_an_eval(self) -> TrainingEvalSettings:
+    def _metric_of_an_eval(self) -> EvalSchedule:
         """A metric `eval/<x>/...` whose `x` is close to an eval's name but is none is a typo (the
         recipes' own held-out metrics, `eval/all/...`, are no eval's and pass)."""
         import difflib
 
         best = self.best_checkpoint
         match = re.match(rf"^{EVAL_PREFIX}/([^/]+)/", best.metric) if best is not None else None
-        labels = [entry.label for entry in self.evals]
+        labels = [entry.label for entry in self.tasks]
         if best is not None and match and match.group(1) not in labels:
             close = difflib.get_close_matches(match.group(1), labels, n=1)
             if close:

@@ -8,134 +8,32 @@ from __future__ import annotations
 
 import copy
 import difflib
-import importlib.util
 from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, TypeAdapter, ValidationError, ValidationInfo
 from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
 
-from kitchen.engine.backends import backend_specs, get_backend_spec
-from kitchen.engine.config.eval_schedule import TrainingEvalSettings
+from kitchen.engine.config.renames import new_path, shorthand_field, translate, warn_renamed
+from kitchen.engine.config.run import RunConfig
+from kitchen.engine.config.sections import choices_of, merged, model_of
 from kitchen.engine.config.yaml_bounded import load_yaml, load_yaml_document
 from kitchen.engine.errors import ConfigError
-from kitchen.engine.observe.sinks import LoggerName, MlflowSettings, WandbSettings, missing_logger_problem
 from kitchen.engine.secrets import looks_like_secret_key, redact, redact_value
 
 C = TypeVar("C", bound=BaseModel)
 Path_ = tuple[str | int, ...]
 
 
-# Bounded field types. Use them (not a bare `int` / `float`) where a subclass overrides a default:
-# re-annotating `learning_rate: float = 3e-3` would silently drop the parent's `gt=0`.
-# Booleans are not counts (`batch_size=true` is an error, not 1), and inf/nan are never a rate.
-Count = Annotated[int, Field(ge=1, strict=True)]
-Rate = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-NonNegative = Annotated[int, Field(ge=0, strict=True)]
-
-
-def _backend_names() -> list[str]:
-    return sorted(backend_specs())
-
-
-class RunConfig(TrainingEvalSettings):
-    """Keys every recipe shares (evaluation during training among them: `evals`,
-    `best_checkpoint`), plus one section per registered backend (`local`, `noop`, `tinker`, ...)
-    holding that backend's own settings, with the adapter's settings model."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
-
-    MOVED_KEYS: ClassVar[dict[str, str]] = {}
-    """Keys a config class used to have and where they went (old dotted path -> new one), so an
-    old config gets "moved to ..." instead of "unknown key". Subclasses add theirs."""
-
-    model_name: str = Field("tiny", description="'tiny' or 'tiny32' (embedded), a local HF model dir, or a hub name")
-    backend: str = Field("local", description="a registered backend: " + ", ".join(_backend_names()))
-    log_path: str | None = Field(None, description="run directory; default runs/<recipe>-<timestamp>")
-    seed: Annotated[int, Field(strict=True)] = Field(
-        0, description="seed of data order, sampling and the tiny model's initial weights: same seed, same run"
-    )
-    lora_rank: Annotated[int, Field(strict=True)] | None = Field(
-        None, ge=1, description="LoRA rank; full fine-tune when unset (local)"
-    )
-    load_checkpoint_path: str | None = Field(None, description="start from these weights, fresh optimizer")
-    resume: Literal["auto", "never"] = Field(
-        "auto", description="auto: continue from the run directory's last checkpoint; never: refuse an existing run"
-    )
-    loggers: list[LoggerName] = Field(
-        default_factory=list,
-        description="metric sinks beside the JSONL files: tensorboard, wandb, mlflow (each an optional extra)",
-    )
-    wandb: WandbSettings = Field(default_factory=WandbSettings, description="Weights & Biases (loggers: [wandb])")
-    mlflow: MlflowSettings = Field(default_factory=MlflowSettings, description="MLflow (loggers: [mlflow])")
-    trace_file: bool = Field(default=False, description="write the run's OpenTelemetry spans to RUN_DIR/traces.jsonl")
-    overwrite: bool = Field(False, description="with resume=never, start an existing run directory over")
-    resume_allow_changes: list[str] = Field(
-        default_factory=list, description="keys a resumed run may change from what its checkpoint was trained with"
-    )
-    max_bad_steps: NonNegative = Field(
-        0, description="consecutive NaN/inf steps (not applied) tolerated before the run stops"
-    )
-    keep_last: int | None = Field(
-        5,
-        ge=1,
-        description="keep only the newest N step checkpoints on disk, plus 'final', the one with the best "
-        "held-out metric and the one a resume needs; null: keep all",
-    )
-    keep_every: int | None = Field(
-        None, ge=1, description="with keep_last: also keep the checkpoints of steps that are multiples of N"
-    )
-
-    for _name, _spec in backend_specs().items():
-        __annotations__[_name] = _spec.settings
-        locals()[_name] = Field(default_factory=_spec.settings, description=f"backend {_name}: {_spec.description}")
-    del _name, _spec
-
-    @field_validator("backend")
-    @classmethod
-    def _registered_backend(cls, name: str) -> str:
-        get_backend_spec(name)  # a ConfigError is a ValueError: pydantic reports it on the field
-        return name
-
-    @field_validator("loggers")
-    @classmethod
-    def _installed_loggers(cls, names: list[str]) -> list[str]:
-        problems = [problem for name in dict.fromkeys(names) if (problem := missing_logger_problem(name))]
-        if problems:
-            raise ValueError("; ".join(problems))
-        return list(dict.fromkeys(names))
-
-    @field_validator("trace_file")
-    @classmethod
-    def _sdk_for_trace_file(cls, enabled: bool) -> bool:
-        if enabled and importlib.util.find_spec("opentelemetry.sdk") is None:
-            raise ValueError("trace_file needs the opentelemetry-sdk package: pip install 'kitchen[otel]'")
-        return enabled
-
-    @classmethod
-    def preset(cls, data: Mapping[str, Any]) -> Mapping[str, Any]:
-        """Defaults a key of the config being loaded selects (e.g. RL's `algorithm`), applied above
-        the recipe's defaults and below the YAML and `key=value` overrides. None here."""
-        return {}
-
-    def resolved_summary(self) -> list[str]:
-        """Lines `kitchen show` prints after the workflow: values resolved from several keys (e.g.
-        an RL `algorithm` preset's). None here."""
-        return []
-
-    @classmethod
-    def moved_keys(cls) -> dict[str, str]:
-        moved = {old: f"{spec.name}.{new}" for spec in backend_specs().values() for old, new in spec.moved_keys.items()}
-        for klass in reversed(cls.__mro__):
-            moved.update(vars(klass).get("MOVED_KEYS", {}))
-        return moved
-
-
 def defaults(**values: Any) -> Callable[[type[C]], type[C]]:
     """Class decorator: new defaults for inherited keys, keeping their one definition (type, bounds,
-    description). `@defaults(learning_rate=3e-3)` instead of re-declaring `learning_rate`."""
+    description). `@defaults(seed=1)` instead of re-declaring `seed`; a section takes the keys it
+    changes, as the section's model or a mapping, over its current default:
+    `@defaults(optimizer=OptimizerSettings(learning_rate=3e-3))` keeps the other optimizer keys."""
 
     def apply(cls: type[C]) -> type[C]:
         for name, value in values.items():
@@ -144,6 +42,22 @@ def defaults(**values: Any) -> Callable[[type[C]], type[C]]:
                 raise TypeError(f"{cls.__name__} has no config key {name!r} to set a default for")
             # Checked against the key's type and bounds now, so a bad default fails at import.
             annotated: Any = Annotated[field.annotation, *field.metadata] if field.metadata else field.annotation
+            current = field.get_default(call_default_factory=True)
+            holds_model = isinstance(current, BaseModel) or model_of(field.annotation) is not None
+            if isinstance(value, BaseModel | Mapping) and (holds_model or choices_of(field) is not None):
+                given = value.model_dump(exclude_unset=True) if isinstance(value, BaseModel) else dict(value)
+                another_choice = choices_of(field) is not None and type(value) is not type(current)
+                if isinstance(value, BaseModel) and (not isinstance(current, BaseModel) or another_choice):
+                    given = value.model_dump()  # no default yet, or another environment: replaced whole
+                    current = None
+                below = {name: current.model_dump()} if isinstance(current, BaseModel) else {}
+                layered = merged(below, {name: given}, cls)
+                checked = TypeAdapter(annotated).validate_python(layered[name])
+                factory = partial(_copy_of, checked)
+                cls.model_fields[name] = FieldInfo.merge_field_infos(
+                    field, default=PydanticUndefined, default_factory=factory
+                )
+                continue
             checked = TypeAdapter(annotated).validate_python(value)
             # default_factory=None: a new default replaces a factory too (else the factory would win)
             cls.model_fields[name] = FieldInfo.merge_field_infos(field, default=checked, default_factory=None)
@@ -151,6 +65,11 @@ def defaults(**values: Any) -> Callable[[type[C]], type[C]]:
         return cls
 
     return apply
+
+
+def _copy_of(value: BaseModel) -> BaseModel:
+    """A fresh copy of a section's default per config instance (sections are mutable)."""
+    return value.model_copy(deep=True)
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -170,16 +89,6 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     except yaml.YAMLError:
         value = raw
     return key.split("."), value
-
-
-def _set_path(data: dict[str, Any], path: list[str], value: Any, origin: str) -> None:
-    node = data
-    for part in path[:-1]:
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise ConfigError(f"{origin}: {'.'.join(path)}: {part!r} is not a nested section")
-        node = child
-    node[path[-1]] = value
 
 
 def _yaml_lines(root: yaml.Node | None) -> dict[Path_, int]:
@@ -259,20 +168,31 @@ def load_config(
     overrides: list[str] | None = None,
     base: dict[str, Any] | None = None,
 ) -> C:
-    """Build a validated config. `base` holds recipe-level defaults that sit under the YAML."""
+    """Build a validated config. `base` holds recipe-level defaults that sit under the YAML.
+    Keys given by their kitchen 0.2 (flat) names are moved to their sections, with a warning."""
     lines: dict[Path_, int] = {}
     file_data: dict[str, Any] = {}
     if config_file is not None:
-        file_data, lines = read_yaml(config_file)
+        raw, raw_lines = read_yaml(config_file)
+        file_data = translate(config_cls, raw, str(config_file))
+        lines = _moved_lines(config_cls, raw_lines)
     origins: dict[str, str] = {}
-    parsed = [(text, *parse_override(text)) for text in overrides or []]
+    parsed = []
+    for text in overrides or []:
+        path, value = parse_override(text)
+        moved = new_path(config_cls, tuple(path))
+        if moved is not None and moved != tuple(path):
+            warn_renamed(tuple(path), moved, f"override {text!r}")
+            path = list(moved)
+        parsed.append((text, path, value))
 
     def layered(preset: Mapping[str, Any]) -> dict[str, Any]:
-        data = copy.deepcopy(_merged(_merged(dict(base or {}), preset), file_data))  # overrides write into it
+        data = merged(merged(dict(base or {}), preset, config_cls), file_data, config_cls)
+        data = copy.deepcopy(data)  # overrides write into it
         for text, path, value in parsed:
-            _set_path(data, path, value, f"override {text!r}")
+            _set_path(config_cls, data, path, value, f"override {text!r}")
             origins[".".join(path)] = f"override {text!r}"
-        return data
+        return merged({}, data, config_cls)  # plain values of sections with a shorthand, expanded
 
     data = layered({})
     if issubclass(config_cls, RunConfig):
@@ -286,14 +206,46 @@ def load_config(
         raise ConfigError(_describe(exc, config_cls, config_file, lines, origins)) from None
 
 
-def _merged(lower: dict[str, Any], upper: Mapping[str, Any]) -> dict[str, Any]:
-    """`upper` over `lower`, nested sections merged key by key (a preset's `dynamic_sampling` keeps
-    the keys a YAML section does not set)."""
-    merged = dict(lower)
-    for key, value in upper.items():
-        below = merged.get(key)
-        merged[key] = _merged(below, value) if isinstance(below, dict) and isinstance(value, dict) else value
-    return merged
+def _moved_lines(config_cls: type[BaseModel], lines: Mapping[Path_, int]) -> dict[Path_, int]:
+    """The YAML lines of keys, by their paths in the new layout (an old name's line stays its own)."""
+    out: dict[Path_, int] = {}
+    for path, line in lines.items():
+        names = tuple(str(part) for part in path)
+        cut = next((i for i, part in enumerate(path) if isinstance(part, int)), len(path))
+        moved = new_path(config_cls, names[:cut]) or names[:cut]
+        out[(*moved, *path[cut:])] = line
+    return out
+
+
+def _set_path(config_cls: type[BaseModel], data: dict[str, Any], path: list[str], value: Any, origin: str) -> None:
+    node = data
+    for depth, part in enumerate(path[:-1]):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            shorthand = shorthand_field(config_cls, tuple(path[: depth + 1]))
+            if shorthand is None:
+                raise ConfigError(f"{origin}: {'.'.join(path)}: {part!r} is not a nested section")
+            child = node[part] = {shorthand: child}  # `env=gsm8k env.dataset=...`
+        node = child
+    node[path[-1]] = value
+
+
+def _shown(config_cls: type[BaseModel], loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """An error location without the tags pydantic puts in it for a choice (`env.gsm8k.dataset`
+    is the key `env.dataset`)."""
+    model: Any = config_cls
+    shown: list[Any] = []
+    choices: tuple[str, dict[str, type[BaseModel]]] | None = None
+    for part in loc:
+        if choices is not None:  # this part is the choice's tag
+            model, choices = choices[1].get(str(part)), None
+            continue
+        shown.append(part)
+        field = getattr(model, "model_fields", {}).get(str(part)) if model is not None else None
+        choices = choices_of(field) if field is not None else None
+        if choices is None:
+            model = model_of(field.annotation) if field is not None else None
+    return tuple(shown)
 
 
 def _describe(
@@ -305,7 +257,7 @@ def _describe(
 ) -> str:
     problems = []
     for error in exc.errors():
-        loc = tuple(error["loc"])
+        loc = _shown(config_cls, tuple(error["loc"]))
         dotted = ".".join(str(part) for part in loc)
         if dotted in origins:
             where = origins[dotted]
@@ -329,13 +281,20 @@ def _describe(
 
 
 def _field_names(config_cls: type[BaseModel], parent: Path_) -> list[str]:
-    model: Any = config_cls
+    """The keys under `parent` (for a choice: every member's)."""
+    models: list[Any] = [config_cls]
     for part in parent:
-        field = getattr(model, "model_fields", {}).get(str(part))
-        if field is None or not isinstance(field.annotation, type):
+        fields = [getattr(model, "model_fields", {}).get(str(part)) for model in models]
+        models = []
+        for field in fields:
+            if field is None:
+                continue
+            choices = choices_of(field)
+            members = list(choices[1].values()) if choices is not None else [model_of(field.annotation)]
+            models += [member for member in members if member is not None]
+        if not models:
             return []
-        model = field.annotation
-    return sorted(getattr(model, "model_fields", {}))
+    return sorted({name for model in models for name in getattr(model, "model_fields", {})})
 
 
 def dump_config(config: BaseModel, path: Path) -> None:

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import types
 import typing
-from collections.abc import Iterator, Mapping
-from typing import Any, ClassVar, TypeVar, get_args, get_origin
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, model_validator
 from pydantic.fields import FieldInfo
@@ -180,3 +181,134 @@ def section_of(config: BaseModel, wanted: type[S]) -> S:
     value = at(config, _LOCATIONS[key])
     assert isinstance(value, wanted)
     return value
+
+
+# -- layering values over defaults -------------------------------------------------------------
+
+
+def shorthand_of(field: FieldInfo | None) -> str | None:
+    """The key a plain value given for `field` sets: a choice's tag key, a section's `SHORTHAND`."""
+    if field is None:
+        return None
+    choices = choices_of(field)
+    if choices is not None:
+        return choices[0]
+    model = model_of(field.annotation)
+    return model.SHORTHAND if model is not None and issubclass(model, Section) else None
+
+
+def expand(field: FieldInfo | None, value: Any) -> Any:
+    """`value` as a mapping where it is a plain value for a section with a shorthand."""
+    key = shorthand_of(field)
+    if key is not None and value is not None and not isinstance(value, Mapping | BaseModel | list):
+        return {key: value}
+    return value
+
+
+def _below(field: FieldInfo | None, value: Mapping[str, Any]) -> type[BaseModel] | None:
+    """The model of a mapping given for `field` (for a choice: the member its tag names)."""
+    if field is None:
+        return None
+    choices = choices_of(field)
+    if choices is not None:
+        return choices[1].get(str(value.get(choices[0])))
+    return model_of(field.annotation)
+
+
+def merged(lower: Mapping[str, Any], upper: Mapping[str, Any], model: type[BaseModel] | None) -> dict[str, Any]:
+    """`upper` over `lower`, nested mappings merged key by key (a preset's `dynamic_sampling` keeps
+    the keys a YAML section does not set); a choice whose tag changes is replaced whole (the
+    other member's keys would not fit)."""
+    out = dict(lower)
+    for key, value in upper.items():
+        field = model.model_fields.get(key) if model is not None else None
+        value = expand(field, value)
+        below = expand(field, out.get(key))
+        if isinstance(below, Mapping) and isinstance(value, Mapping):
+            choices = choices_of(field) if field is not None else None
+            if choices is not None and value.get(choices[0]) not in (None, below.get(choices[0])):
+                out[key] = dict(value)
+            else:
+                out[key] = merged(below, value, _below(field, {**below, **value}))
+        else:
+            out[key] = value
+    return out
+
+
+def over_defaults(model: type[BaseModel], data: Mapping[str, Any]) -> dict[str, Any]:
+    """`data` with each section given as a mapping merged over that section's default, so a YAML
+    `optimizer: {warmup_steps: 5}` keeps the recipe's learning rate (pydantic alone would build the
+    section from its class defaults)."""
+    out = dict(data)
+    for name, field in model.model_fields.items():
+        if name not in out:
+            continue
+        value = expand(field, out[name])
+        if not isinstance(value, Mapping):
+            out[name] = value
+            continue
+        default = field.get_default(call_default_factory=True)
+        if isinstance(default, BaseModel):
+            out[name] = merged({name: default.model_dump()}, {name: value}, model)[name]
+        else:
+            out[name] = value
+    return out
+
+
+# -- typed references ---------------------------------------------------------------------------
+
+
+class _Recorder:
+    """Stands in for a section while a typed reference into it is read: records the path."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+
+    def __getattr__(self, name: str) -> _Recorder:
+        self.parts.append(name)
+        return self
+
+    def __getitem__(self, index: int) -> _Recorder:
+        self.parts.append(str(index))
+        return self
+
+
+def reference_path(section: type[BaseModel], read: Any) -> str:
+    """The dotted path below `section` that `read` (a function of the section, `lambda c:
+    c.save_every`) reads; a WiringError when it starts with no key of the section, so a typed
+    reference is checked when the workflow is built."""
+    recorder = _Recorder()
+    read(recorder)
+    if not recorder.parts or recorder.parts[0] not in section.model_fields:
+        raise WiringError(
+            f"a config reference into {section.__name__} must read one of its keys "
+            f"({', '.join(section.model_fields)}), not {'.'.join(recorder.parts) or 'nothing'}"
+        )
+    return ".".join(recorder.parts)
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ConfigRef(Generic[S, T]):
+    """A typed reference to a value inside one config section, for a stage that is told which one
+    it reads (`OpenOtherModel(ConfigRef(WinRateSettings, lambda w: w.judge_model), ...)`): mypy
+    checks the lambda against the section, building the workflow checks the config has it."""
+
+    section: type[S]
+    read: Callable[[S], T]
+
+    @property
+    def path(self) -> str:
+        """The path below the section (`judge_model`)."""
+        return reference_path(self.section, self.read)
+
+    def of(self, config: BaseModel) -> T:
+        """The value in `config` (a WiringError when the config has no such section)."""
+        return self.read(section_of(config, self.section))
+
+    def dotted(self, config_cls: type[BaseModel]) -> str:
+        """The full dotted key in `config_cls` (`win_rate.judge_model`), for messages."""
+        where = locate(config_cls, self.section, f"reference {self.path}")
+        return ".".join([*where, self.path])

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from kitchen.engine.config.sections import Section
 from kitchen.engine.hooks import Hooks
 from kitchen.engine.secrets import redact_value
 
@@ -38,7 +39,7 @@ def missing_logger_problem(name: str) -> str | None:
 
 
 class WandbSettings(BaseModel):
-    """Config section `wandb` (used when `loggers` includes wandb). WANDB_MODE=offline is honoured."""
+    """Config section `logging.wandb` (used when `logging.loggers` includes wandb). WANDB_MODE=offline is honoured."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -48,7 +49,7 @@ class WandbSettings(BaseModel):
 
 
 class MlflowSettings(BaseModel):
-    """Config section `mlflow` (used when `loggers` includes mlflow)."""
+    """Config section `logging.mlflow` (used when `logging.loggers` includes mlflow)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -57,6 +58,33 @@ class MlflowSettings(BaseModel):
     )
     experiment: str | None = Field(default=None, description="experiment name; default: the recipe name")
     run_name: str | None = Field(default=None, description="run name; default: the run directory's name")
+
+
+class LoggingSettings(Section):
+    """Config section `logging`: where metrics and traces go beside the run directory's JSONL files."""
+
+    loggers: list[LoggerName] = Field(
+        default_factory=list,
+        description="metric sinks beside the JSONL files: tensorboard, wandb, mlflow (each an optional extra)",
+    )
+    wandb: WandbSettings = Field(default_factory=WandbSettings, description="Weights & Biases (loggers: [wandb])")
+    mlflow: MlflowSettings = Field(default_factory=MlflowSettings, description="MLflow (loggers: [mlflow])")
+    trace_file: bool = Field(default=False, description="write the run's OpenTelemetry spans to RUN_DIR/traces.jsonl")
+
+    @field_validator("loggers")
+    @classmethod
+    def _installed_loggers(cls, names: list[str]) -> list[str]:
+        problems = [problem for name in dict.fromkeys(names) if (problem := missing_logger_problem(name))]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return list(dict.fromkeys(names))
+
+    @field_validator("trace_file")
+    @classmethod
+    def _sdk_for_trace_file(cls, enabled: bool) -> bool:
+        if enabled and importlib.util.find_spec("opentelemetry.sdk") is None:
+            raise ValueError("trace_file needs the opentelemetry-sdk package: pip install 'kitchen[otel]'")
+        return enabled
 
 
 def numeric_metrics(row: dict[str, Any]) -> dict[str, float]:
@@ -246,21 +274,22 @@ def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def make_sink(name: str, run_dir: Path, recipe: str, config: Any) -> Sink:
+def make_sink(name: str, run_dir: Path, recipe: str, settings: LoggingSettings) -> Sink:
     if name == "tensorboard":
         return TensorBoardSink(run_dir)
     if name == "wandb":
-        return WandbSink(run_dir, recipe, config.wandb)
+        return WandbSink(run_dir, recipe, settings.wandb)
     if name == "mlflow":
-        return MlflowSink(run_dir, recipe, config.mlflow)
+        return MlflowSink(run_dir, recipe, settings.mlflow)
     raise ValueError(f"unknown logger {name!r}")
 
 
 class MetricSinksHook(Hooks):
     """Sends the config once (secrets redacted) and every metrics row to the configured sinks."""
 
-    def __init__(self, names: list[str], run_dir: Path, recipe: str) -> None:
-        self.names = list(names)
+    def __init__(self, settings: LoggingSettings, run_dir: Path, recipe: str) -> None:
+        self.settings = settings
+        self.names = list(settings.loggers)
         self.run_dir = run_dir
         self.recipe = recipe
         self.sinks: list[Sink] = []
@@ -274,7 +303,7 @@ class MetricSinksHook(Hooks):
         config = redact_value(ctx.config.model_dump(mode="json")) if hasattr(ctx.config, "model_dump") else {}
         for name in self.names:
             try:
-                sink = make_sink(name, self.run_dir, self.recipe, ctx.config)
+                sink = make_sink(name, self.run_dir, self.recipe, self.settings)
                 sink.log_config(config)
             except Exception as exc:
                 self._warn(ctx, name, "start", exc)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kitchen.engine.hooks import Hooks
-from kitchen.engine.observe.sinks import MetricSinksHook
+from kitchen.engine.observe.sinks import LoggingSettings, MetricSinksHook
 from kitchen.engine.secrets import cached_secrets, redact, redact_value
 
 TRACES_FILE = "traces.jsonl"
@@ -55,13 +55,14 @@ class Observability:
                 _warn(f"trace export failed at shutdown: {exc}")
 
 
-def start_observability(recipe: str, config: Any, run_dir: Path, extra_exporters: Sequence[Any] = ()) -> Observability:
-    """The hooks and tracer a run gets from its config and the environment."""
+def start_observability(
+    recipe: str, settings: LoggingSettings, run_dir: Path, extra_exporters: Sequence[Any] = ()
+) -> Observability:
+    """The hooks and tracer a run gets from its `logging` section and the environment."""
     result = Observability()
-    loggers = list(getattr(config, "loggers", []) or [])
-    if loggers:
-        result.hooks.append(MetricSinksHook(loggers, run_dir, recipe))
-    exporters = [*_exporters(bool(getattr(config, "trace_file", False)), run_dir), *extra_exporters]
+    if settings.loggers:
+        result.hooks.append(MetricSinksHook(settings, run_dir, recipe))
+    exporters = [*_exporters(settings.trace_file, run_dir), *extra_exporters]
     if exporters:
         result.provider = _provider(recipe, run_dir, exporters)
         result.tracer = result.provider.get_tracer("kitchen")

@@ -23,7 +23,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from kitchen.engine.backends import backend_specs
+from kitchen.engine.config.renames import translate_fingerprint, translate_key
+from kitchen.engine.config.run import RunConfig
+from kitchen.engine.config.sections import choices_of, model_of, resume_role
 from kitchen.engine.errors import ConfigError, RunDirError, run_dir_gone
 from kitchen.engine.hooks import Hooks
 from kitchen.engine.runs.checkpoints import CheckpointRecord, read_records
@@ -33,30 +35,9 @@ RUN_FILES = ("config.yaml", "metrics.jsonl", "checkpoints.jsonl", "events.jsonl"
 LOCK_FILE = ".lock"
 HISTORY_FILE = "config_history.yaml"
 
-SAFE_TO_CHANGE = frozenset(
-    {
-        "max_steps",
-        "num_batches",
-        "num_epochs",
-        "save_every",
-        "eval_every",
-        "best_checkpoint",
-        "log_path",
-        "resume",
-        "overwrite",
-        "resume_allow_changes",
-        "max_bad_steps",
-        "load_checkpoint_path",
-    }
-)
-"""Keys a resumed run may change without `resume_allow_changes`: how long to train, how often to
-save / evaluate / log, and where; `eval_*` keys and backend sections (device, threads, latency,
-service URL) are safe too."""
+DATA_FILE_KEYS = ("dataset",)
+"""Keys naming a local data file whose size and sha256 join the fingerprint (`<key>#file`)."""
 
-LENGTH_KEYS = ("max_steps", "num_batches", "num_epochs")
-"""Keys that decide how many steps a run has: a finished run with the same values is complete."""
-
-_DATA_KEYS = ("dataset",)
 _HASH_LIMIT = 256 * 1024 * 1024
 
 
@@ -206,19 +187,27 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _is_safe_key(key: str) -> bool:
-    top = key.split(".")[0]
-    return top in SAFE_TO_CHANGE or top.startswith("eval") or top in backend_specs()
+def key_role(model: type[BaseModel], path: tuple[str, ...]) -> str | None:
+    """The resume role (`kitchen.engine.config.sections.resume_role`) of the key at `path`: that
+    of the first field on the way that has one (a safe section is safe throughout)."""
+    models: list[type[BaseModel]] = [model]
+    for part in path:
+        fields = [m.model_fields[part] for m in models if part in m.model_fields]
+        if not fields:
+            return None
+        for field in fields:
+            role = resume_role(field)
+            if role is not None:
+                return role
+        models = []
+        for field in fields:
+            choices = choices_of(field)
+            members = list(choices[1].values()) if choices is not None else [model_of(field.annotation)]
+            models += [member for member in members if member is not None]
+    return None
 
 
-RECIPE_KEY = "recipe"
-"""The fingerprint's entry for the recipe that trained (compared only when the record has it)."""
-
-
-def fingerprint(config: BaseModel, recipe: str | None = None) -> dict[str, Any]:
-    """The settings that define what a run trains: every config key except those safe to change,
-    flattened to dotted keys, and each local data file's size + sha256 (`dataset#file`); plus the
-    run-length keys as `@max_steps`, ... (not compared); plus the `recipe` when given."""
+def _flat(config: BaseModel) -> dict[str, Any]:
     flat: dict[str, Any] = {}
 
     def walk(prefix: str, value: Any) -> None:
@@ -229,13 +218,32 @@ def fingerprint(config: BaseModel, recipe: str | None = None) -> dict[str, Any]:
             flat[prefix] = value
 
     walk("", config.model_dump(mode="json"))
-    print_ = {key: value for key, value in flat.items() if not _is_safe_key(key)}
-    for key in LENGTH_KEYS:  # not compared on resume; they tell whether a finished run is complete
-        if key in flat:
-            print_[f"@{key}"] = flat[key]
-    for key in _DATA_KEYS:
-        value = getattr(config, key, None)
-        if isinstance(value, str) and Path(value).is_file():
+    return flat
+
+
+RECIPE_KEY = "recipe"
+"""The fingerprint's entry for the recipe that trained (compared only when the record has it)."""
+
+
+def run_lengths(config: BaseModel) -> dict[str, Any]:
+    """`@key` -> value of every key that says how long the run trains (`RUN_LENGTH`)."""
+    return {
+        f"@{key}": value
+        for key, value in _flat(config).items()
+        if key_role(type(config), tuple(key.split("."))) == "length"
+    }
+
+
+def fingerprint(config: BaseModel, recipe: str | None = None) -> dict[str, Any]:
+    """The settings that define what a run trains: every config key but those a resume may change
+    (`RESUME_SAFE`, `RUN_LENGTH`), flattened to dotted keys, and each local data file's size +
+    sha256 (`data.dataset#file`); plus the run-length keys as `@key` (not compared: they tell
+    whether a finished run is complete); plus the `recipe` when given."""
+    flat = _flat(config)
+    print_ = {key: value for key, value in flat.items() if key_role(type(config), tuple(key.split("."))) is None}
+    print_.update(run_lengths(config))
+    for key, value in flat.items():
+        if key.rpartition(".")[2] in DATA_FILE_KEYS and isinstance(value, str) and Path(value).is_file():
             with contextlib.suppress(OSError):
                 print_[f"{key}#file"] = file_signature(Path(value))
     if recipe is not None:
@@ -243,16 +251,25 @@ def fingerprint(config: BaseModel, recipe: str | None = None) -> dict[str, Any]:
     return dict(redact_value(print_))
 
 
+def recorded_fingerprint(record: CheckpointRecord, config: BaseModel) -> dict[str, Any]:
+    """The fingerprint `record` was saved with, in this config's layout (a 0.2 record's flat keys
+    renamed: `kitchen.engine.config.renames`)."""
+    return translate_fingerprint(config, record.fingerprint)
+
+
 def fingerprint_changes(
     recorded: dict[str, Any], current: dict[str, Any], allowed: Iterable[str]
 ) -> list[tuple[str, Any, Any]]:
-    """(key, recorded, current) for every key whose value differs and is not allowed to."""
+    """(key, recorded, current) for every key whose value differs and is not allowed to (`allowed`:
+    keys or sections, dotted)."""
     allowed = set(allowed)
     changes = []
     for key in sorted(set(recorded) | set(current)):
         if key.startswith("@"):
             continue
-        if key in allowed or key.split("#")[0] in allowed or key.split(".")[0] in allowed:
+        base = key.split("#")[0]
+        parts = base.split(".")
+        if any(".".join(parts[:cut]) in allowed for cut in range(1, len(parts) + 1)):
             continue
         old, new = recorded.get(key, "<unset>"), current.get(key, "<unset>")
         if old != new:
@@ -261,16 +278,17 @@ def fingerprint_changes(
 
 
 def check_resume_fingerprint(
-    record: CheckpointRecord, config: BaseModel, recipe: str | None = None, complete: bool = False
+    record: CheckpointRecord, config: RunConfig, recipe: str | None = None, complete: bool = False
 ) -> None:
     """A ConfigError listing each setting (or the recipe) that differs from what `record` was
     trained with. For a `complete` run (nothing more to train) the error says so: reporting it
     "already complete" would claim a result the changed settings never produced."""
     if not record.fingerprint:
         return  # a record from before fingerprints: nothing to compare
-    allowed = list(getattr(config, "resume_allow_changes", None) or [])
-    current = fingerprint(config, recipe if RECIPE_KEY in record.fingerprint else None)
-    changes = fingerprint_changes(record.fingerprint, current, allowed)
+    allowed = [translate_key(type(config), key) for key in config.resume_allow_changes]
+    recorded = recorded_fingerprint(record, config)
+    current = fingerprint(config, recipe if RECIPE_KEY in recorded else None)
+    changes = fingerprint_changes(recorded, current, allowed)
     if not changes:
         return
     parts = [f"{key}: {_short(old)} -> {_short(new)}" for key, old, new in changes]

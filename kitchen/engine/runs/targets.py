@@ -14,7 +14,7 @@ import yaml
 from pydantic import ValidationError
 
 from kitchen.engine.backends import make_backend
-from kitchen.engine.config.loading import RunConfig
+from kitchen.engine.config.run import RunConfig
 from kitchen.engine.config.yaml_bounded import load_yaml
 from kitchen.engine.errors import ConfigError
 from kitchen.engine.ports import SamplingClient, ServiceBackend

@@ -5,13 +5,34 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from kitchen.engine.config.loading import RunConfig
+from pydantic import Field
+
+from kitchen.engine.config.eval_schedule import EvalSchedule
+from kitchen.engine.config.run import NonNegative
+from kitchen.engine.config.sections import RESUME_SAFE, Section
 from kitchen.engine.context import Context
 from kitchen.engine.ports import ServiceBackend, TrainingClient
 from kitchen.engine.runs.best_checkpoint import refresh_best
 from kitchen.engine.runs.checkpoints import CheckpointRecord, append_record, read_records
 from kitchen.engine.runs.rundir import record_files
 from kitchen.engine.stage import Stage
+
+
+class CheckpointSettings(Section):
+    """Config section `checkpoint`: how often the run saves, and which step checkpoints stay on disk."""
+
+    save_every: NonNegative = Field(
+        20, description="checkpoint every N steps; 0 = only the final one", json_schema_extra=RESUME_SAFE
+    )
+    keep_last: int | None = Field(
+        5,
+        ge=1,
+        description="keep only the newest N step checkpoints on disk, plus 'final', the one with the best "
+        "held-out metric and the one a resume needs; null: keep all",
+    )
+    keep_every: int | None = Field(
+        None, ge=1, description="with keep_last: also keep the checkpoints of steps that are multiples of N"
+    )
 
 
 def checkpoint_files(service: Any, *paths: str | None) -> list[Path]:
@@ -31,12 +52,12 @@ class SaveCheckpoint(Stage):
     the best checkpoint is chosen knowing the step's evaluations. Outside (the final save) it is
     appended at once. Await pending training results before this stage.
 
-    With `keep_last` (default 5), older step checkpoints are deleted from disk once the new record
+    With `checkpoint.keep_last` (default 5), older step checkpoints are deleted from disk once the new record
     is written (their records stay in checkpoints.jsonl, as history): the newest `keep_last` are
     kept, and those whose step is a multiple of `keep_every`, and `final`, the best evaluated one
     (`kitchen.engine.runs.best_checkpoint`), and always the newest one (the one a resume starts from). Only
     directories inside the run directory are ever deleted (a remote backend's checkpoints are left
-    alone). With `best_checkpoint` set, the pointer `best_checkpoint.json` is refreshed first.
+    alone). With `eval.best_checkpoint` set, the pointer `best_checkpoint.json` is refreshed first.
     """
 
     calls = (TrainingClient.save_state, TrainingClient.save_weights_for_sampler)
@@ -46,7 +67,12 @@ class SaveCheckpoint(Stage):
         self.final = final
 
     async def run(
-        self, ctx: Context, training_client: TrainingClient, service: ServiceBackend, config: RunConfig
+        self,
+        ctx: Context,
+        training_client: TrainingClient,
+        service: ServiceBackend,
+        checkpoint: CheckpointSettings,
+        evals: EvalSchedule,
     ) -> None:
         client = training_client
         completed = ctx.step if self.final else ctx.step + 1
@@ -68,12 +94,12 @@ class SaveCheckpoint(Stage):
             final=self.final,
         )
         path = ctx.run_dir / "checkpoints.jsonl"
-        keep_last, keep_every = config.keep_last, config.keep_every
+        keep_last, keep_every = checkpoint.keep_last, checkpoint.keep_every
         run_dir = ctx.run_dir
 
         def commit() -> None:
             append_record(path, record)
-            best = refresh_best(run_dir, config.best_checkpoint)
+            best = refresh_best(run_dir, evals.best_checkpoint)
             if keep_last is not None:
                 protect = {best} if best is not None else set()
                 for old in prune_checkpoints(path, run_dir, keep_last, keep_every, protect):

@@ -1,34 +1,29 @@
-"""Settings the workflow families share, each declared once: the optimizer and its schedule, the
-chat renderer, and the data/loop keys of the supervised and preference workflows.
+"""Settings the training families share, each declared once: the `optimizer` section (AdamW and
+its schedule), the `data` section of the supervised and preference workflows, the held-out `eval`
+period, the chat `renderer`, and `TrainingSettings`, the run keys plus the sections every training
+family has.
 
-A family's settings model (`kitchen.families.supervised.settings`, `kitchen.families.preference.settings`,
-`kitchen.families.rl.settings`) combines these with its own keys; a recipe's config subclasses it and sets
-its own defaults with `kitchen.engine.config.loading.defaults`, never by re-declaring a key.
+A family's settings model (`kitchen.families.supervised.SupervisedSettings`, ...) adds its own
+sections; a recipe's config subclasses it and sets its own defaults with
+`kitchen.engine.config.loading.defaults` (`@defaults(optimizer=OptimizerSettings(learning_rate=3e-3))`),
+never by re-declaring a key.
 """
 
 from __future__ import annotations
 
 import difflib
-from typing import Literal
+from collections.abc import Mapping
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from kitchen.engine.config.loading import Count, NonNegative, Rate, RunConfig
+from kitchen.engine.config.eval_schedule import EvalSchedule
+from kitchen.engine.config.run import Count, NonNegative, Rate, RunConfig
+from kitchen.engine.config.sections import RESUME_SAFE, RUN_LENGTH, Section
 from kitchen.engine.errors import DataError
 from kitchen.engine.renderers import renderer_names
+from kitchen.families.common.checkpoint import CheckpointSettings
 from train_core.batching import batches_per_epoch
-
-ADAM_KEYS = (
-    "learning_rate",
-    "lr_schedule",
-    "warmup_steps",
-    "adam_beta1",
-    "adam_beta2",
-    "adam_eps",
-    "weight_decay",
-    "grad_clip_norm",
-)
-"""The keys `kitchen.families.common.training.adam_params` reads: a stage that calls it declares them."""
 
 
 def check_renderer_name(name: str | None) -> str | None:
@@ -41,8 +36,8 @@ def check_renderer_name(name: str | None) -> str | None:
     return name
 
 
-class OptimizerSettings(RunConfig):
-    """AdamW and the learning-rate schedule."""
+class OptimizerSettings(Section):
+    """Config section `optimizer`: AdamW and the learning-rate schedule (`adam_params` reads it)."""
 
     learning_rate: Rate = Field(1e-4, description="AdamW learning rate (peak, after warmup)")
     lr_schedule: Literal["linear", "cosine", "constant"] = Field(
@@ -56,8 +51,17 @@ class OptimizerSettings(RunConfig):
     grad_clip_norm: float = Field(0.0, ge=0, description="0 disables clipping")
 
 
+class SamplingSettings(Section):
+    """Config section `sampling`: how the trained policy samples its replies (RL's rollouts, online
+    DPO's pairs); evaluations during training sample the same way unless they say otherwise."""
+
+    max_tokens: Count = Field(16, description="sampled tokens per turn")
+    temperature: float = Field(1.0, ge=0, description="sampling temperature (0: greedy)")
+
+
 class RendererSettings(RunConfig):
-    """The chat renderer that turns messages into tokens (and replies back into messages)."""
+    """The chat renderer that turns messages into tokens (and replies back into messages): a
+    run-wide key, beside `model_name` (its default is the one recommended for that model)."""
 
     renderer: str | None = Field(None, description="renderer name; default: the one recommended for model_name")
 
@@ -86,19 +90,24 @@ class OtherModel(BaseModel):
         return check_renderer_name(name)
 
 
-class DatasetSettings(RunConfig):
-    """A train file (and optional held-out file) read in epochs of shuffled batches."""
+class DataSettings(Section):
+    """Config section `data`: a train file (and optional held-out file) read in epochs of shuffled
+    batches."""
 
     dataset: str = Field(..., description="JSONL / JSON / parquet file, or a hub dataset name")
     dataset_split: str = Field("train", description="hub datasets and multi-split folders: the split to train on")
-    eval_dataset: str | None = Field(None, description="held-out file; none = no evaluation")
-    eval_split: str = Field("test", description="hub datasets and multi-split folders: the held-out split")
+    eval_dataset: str | None = Field(
+        None, description="held-out file; none = no evaluation", json_schema_extra=RESUME_SAFE
+    )
+    eval_split: str = Field(
+        "test", description="hub datasets and multi-split folders: the held-out split", json_schema_extra=RESUME_SAFE
+    )
     batch_size: Count = Field(32, description="records per optimizer step")
-    num_epochs: Count = Field(1, description="passes over the data set (max_steps stops earlier)")
-    max_steps: int | None = Field(None, ge=1, description="stop after this many steps")
+    num_epochs: Count = Field(
+        1, description="passes over the data set (max_steps stops earlier)", json_schema_extra=RUN_LENGTH
+    )
+    max_steps: int | None = Field(None, ge=1, description="stop after this many steps", json_schema_extra=RUN_LENGTH)
     max_length: int | None = Field(1024, ge=2, description="tokens per sequence; longer ones are cut from the right")
-    save_every: NonNegative = Field(20, description="checkpoint every N steps; 0 = only the final one")
-    eval_every: NonNegative = Field(10, description="held-out evaluation every N steps and at the end; 0 = never")
 
     def num_steps(self, count: int, what: str, source: str, unit: str = "") -> int:
         """Optimizer steps over `count` training items (`what`, e.g. "examples"): full batches per
@@ -109,3 +118,24 @@ class DatasetSettings(RunConfig):
             raise DataError(f"{source}: {count} {what} are fewer than one batch (batch_size={self.batch_size}{unit})")
         steps = per_epoch * self.num_epochs
         return steps if self.max_steps is None else min(steps, self.max_steps)
+
+
+class HeldOutEval(EvalSchedule):
+    """Config section `eval` of a training family: the eval tasks and best checkpoint of every run,
+    and how often the family's own held-out evaluation runs (held-out NLL, reward, win rate)."""
+
+    FLAT: ClassVar[Mapping[str, str]] = {**EvalSchedule.FLAT, "every": "eval_every"}
+
+    every: NonNegative = Field(10, description="held-out evaluation every N steps and at the end; 0 = never")
+
+
+class TrainingSettings(RunConfig):
+    """The run keys and the sections every training family has: `optimizer`, `checkpoint`, `eval`."""
+
+    optimizer: OptimizerSettings = Field(default_factory=OptimizerSettings, description="AdamW and its schedule")
+    checkpoint: CheckpointSettings = Field(
+        default_factory=CheckpointSettings, description="how often checkpoints are saved and how many are kept"
+    )
+    eval: HeldOutEval = Field(  # the run's eval section, with the family's period
+        default_factory=HeldOutEval, description="evaluation during training", json_schema_extra=RESUME_SAFE
+    )

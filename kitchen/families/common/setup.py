@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kitchen.engine.config.loading import RunConfig
+from kitchen.engine.config.run import RunConfig
+from kitchen.engine.config.sections import ConfigRef
 from kitchen.engine.context import Context
 from kitchen.engine.errors import ConfigError, StageError
 from kitchen.engine.ports import SamplingClient, ServiceBackend, Tokenizer, TrainingClient
@@ -33,9 +34,10 @@ class GetTokenizer(Stage):
         return TokenizerOut(service.get_tokenizer(config.model_name))
 
 
-def renderer_name(config: Any) -> str:
+def renderer_name(config: RunConfig) -> str:
     """The renderer a run uses: the config's `renderer`, or the one recommended for the model."""
-    return str(getattr(config, "renderer", None) or recommended_renderer(config.model_name))
+    chosen = config.renderer if isinstance(config, RendererSettings) else None
+    return str(chosen or recommended_renderer(config.model_name))
 
 
 def message_roles(config: Any) -> frozenset[str]:
@@ -131,21 +133,23 @@ class OtherModelOut:
 
 
 class OpenOtherModel(Stage):
-    """A sampling client on the `OtherModel` at config path `model_key` (e.g. "teacher" or
-    "judge_model": a base model, or a checkpoint / run directory), e.g. a distillation teacher or
-    a learned judge. `keys=` names its state keys (default `model_client`, `model_path`)."""
+    """A sampling client on the `OtherModel` that `model` refers to (a distillation teacher, a
+    learned judge: a base model, or a checkpoint / run directory). Its state keys are named by the
+    caller (`client_key`, `path_key`)."""
 
     calls = (ServiceBackend.create_sampling_client,)
 
-    def __init__(self, model_key: str, client_key: str, path_key: str, name: str | None = None) -> None:
+    def __init__(
+        self, model: ConfigRef[Any, OtherModel], client_key: str, path_key: str, name: str | None = None
+    ) -> None:
         super().__init__(name, keys={"model_client": client_key, "model_path": path_key})
-        self.model_key = model_key
+        self.model = model
 
     def check_inputs(self, config: Any) -> None:
-        config_path(config, self.model_key)  # a wrong path is a wiring mistake: fail before the run
+        self.model.of(config)  # a config without the section is a wiring mistake: fail before the run
 
     async def run(self, ctx: Context, service: ServiceBackend, config: RunConfig) -> OtherModelOut:
-        client, path = await open_other_model(service, config_path(config, self.model_key), config.model_name)
+        client, path = await open_other_model(service, self.model.of(config), config.model_name)
         ctx.log.info("model_client.ready", client=self.keys["model_client"], path=path)
         return OtherModelOut(client, path)
 
@@ -162,39 +166,28 @@ async def open_other_model(
     return await service.create_sampling_client(base_model=name), name
 
 
-def config_path(config: Any, dotted: str) -> Any:
-    """The value at a dotted config path: attributes, and list indices for digits."""
-    value = config
-    for part in dotted.split("."):
-        try:
-            value = value[int(part)] if part.isdigit() else getattr(value, part)
-        except (AttributeError, IndexError, TypeError):
-            raise ConfigError(f"config path {dotted!r}: {type(config).__name__} has no {part!r} there") from None
-    return value
-
-
 class CheckTokenizerMatch(Stage):
     """Refuse, before any training, another model (a teacher) whose tokenizer differs from the
     trained model's: its logprobs of the student's tokens would score different text."""
 
     calls = (ServiceBackend.get_tokenizer,)
 
-    def __init__(self, model_keys: Sequence[str], name: str | None = None) -> None:
+    def __init__(self, models: Sequence[ConfigRef[Any, OtherModel]], name: str | None = None) -> None:
         super().__init__(name)
-        self.model_keys = tuple(model_keys)
+        self.models = tuple(models)
 
     def check_inputs(self, config: Any) -> None:
-        for key in self.model_keys:
-            config_path(config, key)
+        for model in self.models:
+            model.of(config)
 
     async def run(self, tokenizer: Tokenizer, service: ServiceBackend, config: RunConfig) -> None:
-        for key in self.model_keys:
-            model_name = config_path(config, key).model_name
+        for model in self.models:
+            model_name = model.of(config).model_name
             if model_name is None or model_name == config.model_name:
                 continue
             if not same_tokenizer(tokenizer, service.get_tokenizer(model_name)):
                 raise ConfigError(
-                    f"{key}.model_name {model_name!r} has a different tokenizer from model_name "
+                    f"{model.dotted(type(config))}.model_name {model_name!r} has a different tokenizer from model_name "
                     f"{config.model_name!r}; a teacher must share the student's tokenizer"
                 )
 

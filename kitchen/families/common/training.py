@@ -9,7 +9,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from kitchen.engine.config.loading import RunConfig
+from kitchen.engine.config.run import RunConfig
 from kitchen.engine.context import Context
 from kitchen.engine.errors import StageError
 from kitchen.engine.ports import TrainingClient
@@ -20,16 +20,16 @@ from train_core.supervised import mean_nll
 from train_core.types import AdamParams, Datum, ForwardBackwardOutput, OptimStepOutput
 
 
-def adam_params(ctx: Context, config: OptimizerSettings) -> AdamParams:
-    """AdamW settings of the current step, with the config's LR schedule applied."""
-    multiplier = lr_multiplier(config.lr_schedule, ctx.step, ctx.total_steps or 1, config.warmup_steps)
+def adam_params(ctx: Context, optimizer: OptimizerSettings) -> AdamParams:
+    """AdamW settings of the current step, with the section's LR schedule applied."""
+    multiplier = lr_multiplier(optimizer.lr_schedule, ctx.step, ctx.total_steps or 1, optimizer.warmup_steps)
     return AdamParams(
-        learning_rate=config.learning_rate * multiplier,
-        beta1=config.adam_beta1,
-        beta2=config.adam_beta2,
-        eps=config.adam_eps,
-        weight_decay=config.weight_decay,
-        grad_clip_norm=config.grad_clip_norm,
+        learning_rate=optimizer.learning_rate * multiplier,
+        beta1=optimizer.adam_beta1,
+        beta2=optimizer.adam_beta2,
+        eps=optimizer.adam_eps,
+        weight_decay=optimizer.weight_decay,
+        grad_clip_norm=optimizer.grad_clip_norm,
     )
 
 
@@ -72,10 +72,10 @@ class SubmitTrainStep(Stage):
         ctx: Context,
         training_client: TrainingClient,
         batch: list[Datum],
-        config: OptimizerSettings,
+        optimizer: OptimizerSettings,
         inflight: Sequence[PendingStep] = (),
     ) -> InFlight:
-        params = adam_params(ctx, config)
+        params = adam_params(ctx, optimizer)
         fb = await training_client.forward_backward(batch, "cross_entropy")
         return put_in_flight(ctx, inflight, batch, params, fb, await training_client.optim_step(params))
 

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import ClassVar
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from kitchen.engine.config.loading import Count, defaults
+from kitchen.engine.config.loading import defaults
+from kitchen.engine.config.run import Count
+from kitchen.engine.config.sections import Section
 from kitchen.families.common.settings import OtherModel
+from kitchen.families.rl.algorithm_settings import AlgorithmSettings
 from kitchen.families.rl.settings import RLSettings
 from kitchen.families.supervised.settings import ChatSupervisedSettings
 
@@ -20,13 +26,13 @@ class TeacherDataset(BaseModel):
         ..., description='JSONL of {"prompt": ...} or {"messages": [...]}, or a recipe\'s built-in set'
     )
     teacher: OtherModel = OtherModel.model_validate({})
-    groups_per_batch: Count | None = Field(None, description="its share of groups_per_batch; default: an even split")
+    groups_per_batch: Count | None = Field(None, description="its share of rl.groups_per_batch; default: an even split")
 
 
-@defaults(loss_fn="importance_sampling", kl_penalty_coef=1.0)
+@defaults(algorithm=AlgorithmSettings(loss_fn="importance_sampling", kl_penalty_coef=1.0))
 class OnPolicyDistillationSettings(RLSettings):
-    """RL on prompt-only envs whose only signal is the teachers' reverse KL (`kl_penalty_coef`,
-    `kl_discount_factor` weigh it here; there is no reference-model penalty)."""
+    """RL on prompt-only envs whose only signal is the teachers' reverse KL (`algorithm.kl_penalty_coef`
+    and `algorithm.kl_discount_factor` weigh it here; there is no reference-model penalty)."""
 
     datasets: list[TeacherDataset] = Field(..., min_length=1, description="prompt sets, each with its teacher")
 
@@ -36,30 +42,45 @@ class OnPolicyDistillationSettings(RLSettings):
         if len(set(names)) != len(names):
             raise ValueError(f"datasets: names must be unique, got {names}")
         shares = [d.groups_per_batch for d in self.datasets]
+        total = self.rl.groups_per_batch
         if all(share is None for share in shares):
-            if self.groups_per_batch % len(shares):
+            if total % len(shares):
                 raise ValueError(
-                    f"groups_per_batch ({self.groups_per_batch}) does not split evenly over {len(shares)} datasets; "
+                    f"rl.groups_per_batch ({total}) does not split evenly over {len(shares)} datasets; "
                     "give each dataset its groups_per_batch"
                 )
-        elif any(share is None for share in shares) or sum(s or 0 for s in shares) != self.groups_per_batch:
-            raise ValueError(f"datasets' groups_per_batch {shares} must all be set and sum to groups_per_batch")
+        elif any(share is None for share in shares) or sum(s or 0 for s in shares) != total:
+            raise ValueError(f"datasets' groups_per_batch {shares} must all be set and sum to rl.groups_per_batch")
         return self
 
     def share(self, index: int) -> int:
         """Groups per step of dataset `index`."""
-        return self.datasets[index].groups_per_batch or self.groups_per_batch // len(self.datasets)
+        return self.datasets[index].groups_per_batch or self.rl.groups_per_batch // len(self.datasets)
 
 
-class PromptDistillationSettings(ChatSupervisedSettings):
-    """Fine-tune on a teacher's answers to `dataset`'s prompts, given without `system_prompt`."""
+class TeacherSettings(Section):
+    """Config section `teacher` of prompt distillation: the model that answers under the system
+    prompt, and how it answers."""
+
+    FLAT: ClassVar[Mapping[str, str]] = {
+        "model": "teacher",
+        "system_prompt": "system_prompt",
+        "generated_dataset": "generated_dataset",
+    }
+    FLAT_PREFIX: ClassVar[str] = "teacher_"
 
     system_prompt: str = Field(..., description="what the teacher is told and the student must learn without")
-    teacher: OtherModel = Field(
+    model: OtherModel = Field(
         default_factory=lambda: OtherModel.model_validate({}), description="the model that answers; default: model_name"
     )
-    teacher_max_tokens: Count = Field(64, description="most tokens of one teacher answer")
-    teacher_temperature: float = Field(1.0, ge=0, description="sampling temperature of the teacher's answers")
+    max_tokens: Count = Field(64, description="most tokens of one teacher answer")
+    temperature: float = Field(1.0, ge=0, description="sampling temperature of the teacher's answers")
     generated_dataset: str | None = Field(
         None, description="a directory with train.jsonl (and eval.jsonl) from an earlier generation: skip generating"
     )
+
+
+class PromptDistillationSettings(ChatSupervisedSettings):
+    """Fine-tune on a teacher's answers to `data.dataset`'s prompts, given without `teacher.system_prompt`."""
+
+    teacher: TeacherSettings = Field(..., description="the model that answers, told the system prompt")

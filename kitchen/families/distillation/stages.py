@@ -10,15 +10,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kitchen.engine.config.run import RunConfig
+from kitchen.engine.config.sections import section_of
 from kitchen.engine.context import Context
 from kitchen.engine.errors import ConfigError, DataError
 from kitchen.engine.ports import SamplingClient, ServiceBackend
 from kitchen.engine.runs.datasets import is_hub_name, load_located_records, prompt_messages
 from kitchen.engine.stage import Persisted, Stage
 from kitchen.families.common.requests import score_targets
+from kitchen.families.common.settings import DataSettings, SamplingSettings
 from kitchen.families.common.setup import message_roles, open_other_model
-from kitchen.families.distillation.settings import OnPolicyDistillationSettings, PromptDistillationSettings
-from kitchen.families.rl.settings import RLSettings
+from kitchen.families.distillation.settings import OnPolicyDistillationSettings, TeacherSettings
+from kitchen.families.rl.algorithm_settings import AlgorithmSettings
+from kitchen.families.rl.settings import EpisodeSettings
 from kitchen.families.rl.step import RLData, rollout_options, rollout_params
 from kitchen.families.supervised.examples import text_field
 from train_core.distillation import TeacherKL, incorporate_teacher_kl
@@ -90,8 +94,8 @@ class OpenTeachers(Stage):
 
 class ApplyTeacherKL(Stage):
     """An advantage adjuster: each datum's teacher (by its data set) scores the sampled tokens,
-    and `kl_penalty_coef` times the per-token reverse KL `lp_student - lp_teacher` is taken off
-    the advantages (discounted by `kl_discount_factor`). Logs `teacher_kl` (mean per action token)
+    and `algorithm.kl_penalty_coef` times the per-token reverse KL `lp_student - lp_teacher` is
+    taken off the advantages (discounted by `algorithm.kl_discount_factor`). Logs `teacher_kl` (mean per action token)
     and `teacher_kl/<dataset>`."""
 
     calls = (SamplingClient.compute_logprobs,)
@@ -102,13 +106,13 @@ class ApplyTeacherKL(Stage):
         rl_data: list[Datum],
         rl_data_tags: list[list[str]],
         teacher_clients: dict[str, SamplingClient],
-        config: RLSettings,
+        algorithm: AlgorithmSettings,
     ) -> RLData:
         if not rl_data:
             return RLData(rl_data)
         teacher_lp_D = await score_targets(teacher_of_each(rl_data_tags, teacher_clients), rl_data)
         new_data_D, kl = incorporate_teacher_kl(
-            rl_data, teacher_lp_D, config.kl_penalty_coef, config.kl_discount_factor
+            rl_data, teacher_lp_D, algorithm.kl_penalty_coef, algorithm.kl_discount_factor
         )
         ctx.record(teacher_kl_metrics(kl, rl_data_tags, teacher_clients))
         return RLData(new_data_D)
@@ -138,15 +142,17 @@ class EvaluateTeacherKL(Stage):
         sampling_client: SamplingClient,
         sampler_step: int,
         teacher_client: SamplingClient,
-        config: RLSettings,
+        sampling: SamplingSettings,
+        episode: EpisodeSettings,
+        run: RunConfig,
     ) -> None:
         builders = rl_task.eval_builders
         if not builders:
             return
-        params, options = rollout_params(config), rollout_options(config)
+        params, options = rollout_params(sampling), rollout_options(episode)
         results = await asyncio.gather(
             *(
-                sample_group(b, sampling_client, sampler_step, params, ("eval_kl", config.seed, ctx.step, i), options)
+                sample_group(b, sampling_client, sampler_step, params, ("eval_kl", run.seed, ctx.step, i), options)
                 for i, b in enumerate(builders)
             )
         )
@@ -168,41 +174,50 @@ class TeacherAnswers:
 
 
 class GenerateTeacherAnswers(Stage):
-    """The teacher's answers to the train (and held-out) prompts, asked under `system_prompt`,
+    """The teacher's answers to the train (and held-out) prompts, asked under `teacher.system_prompt`,
     written as conversations without it to `RUN_DIR/distill/{train,eval}.jsonl` (each record
     keeps the system prompt under `system` for the teacher's NLL floor), as `data_files`.
     Requests go out together so a backend batches them. A finished generation (its `.done`
-    marker) is reused on resume, and `generated_dataset` points at one from an earlier run instead."""
+    marker) is reused on resume, and `teacher.generated_dataset` points at one from an earlier run instead."""
 
     calls = (SamplingClient.sample,)
 
     def check_inputs(self, config: Any) -> None:
         """The local prompt sets' records and roles, or those of the `generated_dataset`."""
         roles = message_roles(config)
-        if config.generated_dataset:
+        teacher, data = section_of(config, TeacherSettings), section_of(config, DataSettings)
+        if teacher.generated_dataset:
             for split in ("train", "eval"):
-                path = Path(config.generated_dataset) / f"{split}.jsonl"
+                path = Path(teacher.generated_dataset) / f"{split}.jsonl"
                 if split == "train" or path.exists():
                     teacher_conversations(str(path), roles)
             return
-        for source in (config.dataset, config.eval_dataset):
+        for source in (data.dataset, data.eval_dataset):
             if source and not is_hub_name(source):
                 load_prompts(source, roles)
 
     async def run(
-        self, ctx: Context, renderer: Renderer, teacher_client: SamplingClient, config: PromptDistillationSettings
+        self,
+        ctx: Context,
+        renderer: Renderer,
+        teacher_client: SamplingClient,
+        teacher: TeacherSettings,
+        data: DataSettings,
+        run: RunConfig,
     ) -> TeacherAnswers:
-        if config.generated_dataset:
-            folder = Path(config.generated_dataset)
+        if teacher.generated_dataset:
+            folder = Path(teacher.generated_dataset)
             if not (folder / "train.jsonl").is_file():
-                raise ConfigError(f"generated_dataset {folder}: no train.jsonl there")
+                raise ConfigError(f"teacher.generated_dataset {folder}: no train.jsonl there")
         else:
             if ctx.run_dir is None:
                 raise ConfigError("prompt distillation writes the teacher's answers to the run directory; none is set")
             folder = ctx.run_dir / "distill"
-            for split, source in (("train", config.dataset), ("eval", config.eval_dataset)):
+            for split, source in (("train", data.dataset), ("eval", data.eval_dataset)):
                 if source and not (folder / f"{split}.done").exists():
-                    await generate_answers(ctx, renderer, teacher_client, config, source, folder / f"{split}.jsonl")
+                    out = folder / f"{split}.jsonl"
+                    client, length = teacher_client, data.max_length
+                    await generate_answers(ctx, renderer, client, teacher, length, run.seed, source, out)
         return TeacherAnswers(
             {
                 split: str(folder / f"{split}.jsonl")
@@ -215,27 +230,29 @@ class GenerateTeacherAnswers(Stage):
 async def generate_answers(
     ctx: Context,
     renderer: Renderer,
-    teacher: SamplingClient,
-    config: PromptDistillationSettings,
+    client: SamplingClient,
+    teacher: TeacherSettings,
+    max_length: int | None,
+    seed: int,
     source: str,
     out: Path,
 ) -> None:
     """The teacher's answers to `source`'s prompts as JSONL at `out`, then its `.done` marker."""
     split = out.stem
-    prompts = [cut_messages(prompt, config.max_length) for prompt in load_prompts(source, renderer.roles)]
-    system: Message = {"role": "system", "content": config.system_prompt}
+    prompts = [cut_messages(prompt, max_length) for prompt in load_prompts(source, renderer.roles)]
+    system: Message = {"role": "system", "content": teacher.system_prompt}
     params = [
         SamplingParams(
-            max_tokens=config.teacher_max_tokens,
-            temperature=config.teacher_temperature,
-            seed=hash((config.seed, split, index)) & 0x7FFFFFFF,
+            max_tokens=teacher.max_tokens,
+            temperature=teacher.temperature,
+            seed=hash((seed, split, index)) & 0x7FFFFFFF,
             stop=renderer.get_stop_sequences(),
         )
         for index in range(len(prompts))
     ]
     results = await asyncio.gather(
         *(
-            teacher.sample(renderer.build_generation_prompt([system, *prompt]), 1, p)
+            client.sample(renderer.build_generation_prompt([system, *prompt]), 1, p)
             for prompt, p in zip(prompts, params, strict=True)
         )
     )
@@ -243,7 +260,7 @@ async def generate_answers(
     for prompt, result in zip(prompts, results, strict=True):
         reply, _ = renderer.parse_response(result.sequences[0].tokens)
         answer: Message = {"role": "assistant", "content": reply["content"]}
-        lines.append(json.dumps({"messages": [*prompt, answer], "system": config.system_prompt}))
+        lines.append(json.dumps({"messages": [*prompt, answer], "system": teacher.system_prompt}))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     out.with_suffix(".done").touch()

@@ -9,10 +9,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from kitchen.engine.config.sections import ConfigRef
 from kitchen.engine.workflow import Node, When, Workflow, WorkflowBuilder
+from kitchen.families.common.settings import OtherModel
 from kitchen.families.common.setup import CheckTokenizerMatch, OpenOtherModel
+from kitchen.families.distillation.settings import OnPolicyDistillationSettings, TeacherSettings
 from kitchen.families.distillation.stages import (
     ApplyTeacherKL,
     EvaluateTeacherFloor,
@@ -32,10 +33,10 @@ from train_core.rl.task import DataCheck, RLTaskFactory
 def on_policy_distillation_workflow_for(factory: RLTaskFactory, check_data: DataCheck | None = None) -> WorkflowBuilder:
     """A recipe's `workflow(config)` for on-policy distillation in the configured RL mode."""
 
-    def build(config: Any) -> Workflow:
-        model_keys = [f"datasets.{index}.teacher" for index in range(len(config.datasets))]
-        setup: list[Node] = [CheckTokenizerMatch(model_keys)]
-        if config.warm_start_steps > 0:
+    def build(config: OnPolicyDistillationSettings) -> Workflow:
+        teachers = [teacher_of(index) for index in range(len(config.datasets))]
+        setup: list[Node] = [CheckTokenizerMatch(teachers)]
+        if config.warm_start.steps > 0:
             setup.append(When("fresh_start", fresh_run, [WarmStart()]))
         setup.append(OpenTeachers())
         # The teacher's own held-out reward, once (a resumed run has it in its first rows already).
@@ -43,14 +44,23 @@ def on_policy_distillation_workflow_for(factory: RLTaskFactory, check_data: Data
         setup.append(When("teacher_baseline", fresh_run, [teacher_eval]))
         return rl_workflow(
             factory,
-            config.mode,
+            config.rl.mode,
             setup=setup,
             adjust=[ApplyTeacherKL()],
             evaluators=[EvaluateTeacherKL()],
             check_data=check_data,
         )
 
-    return WorkflowBuilder("on-policy distillation", ("mode", "warm_start_steps", "datasets"), build)
+    return WorkflowBuilder("on-policy distillation", (OnPolicyDistillationSettings,), build)
+
+
+def teacher_of(index: int) -> ConfigRef[OnPolicyDistillationSettings, OtherModel]:
+    """The teacher of data set `index` (`datasets.<index>.teacher`)."""
+    return ConfigRef(OnPolicyDistillationSettings, lambda config: config.datasets[index].teacher)
+
+
+PROMPT_TEACHER = ConfigRef(TeacherSettings, lambda teacher: teacher.model)
+"""Prompt distillation's teacher (`teacher.model`)."""
 
 
 def prompt_distillation_workflow(messages_key: str = "messages") -> Workflow:
@@ -61,8 +71,8 @@ def prompt_distillation_workflow(messages_key: str = "messages") -> Workflow:
         needs_renderer=True,
         name="prompt_distillation",
         prepare_data=[
-            CheckTokenizerMatch(["teacher"]),
-            OpenOtherModel("teacher", "teacher_client", "teacher_path", name="open_teacher"),
+            CheckTokenizerMatch([PROMPT_TEACHER]),
+            OpenOtherModel(PROMPT_TEACHER, "teacher_client", "teacher_path", name="open_teacher"),
             GenerateTeacherAnswers(),
             EvaluateTeacherFloor(),
         ],

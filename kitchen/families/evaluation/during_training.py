@@ -20,7 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kitchen.engine.config.eval_schedule import EVAL_PREFIX, TrainingEval, TrainingEvalSettings
+from pydantic import BaseModel
+
+from kitchen.engine.config.eval_schedule import EVAL_PREFIX, EvalSchedule, TrainingEval
+from kitchen.engine.config.sections import at, section_paths
 from kitchen.engine.context import Context
 from kitchen.engine.errors import DataError
 from kitchen.engine.eval_tasks import EvalModel, TaskResult, get_task
@@ -29,14 +32,13 @@ from kitchen.engine.renderers import get_renderer
 from kitchen.engine.runs.datasets import is_hub_name
 from kitchen.engine.stage import Stage
 from kitchen.engine.workflow import ConfigPredicate, When
+from kitchen.families.common.settings import SamplingSettings
 from kitchen.families.common.setup import renderer_name
 from kitchen.families.evaluation.results import EVALS_DIR, sample_line
 from kitchen.families.evaluation.target import sampler_opener
 from train_core.renderers.base import Renderer
 
 TRAINING_EVALS_DIR = "training"
-RUN_SAMPLING_KEYS = ("temperature", "max_tokens")
-"""Run settings an eval samples with unless it sets its own: evaluate as the run samples."""
 
 
 def is_due(entry: TrainingEval, ctx: Context) -> bool:
@@ -45,11 +47,11 @@ def is_due(entry: TrainingEval, ctx: Context) -> bool:
 
 
 evals_due = ConfigPredicate(
-    "an eval of `evals` is due (every N steps and after the last)",
-    ("evals",),
-    lambda ctx: any(is_due(entry, ctx) for entry in ctx.config.evals),
+    "an eval task is due (every N steps and after the last)",
+    EvalSchedule,
+    lambda ctx, evals: any(is_due(entry, ctx) for entry in evals.tasks),
 )
-evals_configured = ConfigPredicate("`evals` is not empty", ("evals",), lambda ctx: bool(ctx.config.evals))
+evals_configured = ConfigPredicate("eval.tasks is not empty", EvalSchedule, lambda ctx, evals: bool(evals.tasks))
 
 
 @dataclass
@@ -71,10 +73,14 @@ def metric_values(name: str, result: TaskResult) -> dict[str, float]:
     return {f"{EVAL_PREFIX}/{name}/{metric}": estimate.value for metric, estimate in result.metrics.items()}
 
 
-def run_defaults(config: Any) -> dict[str, Any]:
-    """The run's own sampling settings that an eval inherits."""
-    values = {key: getattr(config, key, None) for key in RUN_SAMPLING_KEYS}
-    return {key: value for key, value in values.items() if isinstance(value, int | float)}
+def run_defaults(config: BaseModel) -> dict[str, Any]:
+    """The run's own sampling settings (its `sampling` section, where it has one) that an eval
+    inherits unless it sets its own: evaluate as the run samples."""
+    paths = section_paths(type(config), SamplingSettings)
+    if len(paths) != 1:
+        return {}
+    sampling = at(config, paths[0])
+    return {"temperature": sampling.temperature, "max_tokens": sampling.max_tokens}
 
 
 def _write_samples(run_dir: Path | None, name: str, step: int, result: TaskResult) -> None:
@@ -114,16 +120,16 @@ async def _settle(pending: Sequence[PendingEval], wait: bool) -> list[PendingEva
 
 
 class StartEvals(Stage):
-    """Start the `evals` due after this step on a snapshot of the weights (see the module doc)."""
+    """Start the eval tasks due after this step on a snapshot of the weights (see the module doc)."""
 
     calls = (TrainingClient.save_weights_and_get_sampling_client, SamplingClient.sample)
 
     def check_inputs(self, config: Any) -> None:
         """Each eval's local data file exists (else the run would find out at its first eval)."""
-        for index, entry in enumerate(config.evals):
+        for index, entry in enumerate(config.eval.tasks):
             dataset = getattr(entry.task_settings(run_defaults(config)), "dataset", None)
             if isinstance(dataset, str) and not is_hub_name(dataset) and not Path(dataset).is_file():
-                raise DataError(f"evals.{index} ({entry.label}): dataset {dataset}: no such file")
+                raise DataError(f"eval.tasks.{index} ({entry.label}): dataset {dataset}: no such file")
 
     async def run(
         self,
@@ -131,12 +137,12 @@ class StartEvals(Stage):
         training_client: TrainingClient,
         service: ServiceBackend,
         tokenizer: Tokenizer,
-        config: TrainingEvalSettings,
+        evals: EvalSchedule,
         renderer: Renderer | None = None,
         pending_evals: list[PendingEval] | None = None,
     ) -> EvalsInFlight:
         pending = await _settle(pending_evals or [], wait=False)
-        due = [entry for entry in config.evals if is_due(entry, ctx)]
+        due = [entry for entry in evals.tasks if is_due(entry, ctx)]
         busy = [p for p in pending if p.name in {entry.label for entry in due}]
         if busy:
             ctx.log.info("eval.wait", evals=[p.name for p in busy], step=ctx.step)
@@ -151,7 +157,7 @@ class StartEvals(Stage):
             tokenizer,
             f"step {ctx.step + 1}",
             sampler_opener(service),
-            str(getattr(ctx.config, "model_name", "")),
+            ctx.config.model_name,
             ctx.config.model_dump(mode="json"),
         )
         for entry in due:

@@ -9,12 +9,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kitchen.engine.config.run import RunConfig
 from kitchen.engine.context import Context
 from kitchen.engine.errors import ConfigError, DataError
-from kitchen.engine.ports import SamplingClient, Tokenizer, TrainingClient
+from kitchen.engine.ports import Tokenizer, TrainingClient
 from kitchen.engine.stage import Stage
 from kitchen.engine.workflow import Workflow
-from kitchen.families.common.completers import RewardModelJudge
+from kitchen.families.common.settings import DataSettings, OptimizerSettings
 from kitchen.families.common.setup import CloseBackend, CreateTrainingClient, GetTokenizer, MakeRenderer
 from kitchen.families.common.train_loop import pipelined_training
 from kitchen.families.common.training import (
@@ -24,8 +25,8 @@ from kitchen.families.common.training import (
     loss_fn_metrics,
     put_in_flight,
 )
-from kitchen.families.preference.reward_model import JudgeOut, check_comparison_files
-from kitchen.families.preference.settings import RewardJudgeSettings, RewardModelSettings
+from kitchen.families.preference.reward_model import check_comparison_files
+from kitchen.families.preference.settings import ComparisonData, RewardModelHead
 from kitchen.families.preference.stages import EXAMPLES_PER_EVAL, pair_texts, read_preference_split
 from kitchen.families.supervised.stages import Batch
 from train_core.batching import batch_for_step
@@ -71,21 +72,21 @@ class LoadRewardPairs(Stage):
         check_comparison_files(config)
 
     async def run(
-        self, ctx: Context, tokenizer: Tokenizer, renderer: Renderer, config: RewardModelSettings
+        self, ctx: Context, tokenizer: Tokenizer, renderer: Renderer, data: ComparisonData, head: RewardModelHead
     ) -> RewardData:
-        tokens = score_token_ids(tokenizer, config.score_tokens)
+        tokens = score_token_ids(tokenizer, head.score_tokens)
 
         def split(path: str, name: str) -> tuple[list[Datum], list[tuple[str, str, str]]]:
-            comparisons = read_preference_split(ctx, renderer, path, name, config.dataset_layout, config.max_length)
+            comparisons = read_preference_split(ctx, renderer, path, name, data.dataset_layout, data.max_length)
             try:
-                return reward_pair_datums(comparisons, renderer, tokens, config.max_length), pair_texts(comparisons)
+                return reward_pair_datums(comparisons, renderer, tokens, data.max_length), pair_texts(comparisons)
             except RendererError as exc:
                 raise DataError(f"{path}: a comparison cannot be rendered: {exc}") from None
 
-        train, _ = split(config.dataset, "train")
+        train, _ = split(data.dataset, "train")
         num_pairs = len(train) // DATUMS_PER_PAIR
-        num_steps = config.num_steps(num_pairs, "usable comparisons", config.dataset, unit=" pairs")
-        held_out, texts = split(config.eval_dataset, "eval") if config.eval_dataset else ([], [])
+        num_steps = data.num_steps(num_pairs, "usable comparisons", data.dataset, unit=" pairs")
+        held_out, texts = split(data.eval_dataset, "eval") if data.eval_dataset else ([], [])
         ctx.log.info("data.loaded", train_pairs=num_pairs, eval_pairs=len(texts), num_steps=num_steps)
         return RewardData(train, held_out, texts, num_steps)
 
@@ -94,9 +95,9 @@ class GetRewardBatch(Stage):
     """The step's `batch_size` pairs (four datums each): the epoch's seeded shuffle over pairs,
     full batches only, so a resumed run sees the batches an uninterrupted one would."""
 
-    async def run(self, ctx: Context, train_data: list[Datum], config: RewardModelSettings) -> Batch:
+    async def run(self, ctx: Context, train_data: list[Datum], data: DataSettings, run: RunConfig) -> Batch:
         num_pairs = len(train_data) // DATUMS_PER_PAIR
-        epoch, batch_index, pairs = batch_for_step(ctx.step, num_pairs, config.batch_size, config.seed)
+        epoch, batch_index, pairs = batch_for_step(ctx.step, num_pairs, data.batch_size, run.seed)
         ctx.record({"epoch": epoch, "batch": batch_index, "progress": (ctx.step + 1) / (ctx.total_steps or 1)})
         size = DATUMS_PER_PAIR
         return Batch([datum for pair in pairs for datum in train_data[size * pair : size * (pair + 1)]])
@@ -113,11 +114,12 @@ class SubmitRewardStep(Stage):
         ctx: Context,
         training_client: TrainingClient,
         batch: list[Datum],
-        config: RewardModelSettings,
+        head: RewardModelHead,
+        optimizer: OptimizerSettings,
         inflight: Sequence[PendingStep] = (),
     ) -> InFlight:
-        params = adam_params(ctx, config)
-        loss_fn = make_reward_custom_loss(config.center_rewards_coefficient)
+        params = adam_params(ctx, optimizer)
+        loss_fn = make_reward_custom_loss(head.center_rewards_coefficient)
         fb = await training_client.forward_backward_custom(batch, loss_fn)
         return put_in_flight(ctx, inflight, batch, params, fb, await training_client.optim_step(params))
 
@@ -136,11 +138,12 @@ class EvaluateRewardModel(Stage):
         training_client: TrainingClient,
         eval_data: list[Datum],
         eval_pair_texts: list[tuple[str, str, str]],
-        config: RewardModelSettings,
+        data: DataSettings,
+        head: RewardModelHead,
     ) -> None:
         if not eval_data:
             return
-        size = DATUMS_PER_PAIR * config.batch_size
+        size = DATUMS_PER_PAIR * data.batch_size
         futures = [
             await training_client.forward(eval_data[i : i + size], "cross_entropy")
             for i in range(0, len(eval_data), size)
@@ -149,7 +152,7 @@ class EvaluateRewardModel(Stage):
         weights_D = [datum.loss_fn_inputs["weights"].to_torch() for datum in eval_data]
         scores = scores_from_token_logprobs(logprobs_D, weights_D)
         chosen_P, rejected_P = scores[0::2], scores[1::2]
-        _, metrics = bradley_terry_loss(chosen_P, rejected_P, config.center_rewards_coefficient)
+        _, metrics = bradley_terry_loss(chosen_P, rejected_P, head.center_rewards_coefficient)
         ctx.record({f"eval/{key}": value for key, value in metrics.items()})
         if ctx.run_dir is not None:
             records = [
@@ -177,13 +180,3 @@ def reward_model_workflow() -> Workflow:
         ],
         finally_=[CloseBackend()],
     )
-
-
-class OpenRewardModelJudge(Stage):
-    """A `RewardModelJudge` on the sampling client in `judge_client` (opened by `OpenOtherModel`
-    on a reward model's checkpoint), as `judge`."""
-
-    async def run(
-        self, judge_client: SamplingClient, tokenizer: Tokenizer, renderer: Renderer, config: RewardJudgeSettings
-    ) -> JudgeOut:
-        return JudgeOut(RewardModelJudge(judge_client, renderer, score_token_ids(tokenizer, config.judge_score_tokens)))

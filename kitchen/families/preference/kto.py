@@ -8,11 +8,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kitchen.engine.config.run import RunConfig
+from kitchen.engine.config.sections import section_of
 from kitchen.engine.context import Context
 from kitchen.engine.errors import DataError
 from kitchen.engine.ports import TrainingClient
 from kitchen.engine.stage import Stage
 from kitchen.engine.workflow import Workflow
+from kitchen.families.common.settings import DataSettings, OptimizerSettings
 from kitchen.families.common.setup import (
     CloseBackend,
     CreateReferenceClient,
@@ -29,7 +32,7 @@ from kitchen.families.common.training import (
     put_in_flight,
 )
 from kitchen.families.preference.reward_model import comparison_records
-from kitchen.families.preference.settings import KTOSettings
+from kitchen.families.preference.settings import ComparisonData, KTOLoss
 from kitchen.families.preference.stages import ComputeReferenceLogprobs, report_skipped
 from train_core.batching import batch_for_step
 from train_core.errors import DataFormatError
@@ -45,7 +48,7 @@ if TYPE_CHECKING:
 
 
 def read_unpaired(
-    ctx: Context | None, renderer: Renderer, config: KTOSettings, path: str, split: str
+    ctx: Context | None, renderer: Renderer, data: ComparisonData, path: str, split: str
 ) -> list[UnpairedExample]:
     """A file's usable unpaired examples (skips logged and counted when `ctx` is given)."""
 
@@ -55,9 +58,9 @@ def read_unpaired(
     try:
         examples, report = load_unpaired(
             path,
-            config.dataset_layout,
-            prompt_length=prompt_length if config.max_length is not None else None,
-            max_length=config.max_length,
+            data.dataset_layout,
+            prompt_length=prompt_length if data.max_length is not None else None,
+            max_length=data.max_length,
             records=comparison_records(path),
         )
     except DataFormatError as exc:
@@ -93,19 +96,20 @@ class LoadUnpairedData(Stage):
     with its mismatched pairs (over the whole set); training batches are rendered per step."""
 
     def check_inputs(self, config: Any) -> None:
-        for source in (config.dataset, config.eval_dataset):
+        data = section_of(config, ComparisonData)
+        for source in (data.dataset, data.eval_dataset):
             if source:
                 try:
-                    load_unpaired(source, config.dataset_layout, records=comparison_records(source))
+                    load_unpaired(source, data.dataset_layout, records=comparison_records(source))
                 except DataFormatError as exc:
                     raise DataError(str(exc)) from None
 
-    async def run(self, ctx: Context, renderer: Renderer, config: KTOSettings) -> UnpairedData:
-        train = read_unpaired(ctx, renderer, config, config.dataset, "train")
-        num_steps = config.num_steps(len(train), "usable examples", config.dataset)
-        held_out = read_unpaired(ctx, renderer, config, config.eval_dataset, "eval") if config.eval_dataset else []
+    async def run(self, ctx: Context, renderer: Renderer, data: ComparisonData) -> UnpairedData:
+        train = read_unpaired(ctx, renderer, data, data.dataset, "train")
+        num_steps = data.num_steps(len(train), "usable examples", data.dataset)
+        held_out = read_unpaired(ctx, renderer, data, data.eval_dataset, "eval") if data.eval_dataset else []
         if len(held_out) == 1:
-            raise DataError(f"{config.eval_dataset}: one held-out example has no mismatched pair; give two or more")
+            raise DataError(f"{data.eval_dataset}: one held-out example has no mismatched pair; give two or more")
         desirable = sum(x.desirable for x in train)
         ctx.log.info(
             "data.loaded",
@@ -115,7 +119,7 @@ class LoadUnpairedData(Stage):
             eval_examples=len(held_out),
             num_steps=num_steps,
         )
-        eval_data = kto_datums(renderer, held_out, config.max_length) if held_out else []
+        eval_data = kto_datums(renderer, held_out, data.max_length) if held_out else []
         return UnpairedData(train, eval_data, [x.desirable for x in held_out], num_steps)
 
 
@@ -131,16 +135,21 @@ class GetKTOBatch(Stage):
     pairs, and their labels."""
 
     async def run(
-        self, ctx: Context, renderer: Renderer, train_examples: list[UnpairedExample], config: KTOSettings
+        self,
+        ctx: Context,
+        renderer: Renderer,
+        train_examples: list[UnpairedExample],
+        data: DataSettings,
+        run: RunConfig,
     ) -> KTOBatch:
-        epoch, batch_index, indices = batch_for_step(ctx.step, len(train_examples), config.batch_size, config.seed)
+        epoch, batch_index, indices = batch_for_step(ctx.step, len(train_examples), data.batch_size, run.seed)
         ctx.record({"epoch": epoch, "batch": batch_index, "progress": (ctx.step + 1) / (ctx.total_steps or 1)})
         examples = [train_examples[i] for i in indices]
-        return KTOBatch(kto_datums(renderer, examples, config.max_length), [x.desirable for x in examples])
+        return KTOBatch(kto_datums(renderer, examples, data.max_length), [x.desirable for x in examples])
 
 
-def kto_params(config: KTOSettings) -> KtoParams:
-    return KtoParams(config.kto_beta, config.desirable_weight, config.undesirable_weight)
+def kto_params(kto: KTOLoss) -> KtoParams:
+    return KtoParams(kto.beta, kto.desirable_weight, kto.undesirable_weight)
 
 
 class SubmitKTOStep(Stage):
@@ -156,11 +165,12 @@ class SubmitKTOStep(Stage):
         batch: list[Datum],
         batch_desirable: list[bool],
         batch_reference_logprobs: list[torch.Tensor],
-        config: KTOSettings,
+        kto: KTOLoss,
+        optimizer: OptimizerSettings,
         inflight: Sequence[PendingStep] = (),
     ) -> InFlight:
-        params = adam_params(ctx, config)
-        loss_fn = make_kto_custom_loss(batch_reference_logprobs, batch_desirable, kto_params(config))
+        params = adam_params(ctx, optimizer)
+        loss_fn = make_kto_custom_loss(batch_reference_logprobs, batch_desirable, kto_params(kto))
         fb = await training_client.forward_backward_custom(batch, loss_fn)
         return put_in_flight(ctx, inflight, batch, params, fb, await training_client.optim_step(params))
 
@@ -179,11 +189,12 @@ class EvaluateKTO(Stage):
         eval_data: list[Datum],
         eval_desirable: list[bool],
         eval_reference_logprobs: list[torch.Tensor],
-        config: KTOSettings,
+        data: DataSettings,
+        kto: KTOLoss,
     ) -> None:
         if not eval_data:
             return
-        size = 2 * config.batch_size
+        size = 2 * data.batch_size
         futures = [
             await training_client.forward(eval_data[i : i + size], "cross_entropy")
             for i in range(0, len(eval_data), size)
@@ -191,7 +202,7 @@ class EvaluateKTO(Stage):
         logprobs_D = [out["logprobs"].to_torch() for fut in futures for out in (await fut).loss_fn_outputs]
         weights_D = [datum.loss_fn_inputs["weights"].to_torch() for datum in eval_data]
         _, metrics = kto_from_token_logprobs(
-            logprobs_D, eval_reference_logprobs, weights_D, eval_desirable, kto_params(config)
+            logprobs_D, eval_reference_logprobs, weights_D, eval_desirable, kto_params(kto)
         )
         ctx.record({f"eval/{key}": value for key, value in metrics.items()})
 

@@ -15,12 +15,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kitchen.engine.config.run import RunConfig
 from kitchen.engine.context import Context
 from kitchen.engine.ports import SamplingClient, TrainingClient
 from kitchen.engine.stage import Stage
 from kitchen.engine.workflow import Loop, Node, When, Workflow, every
-from kitchen.families.common.checkpoint import SaveCheckpoint
+from kitchen.families.common.checkpoint import CheckpointSettings, SaveCheckpoint
 from kitchen.families.common.completers import AsyncJudge
+from kitchen.families.common.settings import DataSettings, HeldOutEval, OptimizerSettings, SamplingSettings
 from kitchen.families.common.setup import (
     CloseBackend,
     CreateReferenceClient,
@@ -29,8 +31,9 @@ from kitchen.families.common.setup import (
     MakeRenderer,
 )
 from kitchen.families.common.training import CollectTrainStep, InFlight, PendingStep, loss_fn_metrics
-from kitchen.families.preference.reward_model import ProvideJudge, check_comparison_files, read_comparisons
-from kitchen.families.preference.settings import OnlineDPOSettings, PreferenceSettings
+from kitchen.families.preference.judges import ProvideJudge
+from kitchen.families.preference.reward_model import check_comparison_files, read_comparisons
+from kitchen.families.preference.settings import ComparisonData, DPOLoss
 from kitchen.families.preference.stages import ComputeReferenceLogprobs, EvaluateWinRate, Judge, SubmitDPOStep
 from kitchen.families.supervised.stages import Batch
 from train_core.batching import batch_for_step
@@ -55,14 +58,14 @@ class LoadOnlinePrompts(Stage):
     def check_inputs(self, config: Any) -> None:
         check_comparison_files(config)
 
-    async def run(self, ctx: Context, config: OnlineDPOSettings) -> OnlinePrompts:
+    async def run(self, ctx: Context, data: ComparisonData) -> OnlinePrompts:
         def prompts(path: str | None) -> list[list[Message]]:
-            comparisons = read_comparisons(path, config.dataset_layout, config.max_length) if path else []
+            comparisons = read_comparisons(path, data.dataset_layout, data.max_length) if path else []
             return [labeled.comparison.prompt_conversation for labeled in comparisons]
 
-        train = prompts(config.dataset)
-        num_steps = config.num_steps(len(train), "prompts", config.dataset)
-        held_out = prompts(config.eval_dataset)
+        train = prompts(data.dataset)
+        num_steps = data.num_steps(len(train), "prompts", data.dataset)
+        held_out = prompts(data.eval_dataset)
         ctx.log.info("data.loaded", train_prompts=len(train), eval_prompts=len(held_out), num_steps=num_steps)
         return OnlinePrompts(train, held_out, num_steps)
 
@@ -95,9 +98,11 @@ class SampleJudgedPairs(Stage):
         renderer: Renderer,
         train_prompts: list[list[Message]],
         judge: AsyncJudge,
-        config: OnlineDPOSettings,
+        data: DataSettings,
+        sampling: SamplingSettings,
+        run: RunConfig,
     ) -> Batch:
-        epoch, batch_index, indices = batch_for_step(ctx.step, len(train_prompts), config.batch_size, config.seed)
+        epoch, batch_index, indices = batch_for_step(ctx.step, len(train_prompts), data.batch_size, run.seed)
         ctx.record({"epoch": epoch, "batch": batch_index, "progress": (ctx.step + 1) / (ctx.total_steps or 1)})
         prompts = [train_prompts[i] for i in indices]
         inputs = [renderer.build_generation_prompt(prompt) for prompt in prompts]
@@ -108,9 +113,9 @@ class SampleJudgedPairs(Stage):
                     model_input,
                     2,
                     SamplingParams(
-                        max_tokens=config.max_tokens,
-                        temperature=config.temperature,
-                        seed=config.seed + ctx.step * config.batch_size + index,
+                        max_tokens=sampling.max_tokens,
+                        temperature=sampling.temperature,
+                        seed=run.seed + ctx.step * data.batch_size + index,
                         stop=renderer.get_stop_sequences(),
                     ),
                 )
@@ -123,7 +128,7 @@ class SampleJudgedPairs(Stage):
             datum
             for model_input, result, verdict in zip(inputs, results, verdicts, strict=True)
             for datum in judged_pair(
-                model_input.to_ints(), [seq.tokens for seq in result.sequences], verdict, config.max_length
+                model_input.to_ints(), [seq.tokens for seq in result.sequences], verdict, data.max_length
             )
         ]
         tokens = [len(seq.tokens) for result in results for seq in result.sequences]
@@ -146,13 +151,14 @@ class SubmitOnlineDPOStep(SubmitDPOStep):
         training_client: TrainingClient,
         batch: list[Datum],
         batch_reference_logprobs: list[torch.Tensor],
-        config: PreferenceSettings,
+        dpo: DPOLoss,
+        optimizer: OptimizerSettings,
         inflight: Sequence[PendingStep] = (),
     ) -> InFlight:
         if not batch:
             ctx.log.warning("online_dpo.all_tied", step=ctx.step)
             return InFlight(list(inflight))
-        return await super().run(ctx, training_client, batch, batch_reference_logprobs, config, inflight)
+        return await super().run(ctx, training_client, batch, batch_reference_logprobs, dpo, optimizer, inflight)
 
 
 def online_dpo_workflow(judge: Judge | None = None, judge_setup: Sequence[Node] = ()) -> Workflow:
@@ -179,8 +185,8 @@ def online_dpo_workflow(judge: Judge | None = None, judge_setup: Sequence[Node] 
                     ComputeReferenceLogprobs(),
                     SubmitOnlineDPOStep(),
                     CollectTrainStep(keep=0, step_metrics=loss_fn_metrics),
-                    When("eval", every("eval_every", include_last=True), [EvaluateWinRate()]),
-                    When("checkpoint", every("save_every"), [SaveCheckpoint()]),
+                    When("eval", every(HeldOutEval, lambda e: e.every, include_last=True), [EvaluateWinRate()]),
+                    When("checkpoint", every(CheckpointSettings, lambda c: c.save_every), [SaveCheckpoint()]),
                 ],
             ),
             SaveCheckpoint(final=True),

@@ -1,31 +1,33 @@
-"""Stages for learned pairwise judges (preference models) and for judges inside a run.
+"""Stages that train and evaluate learned pairwise judges (preference models).
 
 - `WriteComparisonConversations`: comparison files (any DPO layout) rewritten as chat examples for
   the supervised workflow: a preference model's examples (each comparison in both orderings), or
   the completions themselves (a supervised warm start on them).
 - `EvaluatePreferenceModel`: held-out accuracy and position bias of the model being trained, as
   a judge (no sampling).
-- `OpenModelJudge` / `ProvideJudge`: put a judge in the run state, a learned one on a sampling
-  client opened earlier, or a ready one (a rule).
+
+The stages that put a judge in a run's state are `kitchen.families.preference.judges`'.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import BaseModel
+
+from kitchen.engine.config.sections import section_of
 from kitchen.engine.context import Context
 from kitchen.engine.errors import DataError
 from kitchen.engine.ports import SamplingClient, TrainingClient
 from kitchen.engine.runs.datasets import load_records
 from kitchen.engine.stage import Stage
-from kitchen.families.common.completers import AsyncJudge, PreferenceModelJudge, as_async_judge
-from kitchen.families.common.settings import DatasetSettings
-from kitchen.families.preference.settings import ComparisonSettings, JudgeEvalSettings
+from kitchen.families.common.completers import PreferenceModelJudge
+from kitchen.families.preference.settings import ComparisonData, ComparisonFiles, JudgeEvalSettings
 from train_core.errors import DataFormatError
 from train_core.preference.comparison_prompt import both_orderings, comparison_example
 from train_core.preference.datasets import load_comparisons
@@ -53,12 +55,13 @@ def read_comparisons(path: str, layout: str, max_length: int | None = None) -> l
     return comparisons
 
 
-def check_comparison_files(config: Any) -> None:
-    """The config's comparison files (`dataset`, `eval_dataset` in `dataset_layout`), read before
-    anything starts (a `Stage.check_inputs` and an RL `DataCheck`)."""
-    for source in (config.dataset, config.eval_dataset):
+def check_comparison_files(config: BaseModel) -> None:
+    """The config's comparison files (its `data` section's `dataset`, `eval_dataset` in
+    `dataset_layout`), read before anything starts (a `Stage.check_inputs` and an RL `DataCheck`)."""
+    data = section_of(config, ComparisonFiles)
+    for source in (data.dataset, data.eval_dataset):
         if source:
-            read_comparisons(source, config.dataset_layout)
+            read_comparisons(source, data.dataset_layout)
 
 
 def conversations(comparisons: Sequence[LabeledComparison], kind: ExampleKind, allow_tie: bool) -> list[list[Message]]:
@@ -98,18 +101,18 @@ class WriteComparisonConversations(Stage):
     def check_inputs(self, config: Any) -> None:
         check_comparison_files(config)
 
-    async def run(self, ctx: Context, config: DatasetSettings, comparisons: ComparisonSettings) -> ComparisonExamples:
+    async def run(self, ctx: Context, data: ComparisonData) -> ComparisonExamples:
         folder = (ctx.run_dir or Path(".")) / "data"
         folder.mkdir(parents=True, exist_ok=True)
         files: dict[str, str] = {}
         held_out: list[LabeledComparison] = []
-        for split, source in (("train", config.dataset), ("eval", config.eval_dataset)):
+        for split, source in (("train", data.dataset), ("eval", data.eval_dataset)):
             if source is None:
                 continue
-            labeled = read_comparisons(source, comparisons.dataset_layout, config.max_length)
+            labeled = read_comparisons(source, data.dataset_layout, data.max_length)
             if split == "eval":
                 held_out = labeled
-            lines = [json.dumps({"messages": c}) for c in conversations(labeled, self.kind, comparisons.allow_tie)]
+            lines = [json.dumps({"messages": c}) for c in conversations(labeled, self.kind, data.allow_tie)]
             path = folder / f"{split}.jsonl"
             path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
             files[split] = str(path)
@@ -133,7 +136,7 @@ def preference_accuracy(scores_chosen_as_B: Sequence[float], scores_chosen_as_A:
 
 
 class EvaluatePreferenceModel(Stage):
-    """The model being trained, as a judge, on the first `judge_eval_pairs` held-out comparisons
+    """The model being trained, as a judge, on the first `judge_eval.pairs` held-out comparisons
     in both orderings: `eval/judge_accuracy`, `eval/judge_position_bias`, `eval/judge_margin`."""
 
     calls = (TrainingClient.save_weights_and_get_sampling_client, SamplingClient.compute_logprobs)
@@ -144,14 +147,14 @@ class EvaluatePreferenceModel(Stage):
         training_client: TrainingClient,
         renderer: Renderer,
         eval_comparisons: list[LabeledComparison],
-        config: JudgeEvalSettings,
-        comparisons: ComparisonSettings,
+        judge_eval: JudgeEvalSettings,
+        data: ComparisonFiles,
     ) -> None:
-        pairs = eval_comparisons[: config.judge_eval_pairs]
+        pairs = eval_comparisons[: judge_eval.pairs]
         if not pairs:
             return
         client = await training_client.save_weights_and_get_sampling_client()
-        judge = PreferenceModelJudge(client, renderer, comparisons.allow_tie)
+        judge = PreferenceModelJudge(client, renderer, data.allow_tie)
 
         async def both(labeled: LabeledComparison) -> tuple[float, float]:
             chosen, rejected = labeled.chosen_and_rejected()
@@ -161,27 +164,3 @@ class EvaluatePreferenceModel(Stage):
         scores = await asyncio.gather(*(both(labeled) for labeled in pairs))
         metrics = preference_accuracy([b for b, _ in scores], [a for _, a in scores])
         ctx.record({f"eval/judge_{key}": value for key, value in metrics.items()})
-
-
-@dataclass(frozen=True)
-class JudgeOut:
-    judge: AsyncJudge
-
-
-class OpenModelJudge(Stage):
-    """A `PreferenceModelJudge` on the sampling client in `judge_client` (opened by `OpenOtherModel`),
-    as `judge` (`keys=` for other keys)."""
-
-    async def run(self, judge_client: SamplingClient, renderer: Renderer, config: ComparisonSettings) -> JudgeOut:
-        return JudgeOut(PreferenceModelJudge(judge_client, renderer, config.allow_tie))
-
-
-class ProvideJudge(Stage):
-    """A ready judge (e.g. a rule) as `judge` (`keys=` for another key), made async."""
-
-    def __init__(self, judge: Callable[..., Any], name: str | None = None, judge_key: str = "judge") -> None:
-        super().__init__(name, keys={"judge": judge_key})
-        self.judge = judge
-
-    async def run(self) -> JudgeOut:
-        return JudgeOut(as_async_judge(self.judge))

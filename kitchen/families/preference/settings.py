@@ -1,41 +1,78 @@
-"""The preference (DPO) workflow's settings; the dpo recipe subclasses them."""
+"""The preference family's settings: the comparison `data` section, the `dpo`, `kto` and
+`reward_model` loss sections, the `win_rate` evaluation, and the root settings of each workflow
+(DPO, online DPO, KTO, a Bradley-Terry reward model); the recipes subclass them."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import ClassVar
+
 from pydantic import Field, model_validator
 
-from kitchen.engine.config.loading import Count, RunConfig
-from kitchen.families.common.settings import DatasetSettings, OptimizerSettings, RendererSettings
+from kitchen.engine.config.run import Count
+from kitchen.engine.config.sections import RESUME_SAFE, Section
+from kitchen.families.common.settings import (
+    DataSettings,
+    OtherModel,
+    RendererSettings,
+    SamplingSettings,
+    TrainingSettings,
+)
 from train_core.preference.datasets import Layout
 from train_core.preference.losses import LABEL_SMOOTHING_LOSSES, PreferenceLossType
 
 
-class WinRateSettings(RunConfig):
-    """The policy's win rate against a reference model on held-out prompts, by a judge."""
+class ComparisonFiles(Section):
+    """Comparison files (train and held out), their layout, and whether a learned judge may answer
+    Tie: what every reader of comparisons needs (the `data` section of an RL phase whose prompts
+    come from them; `ComparisonData` adds batches and epochs)."""
 
-    win_rate_prompts: Count = Field(32, description="held-out prompts the win rate samples")
-    win_rate_max_tokens: Count = Field(32, description="tokens per reply of each model")
-    win_rate_temperature: float = Field(1.0, ge=0, description="sampling temperature of both models' replies")
-
-
-class ComparisonSettings(RunConfig):
-    """How comparison files are laid out, and whether a learned judge may answer Tie."""
-
+    dataset: str = Field(..., description="comparison file (train)")
+    eval_dataset: str | None = Field(
+        None, description="comparison file (held out); none = no evaluation", json_schema_extra=RESUME_SAFE
+    )
     dataset_layout: Layout = Field("comparisons", description="comparisons | hh_rlhf | ultrafeedback (both files)")
     allow_tie: bool = Field(False, description="a learned judge (preference model) answers A, B or Tie")
 
 
-class JudgeEvalSettings(RunConfig):
-    """Held-out accuracy of a preference model being trained, as a judge."""
+class ComparisonData(DataSettings, ComparisonFiles):
+    """Config section `data` of the preference family: comparison files read in epochs of shuffled
+    batches (`batch_size` counts pairs, or examples for KTO)."""
 
-    judge_eval_pairs: Count = Field(100, description="held-out comparisons the judge metrics use")
+
+class WinRateSettings(Section):
+    """Config section `win_rate`: the policy's win rate against a reference model on held-out
+    prompts, by a judge."""
+
+    FLAT_PREFIX: ClassVar[str] = "win_rate_"
+
+    judge: str | None = Field(
+        None,
+        description="measure the win rate with this judge: a rule (recipes.judges), or preference_model / "
+        "reward_model (a learned judge at judge_model); none = no win rate",
+    )
+    judge_model: OtherModel = Field(
+        default_factory=OtherModel, description="judge preference_model or reward_model: its checkpoint"
+    )
+    prompts: Count = Field(32, description="held-out prompts the win rate samples")
+    max_tokens: Count = Field(32, description="tokens per reply of each model")
+    temperature: float = Field(1.0, ge=0, description="sampling temperature of both models' replies")
 
 
-class PreferenceSettings(DatasetSettings, RendererSettings, OptimizerSettings, WinRateSettings, ComparisonSettings):
-    """DPO on comparison files; `batch_size` counts pairs. The win-rate keys are read only when the
-    workflow is built with a judge."""
+class JudgeEvalSettings(Section):
+    """Config section `judge_eval`: held-out accuracy of a preference model being trained, as a judge."""
 
-    dpo_beta: float = Field(0.1, gt=0, description="DPO temperature: reward = beta * (logp - logp_ref)")
+    FLAT_PREFIX: ClassVar[str] = "judge_eval_"
+
+    pairs: Count = Field(100, description="held-out comparisons the judge metrics use")
+
+
+class DPOLoss(Section):
+    """Config section `dpo`: the DPO loss and its variants' parameters (`train_core.preference.losses`)."""
+
+    FLAT: ClassVar[Mapping[str, str]] = {"beta": "dpo_beta"}
+
+    beta: float = Field(0.1, gt=0, description="DPO temperature: reward = beta * (logp - logp_ref)")
     loss_type: PreferenceLossType = Field(
         "sigmoid",
         description="sigmoid (DPO) | cdpo (conservative DPO) | robust (rDPO) | ipo (on length-averaged logprobs) | "
@@ -48,7 +85,7 @@ class PreferenceSettings(DatasetSettings, RendererSettings, OptimizerSettings, W
     orpo_lambda: float = Field(0.1, ge=0, description="orpo: weight of the odds-ratio term")
 
     @model_validator(mode="after")
-    def _label_smoothing_has_a_reader(self) -> PreferenceSettings:
+    def _label_smoothing_has_a_reader(self) -> DPOLoss:
         """TRL before 1.0 smoothed labels inside `sigmoid`, TRL 1.x ignores it there: rather than
         pick one meaning silently, a ported config is asked to name the loss it means."""
         if self.label_smoothing and self.loss_type not in LABEL_SMOOTHING_LOSSES:
@@ -59,31 +96,26 @@ class PreferenceSettings(DatasetSettings, RendererSettings, OptimizerSettings, W
         return self
 
 
-class KTOSettings(DatasetSettings, RendererSettings, OptimizerSettings, ComparisonSettings):
-    """KTO on unpaired examples (`train_core.preference.datasets.load_unpaired`: labelled records,
-    or comparisons split into a desirable and an undesirable example); `batch_size` counts
-    examples, each with its mismatched pair for the reference point."""
+class KTOLoss(Section):
+    """Config section `kto`: the KTO loss (`train_core.preference.kto`)."""
 
-    kto_beta: float = Field(0.1, gt=0, description="KTO temperature: reward = beta * (logp - logp_ref)")
+    FLAT: ClassVar[Mapping[str, str]] = {"beta": "kto_beta"}
+
+    beta: float = Field(0.1, gt=0, description="KTO temperature: reward = beta * (logp - logp_ref)")
     desirable_weight: float = Field(1.0, gt=0, description="weight of the desirable examples' losses")
     undesirable_weight: float = Field(1.0, gt=0, description="weight of the undesirable examples' losses")
 
-    @model_validator(mode="after")
-    def _batch_has_mismatched_pairs(self) -> KTOSettings:
-        if self.batch_size < 2:
-            raise ValueError(
-                "batch_size: KTO needs at least 2 examples per batch (its reference point pairs "
-                "each prompt with another example's completion)"
-            )
-        return self
+
+SCORE_TOKENS = (" good", " bad")
+"""A Bradley-Terry reward model's default score tokens (`reward_model.score_tokens`)."""
 
 
-class RewardModelSettings(DatasetSettings, RendererSettings, OptimizerSettings, ComparisonSettings):
-    """A Bradley-Terry reward model on comparison files (`train_core.preference.bradley_terry`);
-    `batch_size` counts pairs."""
+class RewardModelHead(Section):
+    """Config section `reward_model`: the scalar head of a Bradley-Terry reward model and its loss
+    (`train_core.preference.bradley_terry`)."""
 
     score_tokens: tuple[str, str] = Field(
-        (" good", " bad"),
+        SCORE_TOKENS,
         description="two single-token strings whose unembedding rows' difference is the scalar head "
         "(score = log p(first) - log p(second) after the conversation)",
     )
@@ -92,19 +124,69 @@ class RewardModelSettings(DatasetSettings, RendererSettings, OptimizerSettings, 
     )
 
 
+class JudgeSettings(Section):
+    """Config section `judge`: the judge that labels sampled pairs (online DPO). A plain value is its name."""
+
+    FLAT: ClassVar[Mapping[str, str]] = {"name": "judge", "model": "judge_model", "score_tokens": "judge_score_tokens"}
+    SHORTHAND: ClassVar[str | None] = "name"
+
+    name: str = Field(
+        ..., description="a rule (recipes.judges), or preference_model / reward_model (a learned judge at model)"
+    )
+    model: OtherModel = Field(default_factory=OtherModel, description="the learned judge's checkpoint")
+    score_tokens: tuple[str, str] = Field(
+        SCORE_TOKENS, description="reward_model: the score tokens it was trained with (its reward_model.score_tokens)"
+    )
+
+
+class PreferenceSettings(TrainingSettings, RendererSettings):
+    """DPO on comparison files. The win-rate keys are read only when the workflow is built with a judge."""
+
+    data: ComparisonData = Field(..., description="the comparison files, batches (of pairs) and epochs")
+    dpo: DPOLoss = Field(default_factory=DPOLoss, description="the DPO loss")
+    win_rate: WinRateSettings = Field(
+        default_factory=WinRateSettings, description="the policy's win rate against the reference, by a judge"
+    )
+
+
+class KTOSettings(TrainingSettings, RendererSettings):
+    """KTO on unpaired examples (`train_core.preference.datasets.load_unpaired`: labelled records,
+    or comparisons split into a desirable and an undesirable example); `data.batch_size` counts
+    examples, each with its mismatched pair for the reference point."""
+
+    data: ComparisonData = Field(..., description="the example files, batches (of examples) and epochs")
+    kto: KTOLoss = Field(default_factory=KTOLoss, description="the KTO loss")
+
+    @model_validator(mode="after")
+    def _batch_has_mismatched_pairs(self) -> KTOSettings:
+        if self.data.batch_size < 2:
+            raise ValueError(
+                "data.batch_size: KTO needs at least 2 examples per batch (its reference point pairs "
+                "each prompt with another example's completion)"
+            )
+        return self
+
+
+class RewardModelSettings(TrainingSettings, RendererSettings):
+    """A Bradley-Terry reward model on comparison files; `data.batch_size` counts pairs."""
+
+    data: ComparisonData = Field(..., description="the comparison files, batches (of pairs) and epochs")
+    reward_model: RewardModelHead = Field(default_factory=RewardModelHead, description="the scalar head and its loss")
+
+
 class OnlineDPOSettings(PreferenceSettings):
     """Online DPO: each step samples two completions per prompt from the current policy, a judge
-    picks the preferred one, and the pairs train one DPO step (any `loss_type`) against the frozen
-    initial policy. `dataset` supplies prompts (its comparisons' completions are not used);
-    `batch_size` counts prompts; ties are dropped."""
+    picks the preferred one, and the pairs train one DPO step (any `dpo.loss_type`) against the
+    frozen initial policy. `data.dataset` supplies prompts (its comparisons' completions are not
+    used); `data.batch_size` counts prompts; ties are dropped."""
 
-    max_tokens: Count = Field(24, description="tokens per sampled completion")
-    temperature: float = Field(1.0, gt=0, description="sampling temperature of the two completions")
-
-
-class RewardJudgeSettings(RunConfig):
-    """A reward model (the `rm` recipe's checkpoint) used as a judge."""
-
-    judge_score_tokens: tuple[str, str] = Field(
-        (" good", " bad"), description="the score tokens the reward model was trained with (its score_tokens)"
+    sampling: SamplingSettings = Field(
+        default_factory=lambda: SamplingSettings(max_tokens=24), description="how the two completions are sampled"
     )
+    judge: JudgeSettings = Field(..., description="the judge that labels the sampled pairs")
+
+    @model_validator(mode="after")
+    def _two_different_completions(self) -> OnlineDPOSettings:
+        if self.sampling.temperature <= 0:
+            raise ValueError("sampling.temperature: online DPO samples two completions to compare; it must be > 0")
+        return self

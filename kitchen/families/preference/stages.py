@@ -10,15 +10,17 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from kitchen.engine.config.run import RunConfig
 from kitchen.engine.context import Context
 from kitchen.engine.errors import DataError
 from kitchen.engine.ports import SamplingClient, TrainingClient
 from kitchen.engine.stage import Stage
 from kitchen.families.common.completers import AsyncJudge
 from kitchen.families.common.requests import score_targets
+from kitchen.families.common.settings import DataSettings, OptimizerSettings
 from kitchen.families.common.training import InFlight, PendingStep, adam_params, put_in_flight
 from kitchen.families.preference.reward_model import check_comparison_files, comparison_records
-from kitchen.families.preference.settings import PreferenceSettings, WinRateSettings
+from kitchen.families.preference.settings import ComparisonData, DPOLoss, WinRateSettings
 from kitchen.families.supervised.stages import Batch
 from train_core.batching import batch_for_step
 from train_core.preference.datasets import Layout, SkipReport, load_comparisons
@@ -70,13 +72,13 @@ class LoadPreferenceData(Stage):
     def check_inputs(self, config: Any) -> None:
         check_comparison_files(config)
 
-    async def run(self, ctx: Context, renderer: Renderer, config: PreferenceSettings) -> PreferenceData:
-        train = load_preference_split(ctx, renderer, config, config.dataset, "train")
+    async def run(self, ctx: Context, renderer: Renderer, data: ComparisonData) -> PreferenceData:
+        train = load_preference_split(ctx, renderer, data, data.dataset, "train")
         num_pairs = len(train.prompts_P)
-        num_steps = config.num_steps(num_pairs, "usable comparisons", config.dataset, unit=" pairs")
+        num_steps = data.num_steps(num_pairs, "usable comparisons", data.dataset, unit=" pairs")
         held_out = (
-            load_preference_split(ctx, renderer, config, config.eval_dataset, "eval")
-            if config.eval_dataset
+            load_preference_split(ctx, renderer, data, data.eval_dataset, "eval")
+            if data.eval_dataset
             else PreferenceSplit([], [], [])
         )
         ctx.log.info("data.loaded", train_pairs=num_pairs, eval_pairs=len(held_out.prompts_P), num_steps=num_steps)
@@ -116,12 +118,12 @@ def pair_texts(comparisons: Sequence[LabeledComparison]) -> list[tuple[str, str,
 
 
 def load_preference_split(
-    ctx: Context, renderer: Renderer, config: PreferenceSettings, path: str, split: str
+    ctx: Context, renderer: Renderer, data: ComparisonData, path: str, split: str
 ) -> PreferenceSplit:
     """One comparison file rendered for DPO; skipped comparisons are logged and counted."""
-    comparisons = read_preference_split(ctx, renderer, path, split, config.dataset_layout, config.max_length)
+    comparisons = read_preference_split(ctx, renderer, path, split, data.dataset_layout, data.max_length)
     try:
-        data_D = preference_datums(comparisons, renderer, config.max_length)
+        data_D = preference_datums(comparisons, renderer, data.max_length)
     except RendererError as exc:
         raise DataError(f"{path}: a comparison cannot be rendered: {exc}") from None
     prompts_P = [labeled.comparison.prompt_conversation for labeled in comparisons]
@@ -144,8 +146,8 @@ class GetPreferenceBatch(Stage):
     shuffle over pairs (never splitting one), full batches only, so a resumed run sees exactly
     the batches an uninterrupted run would."""
 
-    async def run(self, ctx: Context, train_data: list[Datum], config: PreferenceSettings) -> Batch:
-        epoch, batch_index, pairs = batch_for_step(ctx.step, len(train_data) // 2, config.batch_size, config.seed)
+    async def run(self, ctx: Context, train_data: list[Datum], data: DataSettings, run: RunConfig) -> Batch:
+        epoch, batch_index, pairs = batch_for_step(ctx.step, len(train_data) // 2, data.batch_size, run.seed)
         ctx.record({"epoch": epoch, "batch": batch_index, "progress": (ctx.step + 1) / (ctx.total_steps or 1)})
         return Batch([datum for pair in pairs for datum in (train_data[2 * pair], train_data[2 * pair + 1])])
 
@@ -182,14 +184,15 @@ class SubmitDPOStep(Stage):
         training_client: TrainingClient,
         batch: list[Datum],
         batch_reference_logprobs: list[torch.Tensor],
-        config: PreferenceSettings,
+        dpo: DPOLoss,
+        optimizer: OptimizerSettings,
         inflight: Sequence[PendingStep] = (),
     ) -> InFlight:
-        params = adam_params(ctx, config)
+        params = adam_params(ctx, optimizer)
         loss_params = PreferenceLossParams(
-            label_smoothing=config.label_smoothing, simpo_gamma=config.simpo_gamma, orpo_lambda=config.orpo_lambda
+            label_smoothing=dpo.label_smoothing, simpo_gamma=dpo.simpo_gamma, orpo_lambda=dpo.orpo_lambda
         )
-        loss_fn = make_dpo_custom_loss(batch_reference_logprobs, config.dpo_beta, config.loss_type, loss_params)
+        loss_fn = make_dpo_custom_loss(batch_reference_logprobs, dpo.beta, dpo.loss_type, loss_params)
         fb = await training_client.forward_backward_custom(batch, loss_fn)
         return put_in_flight(ctx, inflight, batch, params, fb, await training_client.optim_step(params))
 
@@ -222,19 +225,20 @@ class EvaluatePreferences(Stage):
         eval_data: list[Datum],
         eval_reference_logprobs: list[torch.Tensor],
         eval_pair_texts: list[tuple[str, str, str]],
-        config: PreferenceSettings,
+        data: DataSettings,
+        dpo: DPOLoss,
     ) -> None:
         data_D = eval_data
         if not data_D:
             return
         client = training_client
-        size = 2 * config.batch_size
+        size = 2 * data.batch_size
         futures = [await client.forward(data_D[i : i + size], "cross_entropy") for i in range(0, len(data_D), size)]
         logprobs_D = [out["logprobs"].to_torch() for fut in futures for out in (await fut).loss_fn_outputs]
         weights_D = [datum.loss_fn_inputs["weights"].to_torch() for datum in data_D]
         chosen_P, rejected_P = pair_sequence_logprobs(logprobs_D, weights_D)
         chosen_ref_P, rejected_ref_P = pair_sequence_logprobs(eval_reference_logprobs, weights_D)
-        beta = config.dpo_beta
+        beta = dpo.beta
         _, metrics = dpo_loss(chosen_P, rejected_P, chosen_ref_P, rejected_ref_P, beta)
         metrics["nll"] = mean_nll(logprobs_D[0::2], weights_D[0::2])
         ctx.record({f"eval/{key}": value for key, value in metrics.items()})
@@ -287,9 +291,9 @@ class EvaluateWinRate(Stage):
     `eval/win_rate` (0.5 = no better than the reference), `eval/win_rate_stderr`,
     `eval/win_rate_prompts`.
 
-    Uses the first `win_rate_prompts` held-out prompts and one reply per model and prompt at
-    `win_rate_temperature`, with the same seed for both models (common random numbers) and
-    `win_rate_max_tokens` at most; all the judge's calls run concurrently. With `prefix` the
+    Uses the first `win_rate.prompts` held-out prompts and one reply per model and prompt at
+    `win_rate.temperature`, with the same seed for both models (common random numbers) and
+    `win_rate.max_tokens` at most; all the judge's calls run concurrently. With `prefix` the
     metrics are `{prefix}/win_rate...` instead.
     """
 
@@ -307,16 +311,17 @@ class EvaluateWinRate(Stage):
         renderer: Renderer,
         eval_prompts: list[list[Message]],
         judge: AsyncJudge,
-        config: WinRateSettings,
+        win_rate: WinRateSettings,
+        run: RunConfig,
     ) -> None:
-        prompts_P = eval_prompts[: config.win_rate_prompts]
+        prompts_P = eval_prompts[: win_rate.prompts]
         if not prompts_P:
             return
         params_P = [
             SamplingParams(
-                max_tokens=config.win_rate_max_tokens,
-                temperature=config.win_rate_temperature,
-                seed=config.seed + index,
+                max_tokens=win_rate.max_tokens,
+                temperature=win_rate.temperature,
+                seed=run.seed + index,
                 stop=renderer.get_stop_sequences(),
             )
             for index in range(len(prompts_P))

@@ -15,7 +15,7 @@ from kitchen.families.common.setup import (
 )
 from kitchen.families.common.train_loop import pipelined_training
 from kitchen.families.common.training import loss_fn_metrics
-from kitchen.families.preference.reward_model import ProvideJudge
+from kitchen.families.preference.judges import ProvideJudge
 from kitchen.families.preference.stages import (
     ComputeReferenceLogprobs,
     EvaluatePreferences,

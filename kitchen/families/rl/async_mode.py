@@ -32,12 +32,15 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from kitchen.engine.config.run import RunConfig
 from kitchen.engine.context import Context
 from kitchen.engine.errors import DataError
 from kitchen.engine.ports import SamplingClient
 from kitchen.engine.stage import Stage
+from kitchen.families.common.settings import SamplingSettings
+from kitchen.families.rl.algorithm_settings import AlgorithmSettings
 from kitchen.families.rl.dynamic_sampling import fill_metrics, is_informative
-from kitchen.families.rl.settings import RLSettings
+from kitchen.families.rl.settings import EpisodeSettings, RLLoopSettings
 from kitchen.families.rl.step import note_dropped, rollout_options, rollout_params
 from kitchen.families.rl.weight_feed import FollowingSampler, PublishedWeights, token_staleness_metrics
 from train_core.rl.metrics import rollout_failure_metrics
@@ -198,9 +201,9 @@ class CreateOffPolicyQueue(Stage):
     """The hand-offs that the sampling workers and the trainer share in async mode: groups one
     way, published samplers (starting with the current one) the other."""
 
-    async def run(self, ctx: Context, sampling_client: SamplingClient, sampler_step: int, config: RLSettings) -> Queue:
-        assert config.async_config is not None  # this mode's workflow is built only with it
-        queue = OffPolicyQueue(config.groups_per_batch, config.async_config.max_steps_off_policy, ctx.step)
+    async def run(self, ctx: Context, sampling_client: SamplingClient, sampler_step: int, rl: RLLoopSettings) -> Queue:
+        assert rl.async_config is not None  # this mode's workflow is built only with it
+        queue = OffPolicyQueue(rl.groups_per_batch, rl.async_config.max_steps_off_policy, ctx.step)
         return Queue(queue, PublishedWeights(sampler_step, sampling_client))
 
 
@@ -222,7 +225,7 @@ class PublishSampler(Stage):
 
 class RolloutWorkers(Stage):
     """Async mode's producer: a feeder queues the dataset's builders batch after batch (from the
-    step the run starts at) and `async_config.num_workers` (default `groups_per_batch`) workers
+    step the run starts at) and `rl.async_config.num_workers` (default `rl.groups_per_batch`) workers
     each roll out one group at a time with the newest published sampler, tagging the group with
     its version; with `follow_weight_updates` the group's requests follow later publications
     (`FollowingSampler`). A worker waits while a group started now would be too old by the time it
@@ -237,15 +240,18 @@ class RolloutWorkers(Stage):
         off_policy_queue: OffPolicyQueue,
         rl_task: RLTask,
         weight_feed: PublishedWeights,
-        config: RLSettings,
+        rl: RLLoopSettings,
+        sampling: SamplingSettings,
+        episode: EpisodeSettings,
+        run: RunConfig,
     ) -> None:
         queue = off_policy_queue
         dataset = rl_task.train
-        params, options = rollout_params(config), rollout_options(config)
+        params, options = rollout_params(sampling), rollout_options(episode)
         first_batch = ctx.step
-        assert config.async_config is not None
-        num_workers = config.async_config.num_workers or config.groups_per_batch
-        follow = config.async_config.follow_weight_updates
+        assert rl.async_config is not None
+        num_workers = rl.async_config.num_workers or rl.groups_per_batch
+        follow = rl.async_config.follow_weight_updates
         following = FollowingSampler(weight_feed)
 
         async def feed() -> None:
@@ -273,7 +279,7 @@ class RolloutWorkers(Stage):
                 envs = asyncio.ensure_future(builder.make_envs())
                 step = await admitted(builder, envs)
                 sampler = following if follow else weight_feed.latest()[1]
-                seed_key = ("async", config.seed, worker, count)
+                seed_key = ("async", run.seed, worker, count)
                 group = await sample_group(builder, sampler, step, params, seed_key, options, envs)
                 await queue.put(group, step)
 
@@ -306,15 +312,17 @@ class TakeFreshGroups(Stage):
     trainer leaves constant-reward groups out and takes more, up to `max_rounds` batches' worth.
     Logs the staleness of what it trains on, its wait for groups and the groups in flight."""
 
-    async def run(self, ctx: Context, off_policy_queue: OffPolicyQueue, config: RLSettings) -> AsyncBatch:
+    async def run(
+        self, ctx: Context, off_policy_queue: OffPolicyQueue, rl: RLLoopSettings, algorithm: AlgorithmSettings
+    ) -> AsyncBatch:
         queue = off_policy_queue
-        dynamic = config.dynamic_sampling
+        dynamic = algorithm.dynamic_sampling
         if dynamic is None:
             batch = await queue.take_batch(ctx.step)
         else:
-            batch = await queue.take_batch(ctx.step, is_informative, dynamic.max_rounds * config.groups_per_batch)
+            batch = await queue.take_batch(ctx.step, is_informative, dynamic.max_rounds * rl.groups_per_batch)
             dropped = len(batch.groups) - len(batch.trained)
-            ctx.record(fill_metrics(len(batch.groups), dropped, len(batch.trained), config.groups_per_batch))
+            ctx.record(fill_metrics(len(batch.groups), dropped, len(batch.trained), rl.groups_per_batch))
         await hand_over()
         failed, queue.dropped = queue.dropped, []
         note_dropped(ctx, failed)

@@ -16,10 +16,13 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from kitchen.engine.config.run import RunConfig
 from kitchen.engine.context import Context
 from kitchen.engine.ports import SamplingClient
 from kitchen.engine.stage import Stage
-from kitchen.families.rl.settings import RLSettings
+from kitchen.families.common.settings import SamplingSettings
+from kitchen.families.rl.algorithm_settings import AlgorithmSettings, DynamicSampling
+from kitchen.families.rl.settings import EpisodeSettings, RLLoopSettings
 from kitchen.families.rl.step import note_dropped, rollout_options, rollout_params
 from train_core.rl.dynamic_sampling import BatchFill, has_reward_spread
 from train_core.rl.rollouts import SampledGroup, kept_groups, sample_group
@@ -32,11 +35,8 @@ def is_informative(group: SampledGroup) -> bool:
     return has_reward_spread(group.trajectories.get_total_rewards())
 
 
-def sampled_batch_fill(config: RLSettings) -> BatchFill[SampledGroup]:
-    assert config.dynamic_sampling is not None
-    return BatchFill(
-        config.groups_per_batch, config.dynamic_sampling.max_rounds, lambda g: g.trajectories.get_total_rewards()
-    )
+def sampled_batch_fill(groups_per_batch: int, dynamic: DynamicSampling) -> BatchFill[SampledGroup]:
+    return BatchFill(groups_per_batch, dynamic.max_rounds, lambda g: g.trajectories.get_total_rewards())
 
 
 def extra_round_builders(rl_task: RLTask, step: int, round_index: int) -> list[EnvGroupBuilder]:
@@ -75,10 +75,15 @@ class FillInformativeBatch(Stage):
         rl_task: RLTask,
         sampling_client: SamplingClient,
         sampler_step: int,
-        config: RLSettings,
+        rl: RLLoopSettings,
+        algorithm: AlgorithmSettings,
+        sampling: SamplingSettings,
+        episode: EpisodeSettings,
+        run: RunConfig,
     ) -> FilledGroups:
-        fill = sampled_batch_fill(config).add_round(sampled_groups)
-        params, options = rollout_params(config), rollout_options(config)
+        assert algorithm.dynamic_sampling is not None  # the stage is in the workflow only with it
+        fill = sampled_batch_fill(rl.groups_per_batch, algorithm.dynamic_sampling).add_round(sampled_groups)
+        params, options = rollout_params(sampling), rollout_options(episode)
         while not fill.done:
             round_index = fill.rounds
             builders = extra_round_builders(rl_task, ctx.step, round_index)
@@ -89,7 +94,7 @@ class FillInformativeBatch(Stage):
                         sampling_client,
                         sampler_step,
                         params,
-                        ("dynamic_sampling", config.seed, ctx.step, round_index, i),
+                        ("dynamic_sampling", run.seed, ctx.step, round_index, i),
                         options,
                     )
                     for i, b in enumerate(builders)

@@ -1,32 +1,46 @@
-"""RL environments by name: the `kitchen.envs` entry-point group (`kitchen.engine.plugins`).
+"""RL environments by name, and the `env` section that picks one.
 
-An environment package registers an `EnvSpec`: the pydantic model of its own settings and the
-factory that builds its `RLTask` from them, the run's RL settings and the renderer. The `env_rl`
-recipe trains on any registered name (`env: NAME`, its settings under `env_args:`, checked before
-any work), so a new environment needs no recipe of its own; recipes written for one environment
-(math_rl, guess_number) mix the same settings models into their configs and call the same factory.
+An environment package registers an `EnvSpec` under the `kitchen.envs` entry-point group
+(`kitchen.engine.plugins`): the pydantic model of its own settings (an `EnvSettings` whose `name`
+is the entry point's name) and the factory that builds its `RLTask` from them, the run's config and
+the renderer. A recipe's `env` section is the choice of one environment, discriminated by `name`,
+so only the chosen environment's keys exist:
+
+    env: {name: gsm8k, dataset: problems.jsonl}      # or just `env: gsm8k`
+
+`env_choice` types the section over the registered environments (the `env_rl` recipe: any of
+them) and `env_task` / `env_check` dispatch the task and its data check to the chosen one; a recipe
+written for a few environments lists them (`Annotated[ArithmeticEnv | WordProblemEnv, CHOICE]`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Annotated, Any, ClassVar, Generic, TypeVar, Union
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, Field
 
+from kitchen.engine.config.sections import Section
 from kitchen.engine.plugins import ExtensionPoint
 from kitchen.families.rl.settings import RLSettings
 from train_core.renderers.base import Renderer
-from train_core.rl.task import RLTask
+from train_core.rl.task import DataCheck, RLTask
 
 S = TypeVar("S", bound=BaseModel)
 
 
-class EnvSettings(BaseModel):
-    """Base of an environment's settings: unknown keys are errors, as in every config."""
+class EnvSettings(Section):
+    """Base of an environment's settings: its `name` (a `Literal` of the name it is registered
+    under) picks it in a config's `env` section; a plain value is the name."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+    SHORTHAND: ClassVar[str | None] = "name"
+
+    name: str = Field(..., description="the environment, as registered (entry-point group kitchen.envs)")
+
+
+CHOICE = Field(discriminator="name")
+"""The metadata that makes a union of environment settings a choice by `name`."""
 
 
 @dataclass(frozen=True)
@@ -36,26 +50,48 @@ class EnvSpec(Generic[S]):
     description: str
     settings: type[S]
     build_task: Callable[[S, RLSettings, Renderer], RLTask]
-    """(its settings, the run's RL settings: batch sizes, seed, ...; the renderer) -> the task."""
-    check: Callable[[S], None] | None = None
-    """Reads the environment's data files before any work starts (a DataError names the file)."""
-
-    def parse(self, args: Mapping[str, Any]) -> S:
-        """`env_args` as this environment's settings; a ValueError names each bad key."""
-        try:
-            return self.settings.model_validate(dict(args))
-        except ValidationError as exc:
-            problems = "; ".join(
-                ".".join(["env_args", *(str(part) for part in error["loc"])]) + f": {error['msg']}"
-                for error in exc.errors()
-            )
-            raise ValueError(problems) from None
+    """(its settings, the run's config: batch sizes, seed, ...; the renderer) -> the task."""
+    check: Callable[[S, frozenset[str]], None] | None = None
+    """Reads the environment's data files before any work starts (a DataError names the file);
+    the roles are those the run's renderer takes."""
 
 
 def _check(name: str, obj: Any) -> EnvSpec[Any]:
     if not isinstance(obj, EnvSpec):
         raise TypeError("is not a kitchen.families.rl.envs.EnvSpec")
+    tag = obj.settings.model_fields.get("name")
+    if tag is None or tag.default != name:
+        raise TypeError(f"its settings' `name` must be Literal[{name!r}], defaulting to its registered name")
     return obj
 
 
 ENVS: ExtensionPoint[EnvSpec[Any]] = ExtensionPoint("kitchen.envs", "RL environment", _check)
+
+
+def env_choice(specs: Mapping[str, EnvSpec[Any]]) -> Any:
+    """The type of an `env` section choosing among `specs` (by `name`)."""
+    members = tuple(spec.settings for spec in specs.values())
+    if len(members) == 1:
+        return members[0]
+    return Annotated[Union[members], CHOICE]  # noqa: UP007  (a union built at run time)
+
+
+def env_task(specs: Mapping[str, EnvSpec[Any]]) -> Callable[[Any, Renderer], RLTask]:
+    """A recipe's task factory: the chosen environment's task from the config's `env` section."""
+
+    def build(config: Any, renderer: Renderer) -> RLTask:
+        spec = specs[config.env.name]
+        return spec.build_task(config.env, config, renderer)
+
+    return build
+
+
+def env_check(specs: Mapping[str, EnvSpec[Any]]) -> DataCheck:
+    """A recipe's data check: the chosen environment's own, before anything starts."""
+
+    def check(config: Any, roles: frozenset[str]) -> None:
+        spec = specs[config.env.name]
+        if spec.check is not None:
+            spec.check(config.env, roles)
+
+    return check

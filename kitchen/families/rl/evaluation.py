@@ -1,28 +1,30 @@
 """Held-out reward: the task's evaluation env groups rolled out with the current (pre-update)
-sampler every `eval_every` steps, and the same for another model (a teacher) once."""
+sampler every `eval.every` steps, and the same for another model (a teacher) once."""
 
 from __future__ import annotations
 
 import asyncio
 
+from kitchen.engine.config.run import RunConfig
 from kitchen.engine.context import Context
 from kitchen.engine.ports import SamplingClient
 from kitchen.engine.stage import Stage
 from kitchen.engine.workflow import ConfigPredicate
-from kitchen.families.rl.settings import RLSettings
+from kitchen.families.common.settings import HeldOutEval, SamplingSettings
+from kitchen.families.rl.settings import EpisodeSettings
 from kitchen.families.rl.step import note_dropped, rollout_options, rollout_params
 from train_core.rl.metrics import rollout_metrics
 from train_core.rl.rollouts import kept_groups, sample_group
 from train_core.rl.task import RLTask
 
 
-def _eval_due(ctx: Context) -> bool:
-    period = int(ctx.config.eval_every or 0)
+def _eval_due(ctx: Context, evals: HeldOutEval) -> bool:
+    period = evals.every
     return period > 0 and (ctx.step % period == 0 or ctx.step + 1 == ctx.total_steps)
 
 
-eval_due = ConfigPredicate("every eval_every steps and at the last step, before the update", ("eval_every",), _eval_due)
-"""Before the update of every `eval_every`-th step (step 0 included) and of the last step."""
+eval_due = ConfigPredicate("every eval.every steps and at the last step, before the update", HeldOutEval, _eval_due)
+"""Before the update of every `eval.every`-th step (step 0 included) and of the last step."""
 
 
 class EvaluateRewards(Stage):
@@ -42,16 +44,18 @@ class EvaluateRewards(Stage):
         ctx: Context,
         rl_task: RLTask,
         sampling_client: SamplingClient,
-        config: RLSettings,
+        sampling: SamplingSettings,
+        episode: EpisodeSettings,
+        run: RunConfig,
         sampler_step: int = 0,
     ) -> None:
         builders = rl_task.eval_builders
         if not builders:
             return
-        params, options = rollout_params(config), rollout_options(config)
+        params, options = rollout_params(sampling), rollout_options(episode)
         results = await asyncio.gather(
             *(
-                sample_group(b, sampling_client, sampler_step, params, ("eval", config.seed, ctx.step, i), options)
+                sample_group(b, sampling_client, sampler_step, params, ("eval", run.seed, ctx.step, i), options)
                 for i, b in enumerate(builders)
             )
         )

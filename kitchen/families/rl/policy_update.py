@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kitchen.engine.ports import TrainingClient
-from kitchen.families.rl.settings import RLSettings
+from kitchen.families.rl.algorithm_settings import AlgorithmSettings
 from train_core.losses import PROXIMAL_LOGPROBS, get_loss_fn
 from train_core.rl.metrics import training_logprobs
 from train_core.rl.off_policy import RolloutCorrection, correct_off_policy, mismatch_metrics
@@ -90,9 +90,10 @@ class PolicyUpdate:
         return metrics
 
 
-def policy_update(config: RLSettings, minibatches: int = 1) -> PolicyUpdate:
-    """The update the RL settings ask for, routed for the configured backend."""
-    return PolicyUpdate(config.policy_objective(minibatches), bool(config.custom_route_reasons()), config.correction())
+def policy_update(algorithm: AlgorithmSettings, max_tokens: int, backend: str, minibatches: int = 1) -> PolicyUpdate:
+    """The update the `algorithm` section asks for, routed for `backend`."""
+    custom = bool(algorithm.custom_route_reasons(backend, max_tokens))
+    return PolicyUpdate(algorithm.policy_objective(max_tokens, minibatches), custom, algorithm.correction())
 
 
 def action_token_entropy(data_D: Sequence[Datum], fb_outputs: Sequence[ForwardBackwardOutput]) -> float | None:

@@ -1,24 +1,31 @@
-"""The RL workflow's settings; RL recipes subclass them (names as in the Python original).
+"""The RL family's settings: the `rl` section (how a step is sized and run: groups, steps, mode),
+`episode` (limits of one episode and what a failure does), `warm_start`, with `sampling` and the
+`algorithm` section (`kitchen.families.rl.algorithm_settings`); RL recipes subclass `RLSettings`
+and add their `env`.
 
-One `groups_per_batch` sizes a step in every mode; the mode sections hold only what is specific
+One `rl.groups_per_batch` sizes a step in every mode; the mode sections hold only what is specific
 to their mode.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from kitchen.engine.backends import get_backend_spec
-from kitchen.engine.config.loading import Count, NonNegative, Rate, RunConfig, defaults
-from kitchen.engine.losses import get_loss_fn, rl_loss_names
-from kitchen.families.common.settings import OptimizerSettings, RendererSettings
-from kitchen.families.rl.algorithm_settings import RLAlgorithmSettings
+from kitchen.engine.config.loading import defaults
+from kitchen.engine.config.run import Count, NonNegative, Rate
+from kitchen.engine.config.sections import RUN_LENGTH, Section
+from kitchen.families.common.settings import (
+    HeldOutEval,
+    OptimizerSettings,
+    RendererSettings,
+    SamplingSettings,
+    TrainingSettings,
+)
+from kitchen.families.rl.algorithm_settings import AlgorithmSettings
 from kitchen.families.rl.presets import ALGORITHM_PRESETS
-from train_core.rl.off_policy import RolloutCorrection
-from train_core.rl.overlong import default_buffer_tokens
-from train_core.rl.policy_objective import PolicyObjective
 from train_core.rl.rollouts import FailurePolicy
 
 RLMode = Literal["sync", "stream_minibatch", "async"]
@@ -48,97 +55,30 @@ class AsyncMode(BaseModel):
         ),
     )
     num_workers: int | None = Field(
-        None, ge=1, description="concurrent sampling workers, one group each; default groups_per_batch"
+        None, ge=1, description="concurrent sampling workers, one group each; default rl.groups_per_batch"
     )
 
 
-class RolloutFailureSettings(BaseModel):
-    """What an exception in one group's env or sampling call does (see `RolloutFailure`)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    policy: FailurePolicy = Field(
-        "fail_fast", description="fail_fast (the run fails), retry (the group), min_viable_group (drop failed members)"
-    )
-    retries: NonNegative = Field(2, description="retry: times a failed group is rolled out again")
-    min_group_size: Count = Field(2, description="min_viable_group: finished members a group needs to be kept")
-
-
-@defaults(lr_schedule="constant")
-class RLSettings(RendererSettings, OptimizerSettings, RLAlgorithmSettings):
-    MOVED_KEYS: ClassVar[dict[str, str]] = {
-        "stream_minibatch.groups_per_batch": "groups_per_batch",
-        "async_config.groups_per_batch": "groups_per_batch (and async_config.num_workers for the worker count)",
-    }
+class RLLoopSettings(Section):
+    """Config section `rl`: how RL steps are sized and run (groups, steps, substeps) and in which
+    mode (sync; `stream_minibatch`; `async_config`)."""
 
     group_size: Count = Field(8, description="samples per problem; advantages are centred within a group")
     groups_per_batch: Count = Field(16, description="problems (env groups) trained per step, in every mode")
-    num_batches: Count = Field(40, description="RL steps; datasets shorter than this cycle")
-    max_tokens: Count = Field(16, description="sampled tokens per turn")
-    temperature: float = Field(1.0, ge=0, description="sampling temperature of rollouts")
-    loss_fn: str = Field(
-        "importance_sampling",
-        description="policy-gradient loss: importance_sampling, ppo, cispo, dro, gspo, or a plugin's (kitchen.losses)",
-    )
-    loss_fn_config: dict[str, float] | None = Field(None, description="e.g. ppo/gspo clip thresholds, dro beta")
-    kl_penalty_coef: float = Field(0.0, ge=0, description="KL penalty against the reference model; 0 = off")
-    kl_discount_factor: float = Field(
-        0.0, ge=0, lt=1, description="KL penalty as a discounted sum over later tokens; 0 = per token"
+    num_batches: Count = Field(
+        40, description="RL steps; datasets shorter than this cycle", json_schema_extra=RUN_LENGTH
     )
     num_substeps: Count = Field(1, description="optimizer steps per batch")
-    remove_constant_reward_groups: bool = Field(
-        False, description="leave out groups whose samples all got the same reward (no advantage to learn from)"
-    )
-    save_every: NonNegative = Field(20, description="checkpoint every N steps; 0 = only the final one")
-    eval_every: NonNegative = Field(20, description="held-out reward every N steps (and at the last); 0 = never")
     transcript_groups: NonNegative = Field(2, description="groups per step written to rollouts/step_*.jsonl")
+    post_update_kl: bool = Field(
+        False, description="log optim/kl_pre_post: the step's tokens scored again with the updated sampler"
+    )
     stream_minibatch: StreamMinibatch | None = Field(
         None, description="stream-minibatch mode: train each minibatch as soon as its groups are sampled"
     )
     async_config: AsyncMode | None = Field(
         None, description="async mode: sampling workers run beside the trainer, off-policy up to a bound"
     )
-    max_episode_turns: Count | None = Field(None, description="stop an episode after this many turns (max_turns)")
-    max_episode_tokens: Count | None = Field(
-        None, description="stop an episode once its turns sampled this many tokens (max_tokens)"
-    )
-    episode_timeout_s: Rate | None = Field(None, description="wall-clock budget of one episode, seconds (timeout)")
-    max_context_tokens: Count | None = Field(
-        None, description="an observation longer than this ends the episode unsampled (overflow)"
-    )
-    termination_reward: float | Literal["zero"] | None = Field(
-        None,
-        description="for limit-stopped episodes: a number added to the total reward, or 'zero': the total "
-        "becomes min(total, 0) (a positive total is zeroed, a negative one kept)",
-    )
-    rollout_failure: RolloutFailureSettings = Field(
-        default_factory=RolloutFailureSettings, description="what an exception in a group's env or sampling does"
-    )
-    parse_error_policy: Literal["train", "mask"] = Field(
-        "train", description="mask: turns whose reply failed to parse get advantage 0 and are not trained"
-    )
-    post_update_kl: bool = Field(
-        False, description="log optim/kl_pre_post: the step's tokens scored again with the updated sampler"
-    )
-    warm_start_steps: NonNegative = Field(0, description="supervised steps on demonstrations before RL (fresh runs)")
-    warm_start_batch_size: Count = Field(32, description="demonstrations per warm-start step")
-    warm_start_learning_rate: Rate = Field(3e-3, description="learning rate of the warm start")
-
-    @field_validator("loss_fn")
-    @classmethod
-    def _policy_gradient_loss(cls, name: str) -> str:
-        get_loss_fn(name)  # an unknown name is an InvalidInputError (a ValueError): a field error
-        if name not in rl_loss_names():
-            raise ValueError(f"{name} is not a policy-gradient loss; RL needs one of {', '.join(rl_loss_names())}")
-        return name
-
-    @field_validator("loss_fn_config")
-    @classmethod
-    def _loss_config_fits(cls, config: dict[str, float] | None, info: ValidationInfo) -> dict[str, float] | None:
-        name = info.data.get("loss_fn")
-        if name is not None:
-            get_loss_fn(name).resolve_config(config)
-        return config
 
     @field_validator("stream_minibatch")
     @classmethod
@@ -166,71 +106,129 @@ class RLSettings(RendererSettings, OptimizerSettings, RLAlgorithmSettings):
             return "async"
         return "stream_minibatch" if self.stream_minibatch is not None else "sync"
 
+
+class RolloutFailureSettings(BaseModel):
+    """What an exception in one group's env or sampling call does (see `RolloutFailure`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    policy: FailurePolicy = Field(
+        "fail_fast", description="fail_fast (the run fails), retry (the group), min_viable_group (drop failed members)"
+    )
+    retries: NonNegative = Field(2, description="retry: times a failed group is rolled out again")
+    min_group_size: Count = Field(2, description="min_viable_group: finished members a group needs to be kept")
+
+
+class EpisodeSettings(Section):
+    """Config section `episode`: the limits of one episode (a multi-turn rollout), the reward of
+    one they stop, what a failing env or sampling call does, and replies that fail to parse."""
+
+    FLAT: ClassVar[Mapping[str, str]] = {
+        "max_turns": "max_episode_turns",
+        "max_tokens": "max_episode_tokens",
+        "timeout_s": "episode_timeout_s",
+        "failure": "rollout_failure",
+    }
+
+    max_turns: Count | None = Field(None, description="stop an episode after this many turns (max_turns)")
+    max_tokens: Count | None = Field(
+        None, description="stop an episode once its turns sampled this many tokens (max_tokens)"
+    )
+    timeout_s: Rate | None = Field(None, description="wall-clock budget of one episode, seconds (timeout)")
+    max_context_tokens: Count | None = Field(
+        None, description="an observation longer than this ends the episode unsampled (overflow)"
+    )
+    termination_reward: float | Literal["zero"] | None = Field(
+        None,
+        description="for limit-stopped episodes: a number added to the total reward, or 'zero': the total "
+        "becomes min(total, 0) (a positive total is zeroed, a negative one kept)",
+    )
+    failure: RolloutFailureSettings = Field(
+        default_factory=RolloutFailureSettings, description="what an exception in a group's env or sampling does"
+    )
+    parse_error_policy: Literal["train", "mask"] = Field(
+        "train", description="mask: turns whose reply failed to parse get advantage 0 and are not trained"
+    )
+
+
+class WarmStartSettings(Section):
+    """Config section `warm_start`: supervised steps on the task's demonstrations before RL."""
+
+    FLAT_PREFIX: ClassVar[str] = "warm_start_"
+
+    steps: NonNegative = Field(0, description="supervised steps on demonstrations before RL (fresh runs)")
+    batch_size: Count = Field(32, description="demonstrations per warm-start step")
+    learning_rate: Rate = Field(3e-3, description="learning rate of the warm start")
+
+
+@defaults(optimizer=OptimizerSettings(lr_schedule="constant"), eval=HeldOutEval(every=20))
+class RLSettings(TrainingSettings, RendererSettings):
+    """RL on a recipe's environment (its `env` section, or a task it builds): the run keys and the
+    `optimizer`, `sampling`, `rl`, `algorithm`, `episode`, `warm_start`, `eval`, `checkpoint` sections."""
+
+    MOVED_KEYS: ClassVar[dict[str, str]] = {
+        "rl.stream_minibatch.groups_per_batch": "rl.groups_per_batch",
+        "rl.async_config.groups_per_batch": "rl.groups_per_batch (and rl.async_config.num_workers for the workers)",
+    }
+
+    sampling: SamplingSettings = Field(default_factory=SamplingSettings, description="how rollouts sample each turn")
+    rl: RLLoopSettings = Field(default_factory=RLLoopSettings, description="the steps, their size and the mode")
+    algorithm: AlgorithmSettings = Field(
+        default_factory=AlgorithmSettings, description="what each update optimises, from rewards to the loss"
+    )
+    episode: EpisodeSettings = Field(default_factory=EpisodeSettings, description="the limits of one episode")
+    warm_start: WarmStartSettings = Field(
+        default_factory=WarmStartSettings, description="supervised steps on demonstrations before RL"
+    )
+
     @model_validator(mode="after")
-    def _algorithm_fits_the_loss(self) -> RLSettings:
-        """The loss with the clip keys, the aggregation, KL and entropy terms, and the corrections
-        are checked together when the config loads (train_core's errors are ValueErrors)."""
-        clashes = sorted(set(self.clip_config()) & set(self.loss_fn_config or {}))
-        if clashes:
-            raise ValueError(f"loss_fn_config {clashes} and clip_ratio_low/high/c set the same clip; set one of them")
-        self.policy_objective()  # checks the loss config, aggregation and terms together
-        correction = self.correction()
-        corrects = correction is not None and bool(correction.tis or correction.mis)
-        if corrects and get_loss_fn(self.loss_fn).scaled_by != "advantages":
-            raise ValueError(f"rollout_correction needs a loss scaled by the advantages, not {self.loss_fn!r}")
-        buffer = self.overlong_buffer.tokens if self.overlong_buffer is not None else None
-        if buffer is not None and buffer > self.max_tokens:
-            raise ValueError(f"overlong_buffer.tokens ({buffer}) must be at most max_tokens ({self.max_tokens})")
+    def _algorithm_fits_the_sampling(self) -> RLSettings:
+        """The loss with its aggregation, KL and entropy terms is checked together (train_core's
+        errors are ValueErrors), against the sampled length."""
+        self.algorithm.policy_objective(self.sampling.max_tokens)
+        buffer = self.algorithm.overlong_buffer.tokens if self.algorithm.overlong_buffer is not None else None
+        if buffer is not None and buffer > self.sampling.max_tokens:
+            raise ValueError(
+                f"algorithm.overlong_buffer.tokens ({buffer}) must be at most sampling.max_tokens "
+                f"({self.sampling.max_tokens})"
+            )
         return self
 
-    def policy_loss_config(self) -> dict[str, float] | None:
-        """`loss_fn_config` with `clip_ratio_low/high/c` applied; None when neither sets anything."""
-        merged = {**(self.loss_fn_config or {}), **self.clip_config()}
-        return merged or None
+    @classmethod
+    def preset(cls, data: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The `algorithm.preset`'s settings for a config being loaded (see `load_config`)."""
+        algorithm = data.get("algorithm")
+        if not isinstance(algorithm, Mapping):
+            return {}
+        settings = AlgorithmSettings.preset_defaults(algorithm)
+        return {"algorithm": dict(settings)} if settings else {}
 
-    def policy_objective(self, minibatches: int = 1) -> PolicyObjective:
-        """What each optimizer step minimises (`train_core.rl.policy_objective`), from these settings."""
-        return PolicyObjective(
-            self.loss_fn,
-            self.policy_loss_config(),
-            self.loss_aggregation,
-            float(self.loss_aggregation_tokens or self.max_tokens),
-            self.kl_loss_coef,
-            self.kl_loss_estimator,
-            self.entropy_coeff,
-            minibatches,
-        )
+    @property
+    def mode(self) -> RLMode:
+        return self.rl.mode
 
     def custom_route_reasons(self) -> list[str]:
-        """Why the update goes through `forward_backward_custom` on the configured backend (a KL
-        term, an entropy bonus, or on a backend that runs only its own built-ins, such as the Tinker
-        service, a loss or config key it does not take); empty: the built-in loss runs it."""
-        builtin_only = get_backend_spec(self.backend).supported_losses is not None
-        return self.policy_objective().custom_route_reasons(service=builtin_only)
+        """Why the update goes through `forward_backward_custom` on the configured backend."""
+        return self.algorithm.custom_route_reasons(self.backend, self.sampling.max_tokens)
 
     def builtin_loss_fns(self) -> list[str]:
-        """The losses sent to the backend's built-in forward_backward (what `kitchen validate`
-        checks the backend runs): the policy loss unless the custom route takes it."""
-        return [] if self.custom_route_reasons() else [self.loss_fn]
+        """The policy loss unless the custom route takes it (what `kitchen validate` checks the
+        backend runs)."""
+        return [] if self.custom_route_reasons() else [self.algorithm.loss_fn]
 
-    def correction(self) -> RolloutCorrection | None:
-        return None if self.rollout_correction is None else self.rollout_correction.correction()
-
-    def overlong_buffer_tokens(self) -> int:
-        """The overlong buffer L_c: as set, else DAPO's fifth of max_tokens."""
-        assert self.overlong_buffer is not None
-        return self.overlong_buffer.tokens or default_buffer_tokens(self.max_tokens)
+    def entropy_bonus(self) -> bool:
+        return self.algorithm.entropy_coeff > 0
 
     def resolved_summary(self) -> list[str]:
         """The RL algorithm as it will run: the preset (if any) and every algorithm key's value,
         the loss config with the clip keys applied."""
-        source = ALGORITHM_PRESETS[self.algorithm].source if self.algorithm else "no preset"
-        lines = [f"algorithm: {self.algorithm or '-'} ({source})"]
-        values: dict[str, object] = {"loss_fn": self.loss_fn, "loss_fn_config": self.policy_loss_config()}
-        own = [key for key in RLAlgorithmSettings.model_fields if key not in RunConfig.model_fields]
-        values.update({key: getattr(self, key) for key in own if key != "algorithm"})
-        values.update(mode=self.mode, kl_penalty_coef=self.kl_penalty_coef)
-        return lines + [f"  {key} = {_shown(value)}" for key, value in values.items()]
+        algorithm = self.algorithm
+        source = ALGORITHM_PRESETS[algorithm.preset].source if algorithm.preset else "no preset"
+        lines = [f"algorithm: {algorithm.preset or '-'} ({source})"]
+        values: dict[str, object] = {key: getattr(algorithm, key) for key in AlgorithmSettings.model_fields}
+        values.pop("preset")
+        values.update(loss_fn_config=algorithm.policy_loss_config(), mode=self.mode)
+        return lines + [f"  algorithm.{key} = {_shown(value)}" for key, value in values.items()]
 
 
 def _shown(value: object) -> object:

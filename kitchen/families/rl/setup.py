@@ -9,14 +9,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kitchen.engine.config.run import RunConfig
 from kitchen.engine.context import Context
 from kitchen.engine.errors import ConfigError, DataError
 from kitchen.engine.hooks import report_progress
 from kitchen.engine.ports import ServiceBackend, TrainingClient
 from kitchen.engine.stage import Stage
+from kitchen.families.common.settings import OptimizerSettings
 from kitchen.families.common.setup import TrainingClientOut, message_roles
 from kitchen.families.common.training import adam_params, train_in_chunks
-from kitchen.families.rl.settings import RLSettings
+from kitchen.families.rl.settings import RLSettings, WarmStartSettings
 from train_core.renderers.base import Renderer
 from train_core.rl.task import DataCheck, RLTask, RLTaskFactory
 from train_core.supervised import datum_from_tokens_weights, mean_nll
@@ -31,7 +33,8 @@ class Task:
 
 class BuildRLTask(Stage):
     """The recipe's envs, held-out set and demonstrations, built up front so bad data fails before
-    any training; also fixes the number of RL steps (`num_batches`)."""
+    any training; also fixes the number of RL steps (`rl.num_batches`). The recipe's factory gets
+    the whole config (its `env` section among the rest)."""
 
     def __init__(self, factory: RLTaskFactory, check_data: DataCheck | None = None, name: str | None = None) -> None:
         super().__init__(name)
@@ -51,13 +54,13 @@ class BuildRLTask(Stage):
         for note in task.notes:
             ctx.log.info("rl_task.note", message=note)
         ctx.log.info("rl_task.built", batches=len(task.train), eval_groups=len(task.eval_builders))
-        return Task(task, config.num_batches)
+        return Task(task, config.rl.num_batches)
 
 
 def demonstration_data(task: RLTask, renderer: Renderer, rng: random.Random, count: int) -> list[Datum]:
     """`count` demonstrations as supervised datums, trained on the task's chosen messages."""
     if task.demonstrations is None:
-        raise ConfigError("warm_start_steps > 0, but this recipe's task provides no demonstrations")
+        raise ConfigError("warm_start.steps > 0, but this recipe's task provides no demonstrations")
     data = []
     for messages in task.demonstrations(rng, count):
         tokens, weights = renderer.build_supervised_example(messages, task.demonstration_weights)
@@ -91,7 +94,7 @@ class WarmStart(Stage):
     A random-init model rarely samples a correct answer, so RL would have no signal; a few
     cross-entropy steps teach the answer format and a first guess at the skill. Runs only on a
     fresh start (a resumed run already holds trained weights), as pipelined optimizer steps with
-    a constant `warm_start_learning_rate`. The warm-started state is saved as `warm_start`, and RL
+    a constant `warm_start.learning_rate`. The warm-started state is saved as `warm_start`, and RL
     trains a new client made from it without its optimizer (Adam's moment estimates from
     cross-entropy gradients would mis-scale the first RL updates). A new client, not `load_state`
     on the live one: the Tinker service refuses that.
@@ -111,14 +114,13 @@ class WarmStart(Stage):
         renderer: Renderer,
         training_client: TrainingClient,
         service: ServiceBackend,
-        config: RLSettings,
+        warm_start: WarmStartSettings,
+        optimizer: OptimizerSettings,
+        run: RunConfig,
     ) -> TrainingClientOut:
-        rng = random.Random(f"warm_start/{config.seed}")
-        batches = [
-            demonstration_data(rl_task, renderer, rng, config.warm_start_batch_size)
-            for _ in range(config.warm_start_steps)
-        ]
-        adam = dataclasses.replace(adam_params(ctx, config), learning_rate=config.warm_start_learning_rate)
+        rng = random.Random(f"warm_start/{run.seed}")
+        batches = [demonstration_data(rl_task, renderer, rng, warm_start.batch_size) for _ in range(warm_start.steps)]
+        adam = dataclasses.replace(adam_params(ctx, optimizer), learning_rate=warm_start.learning_rate)
         progress = step_progress(ctx, "warm_start", batches)
         results = await train_in_chunks(training_client, batches, "cross_entropy", None, adam, on_result=progress)
         path = await (await training_client.save_state("warm_start"))

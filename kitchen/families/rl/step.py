@@ -17,14 +17,17 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kitchen.engine.config.run import RunConfig
 from kitchen.engine.context import Context
 from kitchen.engine.ports import SamplingClient, Tokenizer, TrainingClient
 from kitchen.engine.stage import Stage
 from kitchen.engine.workflow import ConfigPredicate
 from kitchen.families.common.requests import score_targets
+from kitchen.families.common.settings import OptimizerSettings, SamplingSettings
 from kitchen.families.common.training import adam_params, guard_nonfinite, pipelined_steps
+from kitchen.families.rl.algorithm_settings import AlgorithmSettings
 from kitchen.families.rl.policy_update import policy_update
-from kitchen.families.rl.settings import RLSettings
+from kitchen.families.rl.settings import EpisodeSettings, RLLoopSettings
 from train_core.batching import split_evenly
 from train_core.renderers.base import Renderer
 from train_core.rl.advantages import compute_advantages
@@ -56,22 +59,22 @@ if TYPE_CHECKING:
     import torch
 
 
-def rollout_params(config: RLSettings) -> SamplingParams:
-    """Sampling settings from the RL config; each env's stop condition is added per call."""
-    return SamplingParams(max_tokens=config.max_tokens, temperature=config.temperature)
+def rollout_params(sampling: SamplingSettings) -> SamplingParams:
+    """The `sampling` section as sampling params; each env's stop condition is added per call."""
+    return SamplingParams(max_tokens=sampling.max_tokens, temperature=sampling.temperature)
 
 
-def rollout_options(config: RLSettings) -> RolloutOptions:
-    """Episode limits, termination reward and failure policy from the RL config."""
-    failure = config.rollout_failure
+def rollout_options(episode: EpisodeSettings) -> RolloutOptions:
+    """Episode limits, termination reward and failure policy from the `episode` section."""
+    failure = episode.failure
     return RolloutOptions(
         limits=RolloutLimits(
-            max_turns=config.max_episode_turns,
-            max_tokens=config.max_episode_tokens,
-            timeout_s=config.episode_timeout_s,
-            max_context_tokens=config.max_context_tokens,
+            max_turns=episode.max_turns,
+            max_tokens=episode.max_tokens,
+            timeout_s=episode.timeout_s,
+            max_context_tokens=episode.max_context_tokens,
         ),
-        termination_reward=config.termination_reward,
+        termination_reward=episode.termination_reward,
         failure=RolloutFailure(failure.policy, failure.retries, failure.min_group_size),
     )
 
@@ -121,14 +124,14 @@ class DoRollouts(Stage):
         env_group_builders: list[EnvGroupBuilder],
         sampling_client: SamplingClient,
         sampler_step: int,
-        config: RLSettings,
+        sampling: SamplingSettings,
+        episode: EpisodeSettings,
+        run: RunConfig,
     ) -> Rollouts:
-        params, options = rollout_params(config), rollout_options(config)
+        params, options = rollout_params(sampling), rollout_options(episode)
         results = await asyncio.gather(
             *(
-                sample_group(
-                    builder, sampling_client, sampler_step, params, ("train", config.seed, ctx.step, i), options
-                )
+                sample_group(builder, sampling_client, sampler_step, params, ("train", run.seed, ctx.step, i), options)
                 for i, builder in enumerate(env_group_builders)
             )
         )
@@ -197,17 +200,17 @@ def group_transcripts(
 
 
 class WriteTranscripts(Stage):
-    """The first `transcript_groups` groups of the step as text, to `rollouts/step_{step:06d}.jsonl`."""
+    """The first `rl.transcript_groups` groups of the step as text, to `rollouts/step_{step:06d}.jsonl`."""
 
     async def run(
         self,
         ctx: Context,
         sampled_groups: list[SampledGroup],
         tokenizer: Tokenizer,
-        config: RLSettings,
+        rl: RLLoopSettings,
         renderer: Renderer | None = None,
     ) -> None:
-        count = config.transcript_groups
+        count = rl.transcript_groups
         if ctx.run_dir is None or count == 0:
             return
         folder = ctx.run_dir / "rollouts"
@@ -237,18 +240,25 @@ class ComputeAdvantages(Stage):
     estimator sees it (`overlong/*` metrics; the rollout metrics keep the env's own reward).
     Batch-level estimators see the groups given (in stream mode, the minibatch's)."""
 
-    async def run(self, ctx: Context, sampled_groups: list[SampledGroup], config: RLSettings) -> Advantages:
+    async def run(
+        self,
+        ctx: Context,
+        sampled_groups: list[SampledGroup],
+        algorithm: AlgorithmSettings,
+        sampling: SamplingSettings,
+    ) -> Advantages:
         groups_P = [g.trajectories for g in sampled_groups]
-        if config.remove_constant_reward_groups:
+        if algorithm.remove_constant_reward_groups:
             groups_P = remove_constant_reward_groups(groups_P)
         kept = {id(group) for group in groups_P}
         tags_P = [g.builder.logging_tags() for g in sampled_groups if id(g.trajectories) in kept]
-        if config.overlong_buffer is not None:
-            buffer, factor = config.overlong_buffer_tokens(), config.overlong_buffer.penalty_factor
-            groups_P, metrics = shape_overlong_rewards(groups_P, config.max_tokens, buffer, factor)
+        if algorithm.overlong_buffer is not None:
+            max_tokens = sampling.max_tokens
+            buffer, factor = algorithm.overlong_buffer_tokens(max_tokens), algorithm.overlong_buffer.penalty_factor
+            groups_P, metrics = shape_overlong_rewards(groups_P, max_tokens, buffer, factor)
             ctx.record(metrics)
-        options = {"scale_rewards": config.scale_rewards} if config.scale_rewards is not None else {}
-        advantages_P = compute_advantages(groups_P, config.advantage_estimator, options) if groups_P else []
+        options = {"scale_rewards": algorithm.scale_rewards} if algorithm.scale_rewards is not None else {}
+        advantages_P = compute_advantages(groups_P, algorithm.advantage_estimator, options) if groups_P else []
         return Advantages(groups_P, tags_P, advantages_P)
 
 
@@ -281,11 +291,12 @@ class AssembleData(Stage):
         trained_groups: list[TrajectoryGroup],
         trained_tags: list[list[str]],
         advantages: list[torch.Tensor],
-        config: RLSettings,
+        algorithm: AlgorithmSettings,
+        episode: EpisodeSettings,
     ) -> AssembledData:
-        mask = config.parse_error_policy == "mask"
+        mask = episode.parse_error_policy == "mask"
         data_D, metadata_D = assemble_training_data(trained_groups, advantages, mask_parse_errors=mask)
-        if config.overlong_filter:
+        if algorithm.overlong_filter:
             data_D, metrics = filter_overlong(data_D, metadata_D, trained_groups)
             ctx.record(metrics)
         if mask:
@@ -307,13 +318,13 @@ class ApplyKLPenalty(Stage):
     calls = (SamplingClient.compute_logprobs,)
 
     async def run(
-        self, ctx: Context, rl_data: list[Datum], reference_client: SamplingClient, config: RLSettings
+        self, ctx: Context, rl_data: list[Datum], reference_client: SamplingClient, algorithm: AlgorithmSettings
     ) -> RLData:
         if not rl_data:
             return RLData(rl_data)
         base_logprobs_D = await score_targets(reference_client, rl_data)
         data_D, metrics = incorporate_kl_penalty(
-            rl_data, base_logprobs_D, config.kl_penalty_coef, config.kl_discount_factor
+            rl_data, base_logprobs_D, algorithm.kl_penalty_coef, algorithm.kl_discount_factor
         )
         ctx.record(metrics)
         return RLData(data_D)
@@ -365,15 +376,23 @@ class RLTrainStep(Stage):
     )
 
     async def run(
-        self, ctx: Context, rl_data: list[Datum], training_client: TrainingClient, config: RLSettings
+        self,
+        ctx: Context,
+        rl_data: list[Datum],
+        training_client: TrainingClient,
+        algorithm: AlgorithmSettings,
+        sampling: SamplingSettings,
+        rl: RLLoopSettings,
+        optimizer: OptimizerSettings,
+        run: RunConfig,
     ) -> TrainedData:
         if not rl_data:
             ctx.log.warning("train_step.skipped", step=ctx.step, reason="no datums: no trajectory had a token to train")
             return TrainedData(rl_data)
-        update = policy_update(config)
+        update = policy_update(algorithm, sampling.max_tokens, run.backend)
         data_D, metrics = await update.prepare(training_client, rl_data)
         ctx.record(metrics)
-        chunks = split_evenly(data_D, config.num_substeps)
+        chunks = split_evenly(data_D, rl.num_substeps)
 
         async def forward_backward(chunk: Sequence[Datum]) -> Awaitable[ForwardBackwardOutput]:
             return await update.submit(training_client, chunk)
@@ -383,11 +402,11 @@ class RLTrainStep(Stage):
             ctx.record(forward_backward_metrics(data_D, fb_outputs))
             ctx.record(update.metrics(data_D, fb_outputs))
 
-        adam = adam_params(ctx, config)
+        adam = adam_params(ctx, optimizer)
         results = await pipelined_steps(training_client, chunks, forward_backward, adam, on_forward_backward=measure)
         fb_outputs, optim_outputs = [fb for fb, _ in results], [optim for _, optim in results]
         ctx.record(optim_step_metrics(optim_outputs))
-        guard_nonfinite(ctx, ctx.step, config.max_bad_steps, optim_outputs, fb_outputs)
+        guard_nonfinite(ctx, ctx.step, run.max_bad_steps, optim_outputs, fb_outputs)
         return TrainedData(data_D)
 
 
@@ -437,6 +456,4 @@ class PostUpdateKL(Stage):
             ctx.record(compute_kl_pre_post(trained_data, await score_targets(sampling_client, trained_data)))
 
 
-post_update_kl_on = ConfigPredicate(
-    "post_update_kl is on", ("post_update_kl",), lambda ctx: bool(ctx.config.post_update_kl)
-)
+post_update_kl_on = ConfigPredicate("rl.post_update_kl is on", RLLoopSettings, lambda ctx, rl: rl.post_update_kl)

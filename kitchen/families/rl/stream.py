@@ -17,14 +17,17 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from kitchen.engine.config.run import RunConfig
 from kitchen.engine.context import Context
 from kitchen.engine.errors import ConfigError
 from kitchen.engine.ports import SamplingClient, TrainingClient
 from kitchen.engine.stage import Stage
+from kitchen.families.common.settings import OptimizerSettings, SamplingSettings
 from kitchen.families.common.training import adam_params, guard_nonfinite
+from kitchen.families.rl.algorithm_settings import AlgorithmSettings
 from kitchen.families.rl.dynamic_sampling import extra_round_builders, fill_metrics, is_informative
 from kitchen.families.rl.policy_update import policy_update
-from kitchen.families.rl.settings import RLSettings
+from kitchen.families.rl.settings import EpisodeSettings, RLLoopSettings
 from kitchen.families.rl.step import Rollouts, note_dropped, rollout_options, rollout_params
 from train_core.rl.metrics import rollout_failure_metrics, train_step_metrics
 from train_core.rl.rollouts import DroppedGroup, SampledGroup, sample_group
@@ -99,26 +102,30 @@ class StartRollouts(Stage):
         rl_task: RLTask,
         sampling_client: SamplingClient,
         sampler_step: int,
-        config: RLSettings,
+        rl: RLLoopSettings,
+        algorithm: AlgorithmSettings,
+        sampling: SamplingSettings,
+        episode: EpisodeSettings,
+        run: RunConfig,
     ) -> StreamStarted:
-        assert config.stream_minibatch is not None  # this mode's workflow is built only with it
-        num_minibatches = config.stream_minibatch.num_minibatches
-        count = config.num_substeps * num_minibatches
+        assert rl.stream_minibatch is not None  # this mode's workflow is built only with it
+        num_minibatches = rl.stream_minibatch.num_minibatches
+        count = rl.num_substeps * num_minibatches
         builders = env_group_builders
         if len(builders) % count:
             raise ConfigError(
                 f"stream_minibatch: {len(builders)} groups in step {ctx.step} do not split into "
                 f"num_substeps x num_minibatches = {count} minibatches"
             )
-        params, options = rollout_params(config), rollout_options(config)
+        params, options = rollout_params(sampling), rollout_options(episode)
         stream = RolloutStream(len(builders) // count, num_minibatches, first_round=len(builders))
         for i, b in enumerate(builders):
-            key = ("train", config.seed, ctx.step, i)
+            key = ("train", run.seed, ctx.step, i)
             stream.add(asyncio.create_task(sample_group(b, sampling_client, sampler_step, params, key, options)))
-        if config.dynamic_sampling is not None:
+        if algorithm.dynamic_sampling is not None:
             extra = (
                 (round_index, i, builder)
-                for round_index in range(1, config.dynamic_sampling.max_rounds)
+                for round_index in range(1, algorithm.dynamic_sampling.max_rounds)
                 for i, builder in enumerate(extra_round_builders(rl_task, ctx.step, round_index))
             )
 
@@ -126,7 +133,7 @@ class StartRollouts(Stage):
                 round_index, i, builder = next(extra, (None, None, None))
                 if builder is None:
                     return None
-                key = ("dynamic_sampling", config.seed, ctx.step, round_index, i)
+                key = ("dynamic_sampling", run.seed, ctx.step, round_index, i)
                 return asyncio.create_task(sample_group(builder, sampling_client, sampler_step, params, key, options))
 
             stream.start_more = start_more
@@ -183,18 +190,21 @@ class SubmitMinibatch(Stage):
         rl_data: list[Datum],
         training_client: TrainingClient,
         rollout_stream: RolloutStream,
-        config: RLSettings,
+        algorithm: AlgorithmSettings,
+        sampling: SamplingSettings,
+        optimizer: OptimizerSettings,
+        run: RunConfig,
     ) -> None:
         stream = rollout_stream
         if rl_data:
-            update = policy_update(config, stream.num_minibatches)
+            update = policy_update(algorithm, sampling.max_tokens, run.backend, stream.num_minibatches)
             data_D, metrics = await update.prepare(training_client, rl_data)
             ctx.record(metrics)
             stream.substep.append(await update.submit(training_client, data_D))
             stream.trained_D += data_D
         stream.submitted += 1
         if stream.submitted % stream.num_minibatches == 0 and stream.substep:
-            stream.optim.append(await training_client.optim_step(adam_params(ctx, config)))
+            stream.optim.append(await training_client.optim_step(adam_params(ctx, optimizer)))
             stream.forward_backward += stream.substep
             stream.substep = []
 
@@ -212,17 +222,26 @@ class FinishStreamStep(Stage):
     A step whose optimizer did not apply a NaN/inf update counts towards `max_bad_steps`
     (`guard_nonfinite`)."""
 
-    async def run(self, ctx: Context, rollout_stream: RolloutStream, config: RLSettings) -> StreamFinished:
+    async def run(
+        self,
+        ctx: Context,
+        rollout_stream: RolloutStream,
+        rl: RLLoopSettings,
+        algorithm: AlgorithmSettings,
+        sampling: SamplingSettings,
+        run: RunConfig,
+    ) -> StreamFinished:
         stream = rollout_stream
         stream.cancel_unused()
         fb_outputs = [await future for future in stream.forward_backward]
         optim_outputs = [await future for future in stream.optim]
         ctx.record(rollout_failure_metrics(stream.sampled, stream.dropped))
-        if config.dynamic_sampling is not None:
+        if algorithm.dynamic_sampling is not None:
             sampled = stream.kept + stream.constant
-            ctx.record(fill_metrics(sampled, stream.constant, stream.kept, config.groups_per_batch))
+            ctx.record(fill_metrics(sampled, stream.constant, stream.kept, rl.groups_per_batch))
         if stream.trained_D:
+            update = policy_update(algorithm, sampling.max_tokens, run.backend, stream.num_minibatches)
             ctx.record(train_step_metrics(stream.trained_D, fb_outputs, optim_outputs))
-            ctx.record(policy_update(config, stream.num_minibatches).metrics(stream.trained_D, fb_outputs))
-            guard_nonfinite(ctx, ctx.step, config.max_bad_steps, optim_outputs, fb_outputs)
+            ctx.record(update.metrics(stream.trained_D, fb_outputs))
+            guard_nonfinite(ctx, ctx.step, run.max_bad_steps, optim_outputs, fb_outputs)
         return StreamFinished(stream.sampled, stream.trained_D)

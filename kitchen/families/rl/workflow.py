@@ -8,7 +8,7 @@ stages.
 - async: sampling workers and the trainer run concurrently (a Parallel node); workers start only
   groups the trainer can consume within `max_steps_off_policy` steps (admission control).
 
-The algorithm's keys (`RLAlgorithmSettings`) enter as stages and settings: dynamic sampling adds
+The `algorithm` section's keys enter as stages and settings: dynamic sampling adds
 `FillInformativeBatch` in sync mode (stream and async fill as they take groups), a KL term in the
 loss a reference client and `AddReferenceLogprobs`; the estimator, overlong handling, aggregation,
 clip keys, entropy bonus and corrections are read by the advantage, assembly and update stages.
@@ -17,18 +17,17 @@ Variants fill slots instead of adding flags: `setup` stages run once before RL (
 reference or teacher model), `adjust` stages rewrite the assembled datums' advantages before the
 train step (a KL penalty, a teacher's KL), `after_update` stages run after each step's update,
 `evaluators` run with the held-out reward (before the step's update), `after_training` stages
-once after the last update (e.g. a final evaluation of the trained policy). The config's `evals:`
-run after each step's update and checkpoint (`kitchen.families.evaluation.during_training`).
+once after the last update (e.g. a final evaluation of the trained policy). The config's
+`eval.tasks` run after each step's update and checkpoint (`kitchen.families.evaluation.during_training`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from kitchen.engine.context import Context
 from kitchen.engine.workflow import Loop, Node, Parallel, When, Workflow, WorkflowBuilder, every
-from kitchen.families.common.checkpoint import SaveCheckpoint
+from kitchen.families.common.checkpoint import CheckpointSettings, SaveCheckpoint
 from kitchen.families.common.setup import (
     CloseBackend,
     CreateReferenceClient,
@@ -46,7 +45,7 @@ from kitchen.families.rl.async_mode import (
 )
 from kitchen.families.rl.dynamic_sampling import FillInformativeBatch
 from kitchen.families.rl.evaluation import EvaluateRewards, eval_due
-from kitchen.families.rl.settings import RLMode
+from kitchen.families.rl.settings import RLMode, RLSettings
 from kitchen.families.rl.setup import BuildRLTask, WarmStart
 from kitchen.families.rl.step import (
     AddReferenceLogprobs,
@@ -95,7 +94,7 @@ def rl_workflow(
         *([PublishSampler()] if mode == "async" else []),
         When("kl_pre_post", post_update_kl_on, [PostUpdateKL()]),
         *after_update,
-        When("checkpoint", every("save_every"), [SaveCheckpoint()]),
+        When("checkpoint", every(CheckpointSettings, lambda c: c.save_every), [SaveCheckpoint()]),
         start_evals(),
     ]
     step: list[Node]
@@ -141,22 +140,21 @@ def rl_workflow_for(factory: RLTaskFactory, check_data: DataCheck | None = None)
 
     The reference the KL penalty pulls towards is the policy as RL begins (after a warm start)."""
 
-    def build(config: Any) -> Workflow:
+    def build(config: RLSettings) -> Workflow:
         setup: list[Node] = []
         adjust: list[Node] = []
-        if config.warm_start_steps > 0:
+        algorithm = config.algorithm
+        if config.warm_start.steps > 0:
             setup.append(When("fresh_start", fresh_run, [WarmStart()]))
-        if config.kl_penalty_coef > 0 or config.kl_loss_coef > 0:
+        if algorithm.kl_penalty_coef > 0 or algorithm.kl_loss_coef > 0:
             setup.append(CreateReferenceClient())
-        if config.kl_penalty_coef > 0:
+        if algorithm.kl_penalty_coef > 0:
             adjust.append(ApplyKLPenalty())
-        if config.kl_loss_coef > 0:
+        if algorithm.kl_loss_coef > 0:
             adjust.append(AddReferenceLogprobs())
-        dynamic = config.dynamic_sampling is not None
+        dynamic = algorithm.dynamic_sampling is not None
         return rl_workflow(
-            factory, config.mode, setup=setup, adjust=adjust, check_data=check_data, dynamic_sampling=dynamic
+            factory, config.rl.mode, setup=setup, adjust=adjust, check_data=check_data, dynamic_sampling=dynamic
         )
 
-    return WorkflowBuilder(
-        "rl", ("mode", "warm_start_steps", "kl_penalty_coef", "kl_loss_coef", "dynamic_sampling"), build
-    )
+    return WorkflowBuilder("rl", (RLSettings,), build)

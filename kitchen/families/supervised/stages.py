@@ -9,12 +9,14 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from kitchen.engine.config.run import RunConfig
+from kitchen.engine.config.sections import section_of
 from kitchen.engine.context import Context
 from kitchen.engine.errors import DataError
 from kitchen.engine.ports import Tokenizer, TrainingClient
 from kitchen.engine.runs.datasets import BuiltRecords, is_hub_name, load_located_records
 from kitchen.engine.stage import Stage
-from kitchen.families.common.settings import DatasetSettings
+from kitchen.families.common.settings import DataSettings
 from kitchen.families.common.setup import message_roles
 from kitchen.families.supervised.examples import ExampleBuilder, record_datum
 from train_core.batching import batch_for_step
@@ -30,9 +32,9 @@ Source = tuple[str, str]
 """(file or hub name, split)."""
 
 
-def _config_sources(config: Any) -> tuple[Source, Source | None]:
-    held_out = (config.eval_dataset, config.eval_split) if config.eval_dataset else None
-    return (config.dataset, config.dataset_split), held_out
+def _config_sources(data: DataSettings) -> tuple[Source, Source | None]:
+    held_out = (data.eval_dataset, data.eval_split) if data.eval_dataset else None
+    return (data.dataset, data.dataset_split), held_out
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,7 @@ class _LoadData(Stage):
             return
         roles = message_roles(config) if self.uses_renderer else STANDARD_ROLES
         required = getattr(self.builder, "required_any", ())
-        for source, split in filter(None, _config_sources(config)):
+        for source, split in filter(None, _config_sources(section_of(config, DataSettings))):
             if is_hub_name(source):
                 continue
             for where, record in load_located_records(source, split=split, required_any=required):
@@ -79,28 +81,26 @@ class _LoadData(Stage):
 
 
 class LoadSupervisedData(_LoadData):
-    """The config's `dataset` / `eval_dataset`, as examples the builder makes from tokens alone."""
+    """The `data` section's `dataset` / `eval_dataset`, as examples the builder makes from tokens alone."""
 
-    async def run(self, ctx: Context, tokenizer: Tokenizer, config: DatasetSettings) -> SupervisedData:
-        train, held_out = _config_sources(config)
-        return load_supervised_data(ctx, self.builder, tokenizer, None, config, train, held_out)
+    async def run(self, ctx: Context, tokenizer: Tokenizer, data: DataSettings) -> SupervisedData:
+        train, held_out = _config_sources(data)
+        return load_supervised_data(ctx, self.builder, tokenizer, None, data, train, held_out)
 
 
 class LoadChatData(_LoadData):
-    """The config's `dataset` / `eval_dataset`, as examples rendered by the run's chat renderer."""
+    """The `data` section's `dataset` / `eval_dataset`, as examples rendered by the run's chat renderer."""
 
     uses_renderer = True
 
-    async def run(
-        self, ctx: Context, tokenizer: Tokenizer, renderer: Renderer, config: DatasetSettings
-    ) -> SupervisedData:
-        train, held_out = _config_sources(config)
-        return load_supervised_data(ctx, self.builder, tokenizer, renderer, config, train, held_out)
+    async def run(self, ctx: Context, tokenizer: Tokenizer, renderer: Renderer, data: DataSettings) -> SupervisedData:
+        train, held_out = _config_sources(data)
+        return load_supervised_data(ctx, self.builder, tokenizer, renderer, data, train, held_out)
 
 
 class LoadGeneratedChatData(_LoadData):
     """Chat examples from the files an earlier stage wrote (`data_files`: `{"train": path,
-    "eval": path}`, e.g. a teacher's answers), instead of the config's `dataset`."""
+    "eval": path}`, e.g. a teacher's answers), instead of the `data` section's `dataset`."""
 
     uses_renderer = True
     reads_config_files = False
@@ -111,11 +111,11 @@ class LoadGeneratedChatData(_LoadData):
         tokenizer: Tokenizer,
         renderer: Renderer,
         data_files: dict[str, str],
-        config: DatasetSettings,
+        data: DataSettings,
     ) -> SupervisedData:
         train = (data_files["train"], "train")
         held_out = (data_files["eval"], "train") if "eval" in data_files else None
-        return load_supervised_data(ctx, self.builder, tokenizer, renderer, config, train, held_out)
+        return load_supervised_data(ctx, self.builder, tokenizer, renderer, data, train, held_out)
 
 
 def load_supervised_data(
@@ -123,14 +123,14 @@ def load_supervised_data(
     builder: ExampleBuilder,
     tokenizer: Tokenizer,
     renderer: Renderer | None,
-    config: DatasetSettings,
+    data: DataSettings,
     train_source: Source,
     held_out: Source | None,
 ) -> SupervisedData:
     """The datums of the train and held-out files, and the number of optimizer steps."""
-    train = _load(ctx, builder, tokenizer, renderer, config.max_length, *train_source, "train")
-    num_steps = config.num_steps(len(train), "examples", train_source[0])
-    eval_data = _load(ctx, builder, tokenizer, renderer, config.max_length, *held_out, "eval") if held_out else []
+    train = _load(ctx, builder, tokenizer, renderer, data.max_length, *train_source, "train")
+    num_steps = data.num_steps(len(train), "examples", train_source[0])
+    eval_data = _load(ctx, builder, tokenizer, renderer, data.max_length, *held_out, "eval") if held_out else []
     ctx.log.info("data.loaded", train=len(train), eval=len(eval_data), num_steps=num_steps)
     return SupervisedData(train, eval_data, num_steps)
 
@@ -195,8 +195,8 @@ class GetSupervisedBatch(Stage):
     """The batch of the current step: the epoch's seeded shuffle, full batches only, so a
     resumed run sees exactly the batches an uninterrupted run would."""
 
-    async def run(self, ctx: Context, train_data: Sequence[Datum], config: DatasetSettings) -> Batch:
-        epoch, batch_index, indices = batch_for_step(ctx.step, len(train_data), config.batch_size, config.seed)
+    async def run(self, ctx: Context, train_data: Sequence[Datum], data: DataSettings, run: RunConfig) -> Batch:
+        epoch, batch_index, indices = batch_for_step(ctx.step, len(train_data), data.batch_size, run.seed)
         ctx.record({"epoch": epoch, "batch": batch_index, "progress": (ctx.step + 1) / (ctx.total_steps or 1)})
         return Batch([train_data[i] for i in indices])
 
@@ -212,11 +212,11 @@ class EvaluateNLL(Stage):
         self.metric = metric
 
     async def run(
-        self, ctx: Context, training_client: TrainingClient, eval_data: Sequence[Datum], config: DatasetSettings
+        self, ctx: Context, training_client: TrainingClient, eval_data: Sequence[Datum], data: DataSettings
     ) -> None:
         if not eval_data:
             return
-        size = config.batch_size
+        size = data.batch_size
         futures = [
             await training_client.forward(eval_data[i : i + size], "cross_entropy")
             for i in range(0, len(eval_data), size)

@@ -31,7 +31,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from kitchen.apps.serve.loopback import LoopbackServer
 from kitchen.engine.callables import import_callable
 from kitchen.families.rl.envs import EnvSettings, EnvSpec
-from kitchen.families.rl.settings import RLSettings
+from kitchen.families.rl.settings import RLLoopSettings, RLSettings
 from kitchen.integrations.hubs import require
 from train_core.renderers.base import Renderer
 from train_core.renderers.messages import Message
@@ -43,6 +43,7 @@ OBSERVATION_META = ("done", "reward", "metadata")
 
 
 class OpenEnvSettings(EnvSettings):
+    name: Literal["openenv"] = Field("openenv", description="an OpenEnv environment")
     environment: str = Field(
         min_length=1, description="the OpenEnv Environment class (or a factory of one) as 'module:Class'"
     )
@@ -312,10 +313,11 @@ class OpenEnvDataset(RLDataset):
     source: OpenEnvSource
     settings: OpenEnvSettings
     renderer: Renderer
-    rl: RLSettings
+    rl: RLLoopSettings
+    seed: int
 
     def get_batch(self, index: int) -> list[EnvGroupBuilder]:
-        rng = random.Random(f"openenv/{self.rl.seed}/{index}")
+        rng = random.Random(f"openenv/{self.seed}/{index}")
         return [
             OpenEnvGroupBuilder(self.source, rng.randrange(2**31), self.settings, self.renderer, self.rl.group_size)
             for _ in range(self.rl.groups_per_batch)
@@ -325,12 +327,13 @@ class OpenEnvDataset(RLDataset):
         return self.rl.num_batches
 
 
-def build_openenv_task(settings: OpenEnvSettings, rl: RLSettings, renderer: Renderer) -> RLTask:
+def build_openenv_task(settings: OpenEnvSettings, config: RLSettings, renderer: Renderer) -> RLTask:
     models = OpenEnvModels.resolve(settings)
+    rl = config.rl
     episodes = rl.group_size * (rl.groups_per_batch + settings.num_eval_episodes)  # at most at once
     source = OpenEnvSource(models, settings.mode, episodes)
     return RLTask(
-        train=OpenEnvDataset(source, settings, renderer, rl),
+        train=OpenEnvDataset(source, settings, renderer, rl, config.seed),
         eval_builders=[
             OpenEnvGroupBuilder(source, seed, settings, renderer, rl.group_size)
             for seed in range(settings.num_eval_episodes)

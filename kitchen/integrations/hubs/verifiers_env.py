@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -33,6 +33,7 @@ from train_core.rl.types import EnvGroupBuilder, Metrics, RLDataset
 
 
 class VerifiersSettings(EnvSettings):
+    name: Literal["verifiers"] = Field("verifiers", description="a verifiers environment")
     environment: str = Field(
         min_length=1,
         description="a verifiers environment id: the installed module (dashes as underscores, "
@@ -40,7 +41,7 @@ class VerifiersSettings(EnvSettings):
     )
     load_args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of its load_environment()")
     num_eval_examples: int = Field(
-        0, ge=0, description="rows of its eval dataset (its dataset when it has none) scored every eval_every steps"
+        0, ge=0, description="rows of its eval dataset (its dataset when it has none) scored every eval.every steps"
     )
 
     @field_validator("environment")
@@ -119,12 +120,13 @@ class VerifiersDataset(RLDataset):
         return self.num_batches
 
 
-def build_verifiers_task(settings: VerifiersSettings, rl: RLSettings, renderer: Renderer) -> RLTask:
+def build_verifiers_task(settings: VerifiersSettings, config: RLSettings, renderer: Renderer) -> RLTask:
     import verifiers as vf
 
+    rl = config.rl
     env = vf.load_environment(settings.environment, **settings.load_args)
     try:
-        dataset = env.get_dataset(seed=rl.seed)
+        dataset = env.get_dataset(seed=config.seed)
     except ValueError as exc:
         raise ValueError(f"verifiers environment {settings.environment!r} has no training dataset: {exc}") from None
     rows = [dict(row) for row in dataset]

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from kitchen.engine.backends import get_backend_spec
-from kitchen.engine.config.loading import RunConfig, load_config
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.config.run import RunConfig
 from kitchen.engine.ports import ServiceBackend
 
 

@@ -14,10 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from kitchen.engine.config.loading import load_config
-from kitchen.engine.launch import run_recipe
-from kitchen.engine.recipe import get_recipe
-from kitchen.engine.runs.checkpoints import resolve_sampler_path
+from kitchen import get_recipe, load_config, resolve_sampler_path, run_recipe
 
 TEACHER_DIR = Path(__file__).resolve().parent / "arithmetic"
 

@@ -26,7 +26,8 @@ from adapters.local.vllm_engine import (
 from adapters.local.vllm_protocol import EngineInfo, EngineSpec
 from adapters.local.vllm_samplers import engine_cpu_threads, lora_rank_limit
 from adapters.local.vllm_settings import VllmSettings
-from kitchen.engine.config.loading import RunConfig, load_config
+from kitchen.engine.config.loading import load_config
+from kitchen.engine.config.run import RunConfig
 from kitchen.engine.errors import ConfigError
 from kitchen.families.rl.step import weight_sync_metrics
 

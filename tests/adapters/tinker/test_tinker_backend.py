@@ -18,7 +18,7 @@ from adapters.tinker.redaction import Redactor
 from adapters.tinker.retry import RetryPolicy
 from adapters.tinker.training_client import TinkerTrainingClient
 from kitchen.engine.backends import make_backend
-from kitchen.engine.config.loading import RunConfig
+from kitchen.engine.config.run import RunConfig
 from kitchen.engine.errors import ConfigError, DataError
 from kitchen.engine.ports import SamplingClient, ServiceBackend, TrainingClient
 from tests.serve.server_process import API_KEY, shared_server
