@@ -27,8 +27,8 @@ EVAL_REWARD = "eval/all/reward/total"
 
 def learn(log_path: Path, algorithm: str, seed: int, steps: int) -> dict[str, float]:
     """One run's reward gain, held-out rewards and wall seconds."""
-    preset = [] if algorithm == "default" else [f"algorithm={algorithm}"]
-    overrides = [f"log_path={log_path}", f"seed={seed}", f"num_batches={steps}", "save_every=0", *preset]
+    preset = [] if algorithm == "default" else [f"algorithm.preset={algorithm}"]
+    overrides = [f"log_path={log_path}", f"seed={seed}", f"rl.num_batches={steps}", "checkpoint.save_every=0", *preset]
     config = load_config(Config, None, overrides)
     started = time.perf_counter()
     rows: list[dict[str, Any]] = read_metrics(run_recipe(RECIPE, config, progress=False).metrics)

@@ -94,13 +94,13 @@ def timed_run(log_path: Path, steps: int, sample_s: float, train_s: float, extra
     overrides = [
         "backend=noop",
         f"log_path={log_path}",
-        f"num_batches={steps}",
-        "groups_per_batch=16",
-        "group_size=8",
-        "max_tokens=8",
-        "eval_every=0",
-        "save_every=0",
-        "transcript_groups=0",
+        f"rl.num_batches={steps}",
+        "rl.groups_per_batch=16",
+        "rl.group_size=8",
+        "sampling.max_tokens=8",
+        "eval.every=0",
+        "checkpoint.save_every=0",
+        "rl.transcript_groups=0",
         f"noop.latency.sample={sample_s}",
         f"noop.latency.forward_backward={0.8 * train_s}",
         f"noop.latency.optim_step={0.2 * train_s}",
@@ -118,7 +118,7 @@ def compare(tmp: Path, steps: int, sample_s: float, train_s: float, max_off: int
     """One sync and one async run of the same setting, printed; their wall-time ratio."""
     name = f"s{sample_s}-t{train_s}-m{max_off}-w{workers}-{time.monotonic_ns()}"
     sync = timed_run(tmp / f"sync-{name}", steps, sample_s, train_s, [])
-    extra = [f"async_config.max_steps_off_policy={max_off}", f"async_config.num_workers={workers}"]
+    extra = [f"rl.async_config.max_steps_off_policy={max_off}", f"rl.async_config.num_workers={workers}"]
     run = timed_run(tmp / f"async-{name}", steps, sample_s, train_s, extra)
     print(
         f"sampling {sample_s:.2f} s : training {train_s:.2f} s per step, max_steps_off_policy {max_off}, "

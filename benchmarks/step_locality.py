@@ -117,14 +117,14 @@ def lines(files: set[str]) -> int:
     return sum(len((ROOT / file).read_text(encoding="utf-8").splitlines()) for file in files)
 
 
-RL_OVERRIDES = ["warm_start_steps=0", "num_batches=3", "groups_per_batch=4", "group_size=4"]
-SHORT_OVERRIDES = ["max_steps=3"]
+RL_OVERRIDES = ["warm_start.steps=0", "rl.num_batches=3", "rl.groups_per_batch=4", "rl.group_size=4"]
+SHORT_OVERRIDES = ["data.max_steps=3"]
 FAMILIES = {
     "math_rl": RL_OVERRIDES,
     "sl_basic": SHORT_OVERRIDES,
     "dpo": SHORT_OVERRIDES,
     "distill_on_policy": [*RL_OVERRIDES, "datasets=[{name: arithmetic, prompts: arithmetic}]"],
-    "distill_prompt": [*SHORT_OVERRIDES, "teacher.checkpoint=null", "batch_size=8"],
+    "distill_prompt": [*SHORT_OVERRIDES, "teacher.model.checkpoint=null", "data.batch_size=8"],
 }
 """One recipe per family, with the overrides that make its step loop short (and runnable on noop)."""
 
@@ -133,7 +133,7 @@ def measure(name: str, show: bool) -> None:
     recipe = get_recipe(name)
     tracer = StepTracer(step=1)
     with tempfile.TemporaryDirectory() as scratch:
-        overrides = ["backend=noop", f"log_path={scratch}/run", "eval_every=0", "save_every=0"]
+        overrides = ["backend=noop", f"log_path={scratch}/run", "eval.every=0", "checkpoint.save_every=0"]
         config = load_config(recipe.config_cls, None, [*overrides, *FAMILIES.get(name, RL_OVERRIDES)])
         run_recipe(recipe, config, hooks=[tracer], progress=False)
     reading = {*tracer.stage_modules, *tracer.direct, *workflow_modules(recipe, config)} - FRAMEWORK

@@ -57,10 +57,10 @@ def run(log_path: Path, sampler: str, seed: int, steps: int) -> Curve:
     overrides = [
         f"log_path={log_path}",
         f"seed={seed}",
-        f"num_batches={steps}",
+        f"rl.num_batches={steps}",
         "model_name=tiny32",
         f"local.sampler={sampler}",
-        "save_every=0",
+        "checkpoint.save_every=0",
     ]
     config = load_config(Config, None, overrides)
     started = time.perf_counter()

@@ -1,7 +1,7 @@
 """Compose your own workflow: built-in supervised stages plus one stage of your own.
 
     python examples/custom_workflow.py                       # embedded tiny model, local backend
-    python examples/custom_workflow.py backend=noop max_steps=5
+    python examples/custom_workflow.py backend=noop data.max_steps=5
 
 `DropLongExamples` filters each batch before it is trained on and logs what it dropped. Its
 `run` signature is its declaration, checked when the workflow is built: rename its `batch`
@@ -12,18 +12,16 @@ from __future__ import annotations
 
 import sys
 
-from kitchen.engine.config.loading import load_config
-from kitchen.engine.context import Context
-from kitchen.engine.launch import RunDir, run_recipe
-from kitchen.engine.recipe import Recipe
-from kitchen.engine.runs.metrics import read_metrics
-from kitchen.engine.stage import Stage
-from kitchen.engine.workflow import Loop, Workflow
-from kitchen.families.common.checkpoint import SaveCheckpoint
-from kitchen.families.common.setup import CloseBackend, CreateTrainingClient, GetTokenizer
-from kitchen.families.common.training import CollectTrainStep, SubmitTrainStep
-from kitchen.families.supervised.examples import PromptCompletion
-from kitchen.families.supervised.stages import Batch, GetSupervisedBatch, LoadSupervisedData
+from kitchen import Context, Loop, Recipe, RunDir, Stage, Workflow, load_config, read_metrics, run_recipe
+from kitchen.families.common import (
+    CloseBackend,
+    CollectTrainStep,
+    CreateTrainingClient,
+    GetTokenizer,
+    SaveCheckpoint,
+    SubmitTrainStep,
+)
+from kitchen.families.supervised import Batch, GetSupervisedBatch, LoadSupervisedData, PromptCompletion
 from recipes.sl_basic import Config
 from train_core.types import Datum
 
@@ -76,7 +74,7 @@ RECIPE = Recipe("sft_with_filter", "sl_basic plus a batch filter", Config, build
 
 
 def main(overrides: list[str]) -> RunDir:
-    config = load_config(Config, None, ["max_steps=40", "eval_dataset=null", *overrides])
+    config = load_config(Config, None, ["data.max_steps=40", "data.eval_dataset=null", *overrides])
     run_dir = run_recipe(RECIPE, config)
     rows = read_metrics(run_dir.metrics)
     print(

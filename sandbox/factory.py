@@ -25,7 +25,7 @@ def bubblewrap_unavailable_reason() -> str | None:
     return None
 
 
-UNSAFE_SANDBOX_SETTING = "allow_unsafe_sandbox"
+UNSAFE_SANDBOX_SETTING = "sandbox.allow_unsafe"
 
 
 def make_sandbox(

@@ -11,7 +11,7 @@ uid may read, and write to any other world-writable place. When the trainer is
 not root there is no uid drop and no namespace: the program then runs as the trainer's user, can
 reach the network, write to the user's files, read `/proc/<trainer>/environ`, signal the trainer
 and leave daemons behind that escaped its session. RL refuses this sandbox unless
-`allow_unsafe_sandbox: true`; use bubblewrap or SandboxFusion for untrusted code.
+`sandbox.allow_unsafe: true`; use bubblewrap or SandboxFusion for untrusted code.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ MARKER = re.compile(r"<!-- gen:([\w-]+) -->")
 def _generators(page_dir: Path) -> dict[str, Callable[[], str]]:
     return {
         "config-reference": reference.config_reference,
+        "config-renames": reference.config_renames,
         "cli-reference": reference.cli_reference,
         "api-reference": reference.api_reference,
         "error-index": reference.error_index,

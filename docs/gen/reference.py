@@ -40,19 +40,28 @@ def _code(text: str) -> str:
 # --- config reference -----------------------------------------------------------------------
 
 
-def _field_at(model: type[BaseModel], dotted: str) -> FieldInfo | None:
-    """The pydantic field of a dotted config key (`local.vllm.dtype`)."""
-    from kitchen.apps.cli_tools import config_sections
+def _holder(model: type[BaseModel], dotted: str) -> tuple[type[BaseModel], FieldInfo] | None:
+    """The settings model holding a dotted config key (`local.vllm.dtype`) and its field; for a
+    choice (`env.max_turns`), the first member that has it."""
+    from kitchen.engine.config.sections import choices_of, model_of
 
     head, _, rest = dotted.partition(".")
     info = model.model_fields.get(head)
     if info is None or not rest:
-        return info
-    for section in config_sections(info.annotation):
-        found = _field_at(section, rest)
+        return (model, info) if info is not None else None
+    choices = choices_of(info)
+    members = list(choices[1].values()) if choices is not None else [model_of(info.annotation)]
+    for section in (member for member in members if member is not None):
+        found = _holder(section, rest)
         if found is not None:
             return found
     return None
+
+
+def _field_at(model: type[BaseModel], dotted: str) -> FieldInfo | None:
+    """The pydantic field of a dotted config key."""
+    found = _holder(model, dotted)
+    return found[1] if found is not None else None
 
 
 def _constraints(annotation: Any) -> Iterator[Any]:
@@ -76,42 +85,55 @@ def bounds(info: FieldInfo) -> str:
     return ", ".join(dict.fromkeys(found))
 
 
-def _readers(recipe: Any) -> dict[str, str]:
-    """Top-level config key -> who reads it, over the recipe's default config and its shipped
-    configs (each may build another workflow shape): the stages by name, or, when many stages
-    share the settings model that holds it, how many and which models."""
+def _readers(recipe: Any) -> dict[str, set[str]]:
+    """Section path (dotted; a top-level key for the config's own keys) -> who reads it, over the
+    recipe's default config and its shipped configs (each may build another workflow shape): the
+    workflow builder where it picks the shape from that section, and the stages by name."""
     from kitchen.engine.config.loading import load_config
+    from kitchen.engine.config.sections import locate
     from kitchen.engine.recipe import shipped_configs
 
+    config_cls = recipe.config_cls
     readers: dict[str, set[str]] = defaultdict(set)
-    models: dict[str, set[str]] = defaultdict(set)
-    for key in getattr(recipe.workflow, "config_keys", ()):
-        readers[key].add("workflow builder")
+
+    def read(reader: str, model: type[BaseModel]) -> None:
+        path = locate(config_cls, model, reader)
+        keys = [".".join(path)] if path else [name for name in model.model_fields]
+        for key in keys:
+            readers[key].add(reader)
+
+    for model in getattr(recipe.workflow, "sections", ()):
+        read("workflow builder", model)
     for config_file in [None, *shipped_configs(recipe.name)]:
-        workflow = recipe.workflow(load_config(recipe.config_cls, config_file, []))
-        for reader, key in workflow.config_keys():
-            readers[key].add(reader.split(" ", 1)[1].strip("'"))
-        for stage in workflow.stages():
-            for _, model in stage.spec.settings:
-                for key in model.model_fields:
-                    models[key].add(model.__name__)
-    described = {}
-    for key, names in readers.items():
-        builder = ["workflow builder"] if "workflow builder" in names else []
-        stages = sorted(names - {"workflow builder"})
-        if len(stages) > MAX_READERS_LISTED:
-            settings = ", ".join(f"`{name}`" for name in sorted(models[key]))
-            stages = [f"{len(stages)} stages taking {settings}"]
-        described[key] = ", ".join(builder + stages)
-    return described
+        workflow = recipe.workflow(load_config(config_cls, config_file, []))
+        for reader, model in workflow.config_sections():
+            read(reader.split(" ", 1)[1].strip("'"), model)
+    return readers
+
+
+def _read_by(readers: dict[str, set[str]], key: str) -> str:
+    """Who reads `key`: the readers of the innermost section holding it."""
+    parts = key.split(".")
+    for depth in range(len(parts), 0, -1):
+        names = readers.get(".".join(parts[:depth]))
+        if names:
+            builder = ["workflow builder"] if "workflow builder" in names else []
+            stages = sorted(names - {"workflow builder"})
+            if len(stages) > MAX_READERS_LISTED:
+                stages = [f"{len(stages)} stages"]
+            return ", ".join(builder + stages)
+    return "the recipe's own code (no stage declares it)"
 
 
 def _defined_in(config_cls: type[BaseModel], key: str) -> str:
-    """The settings class that declares top-level `key` (the most basic one in the MRO)."""
-    for cls in reversed(config_cls.__mro__):
-        if key in getattr(cls, "__annotations__", {}):
+    """The settings class that declares `key` (the most basic one in the MRO of its holder)."""
+    found = _holder(config_cls, key)
+    holder = found[0] if found is not None else config_cls
+    name = key.rsplit(".", 1)[-1]
+    for cls in reversed(holder.__mro__):
+        if name in getattr(cls, "__annotations__", {}):
             return cls.__name__ if cls is not config_cls else f"{cls.__module__}.{cls.__name__}"
-    return config_cls.__name__
+    return holder.__name__
 
 
 def _default(text: str) -> str:
@@ -130,10 +152,7 @@ def config_rows(recipe_name: str) -> list[dict[str, str]]:
     for key, type_, default, description in config_keys(recipe.config_cls):
         info = _field_at(recipe.config_cls, key)
         top = key.split(".", 1)[0]
-        if top in BACKEND_SECTIONS:
-            read_by = f"the `{top}` backend"
-        else:
-            read_by = readers.get(top) or "the recipe's own code (no stage declares it)"
+        read_by = f"the `{top}` backend" if top in BACKEND_SECTIONS else _read_by(readers, key)
         rows.append(
             {
                 "key": key,
@@ -142,7 +161,7 @@ def config_rows(recipe_name: str) -> list[dict[str, str]]:
                 "bounds": bounds(info) if info is not None else "",
                 "description": description,
                 "read_by": read_by,
-                "defined_in": _defined_in(recipe.config_cls, top),
+                "defined_in": _defined_in(recipe.config_cls, key),
             }
         )
     return rows
@@ -193,6 +212,28 @@ def config_reference() -> str:
         *_table(list(backend_rows.values()), read_by=False),
         "",
     ]
+    return "\n".join(lines)
+
+
+def config_renames() -> str:
+    """The kitchen 0.2 flat keys and their 0.3 places, over every recipe (a key that moved to
+    different places in different recipes gets one row per place, naming the recipes)."""
+    from kitchen.engine.config.renames import dotted, renames
+    from kitchen.engine.recipe import get_recipe, recipe_names
+
+    names = recipe_names()
+    places: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for name in names:
+        for old, new in renames(get_recipe(name).config_cls).items():
+            places[(dotted(old), dotted(new))].append(name)
+    lines = ["| 0.2 key | 0.3 key | recipes |", "| --- | --- | --- |"]
+    for (old, new), used in sorted(places.items()):
+        unused = [name for name in names if name not in used]
+        if len(unused) < len(used):
+            where = "all" + (" but " + ", ".join(f"`{name}`" for name in unused) if unused else "")
+        else:
+            where = ", ".join(f"`{name}`" for name in used)
+        lines.append(f"| `{old}` | `{new}` | {where} |")
     return "\n".join(lines)
 
 

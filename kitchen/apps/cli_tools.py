@@ -11,10 +11,12 @@ import enum
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
 
+from kitchen.engine.config.sections import choices_of, model_of
 from kitchen.engine.errors import ConfigError
 from kitchen.engine.typecompat import type_name
 
@@ -255,34 +257,42 @@ def copy_config(name: str, dest: Path) -> Path:
     return target
 
 
-def config_sections(annotation: Any) -> list[type[BaseModel]]:
-    """Config models a field holds (a section, or an optional one)."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return [annotation]
-    return [arg for arg in get_args(annotation) if isinstance(arg, type) and issubclass(arg, BaseModel)]
-
-
-def config_keys(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str, str, str]]:
-    """(dotted key, type, default, description) for every key of `model`, sections expanded."""
+def config_keys(
+    model: type[BaseModel], prefix: str = "", values: BaseModel | None = None, member: str = ""
+) -> list[tuple[str, str, str, str]]:
+    """(dotted key, type, default, description) for every key of `model`, sections expanded with
+    their defaults as `values` (the recipe's, where it sets them) holds them; a choice of sections
+    (`env`) lists each member's keys, marked with the member's name."""
     rows: list[tuple[str, str, str, str]] = []
     for name, info in model.model_fields.items():
         key = f"{prefix}{name}"
-        sections = config_sections(info.annotation)
-        if info.is_required():
-            default = "required"
-        elif info.default_factory is not None:
-            value = info.default_factory()  # type: ignore[call-arg]
-            default = "(section)" if isinstance(value, BaseModel) else repr(value)
+        description = (info.description or "") + member
+        if values is not None:
+            value: Any = getattr(values, name)
+        elif info.is_required():
+            value = PydanticUndefined
         else:
-            value = info.default
-            default = repr(value.value if isinstance(value, enum.Enum) else value)
-        description = info.description or ""
-        if sections and (default in ("(section)", "None")):
-            kind = "section" if default == "(section)" else "optional section"
-            rows.append((key, kind, "" if kind == "section" else "None", description))
-            for section in sections:
-                rows.extend(config_keys(section, f"{key}."))
+            value = info.get_default(call_default_factory=True)
+        choices = choices_of(info)
+        if choices is not None:
+            tag, members = choices
+            chosen = getattr(value, tag, None)
+            rows.append((key, "choice of " + " | ".join(members), repr(chosen) if chosen else "required", description))
+            for tag_value, section in members.items():
+                current = value if isinstance(value, section) else None
+                keys = config_keys(section, f"{key}.", current, f" ({tag_value})")
+                rows.extend(row for row in keys if row[0] != f"{key}.{tag}")
             continue
+        section_model = model_of(info.annotation)
+        if section_model is not None and (isinstance(value, BaseModel) or value is None or value is PydanticUndefined):
+            kind = "optional section" if value is None else "section"
+            rows.append((key, kind, "None" if value is None else "", description))
+            rows.extend(config_keys(section_model, f"{key}.", value if isinstance(value, BaseModel) else None, member))
+            continue
+        if value is PydanticUndefined:
+            default = "required"
+        else:
+            default = repr(value.value if isinstance(value, enum.Enum) else value)
         rows.append((key, type_name(info.annotation), default, description))
     return rows
 

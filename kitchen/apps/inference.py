@@ -98,7 +98,7 @@ def export_checkpoint(
         raise ConfigError(f"backend {spec.name!r} cannot export checkpoints{hint}")
     if target.model_path is None:
         raise ConfigError(f"{target.config.model_name} is a base model, not a checkpoint: nothing to export")
-    score_tokens = target.raw_config.get("score_tokens")  # a reward model (the rm recipe)
+    score_tokens = target.saved("reward_model.score_tokens", "score_tokens")  # a reward model (rm)
     if score_tokens is not None and target.config.lora_rank is not None and not merge_lora:
         raise ConfigError("a LoRA reward model exports as merged weights with its head: add --merge-lora")
     info = dict(spec.export_hf(target.model_path, out_dir, merge_lora, getattr(target.config, spec.name)))

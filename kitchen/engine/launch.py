@@ -153,7 +153,7 @@ def check_data_file(source: str, key: str) -> None:
 
 
 def check_data_files(config: BaseModel) -> None:
-    for key, value in leaves_named(config, DATA_KEYS):
+    for key, value in leaves_named(config, DATA_KEYS, in_lists=False):
         check_data_file(value, key)
 
 
@@ -181,9 +181,10 @@ def check_model_dir(name: str, key: str) -> None:
         )
 
 
-def leaves_named(config: BaseModel, names: tuple[str, ...]) -> list[tuple[str, str]]:
+def leaves_named(config: BaseModel, names: tuple[str, ...], in_lists: bool = True) -> list[tuple[str, str]]:
     """(dotted key, value) of every non-empty string key called one of `names`, at any depth of
-    the config (a data section's `dataset`, an environment's, a teacher's `model_name`)."""
+    the config (a data section's `dataset`, an environment's, a teacher's `model_name`); with
+    `in_lists` false, not inside lists (the eval tasks' own files are their stage's to check)."""
     found: list[tuple[str, str]] = []
 
     def walk(prefix: str, value: Any) -> None:
@@ -194,7 +195,7 @@ def leaves_named(config: BaseModel, names: tuple[str, ...]) -> list[tuple[str, s
                     found.append((dotted, child))
                 else:
                     walk(dotted, child)
-        elif isinstance(value, list):
+        elif isinstance(value, list) and in_lists:
             for index, child in enumerate(value):
                 walk(f"{prefix}.{index}", child)
 
@@ -245,7 +246,8 @@ def completion_summary(run_dir: Path, final: CheckpointRecord, config: RunConfig
     )[:160]
     return (
         f"already complete: {run_dir} finished {final.step} steps (checkpoint 'final'"
-        f"{f'; last metrics: {shown}' if shown else ''}); raise max_steps to train further, or use a new log_path"
+        f"{f'; last metrics: {shown}' if shown else ''}); raise its length (data.max_steps, rl.num_batches, ...) "
+        "to train further, or use a new log_path"
     )
 
 

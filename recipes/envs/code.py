@@ -356,7 +356,7 @@ class SandboxSettings(Section):
         """Refused here, so `kitchen validate` says so before a warm start is spent."""
         if self.kind == "process" and not self.allow_unsafe:
             raise ValueError(
-                f"sandbox kind process is not safe for RL (no network or filesystem isolation): use bubblewrap or "
+                f"sandbox.kind=process is not safe for RL (no network or filesystem isolation): use bubblewrap or "
                 f"sandboxfusion, or set {UNSAFE_SANDBOX_SETTING}: true to accept the risk"
             )
         return self

@@ -59,14 +59,13 @@ PLUGIN = textwrap.dedent(
     """A third party's package adding a recipe, a loss, a renderer, an RL environment and a
     reward function to kitchen."""
     from functools import partial
+    from typing import Literal
 
     from pydantic import Field
 
-    from kitchen.families.rl.envs import EnvSettings, EnvSpec
-
-    from kitchen.engine.recipe import Recipe
-    from kitchen.families.supervised.examples import PromptCompletion
-    from kitchen.families.supervised.workflow import supervised_workflow
+    from kitchen import Recipe
+    from kitchen.families.rl import EnvSettings, EnvSpec
+    from kitchen.families.supervised import PromptCompletion, supervised_workflow
     from recipes.envs.guess_number import guess_number_task
     from recipes.sl_basic import Config
     from train_core.losses import LossSpec, importance_sampling
@@ -84,13 +83,14 @@ PLUGIN = textwrap.dedent(
 
 
     class CoinSettings(EnvSettings):
+        name: Literal["coin"] = "coin"
         sides: int = Field(2, ge=2, description="the coin's sides")
 
 
-    def coin_task(settings, rl, renderer):
+    def coin_task(settings, config, renderer):
         return guess_number_task(
-            renderer, num_batches=rl.num_batches, groups_per_batch=rl.groups_per_batch,
-            group_size=rl.group_size, max_number=settings.sides, max_turns=1, seed=rl.seed,
+            renderer, num_batches=config.rl.num_batches, groups_per_batch=config.rl.groups_per_batch,
+            group_size=config.rl.group_size, max_number=settings.sides, max_turns=1, seed=config.seed,
         )
 
 
@@ -111,14 +111,14 @@ CHECKS = textwrap.dedent(
     results = {}
     for name, argv in {
         "ls": ["ls"],
-        "run_recipe": ["run", "plugin_sl", "backend=noop", "max_steps=2", "eval_dataset=null", "log_path=run"],
-        "loss_local": ["validate", "math_rl", "loss_fn=halved_is"],
-        "loss_tinker": ["validate", "math_rl", "loss_fn=halved_is", "backend=tinker", "lora_rank=8"],
+        "run_recipe": ["run", "plugin_sl", "backend=noop", "data.max_steps=2", "data.eval_dataset=null", "log_path=r"],
+        "loss_local": ["validate", "math_rl", "algorithm.loss_fn=halved_is"],
+        "loss_tinker": ["validate", "math_rl", "algorithm.loss_fn=halved_is", "backend=tinker", "lora_rank=8"],
         "renderer": ["validate", "chat_sl", "renderer=shouty"],
-        "env": ["run", "env_rl", "env=coin", "env_args.sides=3", "backend=noop", "num_batches=1",
-                "warm_start_steps=1", "groups_per_batch=2", "group_size=2", "log_path=env_run"],
-        "env_bad_args": ["validate", "env_rl", "env=coin", "env_args.sides=1"],
-        "reward": ["validate", "reward_fn_rl", "reward_fn=shortness"],
+        "env": ["run", "env_rl", "env=coin", "env.sides=3", "backend=noop", "rl.num_batches=1",
+                "warm_start.steps=1", "rl.groups_per_batch=2", "rl.group_size=2", "log_path=env_run"],
+        "env_bad_args": ["validate", "env_rl", "env=coin", "env.sides=1"],
+        "reward": ["validate", "reward_fn_rl", "env.reward_fn=shortness"],
     }.items():
         try:
             results[name] = main(argv)
@@ -156,11 +156,11 @@ def test_a_throwaway_distribution_adds_a_recipe_a_loss_a_renderer_an_env_and_a_r
         "reward": 0,
     }
     assert "plugin_sl" in result.stdout and "sl_basic, from a plugin" in result.stdout
-    assert (tmp_path / "run" / "checkpoints.jsonl").exists()
+    assert (tmp_path / "r" / "checkpoints.jsonl").exists()
     # the Tinker service has no built-in 'halved_is': the RL update sends it through
     # forward_backward_custom there, so validate accepts it (kitchen.families.rl.policy_update)
     assert (tmp_path / "env_run" / "checkpoints.jsonl").exists()
-    assert "env_args.sides: Input should be greater than or equal to 2" in result.stderr
+    assert "env.sides: Input should be greater than or equal to 2" in result.stderr
     assert result.stderr.count("kitchen: error") == 1
 
 

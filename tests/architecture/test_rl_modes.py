@@ -20,17 +20,23 @@ from tests.rl_workflow.toy_task import TOY_RECIPE, ToyConfig, build_task
 
 MODES = {
     "sync": [],
-    "stream_minibatch": ["stream_minibatch.num_minibatches=4"],
-    "async": ["async_config.max_steps_off_policy=1"],
+    "stream_minibatch": ["rl.stream_minibatch.num_minibatches=4"],
+    "async": ["rl.async_config.max_steps_off_policy=1"],
 }
 
 
 @pytest.mark.parametrize("mode", list(MODES))
 def test_groups_per_batch_override_sets_the_groups_trained_per_step_in_every_mode(tmp_path: Path, mode: str) -> None:
     _, rows = run_toy(
-        tmp_path, *MODES[mode], "groups_per_batch=64", "group_size=2", "num_batches=2", "eval_every=0", "save_every=0"
+        tmp_path,
+        *MODES[mode],
+        "rl.groups_per_batch=64",
+        "rl.group_size=2",
+        "rl.num_batches=2",
+        "eval.every=0",
+        "checkpoint.save_every=0",
     )
-    assert load_config(ToyConfig, None, [*MODES[mode], "groups_per_batch=64"]).mode == mode
+    assert load_config(ToyConfig, None, [*MODES[mode], "rl.groups_per_batch=64"]).mode == mode
     assert [row["env/all/total_episodes"] for row in rows] == [64 * 2, 64 * 2]
     assert [row["num_datums"] for row in rows] == [64 * 2, 64 * 2]
 
@@ -66,7 +72,9 @@ def test_stream_mode_holds_no_update_math_of_its_own() -> None:
 
 def test_the_recipe_builder_fills_slots_from_the_config() -> None:
     plain = TOY_RECIPE.workflow(load_config(ToyConfig, None, []))
-    penalized = TOY_RECIPE.workflow(load_config(ToyConfig, None, ["kl_penalty_coef=0.1", "warm_start_steps=0"]))
+    penalized = TOY_RECIPE.workflow(
+        load_config(ToyConfig, None, ["algorithm.kl_penalty_coef=0.1", "warm_start.steps=0"])
+    )
     assert ApplyKLPenalty not in [type(s) for s in plain.stages()]
     assert ApplyKLPenalty in [type(s) for s in penalized.stages()]
     assert {s.name for s in penalized.stages()} - {s.name for s in plain.stages()} == {

@@ -81,7 +81,7 @@ def _in_orphan_dir(pid: int, marker: str) -> bool:
 
 @pytest.mark.parametrize("kind", ["process"])
 def test_rl_refuses_the_process_sandbox_unless_allowed(kind: str) -> None:
-    with pytest.raises(SandboxUnavailableError, match="allow_unsafe_sandbox: true"):
+    with pytest.raises(SandboxUnavailableError, match=r"sandbox\.allow_unsafe: true"):
         make_sandbox(kind, allow_process=False)  # type: ignore[arg-type]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -23,10 +23,17 @@ from kitchen.engine.runs.metrics import read_metrics
 from recipes.data import shipped_data
 from tests.rl_workflow.runs import CrashAfterStep, without_times
 
-SHORT = ["backend=noop", "num_batches=4", "warm_start_steps=2", "eval_every=2", "save_every=2", "groups_per_batch=4"]
+SHORT = [
+    "backend=noop",
+    "rl.num_batches=4",
+    "warm_start.steps=2",
+    "eval.every=2",
+    "checkpoint.save_every=2",
+    "rl.groups_per_batch=4",
+]
 ONE_TEACHER = {"datasets": [{"name": "arithmetic", "prompts": "arithmetic", "teacher": {"model_name": "tiny"}}]}
 TWO_TEACHERS = {
-    "groups_per_batch": 6,
+    "rl": {"groups_per_batch": 6},
     "datasets": [
         {"name": "arithmetic", "prompts": "arithmetic", "teacher": {"model_name": "tiny"}, "groups_per_batch": 4},
         {"name": "instructions", "prompts": shipped_data("sl_basic/test.jsonl"), "groups_per_batch": 2},
@@ -44,7 +51,7 @@ def on_policy(tmp_path: Path, config: dict[str, Any], *overrides: str, **run: An
 
 
 @pytest.mark.parametrize(
-    "mode", [[], ["stream_minibatch.num_minibatches=2"], ["async_config.max_steps_off_policy=1"]], ids=str
+    "mode", [[], ["rl.stream_minibatch.num_minibatches=2"], ["rl.async_config.max_steps_off_policy=1"]], ids=str
 )
 def test_every_rl_mode_trains_against_the_teacher(tmp_path: Path, mode: list[str]) -> None:
     rows = on_policy(tmp_path, ONE_TEACHER, *mode)
@@ -55,15 +62,15 @@ def test_every_rl_mode_trains_against_the_teacher(tmp_path: Path, mode: list[str
 
 
 def test_several_teachers_each_score_their_own_prompts(tmp_path: Path) -> None:
-    rows = on_policy(tmp_path, TWO_TEACHERS, "groups_per_batch=6")
+    rows = on_policy(tmp_path, TWO_TEACHERS, "rl.groups_per_batch=6")
     for row in rows:
         assert {"teacher_kl/arithmetic", "teacher_kl/instructions"} <= row.keys()
         assert row["env/arithmetic/total_episodes"] == 4 * 8 and row["env/instructions/total_episodes"] == 2 * 8
 
 
 def test_dataset_shares_must_fill_the_batch(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="must all be set and sum to groups_per_batch"):
-        on_policy(tmp_path, TWO_TEACHERS, "groups_per_batch=8")
+    with pytest.raises(ConfigError, match=r"must all be set and sum to rl\.groups_per_batch"):
+        on_policy(tmp_path, TWO_TEACHERS, "rl.groups_per_batch=8")
 
 
 @pytest.mark.slow
@@ -103,7 +110,14 @@ def prompt_distillation(tmp_path: Path, *overrides: str, backend: NoopBackend | 
     settings = load_config(
         recipe.config_cls,
         None,
-        ["backend=noop", "teacher.checkpoint=null", "num_epochs=1", "eval_every=5", f"log_path={tmp_path}", *overrides],
+        [
+            "backend=noop",
+            "teacher.model.checkpoint=null",
+            "data.num_epochs=1",
+            "eval.every=5",
+            f"log_path={tmp_path}",
+            *overrides,
+        ],
     )
     return read_metrics(run_recipe(recipe, settings, progress=False, backend=backend).metrics)
 
@@ -117,6 +131,6 @@ def test_prompt_distillation_generates_once_and_reuses_generated_data(tmp_path: 
     assert all(r["messages"][-1]["role"] == "assistant" for r in train)
 
     backend = NoopBackend(seed=0, checkpoint_dir=tmp_path / "again" / "checkpoints")
-    prompt_distillation(tmp_path / "again", f"generated_dataset={generated}", backend=backend)
+    prompt_distillation(tmp_path / "again", f"teacher.generated_dataset={generated}", backend=backend)
     assert not [call for call in backend.calls if call.method == "sample"]
     assert not (tmp_path / "again" / "distill").exists()

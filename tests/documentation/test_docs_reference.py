@@ -60,14 +60,17 @@ def test_every_config_key_of_every_recipe_has_a_description() -> None:
 
 def test_config_reference_shows_bounds_defaults_and_readers(config_page: str) -> None:
     rows = {row["key"]: row for row in reference.config_rows("math_rl")}
-    assert rows["group_size"]["bounds"] == ">= 1"
-    assert rows["adam_beta1"]["bounds"] == ">= 0, < 1"
-    assert rows["dataset"]["default"] == "'recipes/data/gsm8k_sample/train.jsonl'"  # no machine path
-    assert rows["warm_start_steps"]["read_by"].startswith("workflow builder, ")  # it picks the workflow shape
+    assert rows["rl.group_size"]["bounds"] == ">= 1"
+    assert rows["optimizer.adam_beta1"]["bounds"] == ">= 0, < 1"
+    assert rows["optimizer.adam_beta1"]["defined_in"] == "OptimizerSettings"
+    assert rows["env.dataset"]["default"] == "'recipes/data/gsm8k_sample/train.jsonl'"  # no machine path
+    assert rows["warm_start.steps"]["read_by"].startswith("workflow builder, ")  # it picks the workflow shape
+    assert "warm_start" in rows["warm_start.steps"]["read_by"]
     assert rows["local.dtype"]["read_by"] == "the `local` backend"
     sl_rows = {row["key"]: row for row in reference.config_rows("sl_basic")}
-    assert "load_supervised_data" in sl_rows["dataset"]["read_by"]
-    assert sl_rows["dataset"]["defined_in"] == "DatasetSettings"
+    assert "load_supervised_data" in sl_rows["data.dataset"]["read_by"]
+    assert "workflow builder" not in sl_rows["data.dataset"]["read_by"]
+    assert sl_rows["data.dataset"]["defined_in"] == "DataSettings"
     assert str(REPO) not in config_page
 
 

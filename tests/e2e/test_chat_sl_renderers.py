@@ -28,12 +28,12 @@ def test_chat_sl_trains_with_renderer(renderer: str, tmp_path: Path) -> None:
     recipe = get_recipe("chat_sl")
     overrides = [
         f"renderer={renderer}",
-        "max_steps=6",
-        "batch_size=8",
-        "eval_every=0",
-        "save_every=0",
-        "learning_rate=3e-3",
-        "lr_schedule=constant",
+        "data.max_steps=6",
+        "data.batch_size=8",
+        "eval.every=0",
+        "checkpoint.save_every=0",
+        "optimizer.learning_rate=3e-3",
+        "optimizer.lr_schedule=constant",
         f"log_path={tmp_path}",
     ]
     run_dir = run_recipe(recipe, load_config(recipe.config_cls, None, overrides), progress=False)

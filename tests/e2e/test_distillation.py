@@ -16,7 +16,7 @@ def test_on_policy_distillation_halves_the_teacher_kl_and_closes_the_reward_gap(
     """On the defaults (fewer evaluations, to save time): the KL to the teacher halves, and the
     held-out reward closes at least 40% of the gap to the teacher's. Measured (2026-11-25): reward
     0.59 -> 0.79 against the teacher's 1.0 (49% of the gap), still rising at the last step."""
-    result = run_cli("run", "distill_on_policy", "eval_every=20", f"log_path={tmp_path}")
+    result = run_cli("run", "distill_on_policy", "eval.every=20", f"log_path={tmp_path}")
     assert result.returncode == 0, result.stderr
     rows = read_metrics(tmp_path / "metrics.jsonl")
     kl = [row["teacher_kl"] for row in rows]
@@ -30,7 +30,7 @@ def test_on_policy_distillation_halves_the_teacher_kl_and_closes_the_reward_gap(
 
 @pytest.mark.slow
 def test_prompt_distillation_cuts_the_held_out_nll_of_the_teachers_answers(tmp_path: Path) -> None:
-    result = run_cli("run", "distill_prompt", "num_epochs=1", f"log_path={tmp_path}")
+    result = run_cli("run", "distill_prompt", "data.num_epochs=1", f"log_path={tmp_path}")
     assert result.returncode == 0, result.stderr
     rows = read_metrics(tmp_path / "metrics.jsonl")
     before, after = rows[0]["eval/nll_initial"], rows[-1]["eval/nll"]

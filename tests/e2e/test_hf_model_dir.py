@@ -33,11 +33,11 @@ def test_sl_basic_on_a_model_dir(model_dir: Path, lora: int | None, tmp_path: Pa
     recipe = get_recipe("sl_basic")
     overrides = [
         f"model_name={model_dir}",
-        "max_steps=8",
-        "batch_size=16",
-        "eval_every=0",
-        "save_every=4",
-        "learning_rate=5e-3",
+        "data.max_steps=8",
+        "data.batch_size=16",
+        "eval.every=0",
+        "checkpoint.save_every=4",
+        "optimizer.learning_rate=5e-3",
         f"log_path={tmp_path}",
     ]
     if lora:

@@ -16,7 +16,14 @@ from kitchen.engine.runs.checkpoints import read_records
 from kitchen.engine.runs.metrics import read_metrics
 from tests.helpers import REPO, run_cli
 
-ARGS = ["max_steps=30", "save_every=5", "eval_every=10", "batch_size=16", "max_length=64", "learning_rate=3e-3"]
+ARGS = [
+    "data.max_steps=30",
+    "checkpoint.save_every=5",
+    "eval.every=10",
+    "data.batch_size=16",
+    "data.max_length=64",
+    "optimizer.learning_rate=3e-3",
+]
 
 
 def _comparable(rows: list[dict[str, float]]) -> list[dict[str, float]]:

@@ -11,7 +11,7 @@ from recipes.data import shipped_data
 from tests.helpers import run_cli
 
 ACCURACY_EVAL = (
-    "evals=[{task: jsonl, name: classes, every: 12, limit: 15, temperature: 0.0, max_tokens: 4, "
+    "eval.tasks=[{task: jsonl, name: classes, every: 12, limit: 15, temperature: 0.0, max_tokens: 4, "
     f"settings: {{dataset: {shipped_data('vlm_classifier/test.jsonl')}, grader: exact}}}}]"
 )
 
@@ -19,7 +19,9 @@ ACCURACY_EVAL = (
 @pytest.mark.slow
 def test_vlm_classifier_learns_the_colours_of_held_out_pictures(tmp_path: Path) -> None:
     # two epochs of 6 steps; the untrained model answers none (its replies are random tokens)
-    result = run_cli("run", "vlm_classifier", f"log_path={tmp_path}", "num_epochs=2", "eval_every=0", ACCURACY_EVAL)
+    result = run_cli(
+        "run", "vlm_classifier", f"log_path={tmp_path}", "data.num_epochs=2", "eval.every=0", ACCURACY_EVAL
+    )
     assert result.returncode == 0, result.stderr
     rows = read_metrics(tmp_path / "metrics.jsonl")
     first, last = rows[0]["train_mean_nll"], rows[-1]["train_mean_nll"]

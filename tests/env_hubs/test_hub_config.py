@@ -19,7 +19,7 @@ def test_a_missing_hub_package_is_a_config_error_naming_the_extra(
 ) -> None:
     monkeypatch.setitem(sys.modules, package, None)  # import machinery: "not installed"
     with pytest.raises(ConfigError, match=rf"needs the '{package}' package.*kitchen\[hubs\].*setup_hubs\.sh"):
-        load_config(Config, None, [f"env={env}", "env_args.environment=my_env:MyEnvironment"])
+        load_config(Config, None, [f"env={env}", "env.environment=my_env:MyEnvironment"])
 
 
 def test_an_unknown_env_name_is_a_config_error_with_a_suggestion() -> None:
@@ -28,5 +28,5 @@ def test_an_unknown_env_name_is_a_config_error_with_a_suggestion() -> None:
 
 
 def test_an_environment_must_be_named() -> None:
-    with pytest.raises(ConfigError, match=r"env_args\.environment"):
+    with pytest.raises(ConfigError, match=r"env\.environment"):
         load_config(Config, None, ["env=openenv"])

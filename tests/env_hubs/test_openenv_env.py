@@ -33,14 +33,14 @@ def run(tmp_path: Path, *extra: str) -> Any:
     return run_on_noop(
         RECIPE,
         "env=openenv",
-        "env_args.environment=openenv_guess:GuessEnvironment",
+        "env.environment=openenv_guess:GuessEnvironment",
         "renderer=qwen3_instruct",
-        "max_tokens=8",
-        "group_size=2",
-        "groups_per_batch=2",
-        "num_batches=2",
-        "warm_start_steps=0",
-        "eval_every=0",
+        "sampling.max_tokens=8",
+        "rl.group_size=2",
+        "rl.groups_per_batch=2",
+        "rl.num_batches=2",
+        "warm_start.steps=0",
+        "eval.every=0",
         *extra,
         log_path=tmp_path / "run",
         replies=scripted,
@@ -49,7 +49,7 @@ def run(tmp_path: Path, *extra: str) -> Any:
 
 @pytest.mark.parametrize("mode", ["in_process", "server"])
 def test_an_openenv_environment_is_played_to_its_reward(tmp_path: Path, mode: str) -> None:
-    result = run(tmp_path, f"env_args.mode={mode}", "env_args.max_turns=4")
+    result = run(tmp_path, f"env.mode={mode}", "env.max_turns=4")
     assert result.column("env/all/reward/total") == [1.0, 1.0]
     turns = result.column("env/all/openenv/turns")
     assert all(2.0 <= t <= 3.0 for t in turns)  # 5, 6 (found) or 5, 6, 7 (found)
@@ -57,11 +57,11 @@ def test_an_openenv_environment_is_played_to_its_reward(tmp_path: Path, mode: st
 
 
 def test_a_reply_that_is_not_a_valid_action_is_answered_and_counted(tmp_path: Path) -> None:
-    result = run(tmp_path, "env_args.max_turns=2", "env_args.system_prompt=Say it in words.")
+    result = run(tmp_path, "env.max_turns=2", "env.system_prompt=Say it in words.")
     assert result.column("env/all/openenv/invalid_actions") == [2.0, 2.0]
     assert result.column("env/all/reward/total") == [0.0, 0.0]
 
 
 def test_an_environment_that_is_not_an_openenv_environment_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not an openenv Environment"):
-        run_on_noop(RECIPE, "env=openenv", "env_args.environment=openenv_guess:GuessAction", log_path=tmp_path)
+        run_on_noop(RECIPE, "env=openenv", "env.environment=openenv_guess:GuessAction", log_path=tmp_path)

@@ -41,15 +41,15 @@ def run(tmp_path: Path, kind: str, *extra: str, hooks: Sequence[Hooks] = ()) -> 
     return run_on_noop(
         RECIPE,
         "env=verifiers",
-        "env_args.environment=verifiers_envs",
-        f"env_args.load_args.kind={kind}",
+        "env.environment=verifiers_envs",
+        f"env.load_args.kind={kind}",
         "renderer=qwen3_instruct",
-        "max_tokens=48",
-        "group_size=2",
-        "groups_per_batch=2",
-        "num_batches=2",
-        "warm_start_steps=0",
-        "eval_every=0",
+        "sampling.max_tokens=48",
+        "rl.group_size=2",
+        "rl.groups_per_batch=2",
+        "rl.num_batches=2",
+        "warm_start.steps=0",
+        "eval.every=0",
         *extra,
         log_path=tmp_path / kind,
         replies=scripted,
@@ -82,4 +82,4 @@ def test_a_tool_environment_gets_the_models_calls_as_tool_calls(tmp_path: Path) 
 
 def test_an_unknown_environment_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no verifiers environment 'no-such-env'"):
-        run_on_noop(RECIPE, "env=verifiers", "env_args.environment=no-such-env", log_path=tmp_path)
+        run_on_noop(RECIPE, "env=verifiers", "env.environment=no-such-env", log_path=tmp_path)

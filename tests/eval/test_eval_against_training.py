@@ -34,7 +34,11 @@ def evaluate(args: list[str], out: Path) -> dict[str, float]:
 
 
 def test_nll_of_the_final_checkpoint_is_the_runs_last_eval_nll(tmp_path: Path) -> None:
-    run, last = train("sl_basic", tmp_path / "sl", ["max_steps=3", "eval_every=3", "save_every=100", "max_length=64"])
+    run, last = train(
+        "sl_basic",
+        tmp_path / "sl",
+        ["data.max_steps=3", "eval.every=3", "checkpoint.save_every=100", "data.max_length=64"],
+    )
     data = shipped_data("sl_basic/test.jsonl")
     measured = evaluate([str(run), "--tasks", f"nll:{data}", "nll.max_length=64"], tmp_path / "eval")
     assert measured["nll"] == pytest.approx(last["eval/nll"], abs=1e-4)
@@ -45,7 +49,13 @@ def test_nll_of_the_final_checkpoint_is_the_runs_last_eval_nll(tmp_path: Path) -
 
 
 def test_preference_accuracy_and_margin_are_the_dpo_runs_held_out_ones(tmp_path: Path) -> None:
-    settings = ["max_steps=3", "eval_every=3", "save_every=100", "batch_size=8", "max_length=64"]
+    settings = [
+        "data.max_steps=3",
+        "eval.every=3",
+        "checkpoint.save_every=100",
+        "data.batch_size=8",
+        "data.max_length=64",
+    ]
     run, last = train("dpo", tmp_path / "dpo", settings)
     data = shipped_data("preference/polite_arithmetic_test.jsonl")
     measured = evaluate([str(run), "--tasks", f"preference:{data}", "preference.max_length=64"], tmp_path / "eval")

@@ -18,7 +18,13 @@ from kitchen.engine.recipe import get_recipe
 def rl_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     recipe = get_recipe("math_rl")
     folder = tmp_path_factory.mktemp("runs") / "math_rl"
-    overrides = ["backend=noop", f"log_path={folder}", "num_batches=2", "warm_start_steps=0", "groups_per_batch=2"]
+    overrides = [
+        "backend=noop",
+        f"log_path={folder}",
+        "rl.num_batches=2",
+        "warm_start.steps=0",
+        "rl.groups_per_batch=2",
+    ]
     return run_recipe(recipe, load_config(recipe.config_cls, None, overrides), progress=False).path
 
 

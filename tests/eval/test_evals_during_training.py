@@ -26,7 +26,7 @@ from kitchen.families.evaluation.target import resolve_target
 from kitchen.testing import RunResult
 from recipes.math_rl import Config as MathConfig
 
-RL = ("warm_start_steps=0", "groups_per_batch=2", "group_size=2", "eval_every=0", "max_operand=3")
+RL = ("warm_start.steps=0", "rl.groups_per_batch=2", "rl.group_size=2", "eval.every=0", "env.max_operand=3")
 GRADERS = "tests.eval.graders_for_tests"
 GRADER = f"{GRADERS}:by_length"
 
@@ -54,8 +54,8 @@ def test_evals_log_eval_task_metric_after_every_n_steps_and_the_last(kitchen_run
     run = kitchen_run(
         "math_rl",
         *RL,
-        "num_batches=5",
-        "evals=[{task: arithmetic, every: 2, limit: 6, temperature: 0.0}]",
+        "rl.num_batches=5",
+        "eval.tasks=[{task: arithmetic, every: 2, limit: 6, temperature: 0.0}]",
         replies=right_answers,
     )
     rows = raw_rows(run)
@@ -73,9 +73,9 @@ def test_wrong_answers_score_zero_and_waiting_evals_match_background_ones(kitche
     def wrong(prompt: str) -> str:
         return " 99"
 
-    evals = "evals=[{task: arithmetic, every: 1, limit: 4, background: %s}]"
-    background = kitchen_run("math_rl", *RL, "num_batches=2", evals % "true", replies=wrong)
-    waiting = kitchen_run("math_rl", *RL, "num_batches=2", evals % "false", replies=wrong)
+    evals = "eval.tasks=[{task: arithmetic, every: 1, limit: 4, background: %s}]"
+    background = kitchen_run("math_rl", *RL, "rl.num_batches=2", evals % "true", replies=wrong)
+    waiting = kitchen_run("math_rl", *RL, "rl.num_batches=2", evals % "false", replies=wrong)
     assert background.column("eval/arithmetic/accuracy") == [0.0, 0.0]
     assert waiting.column("eval/arithmetic/accuracy") == [0.0, 0.0]
 
@@ -84,10 +84,10 @@ def test_the_best_checkpoint_pointer_is_what_checkpoint_best_evaluates(kitchen_r
     run = kitchen_run(
         "math_rl",
         *RL,
-        "num_batches=6",
-        "save_every=1",
-        f"evals=[{{task: jsonl, name: lengthy, every: 1, settings: {{dataset: '{data}', grader: '{GRADER}'}}}}]",
-        "best_checkpoint={metric: eval/lengthy/mean_reward, mode: max}",
+        "rl.num_batches=6",
+        "checkpoint.save_every=1",
+        f"eval.tasks=[{{task: jsonl, name: lengthy, every: 1, settings: {{dataset: '{data}', grader: '{GRADER}'}}}}]",
+        "eval.best_checkpoint={metric: eval/lengthy/mean_reward, mode: max}",
     )
     values = run.column("eval/lengthy/mean_reward")
     assert len(values) == 6 and len(set(values)) > 1  # the pseudo-random replies change as the weights do
@@ -103,8 +103,8 @@ def test_the_best_checkpoint_pointer_is_what_checkpoint_best_evaluates(kitchen_r
 def test_supervised_steps_in_flight_and_evals_share_the_steps_rows(kitchen_run: Any, data: Path) -> None:
     """sl_basic keeps a train step in flight while evals run in the background: both hold the
     step's row, which is written once, with both."""
-    evals = f"evals=[{{task: jsonl, every: 2, settings: {{dataset: '{data}', grader: '{GRADER}'}}}}]"
-    run = kitchen_run("sl_basic", "max_steps=3", "eval_every=0", evals)
+    evals = f"eval.tasks=[{{task: jsonl, every: 2, settings: {{dataset: '{data}', grader: '{GRADER}'}}}}]"
+    run = kitchen_run("sl_basic", "data.max_steps=3", "eval.every=0", evals)
     rows = raw_rows(run)
     assert [row["step"] for row in rows] == [0, 1, 2]
     assert [("eval/jsonl/accuracy" in row, "train_mean_nll" in row) for row in rows] == [
@@ -118,8 +118,8 @@ def test_supervised_steps_in_flight_and_evals_share_the_steps_rows(kitchen_run: 
     ("recipe", "overrides"),
     [
         ("math_rl", []),
-        ("math_rl", ["stream_minibatch={num_minibatches: 2}"]),
-        ("math_rl", ["async_config={max_steps_off_policy: 1}"]),
+        ("math_rl", ["rl.stream_minibatch={num_minibatches: 2}"]),
+        ("math_rl", ["rl.async_config={max_steps_off_policy: 1}"]),
         ("sl_basic", []),
         ("dpo", []),
     ],
@@ -128,7 +128,7 @@ def test_every_step_loop_starts_evals_after_its_step_and_waits_for_them_after(
     recipe: str, overrides: list[str]
 ) -> None:
     found = get_recipe(recipe)
-    config = load_config(found.config_cls, None, ["evals=[{task: arithmetic, every: 3}]", *overrides])
+    config = load_config(found.config_cls, None, ["eval.tasks=[{task: arithmetic, every: 3}]", *overrides])
     workflow = found.workflow(config)
     stages = [type(stage) for stage in workflow.stages()]
     (loop,) = [node for node in _iter_nodes(workflow.steps) if isinstance(node, Loop) and node.step]
@@ -140,17 +140,20 @@ def test_every_step_loop_starts_evals_after_its_step_and_waits_for_them_after(
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("evals=[{task: arithmetc, every: 2}]", "unknown task 'arithmetc'; did you mean 'arithmetic'?"),
-        ("evals=[{task: arithmetic, every: 2, settings: {max_operandd: 3}}]", "has no setting 'max_operandd'"),
-        ("evals=[{task: arithmetic, every: 0}]", "evals.0.every"),
-        ("evals=[{task: jsonl, every: 2, settings: {dataset: x.jsonl}}]", "task 'jsonl': grader: Field required"),
+        ("eval.tasks=[{task: arithmetc, every: 2}]", "unknown task 'arithmetc'; did you mean 'arithmetic'?"),
+        ("eval.tasks=[{task: arithmetic, every: 2, settings: {max_operandd: 3}}]", "has no setting 'max_operandd'"),
+        ("eval.tasks=[{task: arithmetic, every: 0}]", "eval.tasks.0.every"),
+        ("eval.tasks=[{task: jsonl, every: 2, settings: {dataset: x.jsonl}}]", "task 'jsonl': grader: Field required"),
         (
-            f"evals=[{{task: jsonl, every: 2, settings: {{dataset: x.jsonl, grader: '{GRADERS}:gone'}}}}]",
+            f"eval.tasks=[{{task: jsonl, every: 2, settings: {{dataset: x.jsonl, grader: '{GRADERS}:gone'}}}}]",
             "grader 'tests.eval.graders_for_tests:gone': module 'tests.eval.graders_for_tests' has no 'gone'",
         ),
-        ("evals=[{task: arithmetic, every: 2}, {task: arithmetic, every: 3}]", "two evals are named 'arithmetic'"),
         (
-            "evals=[{task: arithmetic, every: 2}]\nbest_checkpoint={metric: eval/arithmetc/accuracy}",
+            "eval.tasks=[{task: arithmetic, every: 2}, {task: arithmetic, every: 3}]",
+            "two eval tasks are named 'arithmetic'",
+        ),
+        (
+            "eval.tasks=[{task: arithmetic, every: 2}]\neval.best_checkpoint={metric: eval/arithmetc/accuracy}",
             "did you mean 'arithmetic'?",
         ),
     ],
@@ -161,10 +164,10 @@ def test_bad_evals_config_is_a_config_error_naming_the_key(override: str, messag
 
 
 def test_a_grader_that_raises_stops_the_run_naming_grader_and_item(kitchen_run: Any, data: Path) -> None:
-    evals = f"evals=[{{task: jsonl, every: 1, settings: {{dataset: '{data}', grader: '{GRADERS}:explodes'}}}}]"
+    evals = f"eval.tasks=[{{task: jsonl, every: 1, settings: {{dataset: '{data}', grader: '{GRADERS}:explodes'}}}}]"
     raised = r"grader .*:explodes on .*prompts.jsonl line 1 raised ZeroDivisionError"
     with pytest.raises(StageFailure, match=raised) as failure:
-        kitchen_run("math_rl", *RL, "num_batches=2", evals)
+        kitchen_run("math_rl", *RL, "rl.num_batches=2", evals)
     assert failure.value.is_user_error
 
 
@@ -177,12 +180,18 @@ def test_on_the_local_backend_the_last_eval_is_kitchen_eval_of_the_final_checkpo
     lengthy = (
         f"{{task: jsonl, name: lengthy, every: 1, max_tokens: 8, settings: {{dataset: '{data}', grader: '{GRADER}'}}}}"
     )
-    overrides = ["max_steps=4", "max_length=64", "eval_every=0", "save_every=1", "keep_last=1"]
+    overrides = [
+        "data.max_steps=4",
+        "data.max_length=64",
+        "eval.every=0",
+        "checkpoint.save_every=1",
+        "checkpoint.keep_last=1",
+    ]
     overrides += [
         f"log_path={tmp_path / 'run'}",
-        f"evals=[{{task: arithmetic, every: 1, limit: 8, max_tokens: 8}}, {lengthy}]",
+        f"eval.tasks=[{{task: arithmetic, every: 1, limit: 8, max_tokens: 8}}, {lengthy}]",
     ]
-    overrides += ["best_checkpoint={metric: eval/lengthy/mean_reward, mode: max}"]
+    overrides += ["eval.best_checkpoint={metric: eval/lengthy/mean_reward, mode: max}"]
     run = run_recipe(recipe, load_config(recipe.config_cls, None, overrides), progress=False).path
     out = tmp_path / "eval"
     assert (
@@ -199,24 +208,27 @@ def test_on_the_local_backend_the_last_eval_is_kitchen_eval_of_the_final_checkpo
 
 def test_a_missing_eval_data_file_stops_the_run_before_it_starts(kitchen_run: Any, tmp_path: Path) -> None:
     gone = tmp_path / "gone.jsonl"
-    evals = f"evals=[{{task: jsonl, every: 5, settings: {{dataset: '{gone}', grader: math}}}}]"
-    with pytest.raises(DataError, match=re.escape(f"evals.0 (jsonl): dataset {gone}: no such file")):
-        kitchen_run("math_rl", *RL, "num_batches=2", evals)
+    evals = f"eval.tasks=[{{task: jsonl, every: 5, settings: {{dataset: '{gone}', grader: math}}}}]"
+    with pytest.raises(DataError, match=re.escape(f"eval.tasks.0 (jsonl): dataset {gone}: no such file")):
+        kitchen_run("math_rl", *RL, "rl.num_batches=2", evals)
     assert not (tmp_path / "run0" / "metrics.jsonl").exists()
 
 
 def test_from_the_command_line_bad_evals_exit_2_with_one_line(
     tmp_path: Path, data: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    base = ["run", "math_rl", "backend=noop", *RL, "num_batches=2", f"log_path={tmp_path / 'run'}"]
-    assert main([*base, "evals=[{task: arithmetc, every: 1}]"]) == 2
+    base = ["run", "math_rl", "backend=noop", *RL, "rl.num_batches=2", f"log_path={tmp_path / 'run'}"]
+    assert main([*base, "eval.tasks=[{task: arithmetc, every: 1}]"]) == 2
     err = capsys.readouterr().err
     assert "did you mean 'arithmetic'?" in err and "Traceback" not in err
-    explodes = f"evals=[{{task: jsonl, every: 1, settings: {{dataset: '{data}', grader: '{GRADERS}:explodes'}}}}]"
+    explodes = f"eval.tasks=[{{task: jsonl, every: 1, settings: {{dataset: '{data}', grader: '{GRADERS}:explodes'}}}}]"
     assert main([*base, explodes]) == 2
     err = capsys.readouterr().err
     assert "explodes on" in err and "raised ZeroDivisionError" in err and "Traceback" not in err
     done = tmp_path / "done"
-    assert main(["run", "math_rl", "backend=noop", *RL, "num_batches=2", "save_every=1", f"log_path={done}"]) == 0
+    assert (
+        main(["run", "math_rl", "backend=noop", *RL, "rl.num_batches=2", "checkpoint.save_every=1", f"log_path={done}"])
+        == 0
+    )
     assert main(["eval", str(done), "--checkpoint", "best", "--tasks", "arithmetic"]) == 2
     assert "no best checkpoint: no saved step checkpoint was evaluated" in capsys.readouterr().err

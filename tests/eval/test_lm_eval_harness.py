@@ -65,7 +65,9 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A run of the tiny model (a few supervised steps) and its `kitchen export`."""
     root = tmp_path_factory.mktemp("lm_eval")
     recipe = get_recipe("sl_basic")
-    config = load_config(recipe.config_cls, None, [f"log_path={root / 'run'}", "max_steps=3", "save_every=100"])
+    config = load_config(
+        recipe.config_cls, None, [f"log_path={root / 'run'}", "data.max_steps=3", "checkpoint.save_every=100"]
+    )
     run = run_recipe(recipe, config, progress=False).path
     assert main(["export", str(run), "--out", str(root / "hf")]) == 0
     return run, root / "hf"

@@ -14,7 +14,7 @@ def test_example_runs_on_noop(tmp_path: Path) -> None:
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    run_dir = module.main(["backend=noop", "max_steps=5", f"log_path={tmp_path}"])
+    run_dir = module.main(["backend=noop", "data.max_steps=5", f"log_path={tmp_path}"])
     rows = read_metrics(run_dir.metrics)
     assert len(rows) == 5
     assert all("filter/dropped" in row and "train_mean_nll" in row for row in rows)

@@ -40,10 +40,10 @@ def test_sl_basic_reads_each_format(fmt: str, tmp_path: Path) -> None:
     recipe = get_recipe("sl_basic")
     overrides = [
         "backend=noop",
-        f"dataset={data}",
-        "eval_dataset=null",
-        "batch_size=8",
-        "num_epochs=2",
+        f"data.dataset={data}",
+        "data.eval_dataset=null",
+        "data.batch_size=8",
+        "data.num_epochs=2",
         f"log_path={tmp_path / 'run'}",
     ]
     run_dir = run_recipe(recipe, load_config(recipe.config_cls, None, overrides), progress=False)
@@ -58,10 +58,10 @@ def test_text_records_train_on_every_token(tmp_path: Path) -> None:
     recipe = get_recipe("sl_basic")
     overrides = [
         "backend=noop",
-        f"dataset={data}",
-        "eval_dataset=null",
-        "batch_size=8",
-        "num_epochs=1",
+        f"data.dataset={data}",
+        "data.eval_dataset=null",
+        "data.batch_size=8",
+        "data.num_epochs=1",
         f"log_path={tmp_path / 'run'}",
     ]
     rows = read_metrics(run_recipe(recipe, load_config(recipe.config_cls, None, overrides), progress=False).metrics)
@@ -91,7 +91,9 @@ def test_conversational_prompt_completion_trains_the_completion(tmp_path: Path) 
     assert isinstance(tokens, list)  # text only: a ModelInput only when images are in the record
     assert tokenizer.decode([t for t, w in zip(tokens, weights, strict=True) if w]) == " 4\n\nUser:"
     data = write(tmp_path / "chat", "saved", [record] * 16)
-    rows = _run(tmp_path, "chat_sl", f"dataset={data}", "eval_dataset=null", "batch_size=8", "num_epochs=1")
+    rows = _run(
+        tmp_path, "chat_sl", f"data.dataset={data}", "data.eval_dataset=null", "data.batch_size=8", "data.num_epochs=1"
+    )
     assert len(rows) == 2 and all(0 < row["num_loss_tokens"] < row["num_tokens"] for row in rows)
 
 
@@ -117,5 +119,7 @@ def test_implicit_prompt_preference_data(tmp_path: Path) -> None:
         for i in range(16)
     ]
     data = write(tmp_path / "pairs", "saved_dict", pairs)
-    rows = _run(tmp_path, "dpo", f"dataset={data}", "eval_dataset=null", "batch_size=4", "max_steps=2")
+    rows = _run(
+        tmp_path, "dpo", f"data.dataset={data}", "data.eval_dataset=null", "data.batch_size=4", "data.max_steps=2"
+    )
     assert [row["step"] for row in rows] == [0, 1] and rows[0]["num_pairs"] == 4

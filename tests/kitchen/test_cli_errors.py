@@ -18,20 +18,20 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
 def test_unknown_key(capsys: pytest.CaptureFixture[str]) -> None:
     code, err = run(capsys, "validate", "sl_basic", "batch_sise=4")
     assert code == 2
-    assert "unknown key 'batch_sise'" in err and "did you mean 'batch_size'" in err
+    assert "unknown key 'batch_sise'" in err and "did you mean 'data.batch_size'" in err
     assert "Traceback" not in err
 
 
 def test_bad_type_names_key(capsys: pytest.CaptureFixture[str]) -> None:
-    code, err = run(capsys, "validate", "sl_basic", "learning_rate=fast")
+    code, err = run(capsys, "validate", "sl_basic", "optimizer.learning_rate=fast")
     assert code == 2 and "learning_rate" in err and "valid number" in err
 
 
 def test_bad_type_in_yaml_names_file_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "bad.yaml"
-    config.write_text("seed: 1\nbatch_size: lots\n")
+    config.write_text("seed: 1\ndata:\n  batch_size: lots\n")
     code, err = run(capsys, "validate", "sl_basic", "--config", str(config))
-    assert code == 2 and f"{config} line 2: batch_size" in err
+    assert code == 2 and f"{config} line 3: data.batch_size" in err
 
 
 def test_missing_config_file(capsys: pytest.CaptureFixture[str]) -> None:
@@ -49,7 +49,7 @@ def test_malformed_jsonl_line_names_file_and_line(tmp_path: Path, capsys: pytest
     data.write_text('{"prompt": "a", "completion": "b"}\n{"prompt": "c", "completion": \n')
     log = tmp_path / "run"
     code, err = run(
-        capsys, "run", "sl_basic", "backend=noop", f"dataset={data}", "eval_dataset=null", f"log_path={log}"
+        capsys, "run", "sl_basic", "backend=noop", f"data.dataset={data}", "data.eval_dataset=null", f"log_path={log}"
     )
     assert code == 2
     assert f"{data} line 2: invalid JSON" in err
@@ -60,13 +60,13 @@ def test_malformed_jsonl_line_names_file_and_line(tmp_path: Path, capsys: pytest
 def test_missing_key_in_jsonl_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = tmp_path / "train.jsonl"
     data.write_text('{"prompt": "a", "completion": "b"}\n{"prompt": "c"}\n')
-    code, err = run(capsys, "run", "sl_basic", "backend=noop", f"dataset={data}", f"log_path={tmp_path / 'r'}")
+    code, err = run(capsys, "run", "sl_basic", "backend=noop", f"data.dataset={data}", f"log_path={tmp_path / 'r'}")
     assert code == 2 and f"{data} line 2: missing key 'completion' or 'text'" in err
 
 
 def test_missing_dataset_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, err = run(
-        capsys, "run", "sl_basic", "backend=noop", f"dataset={tmp_path}/none.jsonl", f"log_path={tmp_path / 'r'}"
+        capsys, "run", "sl_basic", "backend=noop", f"data.dataset={tmp_path}/none.jsonl", f"log_path={tmp_path / 'r'}"
     )
     assert code == 2 and f"{tmp_path}/none.jsonl: no such file" in err
 
@@ -94,9 +94,9 @@ def test_ls_lists_recipes_and_configs(capsys: pytest.CaptureFixture[str]) -> Non
 
 def test_overrides_may_come_before_or_after_config(capsys: pytest.CaptureFixture[str]) -> None:
     config = "recipes/configs/sl_basic.yaml"
-    assert main(["validate", "sl_basic", "--config", config, "batch_size=4"]) == 0
-    assert main(["validate", "sl_basic", "seed=2", "--config", config, "batch_size=4"]) == 0
-    code, err = run(capsys, "validate", "sl_basic", "--config", config, "batch_size=none")
+    assert main(["validate", "sl_basic", "--config", config, "data.batch_size=4"]) == 0
+    assert main(["validate", "sl_basic", "seed=2", "--config", config, "data.batch_size=4"]) == 0
+    code, err = run(capsys, "validate", "sl_basic", "--config", config, "data.batch_size=none")
     assert code == 2 and "batch_size" in err
     with pytest.raises(SystemExit) as info:
         main(["validate", "sl_basic", "--config", config, "--bogus"])

@@ -84,7 +84,7 @@ def test_backend_must_be_known() -> None:
 
 
 @pytest.mark.parametrize("recipe", ["sl_basic", "chat_sl", "dpo", "math_rl", "guess_number"])
-@pytest.mark.parametrize("override", ["learning_rate=-1", "batch_size=0"])
+@pytest.mark.parametrize("override", ["optimizer.learning_rate=-1", "data.batch_size=0"])
 def test_recipe_overridden_defaults_keep_their_bounds(recipe: str, override: str) -> None:
     from kitchen.engine.recipe import get_recipe
 

@@ -34,8 +34,16 @@ def test_checkpoints_to_delete_keeps_the_newest_multiples_and_final() -> None:
 @pytest.mark.parametrize("backend", ["local"])  # noop's noop:// paths are not files kitchen may delete
 def test_keep_last_on_disk_and_resume(tmp_path: Path, backend: str) -> None:
     recipe = get_recipe("sl_basic")
-    common = [f"backend={backend}", f"log_path={tmp_path}", "save_every=1", "eval_every=0", "batch_size=4"]
-    config = load_config(recipe.config_cls, None, [*common, "max_steps=6", "keep_last=2", "keep_every=4"])
+    common = [
+        f"backend={backend}",
+        f"log_path={tmp_path}",
+        "checkpoint.save_every=1",
+        "eval.every=0",
+        "data.batch_size=4",
+    ]
+    config = load_config(
+        recipe.config_cls, None, [*common, "data.max_steps=6", "checkpoint.keep_last=2", "checkpoint.keep_every=4"]
+    )
     run_dir = run_recipe(recipe, config, progress=False)
     records = read_records(run_dir.checkpoints)
     assert [r.name for r in records] == ["000001", "000002", "000003", "000004", "000005", "000006", "final"]
@@ -88,7 +96,13 @@ def test_best_evaluated_checkpoint_is_kept() -> None:
 def test_default_keeps_five_step_checkpoints(tmp_path: Path) -> None:
     """Checkpoints used to be all kept (disk use growing with the run): the default is keep_last=5."""
     recipe = get_recipe("sl_basic")
-    overrides = [f"log_path={tmp_path}", "save_every=1", "eval_every=0", "batch_size=4", "max_steps=8"]
+    overrides = [
+        f"log_path={tmp_path}",
+        "checkpoint.save_every=1",
+        "eval.every=0",
+        "data.batch_size=4",
+        "data.max_steps=8",
+    ]
     run_dir = run_recipe(recipe, load_config(recipe.config_cls, None, overrides), progress=False)
     records = read_records(run_dir.checkpoints)
     present = {r.name for r in records if r.state_path and Path(r.state_path).exists()}

@@ -31,8 +31,12 @@ _provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
 trace.set_tracer_provider(_provider)
 
 
-class Cfg(BaseModel):
+class Period(BaseModel):
     every_n: int = 2
+
+
+class Cfg(BaseModel):
+    period: Period = Period()
 
 
 LogEntry = tuple[str, int, int | None]
@@ -103,7 +107,7 @@ def test_loops_when_and_hooks_run_in_order() -> None:
                 "steps",
                 over="n",
                 step=True,
-                body=[Append(name="body"), When("even", every("every_n"), [Append(name="due")])],
+                body=[Append(name="body"), When("even", every(Period, lambda p: p.every_n), [Append(name="due")])],
             ),
         ],
         finally_=[Append(name="cleanup")],

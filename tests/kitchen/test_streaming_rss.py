@@ -30,7 +30,7 @@ READ_ALL = (
 import sys
 import pyarrow.parquet, datasets  # imported before the reset, as the loaders would import them
 from kitchen.engine.runs.datasets import BuiltRecords, load_located_records
-from recipes.reward_fn_rl import load_prompt_records
+from kitchen.families.rl.reward_env import load_prompt_records
 from train_core.renderers.messages import STANDARD_ROLES
 reset_peak()
 records = load_located_records(sys.argv[1], required_any=[["prompt"]])

@@ -84,17 +84,26 @@ def test_wrong_type_names_stage_key_both_types_and_the_writer() -> None:
         Workflow("types", [Produce(), ReadsStrings()]).validate({}, ())
 
 
-def test_missing_setting_names_stage_key_and_settings_model() -> None:
+def test_missing_section_names_stage_and_settings_model() -> None:
     class NoBatchSize(BaseModel):
         seed: int = 0
 
+    class WithBatches(BaseModel):
+        seed: int = 0
+        batches: BatchSettings = BatchSettings()
+
+    class Twice(WithBatches):
+        again: BatchSettings = BatchSettings()
+
     workflow = Workflow("settings", [Produce(), Batches()])
     with pytest.raises(
-        WiringError,
-        match=r"stage 'batches' needs setting 'batch_size' \(BatchSettings\), which config class NoBatchSize",
+        WiringError, match=r"stage 'batches' reads settings BatchSettings, which config class NoBatchSize does not have"
     ):
         workflow.validate({}, (), NoBatchSize)
-    workflow.validate({}, (), BatchSettings)
+    with pytest.raises(WiringError, match=r"has in several places \(batches, again\)"):
+        workflow.validate({}, (), Twice)
+    workflow.validate({}, (), BatchSettings)  # the config itself is the settings
+    workflow.validate({}, (), WithBatches)  # a section of the config is
 
 
 class SubmitsCustom(Stage):

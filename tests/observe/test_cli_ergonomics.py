@@ -29,7 +29,7 @@ def test_config_by_shipped_name_or_relative_path_from_any_directory(
     monkeypatch.chdir(tmp_path)
     assert main(["validate", "dpo", "--config", "dpo"]) == 0
     assert main(["validate", "math_rl", "--config", "math_rl_async.yaml"]) == 0
-    (tmp_path / "mine.yaml").write_text("backend: noop\nbatch_size: 3\n")
+    (tmp_path / "mine.yaml").write_text("backend: noop\ndata:\n  batch_size: 3\n")
     assert main(["validate", "sl_basic", "--config", "mine.yaml"]) == 0
     capsys.readouterr()
     assert main(["validate", "sl_basic", "--config", "nope"]) == 2
@@ -64,12 +64,14 @@ def test_debug_is_accepted_anywhere_on_the_line() -> None:
 def test_keys_lists_nested_sections_with_types_and_defaults(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["keys", "math_rl"]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"^learning_rate\s+float\s+0\.001", out, re.M)
-    assert re.search(r"^async_config\.max_steps_off_policy\s+int\s+required\s+admission bound", out, re.M)
+    assert re.search(r"^optimizer\.learning_rate\s+float\s+0\.001", out, re.M)
+    assert re.search(r"^rl\.async_config\.max_steps_off_policy\s+int\s+required\s+admission bound", out, re.M)
     assert re.search(r"^local\.device\s+str \| None\s+None\s+torch device", out, re.M)
-    assert re.search(r"^loss_fn\s+str\s+'importance_sampling'", out, re.M)
+    assert re.search(r"^algorithm\.loss_fn\s+str\s+'importance_sampling'", out, re.M)
+    assert re.search(r"^env\.max_operand\s+int\s+4\s+.*\(arithmetic\)", out, re.M)  # the choice's members
+    assert re.search(r"^env\.dataset\s+str\s+.*\(gsm8k\)", out, re.M)
     assert main(["show", "sl_basic", "--keys"]) == 0
-    assert re.search(r"^batch_size\s+int\s+32", capsys.readouterr().out, re.M)
+    assert re.search(r"^data\.batch_size\s+int\s+32", capsys.readouterr().out, re.M)
 
 
 def test_a_recipe_file_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -80,7 +82,7 @@ def test_a_recipe_file_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
         "RECIPE = Recipe('mine', 'my own recipe', Config, workflow)\n"
     )
     log = tmp_path / "run"
-    assert main(["run", str(file), "backend=noop", "max_steps=2", "batch_size=4", f"log_path={log}"]) == 0
+    assert main(["run", str(file), "backend=noop", "data.max_steps=2", "data.batch_size=4", f"log_path={log}"]) == 0
     assert len(read_metrics(log / "metrics.jsonl")) == 2
     out = capsys.readouterr().out
     assert "done: 2 steps" in out and f"kitchen report {log}" in out
@@ -133,7 +135,7 @@ def test_custom_workflow_example_keeps_some_examples(tmp_path: Path) -> None:
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    run_dir = module.main(["backend=noop", "max_steps=5", "batch_size=8", f"log_path={tmp_path}"])
+    run_dir = module.main(["backend=noop", "data.max_steps=5", "data.batch_size=8", f"log_path={tmp_path}"])
     rows = read_metrics(run_dir.metrics)
     dropped = [row["filter/dropped"] for row in rows]
     assert all(d < 8 for d in dropped) and sum(dropped) > 0
@@ -161,7 +163,7 @@ def test_a_long_stage_reports_its_progress(capsys: pytest.CaptureFixture[str]) -
 
 def test_rl_warm_start_is_not_silent(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The warm start used to print `[warm_start]` once and nothing for its whole length (655 s)."""
-    argv = ["run", "math_rl", "backend=noop", "warm_start_steps=3", "num_batches=1", "eval_every=0"]
+    argv = ["run", "math_rl", "backend=noop", "warm_start.steps=3", "rl.num_batches=1", "eval.every=0"]
     assert main([*argv, f"log_path={tmp_path}"]) == 0
     out = capsys.readouterr().out
     assert "[warm_start] 1/3 nll=" in out and "[warm_start] 3/3 nll=" in out

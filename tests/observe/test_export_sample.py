@@ -37,7 +37,14 @@ def _train(path: Path, *overrides: str) -> Path:
     config = load_config(
         RECIPE.config_cls,
         None,
-        ["max_steps=2", "batch_size=4", "eval_dataset=null", "learning_rate=1e-2", f"log_path={path}", *overrides],
+        [
+            "data.max_steps=2",
+            "data.batch_size=4",
+            "data.eval_dataset=null",
+            "optimizer.learning_rate=1e-2",
+            f"log_path={path}",
+            *overrides,
+        ],
     )
     return run_recipe(RECIPE, config, progress=False).path
 
@@ -128,7 +135,9 @@ def test_export_writes_the_renderer_the_run_trained_with(tmp_path: Path) -> None
     from train_core.renderers import get_renderer
 
     config = load_config(
-        CHAT.config_cls, None, ["max_steps=1", "batch_size=4", "eval_dataset=null", f"log_path={tmp_path / 'run'}"]
+        CHAT.config_cls,
+        None,
+        ["data.max_steps=1", "data.batch_size=4", "data.eval_dataset=null", f"log_path={tmp_path / 'run'}"],
     )
     run_dir = run_recipe(CHAT, config, progress=False).path
     out = tmp_path / "hf"

@@ -18,7 +18,7 @@ from recipes.chat_sl import RECIPE as CHAT_SL
 @pytest.fixture(scope="module")
 def noop_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     log = tmp_path_factory.mktemp("noop") / "run"
-    overrides = ["backend=noop", "max_steps=2", "batch_size=4", "renderer=llama3", f"log_path={log}"]
+    overrides = ["backend=noop", "data.max_steps=2", "data.batch_size=4", "renderer=llama3", f"log_path={log}"]
     config = load_config(CHAT_SL.config_cls, None, overrides)
     return run_recipe(CHAT_SL, config, progress=False).path
 

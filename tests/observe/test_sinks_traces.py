@@ -28,9 +28,9 @@ def _run(tmp_path: Path, *overrides: str) -> Path:
         None,
         [
             "backend=noop",
-            f"max_steps={STEPS}",
-            "batch_size=4",
-            "eval_every=2",
+            f"data.max_steps={STEPS}",
+            "data.batch_size=4",
+            "eval.every=2",
             f"log_path={tmp_path / 'run'}",
             *overrides,
         ],
@@ -54,19 +54,19 @@ def test_missing_logger_is_a_config_error_naming_the_extra(
         kitchen.engine.observe.sinks.importlib.util, "find_spec", lambda name: None if name == "wandb" else real(name)
     )
     with pytest.raises(ConfigError, match=r"kitchen\[wandb\]"):
-        load_config(RECIPE.config_cls, None, ["loggers=[wandb]"])
-    assert main(["validate", "sl_basic", "loggers=[wandb]"]) == 2
+        load_config(RECIPE.config_cls, None, ["logging.loggers=[wandb]"])
+    assert main(["validate", "sl_basic", "logging.loggers=[wandb]"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("kitchen: error:") and "pip install 'kitchen[wandb]'" in err
     with pytest.raises(ConfigError, match="loggers"):
-        load_config(RECIPE.config_cls, None, ["loggers=[neptune]"])
+        load_config(RECIPE.config_cls, None, ["logging.loggers=[neptune]"])
 
 
 @pytest.mark.skipif(not _installed("tensorboard"), reason="the tensorboard extra is not installed")
 def test_tensorboard_events_hold_every_step(tmp_path: Path) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    run_dir = _run(tmp_path, "loggers=[tensorboard]")
+    run_dir = _run(tmp_path, "logging.loggers=[tensorboard]")
     accumulator = EventAccumulator(str(run_dir / "tensorboard"))
     accumulator.Reload()
     scalars = [(event.step, event.value) for event in accumulator.Scalars("train_mean_nll")]
@@ -81,7 +81,7 @@ def test_mlflow_file_store_in_the_run_dir(tmp_path: Path, monkeypatch: pytest.Mo
     import mlflow
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    run_dir = _run(tmp_path, "loggers=[mlflow]")
+    run_dir = _run(tmp_path, "logging.loggers=[mlflow]")
     client = mlflow.MlflowClient(tracking_uri=(run_dir / "mlruns").resolve().as_uri())
     run = client.get_run((run_dir / "mlflow_run_id").read_text().strip())
     assert run.info.status == "FINISHED"
@@ -96,7 +96,7 @@ def test_mlflow_file_store_in_the_run_dir(tmp_path: Path, monkeypatch: pytest.Mo
 def test_wandb_offline_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
-    run_dir = _run(tmp_path, "loggers=[wandb]", "wandb.project=kitchen-tests")
+    run_dir = _run(tmp_path, "logging.loggers=[wandb]", "logging.wandb.project=kitchen-tests")
     run_id = (run_dir / "wandb_run_id").read_text().strip()
     offline = list((run_dir / "wandb").glob(f"offline-run-*-{run_id}"))
     assert offline and list(offline[0].glob("run-*.wandb"))
@@ -119,7 +119,7 @@ class _Broken(kitchen.engine.observe.sinks.Sink):
 def test_a_failing_sink_warns_and_training_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kitchen.engine.observe.sinks, "make_sink", lambda *args: _Broken())
     monkeypatch.setattr(kitchen.engine.observe.sinks.importlib.util, "find_spec", lambda name: object())
-    run_dir = _run(tmp_path, "loggers=[tensorboard]")
+    run_dir = _run(tmp_path, "logging.loggers=[tensorboard]")
     assert len(_nll(run_dir)) == STEPS
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     failed = [e for e in events if e.get("event") == "sink.failed"]
@@ -138,7 +138,7 @@ def no_global_tracer_provider(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_trace_file_has_one_span_per_stage_with_attributes(tmp_path: Path, no_global_tracer_provider: None) -> None:
     """(Before: with no global provider, only the workflow span was written.)"""
-    run_dir = _run(tmp_path, "trace_file=true", "save_every=2")
+    run_dir = _run(tmp_path, "logging.trace_file=true", "checkpoint.save_every=2")
     spans = [json.loads(line) for line in (run_dir / "traces.jsonl").read_text().splitlines()]
     workflow = [s for s in spans if s["name"].startswith("workflow ")]
     assert len(workflow) == 1
@@ -208,8 +208,10 @@ def test_rl_transcripts_go_to_tensorboard_as_text(tmp_path: Path) -> None:
 
     from recipes.math_rl import RECIPE as MATH_RL
 
-    overrides = ["backend=noop", "num_batches=3", "groups_per_batch=2", "group_size=2", "warm_start_steps=2"]
-    config = load_config(MATH_RL.config_cls, None, [*overrides, "loggers=[tensorboard]", f"log_path={tmp_path / 'rl'}"])
+    overrides = ["backend=noop", "rl.num_batches=3", "rl.groups_per_batch=2", "rl.group_size=2", "warm_start.steps=2"]
+    config = load_config(
+        MATH_RL.config_cls, None, [*overrides, "logging.loggers=[tensorboard]", f"log_path={tmp_path / 'rl'}"]
+    )
     run_dir = run_recipe(MATH_RL, config, progress=False).path
     accumulator = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"tensors": 0})
     accumulator.Reload()

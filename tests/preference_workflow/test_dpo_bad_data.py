@@ -13,7 +13,14 @@ from kitchen.engine.runs.metrics import read_metrics
 from tests.preference_workflow.dpo_runs import RunDpo, write_jsonl
 
 GOOD = {"prompt": "What is 2 + 3?", "chosen": "The answer is 5. Thank you!", "rejected": "The answer is 6. Go away."}
-NOOP = ["backend=noop", "batch_size=2", "max_steps=2", "eval_dataset=null", "max_length=24", "save_every=0"]
+NOOP = [
+    "backend=noop",
+    "data.batch_size=2",
+    "data.max_steps=2",
+    "data.eval_dataset=null",
+    "data.max_length=24",
+    "checkpoint.save_every=0",
+]
 
 
 def _with_bad_lines(path: Path) -> Path:
@@ -36,7 +43,7 @@ def test_unusable_comparisons_are_skipped_and_reported(
     run_dpo: RunDpo, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     data = _with_bad_lines(tmp_path / "bad.jsonl")
-    rows = read_metrics(run_dpo(*NOOP, f"dataset={data}", "num_epochs=3").metrics)
+    rows = read_metrics(run_dpo(*NOOP, f"data.dataset={data}", "data.num_epochs=3").metrics)
     assert [row["step"] for row in rows] == [0, 1]  # 3 usable pairs: one batch of 2 an epoch, max_steps=2
     first = rows[0]
     assert first["data/train_skipped"] == 4
@@ -51,9 +58,9 @@ def test_unusable_comparisons_are_skipped_and_reported(
 
 def test_too_few_usable_comparisons_is_a_data_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = write_jsonl(tmp_path / "few.jsonl", [GOOD, {**GOOD, "chosen": ""}])
-    code = main(["run", "dpo", f"dataset={data}", f"log_path={tmp_path / 'run'}", *NOOP])
+    code = main(["run", "dpo", f"data.dataset={data}", f"log_path={tmp_path / 'run'}", *NOOP])
     assert code == 2
-    assert f"{data}: 1 usable comparisons are fewer than one batch (batch_size=2 pairs)" in capsys.readouterr().err
+    assert f"{data}: 1 usable comparisons are fewer than one batch (data.batch_size=2 pairs)" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -69,7 +76,7 @@ def test_malformed_line_exits_2_naming_file_and_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], line: str, problem: str
 ) -> None:
     data = write_jsonl(tmp_path / "broken.jsonl", [GOOD, GOOD, line, GOOD])
-    code = main(["run", "dpo", f"dataset={data}", f"log_path={tmp_path / 'run'}", *NOOP])
+    code = main(["run", "dpo", f"data.dataset={data}", f"log_path={tmp_path / 'run'}", *NOOP])
     err = capsys.readouterr().err
     assert code == 2, err
     assert f"{data} line 3: {problem}" in err
@@ -80,6 +87,6 @@ def test_malformed_line_exits_2_naming_file_and_line(
 def test_malformed_held_out_file_is_reported_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     train = write_jsonl(tmp_path / "train.jsonl", [GOOD, GOOD])
     held_out = write_jsonl(tmp_path / "test.jsonl", [GOOD, "{oops"])
-    args = [f"dataset={train}", f"log_path={tmp_path / 'run'}", *NOOP, f"eval_dataset={held_out}"]
+    args = [f"data.dataset={train}", f"log_path={tmp_path / 'run'}", *NOOP, f"data.eval_dataset={held_out}"]
     assert main(["run", "dpo", *args]) == 2
     assert f"{held_out} line 2: invalid JSON" in capsys.readouterr().err

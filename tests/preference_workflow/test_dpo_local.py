@@ -16,16 +16,16 @@ from tests.preference_workflow.dpo_runs import RunDpo
 LOCAL = [
     "backend=local",
     "local.device=cpu",
-    "batch_size=4",
-    "max_length=64",
-    "eval_dataset=null",
+    "data.batch_size=4",
+    "data.max_length=64",
+    "data.eval_dataset=null",
     "renderer=role_colon",
 ]
 
 
 @pytest.mark.parametrize("lora", [[], ["lora_rank=4"]], ids=["full", "lora"])
 def test_first_dpo_loss_is_ln2(run_dpo: RunDpo, lora: list[str]) -> None:
-    rows = read_metrics(run_dpo(*LOCAL, *lora, "max_steps=2", "save_every=0").metrics)
+    rows = read_metrics(run_dpo(*LOCAL, *lora, "data.max_steps=2", "checkpoint.save_every=0").metrics)
     first = rows[0]
     assert abs(first["dpo_loss"] - math.log(2)) < 1e-6
     assert abs(first["margin"]) < 1e-5 and abs(first["chosen_reward"]) < 1e-5
@@ -34,7 +34,7 @@ def test_first_dpo_loss_is_ln2(run_dpo: RunDpo, lora: list[str]) -> None:
 
 
 def test_resume_keeps_the_original_reference(run_dpo: RunDpo, tmp_path: Path) -> None:
-    args = [*LOCAL, "max_steps=4", "save_every=2", "learning_rate=1e-2"]
+    args = [*LOCAL, "data.max_steps=4", "checkpoint.save_every=2", "optimizer.learning_rate=1e-2"]
     whole = run_dpo(*args, log_path=tmp_path / "whole")
     # The same run cut off after its step-2 checkpoint: keep only that record, then rerun.
     cut = tmp_path / "cut"

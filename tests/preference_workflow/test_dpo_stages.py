@@ -33,7 +33,7 @@ def test_batches_keep_pairs_together_and_cover_an_epoch_once(
 ) -> None:
     per_epoch = num_pairs // batch_size
     data = [f"{side}{pair}" for pair in range(num_pairs) for side in ("chosen", "rejected")]
-    config = Config.model_validate({"batch_size": batch_size, "seed": seed})
+    config = Config.model_validate({"data": {"batch_size": batch_size}, "seed": seed})
     ctx = Context(config, {}, {"train_data": data})
     seen: list[int] = []
     for step in range(epoch * per_epoch, (epoch + 1) * per_epoch):
@@ -78,7 +78,7 @@ def _win_rate_context(tmp_path: Path, train_steps: int) -> tuple[Context, NoopBa
         "renderer": get_renderer("role_colon", backend.get_tokenizer("tiny")),
         "eval_prompts": prompts,
     }
-    config = Config.model_validate({"backend": "noop", "win_rate_prompts": 4, "win_rate_max_tokens": 6})
+    config = Config.model_validate({"backend": "noop", "win_rate": {"prompts": 4, "max_tokens": 6}})
     return Context(config, {}, state), backend
 
 

@@ -14,7 +14,14 @@ from kitchen.engine.runs.checkpoints import read_records
 from kitchen.engine.runs.metrics import read_metrics
 from tests.preference_workflow.dpo_runs import RunDpo, run_dpo_recipe
 
-SMALL = ["backend=noop", "max_steps=5", "batch_size=4", "save_every=2", "eval_every=2", "max_length=64"]
+SMALL = [
+    "backend=noop",
+    "data.max_steps=5",
+    "data.batch_size=4",
+    "checkpoint.save_every=2",
+    "eval.every=2",
+    "data.max_length=64",
+]
 TRAIN_KEYS = (
     "dpo_loss",
     "accuracy",
@@ -63,12 +70,12 @@ def test_checkpoints_keep_the_reference_path(small_run: RunDir) -> None:
 
 
 def test_no_eval_dataset_means_no_eval_metrics(run_dpo: RunDpo) -> None:
-    rows = read_metrics(run_dpo(*SMALL, "eval_dataset=null").metrics)
+    rows = read_metrics(run_dpo(*SMALL, "data.eval_dataset=null").metrics)
     assert rows and not any(key.startswith("eval/") for row in rows for key in row)
 
 
 def test_win_rate_evaluator_is_opt_in(run_dpo: RunDpo) -> None:
-    rows = read_metrics(run_dpo(*SMALL, "win_rate_judge=polite_arithmetic", "win_rate_prompts=3").metrics)
+    rows = read_metrics(run_dpo(*SMALL, "win_rate.judge=polite_arithmetic", "win_rate.prompts=3").metrics)
     evals = [row for row in rows if "eval/win_rate" in row]
     assert [row["step"] for row in evals] == [1, 3, 4]
     for row in evals:
@@ -93,7 +100,7 @@ def test_each_evaluation_writes_held_out_examples_for_the_report(run_dpo: RunDpo
 
     from kitchen.apps.report.build import write_report
 
-    run_dir = run_dpo("max_steps=4", "eval_every=2")
+    run_dir = run_dpo("data.max_steps=4", "eval.every=2")
     files = sorted((run_dir.path / "preference_examples").glob("step_*.jsonl"))
     assert [f.name for f in files] == ["step_000001.jsonl", "step_000003.jsonl"]
     records = [json.loads(line) for line in files[-1].read_text().splitlines()]

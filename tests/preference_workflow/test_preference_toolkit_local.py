@@ -35,7 +35,7 @@ from train_core.renderers.base import Message, Renderer
 
 pytestmark = pytest.mark.slow  # each trains the tiny model for 10-16 steps: 15-40 s on 2 cores
 
-LOCAL = ["backend=local", "local.device=cpu", "renderer=role_colon", "save_every=0"]
+LOCAL = ["backend=local", "local.device=cpu", "renderer=role_colon", "checkpoint.save_every=0"]
 HELD_OUT = shipped_data("preference/polite_arithmetic_test.jsonl")
 
 
@@ -54,8 +54,9 @@ def _run(recipe: Recipe, log_path: Path, *overrides: str) -> RunDir:
 
 def test_reward_model_learns_and_exports_as_a_sequence_classifier(tmp_path: Path, held_out_subset: Path) -> None:
     run = _run(
-        get_recipe("rm"), tmp_path / "rm", "max_steps=10", "eval_every=10", "batch_size=8", "max_length=64",
-        f"eval_dataset={held_out_subset}",
+        get_recipe("rm"), tmp_path / "rm", "data.max_steps=10", "eval.every=10", "data.batch_size=8",
+        "data.max_length=64",
+        f"data.eval_dataset={held_out_subset}",
     )  # fmt: skip
     rows = read_metrics(run.metrics)
     final = rows[-1]
@@ -107,8 +108,9 @@ async def judge_verdicts(run: RunDir, renderer: Renderer, comparisons: Sequence[
 
 def test_kto_learns_from_unpaired_examples(tmp_path: Path, held_out_subset: Path) -> None:
     run = _run(
-        get_recipe("kto"), tmp_path / "kto", "max_steps=10", "eval_every=5", "batch_size=8", "max_length=64",
-        f"eval_dataset={held_out_subset}",
+        get_recipe("kto"), tmp_path / "kto", "data.max_steps=10", "eval.every=5", "data.batch_size=8",
+        "data.max_length=64",
+        f"data.eval_dataset={held_out_subset}",
     )  # fmt: skip
     rows = read_metrics(run.metrics)
     assert rows[0]["kto_loss"] == pytest.approx(0.5, abs=1e-6)  # the policy starts as the reference
@@ -141,8 +143,8 @@ def test_online_dpo_learns_what_its_judge_prefers(tmp_path: Path) -> None:
     recipe = Recipe("online_dpo_token_range", "test", OnlineDPOConfig, lambda config: online_dpo_workflow(judge))
     steps, prompts = 16, 16
     run = _run(
-        recipe, tmp_path / "online", f"max_steps={steps}", f"eval_every={steps}", f"batch_size={prompts}",
-        "max_tokens=8", "learning_rate=1e-2", "win_rate_prompts=32", "win_rate_max_tokens=8",
+        recipe, tmp_path / "online", f"data.max_steps={steps}", f"eval.every={steps}", f"data.batch_size={prompts}",
+        "sampling.max_tokens=8", "optimizer.learning_rate=1e-2", "win_rate.prompts=32", "win_rate.max_tokens=8",
     )  # fmt: skip
     rows = read_metrics(run.metrics)
     sampled = judge.mean_counts[: steps * prompts]

@@ -13,9 +13,15 @@ from kitchen.engine.launch import run_recipe
 from kitchen.engine.recipe import get_recipe
 
 RUNS: dict[str, list[str]] = {
-    "sl_basic": ["max_steps=6", "save_every=3", "eval_every=3", "batch_size=8"],
-    "dpo": ["max_steps=4", "save_every=2", "eval_every=2", "batch_size=4", "max_length=64"],
-    "math_rl": ["num_batches=4", "save_every=2", "eval_every=2", "warm_start_steps=0", "groups_per_batch=4"],
+    "sl_basic": ["data.max_steps=6", "checkpoint.save_every=3", "eval.every=3", "data.batch_size=8"],
+    "dpo": ["data.max_steps=4", "checkpoint.save_every=2", "eval.every=2", "data.batch_size=4", "data.max_length=64"],
+    "math_rl": [
+        "rl.num_batches=4",
+        "checkpoint.save_every=2",
+        "eval.every=2",
+        "warm_start.steps=0",
+        "rl.groups_per_batch=4",
+    ],
 }
 
 # A transcript whose action tries to run script in the page: the report must show it as text.

@@ -117,7 +117,9 @@ def test_failed_run_names_the_stage(tmp_path: Path) -> None:
     data.write_text('{"prompt": "a", "completion": "b"}\n{"prompt": "c", "completion": "d"}\n')
     recipe = get_recipe("sl_basic")
     config = load_config(
-        recipe.config_cls, None, ["backend=noop", f"dataset={data}", "eval_dataset=null", f"log_path={tmp_path / 'r'}"]
+        recipe.config_cls,
+        None,
+        ["backend=noop", f"data.dataset={data}", "data.eval_dataset=null", f"log_path={tmp_path / 'r'}"],
     )
     with pytest.raises(StageFailure):
         run_recipe(recipe, config, progress=False)

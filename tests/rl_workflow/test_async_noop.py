@@ -32,7 +32,7 @@ LATENCY = {"sample": 0.02, "forward_backward": 0.03}
 
 def run_async(tmp_path: Path, max_off: int, *extra: str) -> list[dict[str, float]]:
     backend = noop_backend(tmp_path, LATENCY)
-    args = [f"async_config.max_steps_off_policy={max_off}", "num_batches=6", *extra]
+    args = [f"rl.async_config.max_steps_off_policy={max_off}", "rl.num_batches=6", *extra]
     _, rows = run_toy(tmp_path, *args, backend=backend)
     return rows
 
@@ -51,7 +51,7 @@ def test_no_group_older_than_max_steps_off_policy_is_trained(tmp_path: Path, max
 
 
 def test_async_runs_multi_turn_with_kl_and_substeps(tmp_path: Path) -> None:
-    rows = run_async(tmp_path, 1, "turns=2", "kl_penalty_coef=0.1", "num_substeps=2")
+    rows = run_async(tmp_path, 1, "turns=2", "algorithm.kl_penalty_coef=0.1", "rl.num_substeps=2")
     assert all(row["env/all/turns_per_episode"] == 2 and "kl_policy_base" in row for row in rows)
     assert all(row["optim/substeps"] == 2 for row in rows)
 
@@ -152,7 +152,12 @@ def test_generations_span_weight_updates_and_tokens_carry_their_versions(tmp_pat
     are published while generations run; those go on under the new weights, their tokens tagged
     with two versions, and the staleness of the tokens trained is logged per step."""
     backend = noop_backend(tmp_path, {"sample": 0.1, "forward_backward": 0.03})
-    args = ["async_config.max_steps_off_policy=1", "num_batches=6", "max_tokens=8", "transcript_groups=4"]
+    args = [
+        "rl.async_config.max_steps_off_policy=1",
+        "rl.num_batches=6",
+        "sampling.max_tokens=8",
+        "rl.transcript_groups=4",
+    ]
     run_dir, rows = run_toy(tmp_path, *args, backend=backend)
     versions = [
         turn["policy_versions"]
@@ -170,8 +175,8 @@ def test_generations_span_weight_updates_and_tokens_carry_their_versions(tmp_pat
 
 def test_without_following_each_generation_has_one_version(tmp_path: Path) -> None:
     backend = noop_backend(tmp_path, {"sample": 0.1, "forward_backward": 0.03})
-    args = ["async_config.max_steps_off_policy=1", "async_config.follow_weight_updates=false", "num_batches=4"]
-    _, rows = run_toy(tmp_path, *args, "max_tokens=8", backend=backend)
+    args = ["rl.async_config.max_steps_off_policy=1", "rl.async_config.follow_weight_updates=false", "rl.num_batches=4"]
+    _, rows = run_toy(tmp_path, *args, "sampling.max_tokens=8", backend=backend)
     assert all(row["async/samples_spanning_updates"] == 0 for row in rows)
     token_means = [row["async/token_staleness_mean"] for row in rows]
     assert token_means == pytest.approx([row["async/steps_off_policy_mean"] for row in rows])

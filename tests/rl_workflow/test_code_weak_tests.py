@@ -55,14 +55,14 @@ def test_the_warning_names_the_weak_problems(tmp_path: Path) -> None:
 
 def test_the_rl_task_carries_the_warning_and_refuses_the_process_sandbox(tmp_path: Path) -> None:
     path = _problems_file(tmp_path)
-    base = ["backend=noop", f"dataset={path}", "eval_dataset=null"]
-    with pytest.raises(ConfigError, match=r"sandbox=process is not safe for RL.*allow_unsafe_sandbox: true"):
-        load_config(Config, None, [*base, "sandbox=process"])  # refused before any work: `kitchen validate` too
+    base = ["backend=noop", f"env.dataset={path}", "env.eval_dataset=null"]
+    with pytest.raises(ConfigError, match=r"sandbox.kind=process is not safe for RL.*sandbox.allow_unsafe: true"):
+        load_config(Config, None, [*base, "sandbox.kind=process"])  # refused before any work: `kitchen validate` too
     with pytest.warns(UserWarning, match="NOT cut off"):
-        allowed = load_config(Config, None, [*base, "sandbox=process", "allow_unsafe_sandbox=true"])
+        allowed = load_config(Config, None, [*base, "sandbox.kind=process", "sandbox.allow_unsafe=true"])
         task = build_task(allowed, renderer())
     assert any("1 of 2 problems" in warning for warning in task.warnings)
-    unsafe = "allow_unsafe_sandbox: programs run in the process sandbox"
+    unsafe = "sandbox.allow_unsafe: programs run in the process sandbox"
     assert any(warning.startswith(unsafe) for warning in task.warnings)
     # How a program's memory and processes are bounded in total: a warning for the watchdog (it is
     # soft), a note where the kernel holds the limit (a cgroup v2 group per run).

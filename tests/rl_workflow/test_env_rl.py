@@ -9,13 +9,13 @@ import pytest
 from transformers import AutoTokenizer
 
 from adapters.common.tiny import TINY_DIR
+from kitchen.engine.config.loading import load_config
 from kitchen.engine.errors import ConfigError
-from kitchen.families.rl.envs import ENVS
+from kitchen.families.rl.envs import ENVS, env_task
+from kitchen.families.rl.rewards import resolve_reward_fn
 from recipes.env_rl import Config
-from recipes.env_rl import build_task as build_env_task
+from recipes.envs.guess_number import ENV as GUESS_NUMBER
 from recipes.guess_number import Config as GuessNumberConfig
-from recipes.guess_number import build_task as build_guess_number_task
-from recipes.rewards import resolve_reward_fn
 from recipes.rewards.examples import keyword_reward
 from train_core.renderers.role_colon import RoleColonRenderer
 
@@ -27,25 +27,25 @@ def test_the_shipped_environments_are_registered() -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"env": "guess_numbr"}, "did you mean 'guess_number'"),
-        ({"env": "guess_number", "env_args": {"max_turn": 3}}, "env_args.max_turn: Extra inputs are not permitted"),
-        ({"env": "arithmetic", "env_args": {"max_operand": -1}}, "env_args.max_operand: Input should be greater"),
-        ({"env": "gsm8k", "env_args": {"dataset": "/no/such/file.jsonl"}}, None),
+        (["env=guess_numbr"], "env: 'guess_numbr' is not a choice; did you mean 'guess_number'"),
+        (["env=guess_number", "env.max_turn=3"], "unknown key 'env.max_turn'; did you mean 'env.max_turns'"),
+        (["env=arithmetic", "env.max_operand=-1"], "env.max_operand: Input should be greater"),
+        (["env=gsm8k", "env.dataset=/no/such/file.jsonl"], None),
     ],
 )
-def test_bad_env_settings_are_config_errors_naming_the_key(overrides: dict[str, Any], message: str | None) -> None:
+def test_bad_env_settings_are_config_errors_naming_the_key(overrides: list[str], message: str | None) -> None:
     if message is None:  # a missing data file is found by the check before work, not by the model
-        assert Config.model_validate(overrides).env_args["dataset"] == "/no/such/file.jsonl"
+        assert load_config(Config, None, overrides).env.dataset == "/no/such/file.jsonl"
         return
-    with pytest.raises((ConfigError, ValueError), match=message):
-        Config.model_validate(overrides)
+    with pytest.raises(ConfigError, match=message):
+        load_config(Config, None, overrides)
 
 
 def test_env_rl_builds_the_same_task_as_the_environments_own_recipe() -> None:
     renderer = RoleColonRenderer(AutoTokenizer.from_pretrained(TINY_DIR))
-    shared = {"num_batches": 3, "groups_per_batch": 2, "group_size": 2, "seed": 5}
-    generic = build_env_task(Config(env="guess_number", env_args={"max_number": 6}, **shared), renderer)
-    own = build_guess_number_task(GuessNumberConfig(max_number=6, **shared), renderer)
+    shared = ["rl.num_batches=3", "rl.groups_per_batch=2", "rl.group_size=2", "seed=5", "env.max_number=6"]
+    generic = env_task(ENVS.load())(load_config(Config, None, ["env=guess_number", *shared]), renderer)
+    own = env_task({"guess_number": GUESS_NUMBER})(load_config(GuessNumberConfig, None, shared), renderer)
     assert len(generic.train) == len(own.train) == 3
     assert [b.logging_tags() for b in generic.train.get_batch(1)] == [b.logging_tags() for b in own.train.get_batch(1)]
     assert len(generic.eval_builders) == len(own.eval_builders) == 6
@@ -55,11 +55,11 @@ def test_env_rl_runs_a_multi_turn_environment_on_noop(kitchen_run: Any) -> None:
     result = kitchen_run(
         "env_rl",
         "env=guess_number",
-        "env_args.max_number=4",
-        "num_batches=2",
-        "warm_start_steps=1",
-        "groups_per_batch=2",
-        "group_size=2",
+        "env.max_number=4",
+        "rl.num_batches=2",
+        "warm_start.steps=1",
+        "rl.groups_per_batch=2",
+        "rl.group_size=2",
     )
     assert [row["step"] for row in result.metrics] == [0, 1]
     assert len(result.column("env/all/reward/total")) == 2

@@ -18,14 +18,20 @@ from tests.rl_workflow.toy_task import TOY_RECIPE, ToyConfig
 
 
 def run_local(log_path: Path, *overrides: str, hooks: Sequence[Hooks] = ()) -> list[dict[str, Any]]:
-    args = ["backend=local", f"log_path={log_path}", "eval_every=0", "save_every=0", "transcript_groups=0"]
+    args = [
+        "backend=local",
+        f"log_path={log_path}",
+        "eval.every=0",
+        "checkpoint.save_every=0",
+        "rl.transcript_groups=0",
+    ]
     config = load_config(ToyConfig, None, [*args, *overrides])
     return read_metrics(run_recipe(TOY_RECIPE, config, hooks=hooks, progress=False).metrics)
 
 
 @pytest.mark.parametrize("turns", [1, 3])
 def test_first_step_is_on_policy(tmp_path: Path, turns: int) -> None:
-    rows = run_local(tmp_path, "num_batches=1", f"turns={turns}", "max_tokens=6")
+    rows = run_local(tmp_path, "rl.num_batches=1", f"turns={turns}", "sampling.max_tokens=6")
     first = rows[0]
     assert first["env/all/turns_per_episode"] == turns
     assert first["optim/kl_sample_train_v2"] < 1e-3
@@ -38,7 +44,13 @@ def test_first_step_is_on_policy(tmp_path: Path, turns: int) -> None:
 def test_entropy_bonus_and_kl_in_the_loss_take_the_custom_route(tmp_path: Path) -> None:
     """The local backend hands the objective per-token entropies; the reference is the policy
     as RL starts, so the first step's KL in the loss is ~0."""
-    rows = run_local(tmp_path, "num_batches=1", "entropy_coeff=0.01", "kl_loss_coef=0.1", "loss_aggregation=token_mean")
+    rows = run_local(
+        tmp_path,
+        "rl.num_batches=1",
+        "algorithm.entropy_coeff=0.01",
+        "algorithm.kl_loss_coef=0.1",
+        "algorithm.loss_aggregation=token_mean",
+    )
     assert rows[0]["loss/entropy"] > 0.1
     assert abs(rows[0]["loss/kl"]) < 1e-4
 
@@ -46,7 +58,9 @@ def test_entropy_bonus_and_kl_in_the_loss_take_the_custom_route(tmp_path: Path) 
 def test_second_substep_trains_off_policy(tmp_path: Path) -> None:
     """With two substeps the second chunk is scored after the first update: the agreement metric
     sees that drift, so it measures something."""
-    rows = run_local(tmp_path, "num_batches=1", "num_substeps=2", "learning_rate=0.05", "groups_per_batch=4")
+    rows = run_local(
+        tmp_path, "rl.num_batches=1", "rl.num_substeps=2", "optimizer.learning_rate=0.05", "rl.groups_per_batch=4"
+    )
     assert rows[0]["optim/kl_sample_train_v2"] > 1e-3
 
 
@@ -54,7 +68,13 @@ def test_second_substep_trains_off_policy(tmp_path: Path) -> None:
 def test_resume_matches_an_uninterrupted_run(tmp_path: Path) -> None:
     """Sampling seeds derive from (seed, step, group, prompt), so after a crash the resumed run
     samples, trains and logs exactly what the uninterrupted run did."""
-    args = ["num_batches=4", "save_every=2", "turns=2", "kl_penalty_coef=0.1", "learning_rate=0.01"]
+    args = [
+        "rl.num_batches=4",
+        "checkpoint.save_every=2",
+        "turns=2",
+        "algorithm.kl_penalty_coef=0.1",
+        "optimizer.learning_rate=0.01",
+    ]
     expected = run_local(tmp_path / "whole", *args)
     with pytest.raises(RuntimeError, match="simulated crash"):
         run_local(tmp_path / "crashed", *args, hooks=[CrashAfterStep(2)])
@@ -67,12 +87,12 @@ def test_resume_matches_an_uninterrupted_run(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "mode",
     [
-        ["async_config.max_steps_off_policy=1"],
-        ["stream_minibatch.num_minibatches=2"],
+        ["rl.async_config.max_steps_off_policy=1"],
+        ["rl.stream_minibatch.num_minibatches=2"],
     ],
 )
 def test_other_modes_run_on_the_local_backend(tmp_path: Path, mode: list[str]) -> None:
-    rows = run_local(tmp_path, "num_batches=3", "turns=2", *mode)
+    rows = run_local(tmp_path, "rl.num_batches=3", "turns=2", *mode)
     assert [row["step"] for row in rows] == [0, 1, 2]
     assert all(row["env/all/total_episodes"] == 16 and "optim/kl_sample_train_v2" in row for row in rows)
     assert all(row.get("async/steps_off_policy_max", 0) <= 1 for row in rows)
@@ -82,6 +102,6 @@ def test_other_modes_run_on_the_local_backend(tmp_path: Path, mode: list[str]) -
 def test_sequence_level_gspo_trains_on_the_local_backend(tmp_path: Path, loss_fn: str) -> None:
     """gspo reads the action mask as its `sequence_ratio_mask` and runs per datum; on policy at the
     first step every sequence ratio is 1, so it trains like ppo."""
-    rows = run_local(tmp_path, "num_batches=2", "turns=2", f"loss_fn={loss_fn}")
+    rows = run_local(tmp_path, "rl.num_batches=2", "turns=2", f"algorithm.loss_fn={loss_fn}")
     assert [row["step"] for row in rows] == [0, 1]
     assert rows[0]["optim/kl_sample_train_v2"] < 1e-3

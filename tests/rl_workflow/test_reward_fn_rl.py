@@ -18,14 +18,28 @@ from kitchen.engine.launch import run_recipe
 from kitchen.engine.recipe import configs_dir, get_recipe
 from kitchen.engine.runner import StageFailure
 from kitchen.engine.runs.metrics import read_metrics
-from recipes.rewards import Completion, resolve_reward_fn, resolve_reward_fns, score, score_group, weighted_total
+from kitchen.families.rl.rewards import (
+    Completion,
+    resolve_reward_fn,
+    resolve_reward_fns,
+    score,
+    score_group,
+    weighted_total,
+)
 
 RECIPE = get_recipe("reward_fn_rl")
-QUICK = ["backend=noop", "num_batches=2", "groups_per_batch=4", "eval_every=1", "save_every=0", "warm_start_steps=2"]
+QUICK = [
+    "backend=noop",
+    "rl.num_batches=2",
+    "rl.groups_per_batch=4",
+    "eval.every=1",
+    "checkpoint.save_every=0",
+    "warm_start.steps=2",
+]
 MODES = {
     "sync": [],
-    "stream_minibatch": ["stream_minibatch.num_minibatches=2"],
-    "async": ["async_config.max_steps_off_policy=1"],
+    "stream_minibatch": ["rl.stream_minibatch.num_minibatches=2"],
+    "async": ["rl.async_config.max_steps_off_policy=1"],
 }
 SHIPPED = configs_dir() / "reward_fn_rl.yaml"
 T = "tests.rl_workflow.reward_fns_for_tests"
@@ -47,7 +61,7 @@ def test_shipped_config_runs_on_noop_in_every_mode(tmp_path: Path, mode: str) ->
 
 
 def test_the_reward_function_sees_prompt_completion_and_record(tmp_path: Path) -> None:
-    rows = run(tmp_path, f"reward_fn=[{T}:sees_prompt_and_record, {T}:first_char_even]", "reward_weights={}")
+    rows = run(tmp_path, f"env.reward_fn=[{T}:sees_prompt_and_record, {T}:first_char_even]", "env.reward_weights={}")
     assert all(row["env/all/score/has_prompt"] == 1.0 and row["env/all/score/has_answer"] == 1.0 for row in rows)
     assert all("env/all/score/first_char_even" in row for row in rows)
 
@@ -58,11 +72,11 @@ def test_async_reward_functions_and_a_chat_format_data_set(tmp_path: Path) -> No
     data.write_text("".join(json.dumps(r) + "\n" for r in records))
     rows = run(
         tmp_path / "run",
-        f"dataset={data}",
-        "eval_dataset=null",
-        "warm_start_steps=0",
-        "reward_fn=recipes.rewards.examples:async_keyword_reward",
-        "reward_weights={}",
+        f"env.dataset={data}",
+        "env.eval_dataset=null",
+        "warm_start.steps=0",
+        "env.reward_fn=recipes.rewards.examples:async_keyword_reward",
+        "env.reward_weights={}",
         config_file=None,
     )
     assert all("env/all/score/async_keyword_reward" in row for row in rows)
@@ -79,23 +93,23 @@ def test_async_reward_functions_and_a_chat_format_data_set(tmp_path: Path) -> No
 )
 def test_a_reward_function_that_cannot_be_resolved_is_a_config_error(spec: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        load_config(RECIPE.config_cls, None, [f"reward_fn={spec}"])
+        load_config(RECIPE.config_cls, None, [f"env.reward_fn={spec}"])
 
 
 def test_a_weight_naming_no_function_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="reward_weights names 'lenght'"):
-        load_config(RECIPE.config_cls, None, [f"reward_fn={T}:first_char_even", "reward_weights={lenght: 1}"])
+        load_config(RECIPE.config_cls, None, [f"env.reward_fn={T}:first_char_even", "env.reward_weights={lenght: 1}"])
 
 
 def test_cli_validate_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["validate", "reward_fn_rl", "reward_fn=no_such_module_xyz:f"]) == 2
+    assert main(["validate", "reward_fn_rl", "env.reward_fn=no_such_module_xyz:f"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "no_such_module_xyz" in err
 
 
 def test_a_non_number_reward_fails_the_run_naming_the_function(tmp_path: Path) -> None:
     with pytest.raises(StageFailure, match=r"says_hello returned str 'hello'; a reward must be a number"):
-        run(tmp_path, f"reward_fn={T}:says_hello", "reward_weights={}", "warm_start_steps=0")
+        run(tmp_path, f"env.reward_fn={T}:says_hello", "env.reward_weights={}", "warm_start.steps=0")
 
 
 def test_score_and_weights() -> None:
@@ -117,7 +131,7 @@ def test_weighted_total_is_the_weighted_sum(scores: dict[str, float], data: st.D
 
 
 def test_runs_on_the_local_backend_with_the_tiny_model(tmp_path: Path) -> None:
-    rows = run(tmp_path, "backend=local", "num_batches=1", "eval_every=0", "group_size=2")
+    rows = run(tmp_path, "backend=local", "rl.num_batches=1", "eval.every=0", "rl.group_size=2")
     assert rows[0]["step"] == 0 and rows[0]["tokens/trained"] > 0 and "optim/kl_sample_train_v2" in rows[0]
 
 
@@ -135,7 +149,7 @@ def test_trl_batched_reward_functions_beside_per_sample_ones(tmp_path: Path) -> 
     assert chat == [{"trl_length": 7.0}, {"trl_length": 2.0}]  # conversational: [{role, content}] each
     with pytest.raises(DataError, match=r"trl_wrong_length \(batched\) returned 1 values; it must return a list of 2"):
         asyncio.run(score_group(resolve_reward_fns([f"{T}:trl_wrong_length"]), "p", completions, {}))
-    rows = run(tmp_path, f"reward_fn=[{T}:trl_length, {T}:first_char_even]", "reward_weights={trl_length: 0.1}")
+    rows = run(tmp_path, f"env.reward_fn=[{T}:trl_length, {T}:first_char_even]", "env.reward_weights={trl_length: 0.1}")
     for row in rows:
         expected = 0.1 * row["env/all/score/trl_length"] + row["env/all/score/first_char_even"]
         assert row["env/all/reward/total"] == pytest.approx(expected)
@@ -154,14 +168,14 @@ def test_reward_modules_resolve_beside_the_config_and_in_the_working_directory(
     (folder / "beside_config_rewards_7f3.py").write_text("def score(prompt, completion, record):\n    return 1.0\n")
     (cwd / "in_cwd_rewards_7f3.py").write_text("def score(prompt, completion, record):\n    return 2.0\n")
     config_file = folder / "mine.yaml"
-    config_file.write_text("reward_fn: beside_config_rewards_7f3:score\nbackend: noop\n")
+    config_file.write_text("env:\n  reward_fn: beside_config_rewards_7f3:score\nbackend: noop\n")
     monkeypatch.chdir(cwd)
     config = load_config(RECIPE.config_cls, config_file)
-    assert config.reward_fn == ["beside_config_rewards_7f3:score"]  # type: ignore[attr-defined]
+    assert config.env.reward_fn == ["beside_config_rewards_7f3:score"]  # type: ignore[attr-defined]
     fn = resolve_reward_fn("in_cwd_rewards_7f3:score")
     assert asyncio.run(score([fn], "p", "c", {})) == {"score": 2.0}
     with pytest.raises(ConfigError, match=r"looked in .*work"):
-        load_config(RECIPE.config_cls, None, ["reward_fn=nowhere_rewards_7f3:score"])
+        load_config(RECIPE.config_cls, None, ["env.reward_fn=nowhere_rewards_7f3:score"])
 
 
 def test_held_out_prompts_ask_about_subjects_the_model_can_name() -> None:
@@ -193,7 +207,7 @@ def test_shipped_example_learns(tmp_path: Path) -> None:
     learning."""
     gains = []
     for seed in (0, 1):
-        overrides = [f"log_path={tmp_path / str(seed)}", "save_every=0", f"seed={seed}"]
+        overrides = [f"log_path={tmp_path / str(seed)}", "checkpoint.save_every=0", f"seed={seed}"]
         config = load_config(RECIPE.config_cls, SHIPPED, overrides)
         rows = read_metrics(run_recipe(RECIPE, config, progress=False).metrics)
         reward = [row["env/all/reward/total"] for row in rows]

@@ -14,17 +14,19 @@ from kitchen.engine.runner import StageFailure
 from tests.rl_workflow.runs import noop_backend, run_toy
 from tests.rl_workflow.toy_task import ToyConfig
 
-QUICK = ["num_batches=2", "eval_every=0", "save_every=0"]
+QUICK = ["rl.num_batches=2", "eval.every=0", "checkpoint.save_every=0"]
 MODES = {
     "sync": [],
-    "stream_minibatch": ["stream_minibatch.num_minibatches=2"],
-    "async": ["async_config.max_steps_off_policy=1"],
+    "stream_minibatch": ["rl.stream_minibatch.num_minibatches=2"],
+    "async": ["rl.async_config.max_steps_off_policy=1"],
 }
 
 
 @pytest.mark.parametrize("mode", list(MODES))
 def test_max_episode_turns_stops_episodes_and_termination_reward_zeroes_them(tmp_path: Path, mode: str) -> None:
-    _, rows = run_toy(tmp_path, *MODES[mode], *QUICK, "turns=3", "max_episode_turns=2", "termination_reward=zero")
+    _, rows = run_toy(
+        tmp_path, *MODES[mode], *QUICK, "turns=3", "episode.max_turns=2", "episode.termination_reward=zero"
+    )
     for row in rows:
         assert row["env/all/stop/max_turns"] == 1.0 and row["env/all/stop/done"] == 0.0
         assert row["env/all/turns_per_episode"] == 2.0
@@ -32,33 +34,33 @@ def test_max_episode_turns_stops_episodes_and_termination_reward_zeroes_them(tmp
 
 
 def test_a_fixed_termination_reward_is_added(tmp_path: Path) -> None:
-    _, plain = run_toy(tmp_path / "a", *QUICK, "turns=3", "max_episode_turns=1")
-    _, bonus = run_toy(tmp_path / "b", *QUICK, "turns=3", "max_episode_turns=1", "termination_reward=-1.5")
+    _, plain = run_toy(tmp_path / "a", *QUICK, "turns=3", "episode.max_turns=1")
+    _, bonus = run_toy(tmp_path / "b", *QUICK, "turns=3", "episode.max_turns=1", "episode.termination_reward=-1.5")
     for p, b in zip(plain, bonus, strict=True):
         assert b["env/all/reward/total"] == pytest.approx(p["env/all/reward/total"] - 1.5)
 
 
 def test_max_episode_tokens_and_overflow(tmp_path: Path) -> None:
-    _, rows = run_toy(tmp_path / "t", *QUICK, "turns=3", "max_tokens=4", "max_episode_tokens=5")
+    _, rows = run_toy(tmp_path / "t", *QUICK, "turns=3", "sampling.max_tokens=4", "episode.max_tokens=5")
     assert all(row["env/all/stop/max_tokens"] == 1.0 for row in rows)  # 4 + 4 >= 5: two turns
-    _, rows = run_toy(tmp_path / "o", *QUICK, "max_context_tokens=2")
+    _, rows = run_toy(tmp_path / "o", *QUICK, "episode.max_context_tokens=2")
     assert all(row["env/all/stop/overflow"] == 1.0 and row["env/all/total_turns"] == 0 for row in rows)
     assert all("optim/loss:sum" not in row for row in rows)  # nothing sampled, nothing trained
 
 
 def test_an_episode_timeout_is_a_stop_reason(tmp_path: Path) -> None:
     backend = noop_backend(tmp_path, latency={"sample": 0.05})
-    _, rows = run_toy(tmp_path, *QUICK, "turns=3", "episode_timeout_s=0.08", backend=backend)
+    _, rows = run_toy(tmp_path, *QUICK, "turns=3", "episode.timeout_s=0.08", backend=backend)
     assert all(row["env/all/stop/timeout"] == 1.0 for row in rows)
 
 
 def test_limit_settings_are_checked_at_config_time() -> None:
-    with pytest.raises(ConfigError, match="max_episode_turns"):
-        load_config(ToyConfig, None, ["max_episode_turns=0"])
+    with pytest.raises(ConfigError, match=r"episode\.max_turns"):
+        load_config(ToyConfig, None, ["episode.max_turns=0"])
     with pytest.raises(ConfigError, match="termination_reward"):
-        load_config(ToyConfig, None, ["termination_reward=half"])
-    with pytest.raises(ConfigError, match="rollout_failure"):
-        load_config(ToyConfig, None, ["rollout_failure.policy=ignore"])
+        load_config(ToyConfig, None, ["episode.termination_reward=half"])
+    with pytest.raises(ConfigError, match=r"episode\.failure"):
+        load_config(ToyConfig, None, ["episode.failure.policy=ignore"])
 
 
 def test_fail_fast_is_the_default(tmp_path: Path) -> None:
@@ -69,7 +71,7 @@ def test_fail_fast_is_the_default(tmp_path: Path) -> None:
 @pytest.mark.parametrize("mode", list(MODES))
 def test_retry_rolls_a_failed_group_out_again(tmp_path: Path, mode: str) -> None:
     _, rows = run_toy(
-        tmp_path, *MODES[mode], *QUICK, "failing_members=1", "fail_attempts=1", "rollout_failure.policy=retry"
+        tmp_path, *MODES[mode], *QUICK, "failing_members=1", "fail_attempts=1", "episode.failure.policy=retry"
     )
     assert [row["rollout/groups_retried"] for row in rows] == [4.0, 4.0]
     assert all(row["rollout/groups_dropped"] == 0.0 and row["env/all/total_episodes"] == 16 for row in rows)
@@ -77,7 +79,7 @@ def test_retry_rolls_a_failed_group_out_again(tmp_path: Path, mode: str) -> None
 
 @pytest.mark.parametrize("mode", list(MODES))
 def test_min_viable_group_keeps_or_drops_groups(tmp_path: Path, mode: str) -> None:
-    policy = "rollout_failure.policy=min_viable_group"
+    policy = "episode.failure.policy=min_viable_group"
     _, rows = run_toy(tmp_path / "keep", *MODES[mode], *QUICK, "failing_members=1", policy)
     for row in rows:
         assert row["rollout/episodes_failed"] == 4.0 and row["rollout/groups_dropped"] == 0.0
@@ -93,7 +95,7 @@ def test_min_viable_group_keeps_or_drops_groups(tmp_path: Path, mode: str) -> No
 @pytest.mark.parametrize("mode", list(MODES))
 def test_parse_errors_are_counted_and_masked(tmp_path: Path, mode: str) -> None:
     _, trained = run_toy(tmp_path / "t", *MODES[mode], *QUICK, "parse_errors=true")
-    _, masked = run_toy(tmp_path / "m", *MODES[mode], *QUICK, "parse_errors=true", "parse_error_policy=mask")
+    _, masked = run_toy(tmp_path / "m", *MODES[mode], *QUICK, "parse_errors=true", "episode.parse_error_policy=mask")
     for t, m in zip(trained, masked, strict=True):
         assert 0.0 < t["env/all/frac_parse_errors"] < 1.0
         assert t["tokens/trained"] == t["tokens/sampled"]
@@ -104,7 +106,7 @@ def test_parse_errors_are_counted_and_masked(tmp_path: Path, mode: str) -> None:
 @pytest.mark.parametrize("mode", list(MODES))
 def test_post_update_kl_and_token_accounting(tmp_path: Path, mode: str) -> None:
     backend = noop_backend(tmp_path)
-    _, rows = run_toy(tmp_path, *MODES[mode], *QUICK, "turns=2", "post_update_kl=true", backend=backend)
+    _, rows = run_toy(tmp_path, *MODES[mode], *QUICK, "turns=2", "rl.post_update_kl=true", backend=backend)
     for row in rows:
         assert row["optim/kl_pre_post_v2"] >= 0.0 and "optim/kl_pre_post" in row
         assert row["tokens/prompt"] == row["env/all/total_ob_tokens"]

@@ -11,7 +11,14 @@ from kitchen.engine.launch import run_recipe
 from kitchen.engine.recipe import configs_dir, get_recipe
 from kitchen.engine.runs.metrics import read_metrics
 
-SHORT = ["backend=noop", "num_batches=2", "warm_start_steps=2", "eval_every=1", "save_every=1", "groups_per_batch=4"]
+SHORT = [
+    "backend=noop",
+    "rl.num_batches=2",
+    "warm_start.steps=2",
+    "eval.every=1",
+    "checkpoint.save_every=1",
+    "rl.groups_per_batch=4",
+]
 CONFIGS = sorted(p.name for p in configs_dir().glob("*.yaml") if p.name.startswith(("math_rl", "guess_number")))
 
 
@@ -27,7 +34,9 @@ def test_shipped_config_runs_on_noop(tmp_path: Path, name: str) -> None:
 
 def test_gsm8k_env_tags_its_metrics(tmp_path: Path) -> None:
     recipe = get_recipe("math_rl")
-    config = load_config(recipe.config_cls, None, [*SHORT, "env=gsm8k", "max_tokens=16", f"log_path={tmp_path}"])
+    config = load_config(
+        recipe.config_cls, None, [*SHORT, "env=gsm8k", "sampling.max_tokens=16", f"log_path={tmp_path}"]
+    )
     rows = read_metrics(run_recipe(recipe, config, progress=False).metrics)
     assert all("env/gsm8k/reward/total" in row and "eval/gsm8k/correct" in row for row in rows)
     assert rows[0]["eval/all/total_episodes"] == 8 * 8  # the shipped test split: 8 problems x group_size 8

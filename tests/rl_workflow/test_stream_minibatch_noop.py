@@ -8,7 +8,7 @@ from pathlib import Path
 from adapters.noop.call_log import NoopCall
 from tests.rl_workflow.runs import noop_backend, run_toy
 
-STREAM = ["stream_minibatch.num_minibatches=2"]
+STREAM = ["rl.stream_minibatch.num_minibatches=2"]
 
 
 def training_calls_per_step(calls: list[NoopCall]) -> list[list[str]]:
@@ -27,8 +27,8 @@ def test_one_optim_step_per_substep_after_its_minibatches(tmp_path: Path) -> Non
     _, rows = run_toy(
         tmp_path,
         *STREAM,
-        "num_substeps=2",
-        "groups_per_batch=8",
+        "rl.num_substeps=2",
+        "rl.groups_per_batch=8",
         backend=backend,
     )
     per_step = training_calls_per_step(backend.calls)
@@ -43,7 +43,7 @@ def test_one_optim_step_per_substep_after_its_minibatches(tmp_path: Path) -> Non
 
 def test_a_minibatch_trains_before_slow_groups_finish_sampling(tmp_path: Path) -> None:
     backend = noop_backend(tmp_path)
-    run_toy(tmp_path, *STREAM, "slow_group_delay=0.3", "eval_every=0", "num_batches=2", backend=backend)
+    run_toy(tmp_path, *STREAM, "slow_group_delay=0.3", "eval.every=0", "rl.num_batches=2", backend=backend)
     first_step = backend.calls[: next(i for i, c in enumerate(backend.calls) if c.method == "optim_step")]
     methods = [c.method for c in first_step if c.method in ("sample", "forward_backward")]
     # Three fast groups sample (one call each), their first two form minibatch 1 and train, and

@@ -56,7 +56,7 @@ def test_eval_runs_before_the_update_every_eval_every_steps_and_at_the_last(tmp_
 
 
 def test_transcripts_are_written_per_step(tmp_path: Path) -> None:
-    run_dir, _ = run_toy(tmp_path, "transcript_groups=1", "turns=2")
+    run_dir, _ = run_toy(tmp_path, "rl.transcript_groups=1", "turns=2")
     files = sorted((run_dir.path / "rollouts").glob("step_*.jsonl"))
     assert [f.name for f in files] == [f"step_{s:06d}.jsonl" for s in range(4)]
     records = [json.loads(line) for line in files[0].read_text().splitlines()]
@@ -78,7 +78,7 @@ def test_checkpoints_every_save_every_and_final(tmp_path: Path) -> None:
 
 def test_loss_fn_and_substeps_follow_the_config(tmp_path: Path) -> None:
     backend = noop_backend(tmp_path)
-    _, rows = run_toy(tmp_path, "loss_fn=ppo", "num_substeps=2", backend=backend)
+    _, rows = run_toy(tmp_path, "algorithm.loss_fn=ppo", "rl.num_substeps=2", backend=backend)
     training = [c for c in backend.calls if c.method in ("forward_backward", "optim_step")]
     assert {c.summary["loss_fn"] for c in training if c.method == "forward_backward"} == {"ppo"}
     assert [c.method for c in training] == ["forward_backward", "optim_step"] * 2 * len(rows)
@@ -88,7 +88,7 @@ def test_loss_fn_and_substeps_follow_the_config(tmp_path: Path) -> None:
 def test_gspo_gets_the_action_mask_as_its_sequence_ratio_mask(tmp_path: Path) -> None:
     """The noop backend checks inputs as the local one does: without the mask the run would fail."""
     backend = noop_backend(tmp_path)
-    _, rows = run_toy(tmp_path, "loss_fn=gspo", "turns=2", backend=backend)
+    _, rows = run_toy(tmp_path, "algorithm.loss_fn=gspo", "turns=2", backend=backend)
     fbs = [c for c in backend.calls if c.method == "forward_backward"]
     assert len(fbs) == len(rows) and {c.summary["loss_fn"] for c in fbs} == {"gspo"}
 
@@ -103,7 +103,9 @@ def test_multi_turn_episodes_train_as_one_datum_each(tmp_path: Path) -> None:
 
 def test_kl_penalty_scores_against_the_saved_reference(tmp_path: Path) -> None:
     backend = noop_backend(tmp_path)
-    run_dir, rows = run_toy(tmp_path, "kl_penalty_coef=0.5", "kl_discount_factor=0.5", backend=backend)
+    run_dir, rows = run_toy(
+        tmp_path, "algorithm.kl_penalty_coef=0.5", "algorithm.kl_discount_factor=0.5", backend=backend
+    )
     saves = [c for c in backend.calls if c.method == "save_weights_for_sampler" and c.summary["name"] == "reference"]
     assert len(saves) == 1
     scored = [c for c in backend.calls if c.method == "compute_logprobs"]
@@ -112,9 +114,9 @@ def test_kl_penalty_scores_against_the_saved_reference(tmp_path: Path) -> None:
     assert read_records(run_dir.checkpoints)[0].state["reference_path"]
 
 
-@pytest.mark.parametrize("extra", [[], ["kl_penalty_coef=0.5"]])
+@pytest.mark.parametrize("extra", [[], ["algorithm.kl_penalty_coef=0.5"]])
 def test_resume_after_a_crash_matches_an_uninterrupted_run(tmp_path: Path, extra: list[str]) -> None:
-    args = ["num_batches=6", "save_every=2", *extra]
+    args = ["rl.num_batches=6", "checkpoint.save_every=2", *extra]
     _, expected = run_toy(tmp_path / "whole", *args)
     with pytest.raises(RuntimeError, match="simulated crash"):
         run_toy(tmp_path / "crashed", *args, hooks=[CrashAfterStep(3)])
@@ -126,12 +128,12 @@ def test_resume_after_a_crash_matches_an_uninterrupted_run(tmp_path: Path, extra
 @pytest.mark.parametrize(
     ("override", "named"),
     [
-        ("max_tokens=0", "max_tokens"),
-        ("group_size=0", "group_size"),
-        ("loss_fn=reinforce", "unknown loss_fn 'reinforce'"),
-        ("loss_fn=cross_entropy", "RL needs one of importance_sampling, ppo, cispo, dro, gspo"),
-        ("loss_fn_config.clip_low=0.5", "does not accept loss_fn_config keys ['clip_low']"),
-        ("async_config.max_steps_off_policy=-1", "max_steps_off_policy"),
+        ("sampling.max_tokens=0", "max_tokens"),
+        ("rl.group_size=0", "group_size"),
+        ("algorithm.loss_fn=reinforce", "unknown loss_fn 'reinforce'"),
+        ("algorithm.loss_fn=cross_entropy", "RL needs one of importance_sampling, ppo, cispo, dro, gspo"),
+        ("algorithm.loss_fn_config.clip_low=0.5", "does not accept loss_fn_config keys ['clip_low']"),
+        ("rl.async_config.max_steps_off_policy=-1", "max_steps_off_policy"),
     ],
 )
 def test_bad_settings_fail_before_the_run_naming_the_key(tmp_path: Path, override: str, named: str) -> None:
@@ -143,7 +145,7 @@ def test_a_step_with_only_constant_groups_trains_on_the_first_one(tmp_path: Path
     """`remove_constant_reward_groups` keeps one group when all are constant, and its zero-advantage
     datums are trained on (as the reference does), not silently dropped at assembly."""
     backend = noop_backend(tmp_path)
-    _, rows = run_toy(tmp_path, "constant_reward=true", "remove_constant_reward_groups=true", backend=backend)
+    _, rows = run_toy(tmp_path, "constant_reward=true", "algorithm.remove_constant_reward_groups=true", backend=backend)
     assert [row["by_group/frac_all_bad"] for row in rows] == [1.0] * 4
     assert all(row["num_datums"] == 4 and "optim/kl_sample_train_v2" in row for row in rows)  # group_size 4
     assert len([c for c in backend.calls if c.method == "forward_backward"]) == len(rows)
@@ -151,7 +153,7 @@ def test_a_step_with_only_constant_groups_trains_on_the_first_one(tmp_path: Path
 
 def test_warm_start_trains_on_demonstrations_then_resets_the_optimizer(tmp_path: Path) -> None:
     backend = noop_backend(tmp_path)
-    _, rows = run_toy(tmp_path, "warm_start_steps=3", "warm_start_batch_size=5", backend=backend)
+    _, rows = run_toy(tmp_path, "warm_start.steps=3", "warm_start.batch_size=5", backend=backend)
     first_sample = next(i for i, c in enumerate(backend.calls) if c.method == "sample")
     before_rl = [c for c in backend.calls[:first_sample] if c.client_kind != "sampling"]
     warm = next(i for i, c in enumerate(before_rl) if c.summary.get("loss_fn") == "cross_entropy")
@@ -168,7 +170,7 @@ def test_warm_start_trains_on_demonstrations_then_resets_the_optimizer(tmp_path:
 
 
 def test_a_resumed_run_skips_the_warm_start(tmp_path: Path) -> None:
-    args = ["warm_start_steps=2", "num_batches=4", "save_every=2"]
+    args = ["warm_start.steps=2", "rl.num_batches=4", "checkpoint.save_every=2"]
     with pytest.raises(RuntimeError, match="simulated crash"):
         run_toy(tmp_path, *args, hooks=[CrashAfterStep(2)])
     backend = noop_backend(tmp_path)

@@ -8,10 +8,8 @@ from dataclasses import dataclass, field
 
 from pydantic import Field
 
-from kitchen.engine.config.loading import defaults
-from kitchen.engine.recipe import Recipe
-from kitchen.families.rl.settings import RLSettings
-from kitchen.families.rl.workflow import rl_workflow_for
+from kitchen import CheckpointSettings, HeldOutEval, Recipe, SamplingSettings, defaults
+from kitchen.families.rl import RLLoopSettings, RLSettings, rl_workflow_for
 from recipes.envs.parity import ParityDataset, parity_task
 from train_core.renderers.base import Renderer
 from train_core.rl.task import RLTask
@@ -19,7 +17,12 @@ from train_core.rl.types import Action, Env, EnvGroupBuilder, Metrics, RLDataset
 from train_core.types import ModelInput, StopCondition
 
 
-@defaults(group_size=4, groups_per_batch=4, num_batches=4, max_tokens=4, eval_every=2, save_every=2)
+@defaults(
+    rl=RLLoopSettings(group_size=4, groups_per_batch=4, num_batches=4),
+    sampling=SamplingSettings(max_tokens=4),
+    eval=HeldOutEval(every=2),
+    checkpoint=CheckpointSettings(save_every=2),
+)
 class ToyConfig(RLSettings):
     turns: int = Field(1, ge=1)
     slow_group_delay: float = 0.0
@@ -95,9 +98,9 @@ def _parity(config: ToyConfig, renderer: Renderer) -> RLTask:
     return parity_task(
         ParityDataset(
             renderer,
-            config.num_batches,
-            config.groups_per_batch,
-            config.group_size,
+            config.rl.num_batches,
+            config.rl.groups_per_batch,
+            config.rl.group_size,
             config.turns,
             -1.0 if config.constant_reward else config.group_bonus,
             config.seed,

@@ -99,7 +99,9 @@ def test_gradients_raise_chosen_and_lower_rejected(
 
 @pytest.mark.parametrize("loss_type", sorted(PREFERENCE_LOSSES))
 def test_each_loss_trains_through_forward_backward_custom_on_noop(tmp_path: Path, loss_type: str) -> None:
-    run_dir = run_dpo_recipe(tmp_path, ["backend=noop", "max_steps=2", "eval_every=0", f"loss_type={loss_type}"])
+    run_dir = run_dpo_recipe(
+        tmp_path, ["backend=noop", "data.max_steps=2", "eval.every=0", f"dpo.loss_type={loss_type}"]
+    )
     rows = read_metrics(run_dir.metrics)
     assert len(rows) == 2 and all(math.isfinite(row["dpo_loss"]) for row in rows)
 
@@ -109,11 +111,11 @@ def test_dpo_win_rate_with_a_learned_judge_on_noop(tmp_path: Path) -> None:
         tmp_path,
         [
             "backend=noop",
-            "max_steps=2",
-            "eval_every=2",
-            "win_rate_prompts=4",
-            "win_rate_judge=preference_model",
-            "win_rate_judge_model.model_name=tiny",
+            "data.max_steps=2",
+            "eval.every=2",
+            "win_rate.prompts=4",
+            "win_rate.judge=preference_model",
+            "win_rate.judge_model.model_name=tiny",
         ],
     )
     last = read_metrics(run_dir.metrics)[-1]
@@ -127,11 +129,11 @@ def test_each_loss_trains_through_forward_backward_custom_on_local(tmp_path: Pat
         tmp_path,
         [
             "backend=local",
-            "max_steps=2",
-            "eval_every=0",
-            "batch_size=4",
-            "max_length=48",
-            f"loss_type={loss_type}",
+            "data.max_steps=2",
+            "eval.every=0",
+            "data.batch_size=4",
+            "data.max_length=48",
+            f"dpo.loss_type={loss_type}",
             "local.always_grad_norm=true",
         ],
     )
@@ -143,9 +145,11 @@ def test_each_loss_trains_through_forward_backward_custom_on_local(tmp_path: Pat
 @pytest.mark.parametrize("loss_type", ["sigmoid", "ipo", "hinge", "simpo", "orpo"])
 def test_label_smoothing_on_a_loss_that_ignores_it_is_a_config_error(loss_type: str) -> None:
     """A TRL<1.0 config (`sigmoid` + `label_smoothing`) is told to say `cdpo`, not silently changed."""
-    overrides = ["log_path=unused", f"loss_type={loss_type}", "label_smoothing=0.1"]
+    overrides = ["log_path=unused", f"dpo.loss_type={loss_type}", "dpo.label_smoothing=0.1"]
     with pytest.raises(ConfigError, match=r"label_smoothing.*cdpo.*robust"):
         load_config(get_recipe("dpo").config_cls, None, overrides)
     for reader in ("cdpo", "robust"):
-        config = load_config(get_recipe("dpo").config_cls, None, [*overrides[:1], f"loss_type={reader}", overrides[2]])
-        assert getattr(config, "label_smoothing") == 0.1  # noqa: B009 (the recipe's config class is dynamic)
+        config = load_config(
+            get_recipe("dpo").config_cls, None, [*overrides[:1], f"dpo.loss_type={reader}", overrides[2]]
+        )
+        assert getattr(config, "dpo").label_smoothing == 0.1  # noqa: B009 (the recipe's config class is dynamic)

@@ -31,7 +31,7 @@ def test_rlhf_on_the_tiny_model(tmp_path: Path) -> None:
             # the shipped defaults (both-ways tournaments, a gentle learning rate and 25 RL steps: a
             # longer one-way phase collapsed the policy onto one reply the learned judge liked);
             # intermediate win-rate evaluations off
-            [f"log_path={run}", "rl.eval_every=0", f"seed={seed}"],
+            [f"log_path={run}", "rl.eval.every=0", f"seed={seed}"],
         )
         run_recipe(recipe, config, progress=False)
         pm = [row for row in read_metrics(run / "preference_model" / "metrics.jsonl") if "eval/judge_accuracy" in row]

@@ -20,17 +20,17 @@ from tests.rl_workflow.runs import CrashAfterStep
 
 SMALL = (
     "backend=noop",
-    "sft.max_steps=3",
-    "sft.save_every=2",
-    "preference_model.max_steps=3",
-    "preference_model.judge_eval_pairs=4",
-    "preference_model.save_every=2",
-    "rl.num_batches=4",
-    "rl.groups_per_batch=2",
-    "rl.group_size=3",
-    "rl.win_rate_prompts=4",
-    "rl.save_every=2",
-    "rl.eval_every=2",
+    "sft.data.max_steps=3",
+    "sft.checkpoint.save_every=2",
+    "preference_model.data.max_steps=3",
+    "preference_model.judge_eval.pairs=4",
+    "preference_model.checkpoint.save_every=2",
+    "rl.rl.num_batches=4",
+    "rl.rl.groups_per_batch=2",
+    "rl.rl.group_size=3",
+    "rl.win_rate.prompts=4",
+    "rl.checkpoint.save_every=2",
+    "rl.eval.every=2",
 )
 
 

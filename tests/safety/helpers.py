@@ -11,7 +11,7 @@ import pytest
 
 from kitchen.apps.cli import main
 
-FAST = ("backend=noop", "max_steps=5", "save_every=2", "eval_every=0")
+FAST = ("backend=noop", "data.max_steps=5", "checkpoint.save_every=2", "eval.every=0")
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

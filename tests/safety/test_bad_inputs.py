@@ -39,12 +39,12 @@ def _data(tmp: Path, second_line: str, name: str = "bad.jsonl") -> Path:
 def _dataset(tmp: Path, second_line: str) -> list[str]:
     """A train file whose line 2 is `second_line`, accepted as a change by the resume check (so the
     error must come from reading the data)."""
-    return [f"dataset={_data(tmp, second_line)}", "resume_allow_changes=[dataset,dataset#file]"]
+    return [f"data.dataset={_data(tmp, second_line)}", "resume_allow_changes=[data.dataset,data.dataset#file]"]
 
 
 def _table(tmp: Path, name: str, data: bytes) -> list[str]:
     """A train file other than JSONL (read through HF `datasets`), accepted as a change."""
-    return [f"dataset={_file(tmp, name, data)}", "resume_allow_changes=[dataset,dataset#file]"]
+    return [f"data.dataset={_file(tmp, name, data)}", "resume_allow_changes=[data.dataset,data.dataset#file]"]
 
 
 def _file(tmp: Path, name: str, data: bytes) -> Path:
@@ -63,17 +63,23 @@ def _dir(tmp: Path, name: str) -> Path:
 # name -> (build extra args from (tmp_path, run_dir), text the error line must contain)
 Case = Callable[[Path, Path], list[str]]
 CASES: dict[str, tuple[Case, tuple[str, ...]]] = {
-    "dataset_is_directory": (lambda t, r: [f"dataset={_dir(t, 'train.jsonl')}"], ("train.jsonl", "is a directory")),
-    "dataset_json_is_directory": (lambda t, r: [f"dataset={_dir(t, 'train.json')}"], ("is a directory",)),
-    "dataset_parquet_is_directory": (lambda t, r: [f"dataset={_dir(t, 'train.parquet')}"], ("is a directory",)),
-    "eval_dataset_is_directory": (lambda t, r: [f"eval_dataset={_dir(t, 'e.jsonl')}"], ("eval_dataset", "e.jsonl")),
-    "dataset_missing": (lambda t, r: [f"dataset={t}/none.jsonl"], ("none.jsonl", "no such file")),
+    "dataset_is_directory": (
+        lambda t, r: [f"data.dataset={_dir(t, 'train.jsonl')}"],
+        ("train.jsonl", "is a directory"),
+    ),
+    "dataset_json_is_directory": (lambda t, r: [f"data.dataset={_dir(t, 'train.json')}"], ("is a directory",)),
+    "dataset_parquet_is_directory": (lambda t, r: [f"data.dataset={_dir(t, 'train.parquet')}"], ("is a directory",)),
+    "eval_dataset_is_directory": (
+        lambda t, r: [f"data.eval_dataset={_dir(t, 'e.jsonl')}"],
+        ("eval_dataset", "e.jsonl"),
+    ),
+    "dataset_missing": (lambda t, r: [f"data.dataset={t}/none.jsonl"], ("none.jsonl", "no such file")),
     "dataset_not_utf8": (
-        lambda t, r: ["dataset=" + str(_file(t, "bad.jsonl", NOT_UTF8_JSONL))],
+        lambda t, r: ["data.dataset=" + str(_file(t, "bad.jsonl", NOT_UTF8_JSONL))],
         ("bad.jsonl line 2", "not UTF-8", "byte offset 47"),
     ),
     "dataset_json_not_utf8": (
-        lambda t, r: ["dataset=" + str(_file(t, "bad.json", NOT_UTF8_JSON))],
+        lambda t, r: ["data.dataset=" + str(_file(t, "bad.json", NOT_UTF8_JSON))],
         ("bad.json line 1", "not UTF-8"),
     ),
     "log_path_is_file": (lambda t, r: [f"log_path={_file(t, 'afile', b'x')}"], ("afile", "is a file")),
@@ -84,11 +90,11 @@ CASES: dict[str, tuple[Case, tuple[str, ...]]] = {
     ),
     "log_path_unwritable_proc": (lambda t, r: ["log_path=/proc/kitchen-safety-test/run"], ("/proc",)),
     "resume_never_on_existing_run": (lambda t, r: ["resume=never"], ("overwrite=true",)),
-    "learning_rate_inf": (lambda t, r: ["learning_rate=.inf"], ("learning_rate",)),
-    "learning_rate_nan": (lambda t, r: ["learning_rate=.nan"], ("learning_rate",)),
-    "adam_eps_inf": (lambda t, r: ["adam_eps=.inf"], ("adam_eps",)),
-    "weight_decay_inf": (lambda t, r: ["weight_decay=.inf"], ("weight_decay",)),
-    "batch_size_bool": (lambda t, r: ["batch_size=true"], ("batch_size",)),
+    "learning_rate_inf": (lambda t, r: ["optimizer.learning_rate=.inf"], ("learning_rate",)),
+    "learning_rate_nan": (lambda t, r: ["optimizer.learning_rate=.nan"], ("learning_rate",)),
+    "adam_eps_inf": (lambda t, r: ["optimizer.adam_eps=.inf"], ("adam_eps",)),
+    "weight_decay_inf": (lambda t, r: ["optimizer.weight_decay=.inf"], ("weight_decay",)),
+    "batch_size_bool": (lambda t, r: ["data.batch_size=true"], ("batch_size",)),
     "seed_bool": (lambda t, r: ["seed=true"], ("seed",)),
     "lora_rank_bool": (lambda t, r: ["lora_rank=true"], ("lora_rank",)),
     "max_bad_steps_negative": (lambda t, r: ["max_bad_steps=-1"], ("max_bad_steps",)),
@@ -152,9 +158,12 @@ CASES: dict[str, tuple[Case, tuple[str, ...]]] = {
         lambda t, r: _dataset(t, '{"prompt": "a", "completion": "b", "m": {"k": 1, "k": 2}}'),
         ("bad.jsonl line 2", "duplicate key 'k'"),
     ),
-    "resume_with_changed_batch_size": (lambda t, r: ["batch_size=4"], ("batch_size: 32 -> 4", "resume_allow_changes")),
+    "resume_with_changed_batch_size": (
+        lambda t, r: ["data.batch_size=4"],
+        ("batch_size: 32 -> 4", "resume_allow_changes"),
+    ),
     "resume_with_changed_seed": (lambda t, r: ["seed=7"], ("seed: 0 -> 7",)),
-    "resume_with_changed_learning_rate": (lambda t, r: ["learning_rate=0.01"], ("learning_rate",)),
+    "resume_with_changed_learning_rate": (lambda t, r: ["optimizer.learning_rate=0.01"], ("learning_rate",)),
     "resume_with_changed_lora_rank": (lambda t, r: ["lora_rank=8"], ("lora_rank: null -> 8",)),
     "resume_with_changed_model_name": (lambda t, r: ["model_name=other"], ("model_name",)),
 }
@@ -166,7 +175,7 @@ def template_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from kitchen.apps.cli import main
 
     log = tmp_path_factory.mktemp("template") / "run"
-    assert main(["run", "sl_basic", *FAST, "max_steps=4", f"log_path={log}"]) == 0
+    assert main(["run", "sl_basic", *FAST, "data.max_steps=4", f"log_path={log}"]) == 0
     return log
 
 
@@ -182,7 +191,7 @@ def test_bad_input(
     events_before = (run_dir / "events.jsonl").read_bytes()
     build, needles = CASES[case]
     extra = build(tmp_path, run_dir)
-    args = [*FAST, "max_steps=8", f"log_path={run_dir}", *extra]
+    args = [*FAST, "data.max_steps=8", f"log_path={run_dir}", *extra]
     code, out, err = cli(capsys, command, "sl_basic", *args)
     assert_one_error_line(code, err, *needles)
     assert SECRET not in err + out
@@ -191,8 +200,8 @@ def test_bad_input(
 
 
 def test_dpo_beta_inf(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = cli(capsys, "validate", "dpo", "dpo_beta=.inf")
-    assert_one_error_line(code, err, "dpo_beta")
+    code, _, err = cli(capsys, "validate", "dpo", "dpo.beta=.inf")
+    assert_one_error_line(code, err, "dpo.beta")
 
 
 def test_cuda_without_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -200,7 +209,7 @@ def test_cuda_without_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    code, _, err = cli(capsys, "run", "sl_basic", "max_steps=1", "local.device=cuda", f"log_path={tmp_path / 'r'}")
+    code, _, err = cli(capsys, "run", "sl_basic", "data.max_steps=1", "local.device=cuda", f"log_path={tmp_path / 'r'}")
     assert_one_error_line(code, err, "local.device=cuda", "no CUDA GPU")
 
 
@@ -213,7 +222,7 @@ def test_torn_metrics_line_is_dropped_on_resume(
     shutil.copytree(template_run, run_dir)
     with (run_dir / "metrics.jsonl").open("a") as handle:
         handle.write('{"step": 4, "train_mean_n')
-    code, _, err = cli(capsys, "run", "sl_basic", *FAST, "max_steps=6", f"log_path={run_dir}")
+    code, _, err = cli(capsys, "run", "sl_basic", *FAST, "data.max_steps=6", f"log_path={run_dir}")
     assert code == 0, err
     assert [row["step"] for row in read_metrics(run_dir / "metrics.jsonl")] == list(range(6))
 

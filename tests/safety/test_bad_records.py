@@ -20,8 +20,15 @@ GOOD_PAIR = {"prompt": "2+2?", "chosen": "4, thanks!", "rejected": "5"}
 GOOD_PROMPT = {"prompt": "2+2?"}
 GOOD_PROBLEM = {"question": "q?", "answer": "so #### 4"}
 GOOD_CODE = {"problem": "Print 1.", "tests": [{"input": "", "output": "1\n"}]}
-FAST = ("backend=noop", "max_steps=2", "save_every=0", "eval_every=0", "batch_size=2", "eval_dataset=null")
-RL_FAST = ("backend=noop", "warm_start_steps=0", "num_batches=1", "eval_every=0")
+FAST = (
+    "backend=noop",
+    "data.max_steps=2",
+    "checkpoint.save_every=0",
+    "eval.every=0",
+    "data.batch_size=2",
+    "data.eval_dataset=null",
+)
+RL_FAST = ("backend=noop", "warm_start.steps=0", "rl.num_batches=1", "eval.every=0")
 RECIPE_ARGS: dict[str, tuple[str, ...]] = {
     "chat_sl": FAST,
     "dpo": FAST,
@@ -64,7 +71,7 @@ def _generated(lines: list[object]) -> Args:
 
     def args(tmp: Path) -> list[str]:
         (tmp / "generated").mkdir()
-        return [f"generated_dataset={_jsonl(tmp / 'generated', lines, 'train.jsonl').parent}"]
+        return [f"teacher.generated_dataset={_jsonl(tmp / 'generated', lines, 'train.jsonl').parent}"]
 
     return args
 
@@ -163,7 +170,7 @@ CASES: dict[str, tuple[str, Args, tuple[str, ...]]] = {
     ),
     "dpo_hh_not_a_transcript": (
         "dpo",
-        lambda t: ["dataset_layout=hh_rlhf", f"dataset={_jsonl(t, [{'chosen': 'hi', 'rejected': 'yo'}])}"],
+        lambda t: ["data.dataset_layout=hh_rlhf", f"dataset={_jsonl(t, [{'chosen': 'hi', 'rejected': 'yo'}])}"],
         ("bad.jsonl line 1", "'chosen' must be turns"),
     ),
     "rlhf_content_number": (
@@ -267,6 +274,16 @@ CASES: dict[str, tuple[str, Args, tuple[str, ...]]] = {
     },
 }
 
+ENV_DATA = {"math_rl", "code_rl", "reward_fn_rl"}
+"""Recipes whose data files are their environment's (`env.dataset`), not a `data` section's."""
+
+
+def keyed(recipe: str, args: list[str]) -> list[str]:
+    """`dataset=` / `eval_dataset=` as the recipe's section names them."""
+    section = "env" if recipe in ENV_DATA else "data"
+    return [f"{section}.{arg}" if arg.startswith(("dataset=", "eval_dataset=")) else arg for arg in args]
+
+
 RUN_ONLY = {"chat_nothing_to_train"}
 """Found only once the records are tokenized, which needs the model's tokenizer (a backend call)."""
 
@@ -276,7 +293,9 @@ RUN_ONLY = {"chat_nothing_to_train"}
 def test_bad_record_stops_the_run(case: str, command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     recipe, args, needles = CASES[case]
     run_dir = tmp_path / "run"
-    code, _, err = cli(capsys, command, recipe, *RECIPE_ARGS[recipe], *args(tmp_path), f"log_path={run_dir}")
+    code, _, err = cli(
+        capsys, command, recipe, *RECIPE_ARGS[recipe], *keyed(recipe, args(tmp_path)), f"log_path={run_dir}"
+    )
     if command == "validate" and case in RUN_ONLY:
         assert code == 0, err
         return
@@ -290,7 +309,7 @@ def test_conversation_without_assistant_is_skipped_and_counted(
     no_reply = _chat({"role": "system", "content": "be nice"}, {"role": "user", "content": "hi"})
     data = _jsonl(tmp_path, [GOOD_CHAT, no_reply, GOOD_CHAT, no_reply, GOOD_CHAT])
     log = tmp_path / "run"
-    code, _, err = cli(capsys, "run", "chat_sl", *FAST, f"dataset={data}", f"log_path={log}")
+    code, _, err = cli(capsys, "run", "chat_sl", *FAST, f"data.dataset={data}", f"log_path={log}")
     assert code == 0, err
     rows = read_metrics(log / "metrics.jsonl")
     assert rows[0]["data/train_skipped"] == 2
@@ -304,10 +323,10 @@ def test_tool_role_is_accepted(tmp_path: Path, capsys: pytest.CaptureFixture[str
         {"role": "assistant", "content": "ok"},
     )
     data = _jsonl(tmp_path, [with_tool, GOOD_CHAT, with_tool])
-    code, _, err = cli(capsys, "run", "chat_sl", *FAST, f"dataset={data}", f"log_path={tmp_path / 'run'}")
+    code, _, err = cli(capsys, "run", "chat_sl", *FAST, f"data.dataset={data}", f"log_path={tmp_path / 'run'}")
     assert code == 0, err
 
 
 def test_sl_basic_max_length_too_small(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = cli(capsys, "run", "sl_basic", *FAST, "max_length=2", f"log_path={tmp_path / 'run'}")
-    assert_one_error_line(code, err, "has a token to train on", "max_length=2")
+    code, _, err = cli(capsys, "run", "sl_basic", *FAST, "data.max_length=2", f"log_path={tmp_path / 'run'}")
+    assert_one_error_line(code, err, "has a token to train on", "data.max_length=2")

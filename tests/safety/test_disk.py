@@ -30,7 +30,7 @@ def test_full_disk(tmpfs: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with filler.open("wb") as handle:
         handle.write(b"\0" * (2 * 1024 * 1024 - 24 * 1024))
     log = tmpfs / "run"
-    code, _, err = cli(capsys, "run", "sl_basic", *FAST, "max_steps=30", f"log_path={log}")
+    code, _, err = cli(capsys, "run", "sl_basic", *FAST, "data.max_steps=30", f"log_path={log}")
     assert_one_error_line(code, err)
     assert "space" in err.lower() and str(tmpfs) in err
     assert not list(tmpfs.rglob("*.partial")) and not list(tmpfs.rglob("*.tmp"))
@@ -38,10 +38,10 @@ def test_full_disk(tmpfs: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_read_only_run_dir(tmpfs: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log = tmpfs / "run"
-    code, _, err = cli(capsys, "run", "sl_basic", *FAST, "max_steps=3", f"log_path={log}")
+    code, _, err = cli(capsys, "run", "sl_basic", *FAST, "data.max_steps=3", f"log_path={log}")
     assert code == 0, err
     subprocess.run(["mount", "-o", "remount,ro", str(tmpfs)], check=True)
-    code, _, err = cli(capsys, "run", "sl_basic", *FAST, "max_steps=6", f"log_path={log}")
+    code, _, err = cli(capsys, "run", "sl_basic", *FAST, "data.max_steps=6", f"log_path={log}")
     assert_one_error_line(code, err, str(log), "read-only")
 
 
@@ -62,7 +62,14 @@ def test_full_disk_during_a_local_checkpoint(tmpfs: Path, capsys: pytest.Capture
     subprocess.run(["mount", "-o", "remount,size=8m", str(tmpfs)], check=True)
     log = tmpfs / "run"
     code, _, err = cli(
-        capsys, "run", "sl_basic", "max_steps=6", "save_every=2", "eval_every=0", "batch_size=4", f"log_path={log}"
+        capsys,
+        "run",
+        "sl_basic",
+        "data.max_steps=6",
+        "checkpoint.save_every=2",
+        "eval.every=0",
+        "data.batch_size=4",
+        f"log_path={log}",
     )
     assert_one_error_line(code, err, "no space left on device", "weights/000004", "previous checkpoint is kept")
     _assert_previous_checkpoint_kept(log)
@@ -91,7 +98,14 @@ def test_disk_full_while_writing_the_optimizer_state(
     monkeypatch.setattr(torch, "save", save)
     log = tmp_path / "run"
     code, _, err = cli(
-        capsys, "run", "sl_basic", "max_steps=4", "save_every=2", "eval_every=0", "batch_size=2", f"log_path={log}"
+        capsys,
+        "run",
+        "sl_basic",
+        "data.max_steps=4",
+        "checkpoint.save_every=2",
+        "eval.every=0",
+        "data.batch_size=2",
+        f"log_path={log}",
     )
     assert_one_error_line(code, err, "no space left on device", "weights/000004", "and 1,024 are free")
     _assert_previous_checkpoint_kept(log)

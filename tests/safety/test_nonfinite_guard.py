@@ -34,7 +34,7 @@ def test_nan_loss_stops_the_run_without_applying_the_step(
 ) -> None:
     log = tmp_path / "run"
     _nan_at_versions(monkeypatch, {3})  # the 4th step (index 3) sees NaN, and so would every later one
-    code, _, err = cli(capsys, "run", "sl_basic", *FAST, "max_steps=8", f"log_path={log}")
+    code, _, err = cli(capsys, "run", "sl_basic", *FAST, "data.max_steps=8", f"log_path={log}")
     assert_one_error_line(code, err, "step 4", "NaN/inf", "max_bad_steps=0")
     rows = read_metrics(log / "metrics.jsonl")
     assert rows[3]["optim/nonfinite_step"] == 1.0
@@ -49,7 +49,7 @@ def test_max_bad_steps_tolerates_a_transient_nan(
 ) -> None:
     log = tmp_path / "run"
     _nan_at_versions(monkeypatch, {3})
-    code, _, err = cli(capsys, "run", "sl_basic", *FAST, "max_steps=8", "max_bad_steps=1", f"log_path={log}")
+    code, _, err = cli(capsys, "run", "sl_basic", *FAST, "data.max_steps=8", "max_bad_steps=1", f"log_path={log}")
     # the step at version 3 is skipped, so the next step sees version 3 again: two bad in a row
     assert_one_error_line(code, err, "2 step(s) in a row", "max_bad_steps=1")
 

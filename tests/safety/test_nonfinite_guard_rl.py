@@ -14,7 +14,14 @@ import adapters.noop.training_client as noop_client
 from kitchen.engine.runs.metrics import read_metrics
 from tests.safety.helpers import assert_one_error_line, cli
 
-RL = ("backend=noop", "warm_start_steps=0", "groups_per_batch=4", "eval_every=0", "save_every=1", "num_batches=6")
+RL = (
+    "backend=noop",
+    "warm_start.steps=0",
+    "rl.groups_per_batch=4",
+    "eval.every=0",
+    "checkpoint.save_every=1",
+    "rl.num_batches=6",
+)
 
 
 def _nan_from_version(monkeypatch: pytest.MonkeyPatch, first_bad: int) -> None:
@@ -27,7 +34,7 @@ def _nan_from_version(monkeypatch: pytest.MonkeyPatch, first_bad: int) -> None:
     monkeypatch.setattr(noop_client, "target_logprobs_BL", patched)
 
 
-@pytest.mark.parametrize("mode", [(), ("stream_minibatch.num_minibatches=2",)], ids=["sync", "stream"])
+@pytest.mark.parametrize("mode", [(), ("rl.stream_minibatch.num_minibatches=2",)], ids=["sync", "stream"])
 def test_nan_rl_step_stops_the_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, mode: tuple[str, ...]
 ) -> None:

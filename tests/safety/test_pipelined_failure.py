@@ -41,7 +41,7 @@ sys.exit(main(sys.argv[1:]))
 
 
 def test_failing_pipelined_request_prints_one_error_line(tmp_path: Path) -> None:
-    args = ["run", "sl_basic", "backend=tinker", "lora_rank=4", "max_steps=4", "batch_size=4", "eval_every=0"]
+    args = ["run", "sl_basic", "backend=tinker", "lora_rank=4", "data.max_steps=4", "data.batch_size=4", "eval.every=0"]
     result = subprocess.run(
         [sys.executable, "-c", DRIVER, *args, f"log_path={tmp_path / 'run'}"],
         cwd=REPO,

@@ -13,29 +13,29 @@ from kitchen.engine.runs.metrics import read_metrics
 from tests.safety.helpers import FAST, assert_one_error_line, cli, finished_run, snapshot
 
 CHANGES = {
-    "batch_size": "8",
+    "data.batch_size": "8",
     "seed": "3",
-    "learning_rate": "0.01",
+    "optimizer.learning_rate": "0.01",
     "lora_rank": "4",
     "model_name": "other-model",
-    "max_length": "64",
-    "lr_schedule": "cosine",
-    "warmup_steps": "2",
+    "data.max_length": "64",
+    "optimizer.lr_schedule": "cosine",
+    "optimizer.warmup_steps": "2",
 }
 
 
 @pytest.mark.parametrize("key", sorted(CHANGES))
 def test_changed_key_is_refused_then_allowed(key: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log = tmp_path / "run"
-    before = finished_run(capsys, log, "max_steps=4")
+    before = finished_run(capsys, log, "data.max_steps=4")
     change = f"{key}={CHANGES[key]}"
-    code, _, err = cli(capsys, "run", "sl_basic", *FAST, "max_steps=6", f"log_path={log}", change)
+    code, _, err = cli(capsys, "run", "sl_basic", *FAST, "data.max_steps=6", f"log_path={log}", change)
     assert_one_error_line(code, err, f"{key}:", f"resume_allow_changes=[{key}]")
     assert snapshot(log) == before
     if key in {"model_name", "lora_rank"}:
         return  # the checkpoint itself cannot load into another model: allowing it is the backend's call
     allow = f"resume_allow_changes=[{key}]"
-    code, _, err = cli(capsys, "run", "sl_basic", *FAST, "max_steps=6", f"log_path={log}", change, allow)
+    code, _, err = cli(capsys, "run", "sl_basic", *FAST, "data.max_steps=6", f"log_path={log}", change, allow)
     assert code == 0, err
     history = (log / "config_history.yaml").read_text()
     assert history.count("# replaced") == 1 and "max_steps: 4" in history
@@ -47,18 +47,25 @@ def test_changed_data_file_is_refused(tmp_path: Path, capsys: pytest.CaptureFixt
     data = tmp_path / "train.jsonl"
     data.write_bytes(Path(shipped_data("sl_basic/train.jsonl")).read_bytes())
     log = tmp_path / "run"
-    finished_run(capsys, log, "max_steps=4", f"dataset={data}")
+    finished_run(capsys, log, "data.max_steps=4", f"data.dataset={data}")
     with data.open("a") as handle:
         handle.write('{"prompt": "new", "completion": "row"}\n')
-    code, _, err = cli(capsys, "run", "sl_basic", *FAST, "max_steps=6", f"log_path={log}", f"dataset={data}")
+    code, _, err = cli(capsys, "run", "sl_basic", *FAST, "data.max_steps=6", f"log_path={log}", f"data.dataset={data}")
     assert_one_error_line(code, err, "dataset#file")
 
 
 def test_safe_keys_change_freely(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log = tmp_path / "run"
-    finished_run(capsys, log, "max_steps=4")
+    finished_run(capsys, log, "data.max_steps=4")
     code, _, err = cli(
-        capsys, "run", "sl_basic", *FAST, "max_steps=6", "save_every=3", "eval_every=3", f"log_path={log}"
+        capsys,
+        "run",
+        "sl_basic",
+        *FAST,
+        "data.max_steps=6",
+        "checkpoint.save_every=3",
+        "eval.every=3",
+        f"log_path={log}",
     )
     assert code == 0, err
     assert [row["step"] for row in read_metrics(log / "metrics.jsonl")] == list(range(6))
@@ -76,13 +83,13 @@ def test_finished_run_is_not_trained_again(tmp_path: Path, capsys: pytest.Captur
 def test_raising_max_steps_continues_a_finished_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log = tmp_path / "run"
     finished_run(capsys, log)
-    code, out, err = cli(capsys, "run", "sl_basic", *FAST, "max_steps=8", f"log_path={log}")
+    code, out, err = cli(capsys, "run", "sl_basic", *FAST, "data.max_steps=8", f"log_path={log}")
     assert code == 0, err
     assert "step 6/8" in err + out and "step 9" not in err + out
     assert [row["step"] for row in read_metrics(log / "metrics.jsonl")] == list(range(8))
     finals = [r for r in read_records(log / "checkpoints.jsonl") if r.final]
     assert [r.step for r in finals] == [5, 8]
-    code, out, _ = cli(capsys, "run", "sl_basic", *FAST, "max_steps=8", f"log_path={log}")
+    code, out, _ = cli(capsys, "run", "sl_basic", *FAST, "data.max_steps=8", f"log_path={log}")
     assert code == 0 and "already complete" in out and "8 steps" in out
 
 
@@ -116,9 +123,9 @@ def _corrupt(run: Path, name: str) -> None:
 
 def test_corrupt_latest_checkpoint_falls_back(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log = tmp_path / "run"
-    finished_run(capsys, log, "max_steps=5")
+    finished_run(capsys, log, "data.max_steps=5")
     _corrupt(log, "final")
-    code, _out, err = cli(capsys, "run", "sl_basic", *FAST, "max_steps=5", f"log_path={log}")
+    code, _out, err = cli(capsys, "run", "sl_basic", *FAST, "data.max_steps=5", f"log_path={log}")
     assert code == 0, err
     assert "checkpoint.skipped" in err and "checkpoint=final" in err
     assert "checkpoint=000004" in err  # resumed from the newest intact one
@@ -129,29 +136,29 @@ def test_corrupt_latest_checkpoint_falls_back(tmp_path: Path, capsys: pytest.Cap
 
 def test_missing_checkpoint_file_falls_back(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log = tmp_path / "run"
-    finished_run(capsys, log, "max_steps=5")
+    finished_run(capsys, log, "data.max_steps=5")
     record = read_records(log / "checkpoints.jsonl")[-1]
     for name in record.files:
         (log / name).unlink()
-    code, _, err = cli(capsys, "run", "sl_basic", *FAST, "max_steps=5", f"log_path={log}")
+    code, _, err = cli(capsys, "run", "sl_basic", *FAST, "data.max_steps=5", f"log_path={log}")
     assert code == 0, err
     assert "is missing" in err
 
 
 def test_no_intact_checkpoint_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log = tmp_path / "run"
-    finished_run(capsys, log, "max_steps=5")
+    finished_run(capsys, log, "data.max_steps=5")
     for name in ("000002", "000004", "final"):
         _corrupt(log, name)
     before = snapshot(log)
-    code, _, err = cli(capsys, "run", "sl_basic", *FAST, "max_steps=5", f"log_path={log}")
+    code, _, err = cli(capsys, "run", "sl_basic", *FAST, "data.max_steps=5", f"log_path={log}")
     assert_one_error_line(code, err, "no intact checkpoint", "000002", "final")
     assert snapshot(log) == before
 
 
 def test_old_records_without_fingerprint_still_resume(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log = tmp_path / "run"
-    finished_run(capsys, log, "max_steps=4")
+    finished_run(capsys, log, "data.max_steps=4")
     lines = (log / "checkpoints.jsonl").read_text().splitlines()
     old = []
     for line in lines:
@@ -160,15 +167,15 @@ def test_old_records_without_fingerprint_still_resume(tmp_path: Path, capsys: py
             data.pop(key)
         old.append(json.dumps(data))
     (log / "checkpoints.jsonl").write_text("\n".join(old[:-1]) + "\n")  # drop final: an interrupted old run
-    code, _, err = cli(capsys, "run", "sl_basic", *FAST, "max_steps=6", f"log_path={log}", "batch_size=8")
+    code, _, err = cli(capsys, "run", "sl_basic", *FAST, "data.max_steps=6", f"log_path={log}", "data.batch_size=8")
     assert code == 0, err
 
 
 def test_overwrite_starts_over(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log = tmp_path / "run"
-    finished_run(capsys, log, "max_steps=4")
+    finished_run(capsys, log, "data.max_steps=4")
     code, _, err = cli(
-        capsys, "run", "sl_basic", *FAST, "max_steps=3", "resume=never", "overwrite=true", f"log_path={log}"
+        capsys, "run", "sl_basic", *FAST, "data.max_steps=3", "resume=never", "overwrite=true", f"log_path={log}"
     )
     assert code == 0, err
     assert [row["step"] for row in read_metrics(log / "metrics.jsonl")] == [0, 1, 2]
@@ -179,15 +186,17 @@ def test_finished_run_with_a_changed_config_is_refused(tmp_path: Path, capsys: p
     """It used to print "already complete" and exit 0, as if the changed run had been trained."""
     log = tmp_path / "run"
     before = finished_run(capsys, log)
-    code, out, err = cli(capsys, "run", "sl_basic", *FAST, f"log_path={log}", "learning_rate=0.01", "batch_size=8")
+    code, out, err = cli(
+        capsys, "run", "sl_basic", *FAST, f"log_path={log}", "optimizer.learning_rate=0.01", "data.batch_size=8"
+    )
     assert_one_error_line(code, err, "already complete", "batch_size: 32 -> 8", "learning_rate:")
-    assert "resume_allow_changes=[batch_size,learning_rate]" in err and "already complete" not in out
+    assert "resume_allow_changes=[data.batch_size,optimizer.learning_rate]" in err and "already complete" not in out
     assert snapshot(log) == before
-    code, _, err = cli(capsys, "validate", "sl_basic", *FAST, f"log_path={log}", "learning_rate=0.01")
+    code, _, err = cli(capsys, "validate", "sl_basic", *FAST, f"log_path={log}", "optimizer.learning_rate=0.01")
     assert_one_error_line(code, err, "already complete", "learning_rate:")
     code, _, err = cli(capsys, "run", "chat_sl", *FAST, f"log_path={log}")  # another recipe, same directory
     assert_one_error_line(code, err, "already complete", "recipe: 'sl_basic' -> 'chat_sl'")
     assert snapshot(log) == before
-    allow = "resume_allow_changes=[learning_rate]"
-    code, out, err = cli(capsys, "run", "sl_basic", *FAST, f"log_path={log}", "learning_rate=0.01", allow)
+    allow = "resume_allow_changes=[optimizer.learning_rate]"
+    code, out, err = cli(capsys, "run", "sl_basic", *FAST, f"log_path={log}", "optimizer.learning_rate=0.01", allow)
     assert code == 0 and "already complete" in out, err

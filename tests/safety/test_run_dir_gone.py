@@ -29,7 +29,7 @@ def test_run_dir_removed_mid_run(
         return await real(self, adam_params)
 
     monkeypatch.setattr(noop_client.NoopTrainingClient, "optim_step", step_then_delete)
-    code, out, err = cli(capsys, "run", "sl_basic", *FAST, "max_steps=8", f"log_path={log}")
+    code, out, err = cli(capsys, "run", "sl_basic", *FAST, "data.max_steps=8", f"log_path={log}")
     assert_one_error_line(code, err, str(log), "deleted or replaced while the run was going")
     assert "run finished" not in out
     assert len(calls) <= 4  # noticed at the step's end, not after the whole run

@@ -16,7 +16,13 @@ from tests.helpers import REPO
 
 pytestmark = pytest.mark.slow  # two real processes, ~60 s
 
-SLOW = ("backend=noop", "max_steps=40", "save_every=5", "eval_every=0", "noop.latency={forward_backward: 0.4}")
+SLOW = (
+    "backend=noop",
+    "data.max_steps=40",
+    "checkpoint.save_every=5",
+    "eval.every=0",
+    "noop.latency={forward_backward: 0.4}",
+)
 
 
 def _start(log: Path) -> subprocess.Popen[str]:

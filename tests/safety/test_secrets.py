@@ -67,7 +67,7 @@ def test_non_sdk_exception_and_sdk_log_line(
 
 def test_secret_override_is_not_echoed(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     for override in (f"api_key={KEY}", f"tinker.api_key={KEY}", f"hf_token={KEY}", f"log_path={KEY}/{KEY}x="):
-        code = main(["run", "sl_basic", *FAST, f"log_path={tmp_path / 'r'}", override, "batch_size=oops"])
+        code = main(["run", "sl_basic", *FAST, f"log_path={tmp_path / 'r'}", override, "data.batch_size=oops"])
         out, err = capfd.readouterr()
         assert code == 2 and (out + err).count(KEY) == 0, err
 
@@ -90,7 +90,7 @@ def test_failing_tinker_request_does_not_leak(
     config = load_config(
         recipe.config_cls,
         None,
-        ["backend=tinker", "lora_rank=4", f"log_path={log}", "max_steps=4", "batch_size=4", "eval_every=0"],
+        ["backend=tinker", "lora_rank=4", f"log_path={log}", "data.max_steps=4", "data.batch_size=4", "eval.every=0"],
     )
     with pytest.raises(StageFailure) as info:
         run_recipe(recipe, config, progress=False, backend=backend)
@@ -139,7 +139,9 @@ def test_query_string_secrets_redacted_everywhere(
     monkeypatch.setattr(noop_client.NoopTrainingClient, "optim_step", failing)
     log = tmp_path / "run"
     url = f"tinker.base_url=https://user:{KEY}@example.com/v1?token={QUERY_KEY}&region=eu"
-    code = main(["run", "sl_basic", *FAST, f"log_path={log}", "trace_file=true", "loggers=[tensorboard]", url])
+    code = main(
+        ["run", "sl_basic", *FAST, f"log_path={log}", "logging.trace_file=true", "logging.loggers=[tensorboard]", url]
+    )
     out, err = capfd.readouterr()
     assert code == 1 and "answered 403" in err and "sig=[redacted]" in err, err
     assert "https://[redacted]@example.com/v1?token=[redacted]&region=eu" in (log / "config.yaml").read_text()

@@ -21,10 +21,10 @@ def _everything(directory: Path) -> dict[str, tuple[bytes, int]]:
 
 def test_validate_never_writes_to_the_run_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log = tmp_path / "run"
-    code, _, err = cli(capsys, "run", "sl_basic", *FAST, "max_steps=4", f"log_path={log}")
+    code, _, err = cli(capsys, "run", "sl_basic", *FAST, "data.max_steps=4", f"log_path={log}")
     assert code == 0, err
     before = _everything(log)
-    for extra in ([], ["max_steps=8"], ["batch_size=4"], ["learning_rate=.nan"]):
+    for extra in ([], ["data.max_steps=8"], ["data.batch_size=4"], ["optimizer.learning_rate=.nan"]):
         cli(capsys, "validate", "sl_basic", *FAST, f"log_path={log}", *extra)
         assert _everything(log) == before, extra
     fresh = tmp_path / "fresh" / "run"
@@ -35,7 +35,7 @@ def test_validate_never_writes_to_the_run_dir(tmp_path: Path, capsys: pytest.Cap
 
 def test_lora_rank_above_hidden_size_is_a_config_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = cli(
-        capsys, "run", "sl_basic", "backend=local", "max_steps=1", "lora_rank=100000", f"log_path={tmp_path / 'r'}"
+        capsys, "run", "sl_basic", "backend=local", "data.max_steps=1", "lora_rank=100000", f"log_path={tmp_path / 'r'}"
     )
     assert_one_error_line(code, err, "lora_rank=100000", "hidden size (96)")
 

@@ -70,12 +70,12 @@ def test_scripted_replies_decide_the_rewards(tmp_path: Path) -> None:
     exactly the share of problems whose answer is 4 — known before the run."""
     run = run_on_noop(
         "math_rl",
-        "warm_start_steps=0",
-        "num_batches=2",
-        "groups_per_batch=8",
-        "group_size=2",
-        "eval_every=0",
-        "max_operand=2",
+        "warm_start.steps=0",
+        "rl.num_batches=2",
+        "rl.groups_per_batch=8",
+        "rl.group_size=2",
+        "eval.every=0",
+        "env.max_operand=2",
         log_path=tmp_path / "scripted",
         replies=lambda prompt: " 4",
     )
@@ -84,14 +84,14 @@ def test_scripted_replies_decide_the_rewards(tmp_path: Path) -> None:
     rewards = run.column("env/all/reward/total")
     assert len(rewards) == 2 and all(0.0 <= reward <= 1.0 for reward in rewards)
     unscripted = run_on_noop(
-        "math_rl", "warm_start_steps=0", "num_batches=2", "groups_per_batch=8", "group_size=2", "eval_every=0",
-        "max_operand=2", log_path=tmp_path / "pseudo",
+        "math_rl", "warm_start.steps=0", "rl.num_batches=2", "rl.groups_per_batch=8", "rl.group_size=2", "eval.every=0",
+        "env.max_operand=2", log_path=tmp_path / "pseudo",
     )  # fmt: skip
     assert unscripted.column("env/all/reward/total") != rewards
 
 
 def test_a_sampler_logprob_shift_shows_as_sample_train_mismatch(tmp_path: Path) -> None:
-    common = ("warm_start_steps=0", "num_batches=1", "groups_per_batch=4", "group_size=2", "eval_every=0")
+    common = ("warm_start.steps=0", "rl.num_batches=1", "rl.groups_per_batch=4", "rl.group_size=2", "eval.every=0")
     same = run_on_noop("math_rl", *common, log_path=tmp_path / "same")
     shifted = run_on_noop("math_rl", *common, log_path=tmp_path / "shifted", sampler_logprob_shift=-0.5)
     assert abs(same.column("optim/kl_sample_train_v1")[0]) < 1e-6
@@ -109,7 +109,7 @@ def test_a_hand_built_workflow_runs_with_its_config_class(tmp_path: Path) -> Non
                                                              SubmitTrainStep(), CollectTrainStep(keep=0)]),
         ],
     )  # fmt: skip
-    result: RunResult = run_on_noop(workflow, "max_steps=2", config=Config, log_path=tmp_path / "direct")
+    result: RunResult = run_on_noop(workflow, "data.max_steps=2", config=Config, log_path=tmp_path / "direct")
     assert [row["step"] for row in result.metrics] == [0, 1]
     assert result.checkpoints == [] and result.events
 

@@ -24,7 +24,7 @@ from recipes.lookup_agent import RECIPE, Config
 from train_core.renderers import get_renderer
 
 CORPUS = Corpus.load()
-SHORT = ["num_batches=2", "group_size=2", "groups_per_batch=2", "eval_every=0", "save_every=0"]
+SHORT = ["rl.num_batches=2", "rl.group_size=2", "rl.groups_per_batch=2", "eval.every=0", "checkpoint.save_every=0"]
 
 
 def scripted_model(prompt: str) -> str:
@@ -45,7 +45,7 @@ def scripted_model(prompt: str) -> str:
 def test_the_lookup_agent_searches_reads_and_is_trained_on_what_it_sampled(tmp_path: Path) -> None:
     captured = Captured()
     result = run_on_noop(
-        RECIPE, *SHORT, "warm_start_steps=0", log_path=tmp_path / "run", replies=scripted_model, hooks=[captured]
+        RECIPE, *SHORT, "warm_start.steps=0", log_path=tmp_path / "run", replies=scripted_model, hooks=[captured]
     )
     assert result.column("env/all/reward/total") == [1.0, 1.0]
     assert result.column("env/all/agent/calls") == [3.0, 3.0]
@@ -66,7 +66,14 @@ def test_the_teacher_answers_from_the_document_it_read() -> None:
 @pytest.mark.slow
 def test_on_the_local_backend_the_tiny_model_trains_the_lookup_agent(tmp_path: Path) -> None:
     captured = Captured()
-    args = ["backend=local", "model_name=tiny", "max_tokens=16", "warm_start_steps=2", *SHORT, f"log_path={tmp_path}"]
+    args = [
+        "backend=local",
+        "model_name=tiny",
+        "sampling.max_tokens=16",
+        "warm_start.steps=2",
+        *SHORT,
+        f"log_path={tmp_path}",
+    ]
     run_dir = run_recipe(RECIPE, load_config(Config, None, args), hooks=[captured], progress=False)
     metrics = read_metrics(run_dir.metrics)
     assert [row["step"] for row in metrics if "env/all/reward/total" in row] == [0, 1]

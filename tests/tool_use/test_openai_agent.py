@@ -16,6 +16,7 @@ import pytest
 from openai.types.chat import ChatCompletionMessage, ChatCompletionMessageFunctionToolCall
 from pydantic import Field
 
+from kitchen import CheckpointSettings, HeldOutEval, SamplingSettings
 from kitchen.engine.config.loading import defaults, load_config
 from kitchen.engine.context import Context
 from kitchen.engine.hooks import Hooks
@@ -23,8 +24,7 @@ from kitchen.engine.launch import run_recipe
 from kitchen.engine.recipe import Recipe
 from kitchen.engine.runs.metrics import read_metrics
 from kitchen.engine.stage import Stage
-from kitchen.families.rl.settings import RLSettings
-from kitchen.families.rl.workflow import rl_workflow_for
+from kitchen.families.rl import RLLoopSettings, RLSettings, rl_workflow_for
 from kitchen.integrations.agents import AgentEndpoint, AgentGroupBuilder
 from kitchen.testing import run_on_noop
 from train_core.renderers.base import Renderer
@@ -91,7 +91,12 @@ def grade(country: str, answer: str) -> float:
     return float(CAPITALS[country] in answer)
 
 
-@defaults(max_tokens=48, group_size=2, groups_per_batch=2, num_batches=2, eval_every=0, save_every=0)
+@defaults(
+    sampling=SamplingSettings(max_tokens=48),
+    rl=RLLoopSettings(group_size=2, groups_per_batch=2, num_batches=2),
+    eval=HeldOutEval(every=0),
+    checkpoint=CheckpointSettings(save_every=0),
+)
 class AgentConfig(RLSettings):
     edit_history: bool = Field(False, description="the agent rewrites its own earlier replies")
     first_tool_choice: str = Field("auto", description="the first call's tool_choice: auto, required or a tool name")
@@ -110,12 +115,12 @@ class Countries(RLDataset):
         )
         countries = sorted(CAPITALS)
         return [
-            AgentGroupBuilder(agent, countries[(index + g) % 2], grade, self.renderer, self.config.group_size)
-            for g in range(self.config.groups_per_batch)
+            AgentGroupBuilder(agent, countries[(index + g) % 2], grade, self.renderer, self.config.rl.group_size)
+            for g in range(self.config.rl.groups_per_batch)
         ]
 
     def __len__(self) -> int:
-        return self.config.num_batches
+        return self.config.rl.num_batches
 
 
 RECIPE = Recipe(
@@ -236,7 +241,13 @@ def test_on_the_local_backend_the_trained_tokens_are_the_sampled_ones(tmp_path: 
     """The tiny model's own samples (random-init: mostly not tool calls, so often one call an
     episode), two RL steps on the local backend."""
     captured = Captured()
-    args = ["backend=local", "model_name=tiny", "renderer=qwen3_instruct", "max_tokens=16", f"log_path={tmp_path}"]
+    args = [
+        "backend=local",
+        "model_name=tiny",
+        "renderer=qwen3_instruct",
+        "sampling.max_tokens=16",
+        f"log_path={tmp_path}",
+    ]
     config = load_config(AgentConfig, None, args)
     metrics = read_metrics(run_recipe(RECIPE, config, hooks=[captured], progress=False).metrics)
     assert [row["step"] for row in metrics if "env/all/reward/total" in row] == [0, 1]

@@ -22,8 +22,10 @@ def calculator_user(prompt: str) -> str:
 
 
 def test_transcripts_and_the_report_show_tool_calls_and_results_apart(tmp_path: Path) -> None:
-    overrides = ["num_batches=1", "warm_start_steps=0", "groups_per_batch=2", "group_size=2", "eval_every=0"]
-    run = run_on_noop("tool_rl", *overrides, "max_tokens=64", log_path=tmp_path / "run", replies=calculator_user)
+    overrides = ["rl.num_batches=1", "warm_start.steps=0", "rl.groups_per_batch=2", "rl.group_size=2", "eval.every=0"]
+    run = run_on_noop(
+        "tool_rl", *overrides, "sampling.max_tokens=64", log_path=tmp_path / "run", replies=calculator_user
+    )
     assert run.column("env/all/correct") == [1.0] and run.column("env/all/tools/call_valid") == [1.0]
     record = json.loads((run.path / "rollouts" / "step_000000.jsonl").read_text().splitlines()[0])
     first, second = record["turns"]

@@ -114,8 +114,9 @@ def run_command(args: argparse.Namespace) -> None:
     target = resolve_target(args.target, args.run, args.checkpoint, args.renderer, args.backend, args.base)
     shared = {flag: getattr(args, flag) for flag in SHARED_FLAGS}
     for key in RUN_SAMPLING_KEYS:  # sample as the run did, unless told otherwise
-        if shared[key] is None and isinstance(target.raw_config.get(key), int | float):
-            shared[key] = target.raw_config[key]
+        saved = target.saved(f"sampling.{key}", key)
+        if shared[key] is None and isinstance(saved, int | float):
+            shared[key] = saved
     if args.harness == "lm-eval":
         from kitchen.apps.eval.harness import run_lm_eval
 

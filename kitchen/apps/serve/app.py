@@ -12,24 +12,23 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from tinker import types as sdk
 
 from kitchen.apps.serve.futures import Outcome
+from kitchen.apps.serve.http_basics import WireError, parse
 from kitchen.apps.serve.keys import KeyCheck, Unauthorized
 from kitchen.apps.serve.service import ServeError, TinkerService
-from kitchen.apps.serve.wire import WireError, decode_loss_request
+from kitchen.apps.serve.wire import decode_loss_request
 from train_core.errors import InvalidInputError
 
 log = logging.getLogger("kitchen.apps.serve")
 
 PROTOBUF = "application/x-protobuf"
-M = TypeVar("M", bound=BaseModel)
 
 
 class BodyLimit:
@@ -70,15 +69,6 @@ class BodyLimit:
 
 class _TooLarge(Exception):
     pass
-
-
-def parse(model: type[M], body: bytes) -> M:
-    """A JSON request body as the SDK's request type; anything else is a 400 naming the problem."""
-    try:
-        return model.model_validate_json(body)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors()[:5])
-        raise WireError(f"{model.__name__}: {problems}") from None
 
 
 def _outcome_response(outcome: Outcome | None, request_id: str) -> Response:

@@ -15,12 +15,11 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from kitchen.apps.serve.app import parse
+from kitchen.apps.serve.http_basics import WireError, bearer_or_header, openai_error, parse
 from kitchen.apps.serve.keys import KeyCheck
 from kitchen.apps.serve.openai_chat import ChatRequest, complete
 from kitchen.apps.serve.records import TINKER_SCHEME
 from kitchen.apps.serve.service import ServeError, TinkerService
-from kitchen.apps.serve.wire import WireError
 from train_core.errors import InvalidInputError
 from train_core.renderers import get_renderer, recommended_renderer
 from train_core.renderers.base import Renderer
@@ -34,13 +33,6 @@ class ChatModel:
     renderer: Renderer
     decode: Callable[[list[int]], str]
     sample: Callable[[ModelInput, int, SamplingParams], Any]
-
-
-def bearer_or_header(request: Request) -> str | None:
-    authorization = request.headers.get("authorization", "")
-    if authorization.lower().startswith("bearer "):
-        return authorization[7:].strip()
-    return request.headers.get("x-api-key")
 
 
 class ChatModels:
@@ -76,14 +68,6 @@ class ChatModels:
 
             self._models[key] = ChatModel(renderer, decode, sample)
         return self._models[key]
-
-
-def openai_error(error: Exception) -> JSONResponse:
-    """A refused request in OpenAI's error shape (which its client shows), with `detail` too."""
-    status = getattr(error, "status", 400)
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    body = {"error": {"message": str(error), "type": kind, "param": None, "code": None}, "detail": str(error)}
-    return JSONResponse(body, status_code=status)
 
 
 def openai_router_for(renderer: str | None = None) -> Callable[[TinkerService, KeyCheck], APIRouter]:

@@ -19,6 +19,7 @@ from google.protobuf.message import DecodeError
 from tinker import types as sdk
 from tinker.proto import tinker_public_pb2 as pb
 
+from kitchen.apps.serve.http_basics import WireError
 from train_core.types import (
     AdamParams,
     Datum,
@@ -38,10 +39,6 @@ _PB_DTYPES: dict[int, tuple[np.dtype, str]] = {
 }
 _TO_PB_DTYPE = {"float32": pb.DTYPE_FLOAT32, "int64": pb.DTYPE_INT64}
 _STOP_REASONS = {"stop": pb.STOP_REASON_STOP, "length": pb.STOP_REASON_LENGTH}
-
-
-class WireError(ValueError):
-    """A request body that is not a valid Tinker request (answered with HTTP 400)."""
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError, ValidationInfo
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from kitchen.engine.config.renames import new_path, shorthand_field, translate, warn_renamed
+from kitchen.engine.config.renames import is_choice, new_path, shorthand_field, translate, warn_renamed
 from kitchen.engine.config.run import RunConfig
 from kitchen.engine.config.sections import choices_of, merged, model_of
 from kitchen.engine.config.yaml_bounded import load_yaml, load_yaml_document
@@ -36,7 +36,7 @@ def defaults(**values: Any) -> Callable[[type[C]], type[C]]:
     `@defaults(optimizer=OptimizerSettings(learning_rate=3e-3))` keeps the other optimizer keys."""
 
     def apply(cls: type[C]) -> type[C]:
-        for name, value in values.items():
+        for name, value in _sectioned(cls, values).items():
             field = cls.model_fields.get(name)
             if field is None:
                 raise TypeError(f"{cls.__name__} has no config key {name!r} to set a default for")
@@ -65,6 +65,26 @@ def defaults(**values: Any) -> Callable[[type[C]], type[C]]:
         return cls
 
     return apply
+
+
+def _sectioned(cls: type[BaseModel], values: Mapping[str, Any]) -> dict[str, Any]:
+    """`values` with kitchen 0.2's flat names moved into their sections (a warning each), so a
+    plugin's recipe written for 0.2 keeps working for one release."""
+    out: dict[str, Any] = {}
+    for name, value in values.items():
+        moved = new_path(cls, (name,)) if name not in cls.model_fields else None
+        if moved is None or len(moved) == 1:
+            out[moved[0] if moved else name] = value
+            continue
+        warn_renamed((name,), moved, f"@defaults of {cls.__name__}")
+        section = out.setdefault(moved[0], {})
+        if isinstance(section, BaseModel):
+            section = out[moved[0]] = section.model_dump(exclude_unset=True)
+        node = section
+        for part in moved[1:-1]:
+            node = node.setdefault(part, {})
+        node[moved[-1]] = value
+    return out
 
 
 def _copy_of(value: BaseModel) -> BaseModel:
@@ -227,7 +247,14 @@ def _set_path(config_cls: type[BaseModel], data: dict[str, Any], path: list[str]
                 raise ConfigError(f"{origin}: {'.'.join(path)}: {part!r} is not a nested section")
             child = node[part] = {shorthand: child}  # `env=gsm8k env.dataset=...`
         node = child
-    node[path[-1]] = value
+    shorthand = shorthand_field(config_cls, tuple(path))
+    below = node.get(path[-1])
+    if shorthand is None or not isinstance(below, dict) or isinstance(value, dict | list):
+        node[path[-1]] = value
+    elif is_choice(config_cls, tuple(path)) and below.get(shorthand) != value:
+        node[path[-1]] = {shorthand: value}  # `env=gsm8k` over arithmetic's keys: another environment
+    else:
+        below[shorthand] = value  # `algorithm=dapo` over a section's keys: its preset only
 
 
 def _shown(config_cls: type[BaseModel], loc: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -270,14 +297,40 @@ def _describe(
             problems.append(f"{where}: key {dotted!r} has moved: set {moved!r} instead")
         elif error["type"] == "extra_forbidden":
             valid = _field_names(config_cls, loc[:-1])
-            close = difflib.get_close_matches(str(loc[-1]), valid, n=1)
+            parent = "".join(f"{part}." for part in loc[:-1])
+            close = [parent + key for key in difflib.get_close_matches(str(loc[-1]), valid, n=1)]
+            close = close or _elsewhere(config_cls, str(loc[-1]))
             hint = f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(valid)}"
             problems.append(f"{where}: unknown key {dotted!r}{hint}")
+        elif error["type"] == "union_tag_invalid":  # a choice (`env: NAME`) naming no member
+            tags = [tag.strip(" '") for tag in str(error.get("ctx", {}).get("expected_tags", "")).split(",")]
+            close = difflib.get_close_matches(str(error.get("ctx", {}).get("tag")), tags, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"one of: {', '.join(tags)}"
+            problems.append(f"{where}: {dotted}: {error['ctx']['tag']!r} is not a choice; {hint}")
         elif not loc:  # a check across keys: its message names them
             problems.append(f"{where}: {error['msg'].removeprefix('Value error, ')}")
         else:
             problems.append(f"{where}: {dotted}: {error['msg']} (got {error.get('input')!r})")
     return redact("invalid config: " + "; ".join(problems))
+
+
+def _elsewhere(config_cls: type[BaseModel], name: str) -> list[str]:
+    """The dotted key in another section whose own name is close to `name` (`batch_sise` ->
+    `data.batch_size`): a key given in the wrong place, or misspelt there."""
+    keys: dict[str, str] = {}
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for key, field in model.model_fields.items():
+            dotted = f"{prefix}{key}"
+            keys.setdefault(key, dotted)
+            choices = choices_of(field)
+            for member in list(choices[1].values()) if choices is not None else [model_of(field.annotation)]:
+                if member is not None and prefix.count(".") < 2:
+                    walk(member, f"{dotted}.")
+
+    walk(config_cls, "")
+    close = difflib.get_close_matches(name, list(keys), n=1)
+    return [keys[close[0]]] if close else []
 
 
 def _field_names(config_cls: type[BaseModel], parent: Path_) -> list[str]:

@@ -67,11 +67,13 @@ def renames(config_cls: type[BaseModel]) -> dict[Path_, Path_]:
     """0.2 key path -> its path now, for `config_cls`."""
     table: dict[Path_, Path_] = {}
     for name, field in config_cls.model_fields.items():
+        choices = choices_of(field)
         for member in _members(field):
             if not issubclass(member, Section):
                 continue  # a section that 0.2 had already (a backend's, OtherModel, ...)
             for sub in member.model_fields:
-                table.setdefault((member.flat_name(sub),), (name, sub))
+                if choices is None or sub != choices[0]:  # a choice's tag was the section's own key
+                    table.setdefault((member.flat_name(sub),), (name, sub))
     for klass in reversed(config_cls.__mro__):
         for old, new in vars(klass).get("RENAMED_KEYS", {}).items():
             table[tuple(old.split("."))] = tuple(new.split("."))
@@ -120,9 +122,7 @@ def _leaves(model: type[BaseModel] | None, data: Mapping[str, Any], prefix: Path
             yield path, value
 
 
-def _put(
-    config_cls: type[BaseModel], data: dict[str, Any], path: Path_, value: Any, where: str, old: Path_
-) -> None:
+def _put(config_cls: type[BaseModel], data: dict[str, Any], path: Path_, value: Any, where: str, old: Path_) -> None:
     node = data
     for depth, part in enumerate(path[:-1]):
         child = node.setdefault(part, {})
@@ -147,6 +147,17 @@ def translate(config_cls: type[BaseModel], data: Mapping[str, Any], where: str) 
         else:
             _put(config_cls, out, path, value, where, path)
     return out
+
+
+def is_choice(config_cls: type[BaseModel], path: Path_) -> bool:
+    """Whether `path` names a choice of sections by a tag (an `env`)."""
+    model: type[BaseModel] | None = config_cls
+    for part in path[:-1]:
+        field = model.model_fields.get(part) if model is not None else None
+        members = _members(field) if field is not None else []
+        model = members[0] if len(members) == 1 else None
+    field = model.model_fields.get(path[-1]) if model is not None and path else None
+    return field is not None and choices_of(field) is not None
 
 
 def shorthand_field(config_cls: type[BaseModel], path: Path_) -> str | None:

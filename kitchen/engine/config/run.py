@@ -7,12 +7,13 @@ adapter's settings model. A training family's settings add their sections to the
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kitchen.engine.backends import backend_specs, get_backend_spec
 from kitchen.engine.config.eval_schedule import EvalSchedule
+from kitchen.engine.config.renames import new_path, warn_renamed
 from kitchen.engine.config.sections import RESUME_SAFE, over_defaults
 from kitchen.engine.observe.sinks import LoggingSettings
 
@@ -117,6 +118,23 @@ class RunConfig(BaseModel):
         """Lines `kitchen show` prints after the workflow: values resolved from several keys (e.g.
         an RL `algorithm` preset's). None here."""
         return []
+
+    if not TYPE_CHECKING:  # for mypy a config has exactly its declared keys
+
+        def __getattr__(self, name: str) -> Any:
+            """A key read by its kitchen 0.2 (flat) name, for one release: the sectioned key's value,
+            with a `ConfigKeyRenamed` warning (`config.learning_rate` -> `config.optimizer.learning_rate`)."""
+            try:
+                return super().__getattr__(name)
+            except AttributeError:
+                moved = None if name.startswith("_") else new_path(type(self), (name,))
+                if moved is None or moved == (name,):
+                    raise
+                warn_renamed((name,), moved, f"{type(self).__name__}.{name}")
+                value: Any = self
+                for part in moved:
+                    value = getattr(value, part)
+                return value
 
     @classmethod
     def moved_keys(cls) -> dict[str, str]:

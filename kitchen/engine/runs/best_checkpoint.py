@@ -97,7 +97,7 @@ def best_name(run_dir: Path) -> str:
     name = refresh_best(run_dir, None)
     if name is None:
         raise ConfigError(
-            f"{run_dir}: no best checkpoint: no saved step checkpoint was evaluated (set best_checkpoint and "
-            "evals, or eval_every to a multiple of save_every)"
+            f"{run_dir}: no best checkpoint: no saved step checkpoint was evaluated (set eval.best_checkpoint and "
+            "eval.tasks, or eval.every to a multiple of checkpoint.save_every)"
         )
     return name

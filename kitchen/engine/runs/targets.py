@@ -21,6 +21,8 @@ from kitchen.engine.ports import SamplingClient, ServiceBackend
 from kitchen.engine.runs.checkpoints import CheckpointRecord, read_records
 from train_core.renderers.registry import recommended_renderer
 
+RECIPE_SECTIONS = ("eval", "logging")
+"""RunConfig's sections that a training family extends: left out when a run's config is read back."""
 CONFIG_FILE = "config.yaml"
 CHECKPOINTS_FILE = "checkpoints.jsonl"
 EXPORT_INFO = "kitchen_export.json"
@@ -50,6 +52,14 @@ class CheckpointTarget:
             return None
         return str(self.raw_config["renderer"] or recommended_renderer(self.config.model_name))
 
+    def saved(self, key: str, flat: str) -> Any:
+        """A key of the run's saved config by its dotted 0.3 path (`sampling.max_tokens`), or by its
+        `flat` name in a run written by kitchen 0.2; None where the run has neither."""
+        value: Any = self.raw_config
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        return value if value is not None else self.raw_config.get(flat)
+
 
 def _has_scheme(text: str) -> bool:
     return "://" in text
@@ -77,7 +87,9 @@ def _read_run_config(run_dir: Path) -> dict[str, Any]:
 
 
 def _shared_config(raw: Mapping[str, Any], where: Path, overrides: Mapping[str, Any]) -> RunConfig:
-    shared = {key: value for key, value in raw.items() if key in RunConfig.model_fields}
+    """The run keys and backend sections of a run's config.yaml (its recipe's own sections, and
+    `eval` and `logging` as a family extends them, are not needed to open its checkpoints)."""
+    shared = {key: value for key, value in raw.items() if key in RunConfig.model_fields and key not in RECIPE_SECTIONS}
     shared.update({key: value for key, value in overrides.items() if value is not None})
     try:
         return RunConfig.model_validate(shared)

@@ -115,7 +115,8 @@ class DataSettings(Section):
         do not fill one batch."""
         per_epoch = batches_per_epoch(count, self.batch_size)
         if per_epoch == 0:
-            raise DataError(f"{source}: {count} {what} are fewer than one batch (batch_size={self.batch_size}{unit})")
+            size = f"data.batch_size={self.batch_size}{unit}"
+            raise DataError(f"{source}: {count} {what} are fewer than one batch ({size})")
         steps = per_epoch * self.num_epochs
         return steps if self.max_steps is None else min(steps, self.max_steps)
 

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import Field, field_validator
@@ -98,10 +99,18 @@ async def _evaluate_nll(model: EvalModel, settings: NllSettings) -> TaskResult:
     return TaskResult({"nll": Estimate(token_mean(everything), stderr, len(scored))}, samples)
 
 
+def run_dpo_beta(run_config: Mapping[str, Any]) -> float | None:
+    """The DPO beta the evaluated run trained with: its `dpo.beta`, or `dpo_beta` in a run
+    directory written by kitchen 0.2 (flat keys)."""
+    dpo = run_config.get("dpo")
+    value = dpo.get("beta") if isinstance(dpo, Mapping) else run_config.get("dpo_beta")
+    return float(value) if isinstance(value, int | float) else None
+
+
 class PreferenceSettings(EvalSettings):
     dataset: str = Field(description="comparison JSONL (the DPO layouts)")
     dataset_layout: Layout = Field("comparisons", description="comparisons | hh_rlhf | ultrafeedback")
-    beta: float | None = Field(None, gt=0, description="implicit reward scale; default the run's dpo_beta, else 0.1")
+    beta: float | None = Field(None, gt=0, description="implicit reward scale; default the run's dpo.beta, else 0.1")
     reference: str = Field(
         "auto",
         description="the model rewards are measured against: auto (the run's DPO reference, else the base "
@@ -131,7 +140,7 @@ async def _evaluate_preferences(model: EvalModel, settings: PreferenceSettings) 
     else:
         reference_client = await model.open_sampler(reference)
         chosen_ref_P, rejected_ref_P = pair_sequence_logprobs(await score_targets(reference_client, data_D), weights_D)
-    beta = settings.beta or float(model.run_config.get("dpo_beta") or 0.1)
+    beta = settings.beta or float(run_dpo_beta(model.run_config) or 0.1)
     chosen_reward_P = (beta * (chosen_P - chosen_ref_P)).tolist()
     rejected_reward_P = (beta * (rejected_P - rejected_ref_P)).tolist()
     margins_P = [c - r for c, r in zip(chosen_reward_P, rejected_reward_P, strict=True)]

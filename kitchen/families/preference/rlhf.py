@@ -366,4 +366,3 @@ def rlhf_workflow_for(recipes: Mapping[str, Recipe]) -> Callable[[RLHFSettings],
         return Workflow("rlhf", steps=[*steps, RecordFinalPhase(config.phases()[-1])], finally_=[CloseBackend()])
 
     return build
-

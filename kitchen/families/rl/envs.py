@@ -15,11 +15,13 @@ written for a few environments lists them (`Annotated[ArithmeticEnv | WordProble
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Generic, TypeVar, Union
+from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar, Union
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model
 
 from kitchen.engine.config.sections import Section
 from kitchen.engine.plugins import ExtensionPoint
@@ -60,9 +62,25 @@ def _check(name: str, obj: Any) -> EnvSpec[Any]:
     if not isinstance(obj, EnvSpec):
         raise TypeError("is not a kitchen.families.rl.envs.EnvSpec")
     tag = obj.settings.model_fields.get("name")
+    if tag is not None and tag.is_required() and issubclass(obj.settings, EnvSettings):
+        return _named(name, obj)
     if tag is None or tag.default != name:
         raise TypeError(f"its settings' `name` must be Literal[{name!r}], defaulting to its registered name")
     return obj
+
+
+def _named(name: str, spec: EnvSpec[Any]) -> EnvSpec[Any]:
+    """An environment written for kitchen 0.2, whose settings have no `name` of their own: they get
+    `name: Literal[<registered name>]`, with a DeprecationWarning (declare it; until 0.4)."""
+    warnings.warn(
+        f"RL environment {name!r}: its settings class {spec.settings.__name__} declares no "
+        f"`name: Literal[{name!r}]`; kitchen 0.3 adds it (declare it yourself: this works until 0.4)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    tag: Any = Literal[name]
+    named = create_model(spec.settings.__name__, __base__=spec.settings, name=(tag, Field(name)))
+    return dataclasses.replace(spec, settings=named)
 
 
 ENVS: ExtensionPoint[EnvSpec[Any]] = ExtensionPoint("kitchen.envs", "RL environment", _check)

@@ -36,6 +36,7 @@ from kitchen.families.common.setup import (
     MakeRenderer,
 )
 from kitchen.families.evaluation.during_training import finish_evals, start_evals
+from kitchen.families.rl.algorithm_settings import AlgorithmSettings
 from kitchen.families.rl.async_mode import (
     CreateOffPolicyQueue,
     PublishSampler,
@@ -45,7 +46,7 @@ from kitchen.families.rl.async_mode import (
 )
 from kitchen.families.rl.dynamic_sampling import FillInformativeBatch
 from kitchen.families.rl.evaluation import EvaluateRewards, eval_due
-from kitchen.families.rl.settings import RLMode, RLSettings
+from kitchen.families.rl.settings import RLLoopSettings, RLMode, RLSettings, WarmStartSettings
 from kitchen.families.rl.setup import BuildRLTask, WarmStart
 from kitchen.families.rl.step import (
     AddReferenceLogprobs,
@@ -157,4 +158,4 @@ def rl_workflow_for(factory: RLTaskFactory, check_data: DataCheck | None = None)
             factory, config.rl.mode, setup=setup, adjust=adjust, check_data=check_data, dynamic_sampling=dynamic
         )
 
-    return WorkflowBuilder("rl", (RLSettings,), build)
+    return WorkflowBuilder("rl", (RLLoopSettings, WarmStartSettings, AlgorithmSettings), build)

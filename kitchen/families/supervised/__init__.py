@@ -10,5 +10,8 @@ from kitchen.families.supervised.settings import ChatSupervisedSettings as ChatS
 from kitchen.families.supervised.settings import ConversationData as ConversationData
 from kitchen.families.supervised.settings import PromptCompletionData as PromptCompletionData
 from kitchen.families.supervised.settings import SupervisedSettings as SupervisedSettings
+from kitchen.families.supervised.stages import Batch as Batch
 from kitchen.families.supervised.stages import EvaluateNLL as EvaluateNLL
+from kitchen.families.supervised.stages import GetSupervisedBatch as GetSupervisedBatch
+from kitchen.families.supervised.stages import LoadSupervisedData as LoadSupervisedData
 from kitchen.families.supervised.workflow import supervised_workflow as supervised_workflow

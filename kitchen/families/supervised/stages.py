@@ -162,9 +162,9 @@ def _load(
         ctx.record({f"data/{name}_skipped": len(skipped)})
     if records and not data:
         raise DataError(
-            f"{source}: none of its {len(records)} records has a token to train on (max_length={max_length}"
+            f"{source}: none of its {len(records)} records has a token to train on (data.max_length={max_length}"
             + (f", train_on_what={builder.train_on_what}" if hasattr(builder, "train_on_what") else "")
-            + "): check the data has completions/assistant messages, or raise max_length"
+            + "): check the data has completions/assistant messages, or raise data.max_length"
         )
     return data
 

@@ -14,11 +14,9 @@ from typing import Any, ClassVar, Protocol
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from kitchen.apps.serve.app import parse
+from kitchen.apps.serve.http_basics import WireError, bearer_or_header, openai_error, parse
 from kitchen.apps.serve.loopback import LoopbackServer
 from kitchen.apps.serve.openai_chat import ChatRequest, ChatRequestError
-from kitchen.apps.serve.openai_router import bearer_or_header, openai_error
-from kitchen.apps.serve.wire import WireError
 
 KEY_PREFIX = "kitchen-episode-"
 

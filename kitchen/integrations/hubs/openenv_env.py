@@ -65,7 +65,7 @@ class OpenEnvSettings(EnvSettings):
     )
     system_prompt: str | None = Field(None, description="a system message before the first observation")
     max_turns: int = Field(8, ge=1, description="model turns per episode")
-    num_eval_episodes: int = Field(0, ge=0, description="episodes (seeds 0..n-1) scored every eval_every steps")
+    num_eval_episodes: int = Field(0, ge=0, description="episodes (seeds 0..n-1) scored every eval.every steps")
 
     @field_validator("environment")
     @classmethod

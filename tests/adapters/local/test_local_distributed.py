@@ -228,9 +228,9 @@ def test_kitchen_run_sl_basic_on_two_workers_then_resume_on_one(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run_dir = tmp_path / "run"
-    args = ["run", "sl_basic", f"log_path={run_dir}", "eval_every=0", "save_every=2", "batch_size=8"]
-    assert main([*args, "local.num_workers=2", "max_steps=3"]) == 0, capsys.readouterr().err
-    assert main([*args, "local.num_workers=1", "max_steps=5"]) == 0, capsys.readouterr().err
+    args = ["run", "sl_basic", f"log_path={run_dir}", "eval.every=0", "checkpoint.save_every=2", "data.batch_size=8"]
+    assert main([*args, "local.num_workers=2", "data.max_steps=3"]) == 0, capsys.readouterr().err
+    assert main([*args, "local.num_workers=1", "data.max_steps=5"]) == 0, capsys.readouterr().err
     assert max(row["step"] for row in read_metrics(run_dir / "metrics.jsonl")) == 4
 
 
@@ -238,12 +238,12 @@ def test_a_worker_killed_mid_step_fails_the_run_with_exit_2_naming_it_and_the_ru
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run_dir = tmp_path / "run"
-    args = ["run", "sl_basic", f"log_path={run_dir}", "eval_every=0", "save_every=1", "batch_size=8"]
+    args = ["run", "sl_basic", f"log_path={run_dir}", "eval.every=0", "checkpoint.save_every=1", "data.batch_size=8"]
     monkeypatch.setenv(FAULT_ENV, "1:forward_backward:3")  # worker 1 exits during the third step
-    code = main([*args, "local.num_workers=2", "local.worker_timeout_s=60", "max_steps=5"])
+    code = main([*args, "local.num_workers=2", "local.worker_timeout_s=60", "data.max_steps=5"])
     err = capsys.readouterr().err
     assert code == 2, err
     assert "worker 1 died during forward_backward" in err
     monkeypatch.delenv(FAULT_ENV)
-    assert main([*args, "local.num_workers=2", "max_steps=5"]) == 0, capsys.readouterr().err
+    assert main([*args, "local.num_workers=2", "data.max_steps=5"]) == 0, capsys.readouterr().err
     assert max(row["step"] for row in read_metrics(run_dir / "metrics.jsonl")) == 4

@@ -26,10 +26,10 @@ def test_math_rl_with_the_vllm_sampler_is_on_policy(tmp_path: Path) -> None:
         "math_rl",
         "model_name=tiny32",
         "local.sampler=vllm",
-        "num_batches=3",
-        "warm_start_steps=10",
-        "groups_per_batch=8",
-        "eval_every=3",
+        "rl.num_batches=3",
+        "warm_start.steps=10",
+        "rl.groups_per_batch=8",
+        "eval.every=3",
         f"log_path={tmp_path}",
     )
     assert result.returncode == 0, result.stderr
