@@ -31,6 +31,30 @@ above (apps -> families -> engine; the integrations use the apps' OpenAI-compati
 LOOSE_MODULES_MAX = 15
 """Modules directly in `kitchen/`: the public surface and little else; the rest lives in a layer."""
 
+PUBLIC_MODULES: tuple[str, ...] = (
+    "kitchen",
+    "kitchen.families.common",
+    "kitchen.families.supervised",
+    "kitchen.families.preference",
+    "kitchen.families.preference.rlhf",
+    "kitchen.families.rl",
+    "kitchen.families.distillation",
+    "kitchen.families.evaluation",
+    "kitchen.integrations.agents",
+    "kitchen.integrations.hubs",
+    "kitchen.integrations.tools",
+)
+"""What recipes and users' own code import of kitchen: `kitchen` (the engine's public names, the
+shared settings) and each family's or integration's public module, whose names are re-exported
+from the modules below it. (RLHF is a module of its own: it brings the RL family in, which DPO
+users need not import.)"""
+
+RECIPE_IMPORTS_MAX = 12
+"""Distinct kitchen modules imported across `recipes/` and `examples/`: recipes stay thin."""
+
+TOP_LEVEL_KEYS_MAX = 30
+"""Top-level config keys of any recipe: the run's own keys, then one per section."""
+
 
 def kitchen_layer(module: str) -> int | None:
     """The index in `KITCHEN` of the layer holding `module`, or None outside every layer."""

@@ -43,19 +43,10 @@ def _code(text: str) -> str:
 def _holder(model: type[BaseModel], dotted: str) -> tuple[type[BaseModel], FieldInfo] | None:
     """The settings model holding a dotted config key (`local.vllm.dtype`) and its field; for a
     choice (`env.max_turns`), the first member that has it."""
-    from kitchen.engine.config.sections import choices_of, model_of
+    from kitchen.engine.config.sections import fields_at
 
-    head, _, rest = dotted.partition(".")
-    info = model.model_fields.get(head)
-    if info is None or not rest:
-        return (model, info) if info is not None else None
-    choices = choices_of(info)
-    members = list(choices[1].values()) if choices is not None else [model_of(info.annotation)]
-    for section in (member for member in members if member is not None):
-        found = _holder(section, rest)
-        if found is not None:
-            return found
-    return None
+    found = fields_at(model, tuple(dotted.split(".")))
+    return found[0] if found else None
 
 
 def _field_at(model: type[BaseModel], dotted: str) -> FieldInfo | None:

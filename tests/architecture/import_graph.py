@@ -40,7 +40,7 @@ def modules() -> dict[str, Module]:
     return found
 
 
-def _owner(name: str) -> str | None:
+def owner(name: str) -> str | None:
     """The repository module that `name` (possibly `module.attribute`) resolves to."""
     known = modules()
     while name and name not in known:
@@ -68,7 +68,7 @@ def edges() -> dict[str, frozenset[str]]:
     """Module -> the repository modules it imports."""
     graph: dict[str, frozenset[str]] = {}
     for name, module in modules().items():
-        targets = {_owner(imported) for imported in imported_names(module)}
+        targets = {owner(imported) for imported in imported_names(module)}
         graph[name] = frozenset(target for target in targets if target is not None and target != name)
     return graph
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from kitchen.engine.config.loading import load_config, parse_override
 from kitchen.engine.config.run import RunConfig
@@ -21,6 +21,7 @@ class Optim(BaseModel):
 class Cfg(RunConfig):
     batch_size: int = 8
     optim: Optim = Optim()
+    weights: dict[str, float] = Field(default_factory=lambda: {"a": 1.0, "b": 2.0})
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -36,6 +37,14 @@ def test_precedence_defaults_yaml_overrides(tmp_path: Path) -> None:
     assert (from_file.batch_size, from_file.optim.lr) == (16, 0.5)
     both = load_config(Cfg, path, ["optim.lr=1e-4", "seed=3"])
     assert (both.batch_size, both.optim.lr, both.seed) == (16, 1e-4, 3)
+
+
+def test_a_section_given_as_a_mapping_is_merged_and_a_free_mapping_replaced(tmp_path: Path) -> None:
+    path = write(tmp_path, "optim:\n  betas: [0.5, 0.5]\nweights:\n  c: 3.0\n")
+    from_file = load_config(Cfg, path, ["optim.lr=0.25"])
+    assert (from_file.optim.lr, from_file.optim.betas, from_file.weights) == (0.25, [0.5, 0.5], {"c": 3.0})
+    from_overrides = load_config(Cfg, path, ["optim={lr: 0.5}", "weights={}"])
+    assert (from_overrides.optim.lr, from_overrides.optim.betas, from_overrides.weights) == (0.5, [0.5, 0.5], {})
 
 
 def test_unknown_key_in_yaml_names_file_line_and_suggestion(tmp_path: Path) -> None:
@@ -84,13 +93,15 @@ def test_backend_must_be_known() -> None:
 
 
 @pytest.mark.parametrize("recipe", ["sl_basic", "chat_sl", "dpo", "math_rl", "guess_number"])
-@pytest.mark.parametrize("override", ["optimizer.learning_rate=-1", "data.batch_size=0"])
+@pytest.mark.parametrize("override", ["optimizer.learning_rate=-1", "data.batch_size=0", "rl.group_size=0"])
 def test_recipe_overridden_defaults_keep_their_bounds(recipe: str, override: str) -> None:
+    from kitchen.engine.config.sections import fields_at
     from kitchen.engine.recipe import get_recipe
 
     config_cls = get_recipe(recipe).config_cls
-    if override.split("=")[0] not in config_cls.model_fields:
-        pytest.skip(f"{recipe} has no {override.split('=')[0]}")
+    key = override.split("=")[0]
+    if not fields_at(config_cls, tuple(key.split("."))):
+        pytest.skip(f"{recipe} has no {key}")
     with pytest.raises(ConfigError, match=override.split("=")[0]):
         load_config(config_cls, None, [override])
 

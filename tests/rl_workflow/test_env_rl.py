@@ -28,7 +28,10 @@ def test_the_shipped_environments_are_registered() -> None:
     ("overrides", "message"),
     [
         (["env=guess_numbr"], "env: 'guess_numbr' is not a choice; did you mean 'guess_number'"),
-        (["env=guess_number", "env.max_turn=3"], "unknown key 'env.max_turn'; did you mean 'env.max_turns'"),
+        (
+            ["env=guess_number", "env.max_turn=3"],
+            "unknown key 'env.max_turn' for env 'guess_number'; did you mean 'env.max_turns'",
+        ),
         (["env=arithmetic", "env.max_operand=-1"], "env.max_operand: Input should be greater"),
         (["env=gsm8k", "env.dataset=/no/such/file.jsonl"], None),
     ],

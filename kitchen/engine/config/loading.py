@@ -18,9 +18,9 @@ from pydantic import BaseModel, TypeAdapter, ValidationError, ValidationInfo
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from kitchen.engine.config.renames import is_choice, new_path, shorthand_field, translate, warn_renamed
+from kitchen.engine.config.renames import new_path, translate, warn_renamed
 from kitchen.engine.config.run import RunConfig
-from kitchen.engine.config.sections import choices_of, merged, model_of
+from kitchen.engine.config.sections import choices_of, fields_at, is_choice, members_of, merged, model_of, shorthand_at
 from kitchen.engine.config.yaml_bounded import load_yaml, load_yaml_document
 from kitchen.engine.errors import ConfigError
 from kitchen.engine.secrets import looks_like_secret_key, redact, redact_value
@@ -242,16 +242,22 @@ def _set_path(config_cls: type[BaseModel], data: dict[str, Any], path: list[str]
     for depth, part in enumerate(path[:-1]):
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
-            shorthand = shorthand_field(config_cls, tuple(path[: depth + 1]))
+            shorthand = shorthand_at(config_cls, tuple(path[: depth + 1]))
             if shorthand is None:
                 raise ConfigError(f"{origin}: {'.'.join(path)}: {part!r} is not a nested section")
             child = node[part] = {shorthand: child}  # `env=gsm8k env.dataset=...`
         node = child
-    shorthand = shorthand_field(config_cls, tuple(path))
+    shorthand = shorthand_at(config_cls, tuple(path))
     below = node.get(path[-1])
-    if shorthand is None or not isinstance(below, dict) or isinstance(value, dict | list):
+    choice = is_choice(config_cls, tuple(path))
+    if shorthand is not None and below is not None and not isinstance(below, dict | list):
+        below = {shorthand: below}  # `env=guess_number` given before
+    fields = fields_at(config_cls, tuple(path))
+    if isinstance(value, dict) and isinstance(below, dict) and fields and members_of(fields[0][1]):
+        node[path[-1]] = merged({path[-1]: below}, {path[-1]: value}, fields[0][0])[path[-1]]  # `optimizer={...}`
+    elif shorthand is None or not isinstance(below, dict) or isinstance(value, dict | list):
         node[path[-1]] = value
-    elif is_choice(config_cls, tuple(path)) and below.get(shorthand) != value:
+    elif choice and below.get(shorthand) != value:
         node[path[-1]] = {shorthand: value}  # `env=gsm8k` over arithmetic's keys: another environment
     else:
         below[shorthand] = value  # `algorithm=dapo` over a section's keys: its preset only
@@ -295,6 +301,15 @@ def _describe(
         moved = config_cls.moved_keys().get(dotted) if issubclass(config_cls, RunConfig) else None
         if error["type"] == "extra_forbidden" and moved is not None:
             problems.append(f"{where}: key {dotted!r} has moved: set {moved!r} instead")
+        elif error["type"] == "extra_forbidden" and len(error["loc"]) > len(loc):  # under a choice's member
+            chosen = next(str(part) for part in error["loc"] if str(part) not in map(str, loc))
+            members = _members(config_cls, loc[:-1])
+            others = [tag for tag, member in members.items() if str(loc[-1]) in member.model_fields]
+            own = list(members[chosen].model_fields) if chosen in members else []
+            close = difflib.get_close_matches(str(loc[-1]), own, n=1)
+            hint = f"; it is a key of {', '.join(map(repr, others))}" if others else ""
+            hint += f"; did you mean {'.'.join(map(str, [*loc[:-1], close[0]]))!r}?" if close and not others else ""
+            problems.append(f"{where}: unknown key {dotted!r} for {'.'.join(map(str, loc[:-1]))} {chosen!r}{hint}")
         elif error["type"] == "extra_forbidden":
             valid = _field_names(config_cls, loc[:-1])
             parent = "".join(f"{part}." for part in loc[:-1])
@@ -333,21 +348,19 @@ def _elsewhere(config_cls: type[BaseModel], name: str) -> list[str]:
     return [keys[close[0]]] if close else []
 
 
+def _members(config_cls: type[BaseModel], choice: Path_) -> dict[str, type[BaseModel]]:
+    """The members (tag -> settings model) of the choice at `choice` (`env`)."""
+    fields = fields_at(config_cls, choice)
+    choices = choices_of(fields[0][1]) if fields else None
+    return choices[1] if choices is not None else {}
+
+
 def _field_names(config_cls: type[BaseModel], parent: Path_) -> list[str]:
     """The keys under `parent` (for a choice: every member's)."""
-    models: list[Any] = [config_cls]
-    for part in parent:
-        fields = [getattr(model, "model_fields", {}).get(str(part)) for model in models]
-        models = []
-        for field in fields:
-            if field is None:
-                continue
-            choices = choices_of(field)
-            members = list(choices[1].values()) if choices is not None else [model_of(field.annotation)]
-            models += [member for member in members if member is not None]
-        if not models:
-            return []
-    return sorted({name for model in models for name in getattr(model, "model_fields", {})})
+    models = (
+        [config_cls] if not parent else [m for _, field in fields_at(config_cls, parent) for m in members_of(field)]
+    )
+    return sorted({name for model in models for name in model.model_fields})
 
 
 def dump_config(config: BaseModel, path: Path) -> None:

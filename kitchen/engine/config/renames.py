@@ -20,9 +20,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any, get_args, get_origin
 
 from pydantic import BaseModel
-from pydantic.fields import FieldInfo
 
-from kitchen.engine.config.sections import Path_, Section, choices_of, model_of
+from kitchen.engine.config.sections import Path_, Section, choices_of, members_of, shorthand_at
 from kitchen.engine.errors import ConfigError
 
 UNTIL = "0.4"
@@ -31,15 +30,6 @@ UNTIL = "0.4"
 
 class ConfigKeyRenamed(FutureWarning):
     """A config key was given by its kitchen 0.2 name; the message names the new one."""
-
-
-def _members(field: FieldInfo) -> list[type[BaseModel]]:
-    """The models a field holds: its model, or the members of its discriminated union."""
-    choices = choices_of(field)
-    if choices is not None:
-        return list(dict.fromkeys(choices[1].values()))
-    model = model_of(field.annotation)
-    return [model] if model is not None else []
 
 
 def _is_free_mapping(annotation: Any) -> bool:
@@ -60,7 +50,7 @@ def valid(model: type[BaseModel], path: Path_) -> bool:
         return False
     if len(path) == 1 or _is_free_mapping(field.annotation):
         return True
-    return any(valid(member, path[1:]) for member in _members(field))
+    return any(valid(member, path[1:]) for member in members_of(field))
 
 
 def renames(config_cls: type[BaseModel]) -> dict[Path_, Path_]:
@@ -68,7 +58,7 @@ def renames(config_cls: type[BaseModel]) -> dict[Path_, Path_]:
     table: dict[Path_, Path_] = {}
     for name, field in config_cls.model_fields.items():
         choices = choices_of(field)
-        for member in _members(field):
+        for member in members_of(field):
             if not issubclass(member, Section):
                 continue  # a section that 0.2 had already (a backend's, OtherModel, ...)
             for sub in member.model_fields:
@@ -109,7 +99,7 @@ def _leaves(model: type[BaseModel] | None, data: Mapping[str, Any], prefix: Path
     for key, value in data.items():
         path = (*prefix, str(key))
         field = model.model_fields.get(str(key)) if model is not None else None
-        members = _members(field) if field is not None else []
+        members = members_of(field) if field is not None else []
         if isinstance(value, Mapping) and members and not _is_free_mapping(field.annotation if field else None):
             choices = choices_of(field) if field is not None else None
             chosen = choices[1].get(str(value.get(choices[0]))) if choices is not None else None
@@ -127,7 +117,7 @@ def _put(config_cls: type[BaseModel], data: dict[str, Any], path: Path_, value: 
     for depth, part in enumerate(path[:-1]):
         child = node.setdefault(part, {})
         if not isinstance(child, dict):  # a plain value for a section (`env: gsm8k`), and now a key in it
-            shorthand = shorthand_field(config_cls, path[: depth + 1])
+            shorthand = shorthand_at(config_cls, path[: depth + 1])
             child = node[part] = {} if shorthand is None else {shorthand: child}
         node = child
     if path[-1] in node:
@@ -149,37 +139,6 @@ def translate(config_cls: type[BaseModel], data: Mapping[str, Any], where: str) 
     return out
 
 
-def is_choice(config_cls: type[BaseModel], path: Path_) -> bool:
-    """Whether `path` names a choice of sections by a tag (an `env`)."""
-    model: type[BaseModel] | None = config_cls
-    for part in path[:-1]:
-        field = model.model_fields.get(part) if model is not None else None
-        members = _members(field) if field is not None else []
-        model = members[0] if len(members) == 1 else None
-    field = model.model_fields.get(path[-1]) if model is not None and path else None
-    return field is not None and choices_of(field) is not None
-
-
-def shorthand_field(config_cls: type[BaseModel], path: Path_) -> str | None:
-    """The key a plain value at `path` sets: a section's `SHORTHAND`, a choice's tag key."""
-    model: type[BaseModel] | None = config_cls
-    field: FieldInfo | None = None
-    for part in path:
-        if model is None:
-            return None
-        field = model.model_fields.get(part)
-        if field is None:
-            return None
-        members = _members(field)
-        model = members[0] if len(members) == 1 else None
-    if field is None:
-        return None
-    choices = choices_of(field)
-    if choices is not None:
-        return choices[0]
-    return model.SHORTHAND if model is not None and issubclass(model, Section) else None
-
-
 def translate_key(config_cls: type[BaseModel], key: str) -> str:
     """A dotted key named in `resume_allow_changes` or a fingerprint, in the new layout (a key
     that names a section with a shorthand names its shorthand field: `env` -> `env.name`)."""
@@ -187,7 +146,7 @@ def translate_key(config_cls: type[BaseModel], key: str) -> str:
     marker = "@" if base.startswith("@") else ""
     path = tuple(base.removeprefix("@").split("."))
     moved = new_path(config_cls, path) or path
-    shorthand = shorthand_field(config_cls, moved) if moved != path or valid(config_cls, moved) else None
+    shorthand = shorthand_at(config_cls, moved) if moved != path or valid(config_cls, moved) else None
     if shorthand is not None:
         moved = (*moved, shorthand)
     return marker + dotted(moved) + hash_ + suffix

@@ -93,6 +93,21 @@ class RunConfig(BaseModel):
         """A section given in part keeps its other keys' defaults, the recipe's included."""
         return over_defaults(cls, data) if isinstance(data, Mapping) else data
 
+    @model_validator(mode="after")
+    def _allowed_changes_by_their_new_names(self) -> RunConfig:
+        """`resume_allow_changes` naming a kitchen 0.2 key: the key's 0.3 path, with a warning."""
+        renamed = []
+        for key in self.resume_allow_changes:
+            path = tuple(key.split("."))
+            moved = new_path(type(self), path)
+            if moved is not None and moved != path:
+                warn_renamed(path, moved, "resume_allow_changes")
+                key = ".".join(moved)
+            renamed.append(key)
+        if renamed != self.resume_allow_changes:
+            object.__setattr__(self, "resume_allow_changes", renamed)  # not a re-validation
+        return self
+
     @field_validator("backend")
     @classmethod
     def _registered_backend(cls, name: str) -> str:

@@ -112,6 +112,27 @@ def choices_of(field: FieldInfo) -> tuple[str, dict[str, type[BaseModel]]] | Non
     return discriminator, members
 
 
+def members_of(field: FieldInfo) -> list[type[BaseModel]]:
+    """The models a field holds: its model, or each member of its choice; none for a plain value
+    or a free mapping (`dict[str, float]`: any key is valid below it)."""
+    choices = choices_of(field)
+    if choices is not None:
+        return list(dict.fromkeys(choices[1].values()))
+    model = model_of(field.annotation)
+    return [model] if model is not None else []
+
+
+def fields_at(config_cls: type[BaseModel], path: Path_) -> list[tuple[type[BaseModel], FieldInfo]]:
+    """(holding model, field) of the key at `path`: one, or below a choice each member's that has
+    it (`env.max_turns`: guess_number's and openenv's); none for a key that does not exist."""
+    models: list[type[BaseModel]] = [config_cls]
+    found: list[tuple[type[BaseModel], FieldInfo]] = []
+    for part in path:
+        found = [(model, model.model_fields[part]) for model in models if part in model.model_fields]
+        models = [member for _, field in found for member in members_of(field)]
+    return found if path else []
+
+
 def sections(model: type[BaseModel]) -> Iterator[tuple[str, type[BaseModel]]]:
     """(field, model) for every field of `model` that holds one model (optional or not)."""
     for name, field in model.model_fields.items():
@@ -186,6 +207,17 @@ def section_of(config: BaseModel, wanted: type[S]) -> S:
 # -- layering values over defaults -------------------------------------------------------------
 
 
+def shorthand_at(config_cls: type[BaseModel], path: Path_) -> str | None:
+    """The key a plain value at `path` sets (`env=gsm8k` sets `env.name`)."""
+    fields = fields_at(config_cls, path)
+    return shorthand_of(fields[0][1]) if fields else None
+
+
+def is_choice(config_cls: type[BaseModel], path: Path_) -> bool:
+    """Whether `path` names a choice of sections by a tag (an `env`)."""
+    return any(choices_of(field) is not None for _, field in fields_at(config_cls, path))
+
+
 def shorthand_of(field: FieldInfo | None) -> str | None:
     """The key a plain value given for `field` sets: a choice's tag key, a section's `SHORTHAND`."""
     if field is None:
@@ -224,7 +256,8 @@ def merged(lower: Mapping[str, Any], upper: Mapping[str, Any], model: type[BaseM
         field = model.model_fields.get(key) if model is not None else None
         value = expand(field, value)
         below = expand(field, out.get(key))
-        if isinstance(below, Mapping) and isinstance(value, Mapping):
+        section = field is None or bool(members_of(field))  # a free mapping (`dict[str, float]`) is replaced
+        if isinstance(below, Mapping) and isinstance(value, Mapping) and section:
             choices = choices_of(field) if field is not None else None
             if choices is not None and value.get(choices[0]) not in (None, below.get(choices[0])):
                 out[key] = dict(value)

@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from kitchen.engine.config.renames import translate_fingerprint, translate_key
+from kitchen.engine.config.renames import translate_fingerprint
 from kitchen.engine.config.run import RunConfig
 from kitchen.engine.config.sections import choices_of, model_of, resume_role
 from kitchen.engine.errors import ConfigError, RunDirError, run_dir_gone
@@ -285,7 +285,7 @@ def check_resume_fingerprint(
     "already complete" would claim a result the changed settings never produced."""
     if not record.fingerprint:
         return  # a record from before fingerprints: nothing to compare
-    allowed = [translate_key(type(config), key) for key in config.resume_allow_changes]
+    allowed = config.resume_allow_changes  # in the current layout (`RunConfig` renames 0.2 keys)
     recorded = recorded_fingerprint(record, config)
     current = fingerprint(config, recipe if RECIPE_KEY in recorded else None)
     changes = fingerprint_changes(recorded, current, allowed)

@@ -28,8 +28,10 @@ from train_core.batching import batches_per_epoch
 
 def check_renderer_name(name: str | None) -> str | None:
     """`name` if it is None or a registered renderer, else a ValueError with a "did you mean"."""
+    if name is None:
+        return None  # the recommended one, chosen later: no need to load the registry here
     names = renderer_names()
-    if name is not None and name not in names:
+    if name not in names:
         close = difflib.get_close_matches(name, names, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise ValueError(f"unknown renderer {name!r}{hint} (registered: {', '.join(names)})")
