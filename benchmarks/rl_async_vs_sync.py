@@ -49,7 +49,7 @@ from train_core.rl.task import RLTask
 
 def build_task(config: RLSettings, renderer: Renderer) -> RLTask:
     dataset = ParityDataset(
-        renderer, config.num_batches, config.groups_per_batch, config.group_size, 1, 0.01, config.seed
+        renderer, config.rl.num_batches, config.rl.groups_per_batch, config.rl.group_size, 1, 0.01, config.seed
     )
     return parity_task(dataset)
 

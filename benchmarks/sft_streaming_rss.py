@@ -6,7 +6,7 @@ file. Goal: a 1 GB file trains with under 2 GB peak RSS.
         [--stop-after-records N] [--keep-files]
 
 For each size it writes a prompt/completion JSONL of about that size (under --dir, deleted at the
-end unless --keep-files), then runs `kitchen run sl_basic backend=noop max_steps=--steps` on it in
+end unless --keep-files), then runs `kitchen run sl_basic backend=noop data.max_steps=--steps` on it in
 a fresh process and prints that process's peak RSS (`ru_maxrss`) and wall time. The first run of a
 file includes its conversion into the cache; --warm runs each file twice and reports the second.
 
@@ -58,8 +58,8 @@ def stop_when_enough():
 stages._datum = counted
 if stop_after:
     threading.Thread(target=stop_when_enough, daemon=True).start()
-code = main(["run", "sl_basic", "backend=noop", f"max_steps={sys.argv[3]}", "eval_every=0", "save_every=0",
-             "overwrite=true", f"dataset={sys.argv[1]}", f"log_path={sys.argv[2]}"])
+code = main(["run", "sl_basic", "backend=noop", f"data.max_steps={sys.argv[3]}", "eval.every=0",
+             "checkpoint.save_every=0", "overwrite=true", f"data.dataset={sys.argv[1]}", f"log_path={sys.argv[2]}"])
 print("PEAK_RSS_KB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, code)
 """
 

@@ -215,8 +215,8 @@ def config_renames() -> str:
     names = recipe_names()
     places: dict[tuple[str, str], list[str]] = defaultdict(list)
     for name in names:
-        for old, new in renames(get_recipe(name).config_cls).items():
-            places[(dotted(old), dotted(new))].append(name)
+        for old_path, new_path in renames(get_recipe(name).config_cls).items():
+            places[(dotted(old_path), dotted(new_path))].append(name)
     lines = ["| 0.2 key | 0.3 key | recipes |", "| --- | --- | --- |"]
     for (old, new), used in sorted(places.items()):
         unused = [name for name in names if name not in used]

@@ -6,7 +6,7 @@ by itself wherever kitchen is installed; it gives:
   wrote (`RunResult`):
 
       def test_my_filter_drops_long_examples(kitchen_run):
-          run = kitchen_run(build_workflow, "max_steps=3", config=Config)
+          run = kitchen_run(build_workflow, "data.max_steps=3", config=Config)
           assert sum(run.column("filter/dropped")) > 0
 
 - `--kitchen-backend=NAME`: kitchen's backend contract suite against a registered backend

@@ -95,7 +95,9 @@ async def judge_verdicts(run: RunDir, renderer: Renderer, comparisons: Sequence[
     service = make_backend(config, run.path / "judge_checkpoints")
     try:
         client = await service.create_sampling_client(model_path=resolve_sampler_path(str(run.path)))
-        judge = RewardModelJudge(client, renderer, score_token_ids(service.get_tokenizer("tiny"), config.score_tokens))
+        judge = RewardModelJudge(
+            client, renderer, score_token_ids(service.get_tokenizer("tiny"), config.reward_model.score_tokens)
+        )
         verdicts = []
         for labeled in comparisons:
             chosen, rejected = labeled.chosen_and_rejected()

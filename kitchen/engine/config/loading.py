@@ -350,16 +350,15 @@ def _elsewhere(config_cls: type[BaseModel], name: str) -> list[str]:
 
 def _members(config_cls: type[BaseModel], choice: Path_) -> dict[str, type[BaseModel]]:
     """The members (tag -> settings model) of the choice at `choice` (`env`)."""
-    fields = fields_at(config_cls, choice)
+    fields = fields_at(config_cls, tuple(map(str, choice)))
     choices = choices_of(fields[0][1]) if fields else None
     return choices[1] if choices is not None else {}
 
 
 def _field_names(config_cls: type[BaseModel], parent: Path_) -> list[str]:
     """The keys under `parent` (for a choice: every member's)."""
-    models = (
-        [config_cls] if not parent else [m for _, field in fields_at(config_cls, parent) for m in members_of(field)]
-    )
+    fields = fields_at(config_cls, tuple(map(str, parent)))
+    models = [member for _, field in fields for member in members_of(field)] if parent else [config_cls]
     return sorted({name for model in models for name in model.model_fields})
 
 

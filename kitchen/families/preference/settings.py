@@ -90,8 +90,8 @@ class DPOLoss(Section):
         pick one meaning silently, a ported config is asked to name the loss it means."""
         if self.label_smoothing and self.loss_type not in LABEL_SMOOTHING_LOSSES:
             raise ValueError(
-                f"label_smoothing: loss_type {self.loss_type!r} does not read it; use loss_type=cdpo "
-                "(conservative DPO, label-smoothed sigmoid) or loss_type=robust (rDPO)"
+                f"label_smoothing: loss_type {self.loss_type!r} does not read it; use dpo.loss_type=cdpo "
+                "(conservative DPO, label-smoothed sigmoid) or dpo.loss_type=robust (rDPO)"
             )
         return self
 

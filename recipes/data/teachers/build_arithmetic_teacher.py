@@ -22,7 +22,7 @@ TEACHER_DIR = Path(__file__).resolve().parent / "arithmetic"
 def main() -> None:
     recipe = get_recipe("math_rl")
     with tempfile.TemporaryDirectory() as work:
-        overrides = ["teacher_error_rate=0", "warm_start_steps=500", "num_batches=2", "eval_every=1"]
+        overrides = ["env.teacher_error_rate=0", "warm_start.steps=500", "rl.num_batches=2", "eval.every=1"]
         config = load_config(recipe.config_cls, None, [*overrides, f"log_path={work}/run", "backend=local", "seed=0"])
         run_dir = run_recipe(recipe, config)
         sampler = Path(resolve_sampler_path(str(run_dir.path)))
