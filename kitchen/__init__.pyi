@@ -38,6 +38,8 @@ from kitchen.engine.config.run import NonNegative as NonNegative
 from kitchen.engine.config.run import Rate as Rate
 from kitchen.engine.config.run import RunConfig as RunConfig
 from kitchen.engine.config.sections import ConfigRef as ConfigRef
+from kitchen.engine.config.sections import RESUME_SAFE as RESUME_SAFE
+from kitchen.engine.config.sections import RUN_LENGTH as RUN_LENGTH
 from kitchen.engine.config.sections import Section as Section
 from kitchen.engine.recipe import Recipe as Recipe
 from kitchen.engine.recipe import get_recipe as get_recipe

@@ -69,7 +69,7 @@ class VllmSettings(BaseModel):
         ge=0,
         strict=True,
         description="times a dead engine is started again; the requests it was serving fail either way "
-        "(rl rollout_failure.policy=retry rolls their groups out again)",
+        "(RL's episode.failure.policy=retry rolls their groups out again)",
     )
     start_timeout_s: float = Field(900.0, gt=0, description="how long the engine may take to start")
     placement: Literal["colocated", "separate"] = Field(

@@ -7,12 +7,12 @@ exactly as a third party declares theirs:
 
 | group               | an entry is                                          | used by                       |
 |---------------------|------------------------------------------------------|-------------------------------|
-| `kitchen.backends`  | a `kitchen.engine.backends.BackendSpec`                     | `backend:`                    |
-| `kitchen.recipes`   | a `kitchen.engine.recipe.Recipe`                            | `kitchen run NAME`            |
-| `kitchen.losses`    | a `train_core.losses.LossSpec`                       | `loss_fn:`                    |
+| `kitchen.backends`  | a `kitchen.BackendSpec`                              | `backend:`                    |
+| `kitchen.recipes`   | a `kitchen.Recipe`                                   | `kitchen run NAME`            |
+| `kitchen.losses`    | a `train_core.losses.LossSpec`                       | `algorithm.loss_fn:`          |
 | `kitchen.renderers` | a renderer factory, `tokenizer -> Renderer`          | `renderer:`                   |
-| `kitchen.rewards`   | a reward function (per sample or batched, as TRL's) | `reward_fn:` (reward_fn_rl)   |
-| `kitchen.envs`      | an RL task factory, `(config, renderer) -> RLTask`   | `env:` (env_rl)               |
+| `kitchen.rewards`   | a reward function (per sample or batched, as TRL's) | `env.reward_fn:` (reward_fn_rl) |
+| `kitchen.envs`      | an `EnvSpec`: settings model, task factory, check    | `env:` (env_rl)               |
 
 An entry's name is the name configs use. Entries load on first use; one that fails to import or
 is of the wrong kind is an error naming the entry point and its distribution, raised when its

@@ -248,7 +248,7 @@ class Runner:
         error: BaseException | None = None
         self._tracing = records_spans(ctx.tracer)
         with ctx.tracer.start_as_current_span(f"workflow {self.workflow.name}") as span:
-            span.set_attribute("kitchen.engine.workflow", self.workflow.name)
+            span.set_attribute("kitchen.workflow", self.workflow.name)
             stages = [stage.name for stage in self.workflow.stages()]
             ctx.log.info("run.start", workflow=self.workflow.name, step=ctx.step, stages=stages)
             for hook in self.hooks:
@@ -329,7 +329,7 @@ class Runner:
         span_context = ctx.tracer.start_as_current_span(f"stage {stage.name}") if self._tracing else _NO_SPAN
         with span_context as span:
             if self._tracing:
-                span.set_attribute("kitchen.engine.stage", stage.name)
+                span.set_attribute("kitchen.stage", stage.name)
                 span.set_attribute("kitchen.step", ctx.step)
             try:
                 await run_stage(stage, ctx)

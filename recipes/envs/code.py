@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field, model_validator
 
-from kitchen import Count, DataError, Section, build_all
+from kitchen import RESUME_SAFE, Count, DataError, Section, build_all
 from kitchen.families.rl import RLSettings
 from sandbox import Program, Sandbox, SandboxKind, SandboxUnavailableError, make_sandbox
 from sandbox.factory import UNSAFE_SANDBOX_SETTING
@@ -322,7 +322,9 @@ class CodeSettings(Section):
     """Config section `env` of code_rl: the problem files, the format penalty and the warm start."""
 
     dataset: str = Field(..., description="code problems JSONL (DeepCoder-style)")
-    eval_dataset: str | None = Field(None, description="held-out problems; none = no eval")
+    eval_dataset: str | None = Field(
+        None, description="held-out problems; none = no eval", json_schema_extra=RESUME_SAFE
+    )
     format_coef: float = Field(0.1, ge=0, description="reward penalty for a reply without a ```python block")
     teacher_error_rate: float = Field(0.6, ge=0, le=1, description="warm start: share of demonstrations that are wrong")
 

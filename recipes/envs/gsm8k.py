@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from kitchen import DataError, build_all
+from kitchen import RESUME_SAFE, DataError, build_all
 from kitchen.families.rl import EnvSpec, RLSettings
 from recipes.data import shipped_data
 from recipes.envs.settings import ProblemSettings
@@ -155,7 +155,9 @@ class WordProblemSettings(ProblemSettings):
         description="JSONL with 'question' and 'answer' (final answer after '####')",
     )
     eval_dataset: str | None = Field(
-        default_factory=lambda: shipped_data("gsm8k_sample/test.jsonl"), description="held-out problems"
+        default_factory=lambda: shipped_data("gsm8k_sample/test.jsonl"),
+        description="held-out problems",
+        json_schema_extra=RESUME_SAFE,
     )
 
 

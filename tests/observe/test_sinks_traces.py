@@ -147,13 +147,13 @@ def test_trace_file_has_one_span_per_stage_with_attributes(tmp_path: Path, no_gl
     assert stages and all(s["parent_id"] == workflow[0]["span_id"] for s in stages)
     for span in spans:
         assert span["attributes"]["kitchen.run_id"] == "run"
-        assert span["attributes"]["kitchen.engine.recipe"] == "sl_basic"
+        assert span["attributes"]["kitchen.recipe"] == "sl_basic"
     for span in stages:
-        assert span["attributes"]["kitchen.engine.stage"] == span["name"].removeprefix("stage ")
+        assert span["attributes"]["kitchen.stage"] == span["name"].removeprefix("stage ")
         assert isinstance(span["attributes"]["kitchen.step"], int)
     steps = [s["attributes"]["kitchen.step"] for s in stages if s["name"] == "stage submit_train_step"]
     assert steps == list(range(STEPS))
-    names = {s["attributes"]["kitchen.engine.stage"] for s in stages}
+    names = {s["attributes"]["kitchen.stage"] for s in stages}
     assert {"get_tokenizer", "create_training_client", "save_final_checkpoint", "close_backend"} <= names
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     declared = next(e["stages"] for e in events if e.get("event") == "run.start")
@@ -183,7 +183,7 @@ def test_in_memory_exporter_and_no_export_by_default(
     spans = memory.get_finished_spans()
     by_stage = [s for s in spans if s.name == "stage collect_train_step"]
     assert len(by_stage) == STEPS
-    assert all((s.attributes or {})["kitchen.engine.recipe"] == "sl_basic" for s in spans)
+    assert all((s.attributes or {})["kitchen.recipe"] == "sl_basic" for s in spans)
     assert not (run_dir / "traces.jsonl").exists()
 
 

@@ -200,3 +200,33 @@ def test_finished_run_with_a_changed_config_is_refused(tmp_path: Path, capsys: p
     allow = "resume_allow_changes=[optimizer.learning_rate]"
     code, out, err = cli(capsys, "run", "sl_basic", *FAST, f"log_path={log}", "optimizer.learning_rate=0.01", allow)
     assert code == 0 and "already complete" in out, err
+
+
+def test_every_held_out_data_key_is_safe_to_change_on_resume() -> None:
+    """Where held-out data comes from changes nothing trained (kitchen 0.2 treated every `eval*` key
+    so): every recipe's `eval_dataset` / `eval_split`, in whichever section (an RL env's too)."""
+    from kitchen.apps.cli_tools import config_keys
+    from kitchen.engine.recipe import get_recipe, recipe_names
+    from kitchen.engine.runs.rundir import key_role
+
+    unsafe = [
+        f"{name}: {key}"
+        for name in recipe_names()
+        for key, *_ in config_keys(get_recipe(name).config_cls)
+        if key.rsplit(".", 1)[-1] in {"eval_dataset", "eval_split"}
+        and key_role(get_recipe(name).config_cls, tuple(key.split("."))) != "safe"
+    ]
+    assert unsafe == []
+
+
+def test_a_resumed_rl_run_may_change_its_env_eval_dataset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from recipes.data import shipped_data
+
+    held_out = tmp_path / "eval.jsonl"
+    held_out.write_text(Path(shipped_data("reward_fn/eval.jsonl")).read_text().splitlines()[0] + "\n")
+    log = tmp_path / "run"
+    args = ["run", "reward_fn_rl", "backend=noop", "warm_start.steps=0", "rl.groups_per_batch=2", f"log_path={log}"]
+    assert cli(capsys, *args, "rl.num_batches=2")[0] == 0
+    code, _, err = cli(capsys, *args, "rl.num_batches=3", f"env.eval_dataset={held_out}")
+    assert code == 0, err
+    assert [row["step"] for row in read_metrics(log / "metrics.jsonl")] == [0, 1, 2]

@@ -122,7 +122,7 @@ def _provider(recipe: str, run_dir: Path, exporters: list[tuple[Any, bool]]) -> 
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 
-    attributes = {"kitchen.run_id": run_dir.name, "kitchen.engine.recipe": recipe}
+    attributes = {"kitchen.run_id": run_dir.name, "kitchen.recipe": recipe}
 
     class RunAttributes(SpanProcessor):
         def on_start(self, span: Any, parent_context: Any = None) -> None:

@@ -172,7 +172,7 @@ def guard_nonfinite(
         raise StageError(
             f"step {step + 1}: the loss or gradient norm is NaN/inf ({ctx.bad_steps} step(s) in a row, "
             f"max_bad_steps={limit}); the update was not applied and the run stops here; the last "
-            "checkpoint in checkpoints.jsonl is the resume point (lower learning_rate or check the data)"
+            "checkpoint in checkpoints.jsonl is the resume point (lower optimizer.learning_rate or check the data)"
         )
 
 

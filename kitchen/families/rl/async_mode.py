@@ -131,8 +131,8 @@ class OffPolicyQueue:
             self._drops_in_a_row += 1
             if self._drops_in_a_row >= MAX_DROPS_IN_A_ROW * self.groups_per_batch:
                 raise DataError(
-                    f"rollout_failure: the last {self._drops_in_a_row} groups were all dropped "
-                    f"(min_viable_group); the last error: {group.error}"
+                    f"episode.failure: the last {self._drops_in_a_row} groups were all dropped "
+                    f"(below episode.failure.min_group_size); the last error: {group.error}"
                 )
         else:
             self._drops_in_a_row = 0

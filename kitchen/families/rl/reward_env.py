@@ -21,6 +21,7 @@ from typing import Any, Literal, overload
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from kitchen.engine.config.loading import config_dir
+from kitchen.engine.config.sections import RESUME_SAFE
 from kitchen.engine.errors import DataError
 from kitchen.engine.runs.datasets import is_hub_name, load_located_records, prompt_key, prompt_messages
 from kitchen.families.rl.envs import EnvSettings, EnvSpec
@@ -38,7 +39,9 @@ class RewardFnSettings(EnvSettings):
 
     name: Literal["reward_fn"] = Field("reward_fn", description="prompts scored by reward functions")
     dataset: str = Field(..., description="prompts: JSONL / JSON / parquet, or a hub dataset name")
-    eval_dataset: str | None = Field(None, description="held-out prompts; none = no eval")
+    eval_dataset: str | None = Field(
+        None, description="held-out prompts; none = no eval", json_schema_extra=RESUME_SAFE
+    )
     split: str = Field("train", description="hub datasets: the split to read")
     reward_fn: list[str] = Field(
         ..., description="reward functions: registered names (kitchen.rewards) or module:function; one, or a list"

@@ -31,8 +31,8 @@ def supervised_workflow(
 
     Slots: `prepare_data` stages run before the data is loaded and write it (e.g. a teacher's
     answers): the data then comes from the files they put under `data_files` instead of the
-    config's `dataset` (and is rendered by the chat renderer); `before_training` stages run once
-    the training client exists; `evaluators` run with the held-out NLL (every `eval_every` steps and at the last)."""
+    config's `data.dataset` (and is rendered by the chat renderer); `before_training` stages run once
+    the training client exists; `evaluators` run with the held-out NLL (every `eval.every` steps and at the last)."""
     load: Stage
     if prepare_data:
         load = LoadGeneratedChatData(builder)
