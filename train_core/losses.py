@@ -3,7 +3,7 @@
 Each formula returns the loss of every token; a batch's loss is their sum (over tokens, and so over
 datums when the tokens of a batch are concatenated): there is no mean, which is what makes
 gradients accumulate across `forward_backward` calls the way the Tinker service's do (a mean, or
-verl's other aggregations, is per-token factors folded into the datums: `train_core.rl.aggregation`).
+verl's other aggregations, is per-token factors folded into the datums: `train_core.rl.policy_objective`).
 Notation: `logprobs_T` is the current policy's logprob of each target token (carrying gradients),
 `sampling_logprobs_T` the sampler's, `advantages_T` the advantage of each token,
 `ratio_T = exp(logprobs_T - sampling_logprobs_T)`.

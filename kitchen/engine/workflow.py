@@ -270,18 +270,24 @@ class WorkflowBuilder:
         return self.build(config)
 
 
-def every(section: type[S], period: Callable[[S], int | None], include_last: bool = False) -> ConfigPredicate[S]:
-    """Predicate for a step loop: the step count is a positive multiple of the period the section
-    gives (`every(CheckpointSettings, lambda c: c.save_every)`), and with `include_last` also the
-    last step when the period is positive."""
+def every(
+    section: type[S], period: Callable[[S], int | None], include_last: bool = False, before_update: bool = False
+) -> ConfigPredicate[S]:
+    """Predicate for a step loop: the steps done are a positive multiple of the period the section
+    gives (`every(CheckpointSettings, lambda c: c.save_every)`), and with `include_last` also at
+    the last step when the period is positive. Steps done count the current one, unless
+    `before_update` (a stage placed before the step's update: due at step 0, N, 2N, ...)."""
     key = reference_path(section, period)
 
     def due(ctx: Context, settings: S) -> bool:
         length = int(period(settings) or 0)
-        done = ctx.step + 1
-        return length > 0 and (done % length == 0 or (include_last and done == ctx.total_steps))
+        done = ctx.step if before_update else ctx.step + 1
+        return length > 0 and (done % length == 0 or (include_last and ctx.step + 1 == ctx.total_steps))
 
-    described = f"every N steps, N = {section.__name__}.{key}" + (" and at the last step" if include_last else "")
+    described = f"every N steps, N = {section.__name__}.{key}"
+    described += (", before the update (from step 0)" if before_update else "") + (
+        " and at the last step" if include_last else ""
+    )
     return ConfigPredicate(described, section, due)
 
 

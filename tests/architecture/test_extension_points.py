@@ -158,7 +158,7 @@ def test_a_throwaway_distribution_adds_a_recipe_a_loss_a_renderer_an_env_and_a_r
     assert "plugin_sl" in result.stdout and "sl_basic, from a plugin" in result.stdout
     assert (tmp_path / "r" / "checkpoints.jsonl").exists()
     # the Tinker service has no built-in 'halved_is': the RL update sends it through
-    # forward_backward_custom there, so validate accepts it (kitchen.families.rl.policy_update)
+    # forward_backward_custom there, so validate accepts it (kitchen.families.rl.step.policy_update)
     assert (tmp_path / "env_run" / "checkpoints.jsonl").exists()
     assert "env.sides: Input should be greater than or equal to 2" in result.stderr
     assert result.stderr.count("kitchen: error") == 1

@@ -16,7 +16,7 @@ from kitchen.engine.errors import ConfigError
 from kitchen.families.rl import AlgorithmSettings
 from kitchen.families.rl.presets import ALGORITHM_NAMES, ALGORITHM_PRESETS
 from recipes.math_rl import Config as MathConfig
-from train_core.rl.advantages import compute_advantages
+from train_core.rl.data_processing import compute_advantages
 from train_core.rl.dynamic_sampling import trajectory_batch_fill
 from train_core.rl.overlong import default_buffer_tokens, overlong_penalty
 from train_core.rl.policy_objective import PolicyObjective

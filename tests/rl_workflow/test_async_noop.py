@@ -21,8 +21,7 @@ from recipes.envs.parity import ParityGroup
 from tests.rl_workflow.envs_common import renderer
 from tests.rl_workflow.runs import noop_backend, run_toy
 from train_core.losses import behaviour_weights
-from train_core.rl.advantages import compute_advantages
-from train_core.rl.data_processing import assemble_training_data
+from train_core.rl.data_processing import assemble_training_data, compute_advantages
 from train_core.rl.rollouts import SampledGroup, sample_group
 from train_core.rl.types import TrajectoryGroup
 from train_core.types import AdamParams, SamplingParams

@@ -1,9 +1,10 @@
-"""The pure RL core: envs and rollouts, advantages, datum assembly, KL terms and RL metrics."""
+"""The pure RL core: envs and rollouts (and their metrics), rewards to datums (advantages,
+assembly), KL terms, and the policy update (objective, aggregation, route, metrics)."""
 
-from train_core.rl.advantages import compute_advantages
 from train_core.rl.data_processing import (
     DatumMetadata,
     assemble_training_data,
+    compute_advantages,
     remove_constant_reward_groups,
     remove_mask,
     trajectory_to_data,
@@ -14,10 +15,17 @@ from train_core.rl.kl_penalty import (
     logprob_input,
     target_logprobs,
 )
-from train_core.rl.metrics import compute_kl_sample_train, compute_trajectory_metrics
+from train_core.rl.policy_objective import compute_kl_sample_train
 from train_core.rl.preference_pairs import all_pairs_both_ways, all_pairs_one_way
 from train_core.rl.problem_env import ProblemEnv, ProblemGroupBuilder
-from train_core.rl.rollouts import Sampler, TokenPolicy, do_group_rollout, do_single_rollout, sampling_policy
+from train_core.rl.rollouts import (
+    Sampler,
+    TokenPolicy,
+    compute_trajectory_metrics,
+    do_group_rollout,
+    do_single_rollout,
+    sampling_policy,
+)
 from train_core.rl.types import (
     Action,
     Env,

@@ -16,11 +16,10 @@ estimator's options are its keyword-only parameters (`estimator_options`).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Literal, get_args
 
 from train_core.errors import InvalidInputError
-from train_core.rl.types import Trajectory, TrajectoryGroup
 
 if TYPE_CHECKING:
     import torch
@@ -152,34 +151,3 @@ def estimator_options(name: str) -> dict[str, object]:
     """The options `name` accepts (its keyword-only parameters) and their defaults."""
     parameters = inspect.signature(get_advantage_estimator(name)).parameters.values()
     return {p.name: p.default for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY}
-
-
-def action_tokens(traj: Trajectory) -> int:
-    """Sampled tokens over the trajectory's turns (what token-weighted estimators count)."""
-    return sum(len(t.ac.tokens) for t in traj.transitions)
-
-
-def compute_advantages(
-    groups_P: Sequence[TrajectoryGroup], estimator: str = "dr_grpo", options: Mapping[str, object] | None = None
-) -> list[torch.Tensor]:
-    """One float64 advantage tensor per group from its trajectories' total rewards.
-
-    The default, group-mean centring without std division, is the Python original's GRPO (and
-    Dr. GRPO's estimator). Unknown options are an InvalidInputError naming the accepted ones.
-    """
-    import torch
-
-    function = get_advantage_estimator(estimator)
-    given = dict(options or {})
-    unknown = sorted(set(given) - set(estimator_options(estimator)))
-    if unknown:
-        raise InvalidInputError(
-            f"advantage_estimator {estimator!r} does not take options {unknown} "
-            f"(it takes: {sorted(estimator_options(estimator))})"
-        )
-    rewards_P = [torch.tensor(group.get_total_rewards(), dtype=torch.float64) for group in groups_P]
-    lengths_P = [
-        torch.tensor([float(action_tokens(traj)) for traj in group.trajectories_G], dtype=torch.float64)
-        for group in groups_P
-    ]
-    return function(rewards_P, lengths_P, **given)

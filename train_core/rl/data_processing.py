@@ -1,4 +1,5 @@
-"""Turning rollouts into training datums for the policy-gradient losses.
+"""Rewards to datums: a step's trajectory groups become advantages (the configured estimator,
+`train_core.rl.advantages`), then training datums for the policy-gradient losses.
 
 Each datum carries, per target token, the sampling logprob, the advantage and a mask that is 1 on
 action tokens; observation tokens get zeros, so only what the policy sampled is trained.
@@ -6,13 +7,14 @@ action tokens; observation tokens get zeros, so only what the policy sampled is 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from train_core.errors import InvalidInputError
 from train_core.losses import SEQUENCE_RATIO_MASK, get_loss_fn
-from train_core.rl.dynamic_sampling import has_reward_spread
-from train_core.rl.types import Trajectory, TrajectoryGroup, Transition
+from train_core.rl.advantages import estimator_options, get_advantage_estimator
+from train_core.rl.types import Trajectory, TrajectoryGroup, Transition, has_reward_spread
 from train_core.supervised import datum_from_tokens_weights
 from train_core.types import Datum, TensorData
 
@@ -20,6 +22,43 @@ if TYPE_CHECKING:
     import torch
 
 DatumMetadata = dict[str, int]
+
+
+# -- advantages --------------------------------------------------------------------------------
+
+
+def action_tokens(traj: Trajectory) -> int:
+    """Sampled tokens over the trajectory's turns (what token-weighted estimators count)."""
+    return sum(len(t.ac.tokens) for t in traj.transitions)
+
+
+def compute_advantages(
+    groups_P: Sequence[TrajectoryGroup], estimator: str = "dr_grpo", options: Mapping[str, object] | None = None
+) -> list[torch.Tensor]:
+    """One float64 advantage tensor per group from its trajectories' total rewards.
+
+    The default, group-mean centring without std division, is the Python original's GRPO (and
+    Dr. GRPO's estimator). Unknown options are an InvalidInputError naming the accepted ones.
+    """
+    import torch
+
+    function = get_advantage_estimator(estimator)
+    given = dict(options or {})
+    unknown = sorted(set(given) - set(estimator_options(estimator)))
+    if unknown:
+        raise InvalidInputError(
+            f"advantage_estimator {estimator!r} does not take options {unknown} "
+            f"(it takes: {sorted(estimator_options(estimator))})"
+        )
+    rewards_P = [torch.tensor(group.get_total_rewards(), dtype=torch.float64) for group in groups_P]
+    lengths_P = [
+        torch.tensor([float(action_tokens(traj)) for traj in group.trajectories_G], dtype=torch.float64)
+        for group in groups_P
+    ]
+    return function(rewards_P, lengths_P, **given)
+
+
+# -- datums ------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -141,3 +180,26 @@ def remove_mask(datum: Datum, loss_fn: str | None = None) -> Datum:
     if loss_fn is not None and SEQUENCE_RATIO_MASK in get_loss_fn(loss_fn).input_keys:
         inputs[SEQUENCE_RATIO_MASK] = datum.loss_fn_inputs["mask"]
     return Datum(datum.model_input, inputs)
+
+
+def action_token_logprobs(
+    data_D: Sequence[Datum], logprobs_D: Sequence[torch.Tensor], what: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sampling logprobs and `logprobs_D` (another policy's, per target token, described by
+    `what` in errors) over every action token (mask > 0) of the batch, flattened, float64.
+    `data_D` must still hold its mask; a datum whose logprobs do not line up is a ValueError."""
+    import torch
+
+    for i, (datum, other_T) in enumerate(zip(data_D, logprobs_D, strict=True)):
+        shape = datum.loss_fn_inputs["logprobs"].shape
+        if tuple(other_T.shape) != shape:
+            raise ValueError(f"datum {i}: {tuple(other_T.shape)} {what} logprobs for {shape} sampling logprobs")
+    if not data_D:
+        empty = torch.empty(0, dtype=torch.float64)
+        return empty, empty
+    # one concatenation per input, then one mask: a batch of many short datums costs a few tensor
+    # operations instead of several per datum
+    sampling_N = TensorData.concat([datum.loss_fn_inputs["logprobs"] for datum in data_D], "float32")
+    action_N = TensorData.concat([datum.loss_fn_inputs["mask"] for datum in data_D], "float32") > 0
+    other_N = torch.cat([other_T.detach().reshape(-1) for other_T in logprobs_D])
+    return sampling_N.double()[action_N], other_N.double()[action_N]

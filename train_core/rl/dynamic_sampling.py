@@ -14,14 +14,9 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from train_core.errors import InvalidInputError
-from train_core.rl.types import Metrics, TrajectoryGroup
+from train_core.rl.types import Metrics, TrajectoryGroup, has_reward_spread
 
 G = TypeVar("G")
-
-
-def has_reward_spread(rewards_G: Sequence[float]) -> bool:
-    """True when the group's rewards are not all equal (a group of one never is)."""
-    return len(set(rewards_G)) > 1
 
 
 def total_rewards(group: TrajectoryGroup) -> Sequence[float]:

@@ -7,12 +7,23 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Coroutine, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeVar
 
-from train_core.rl.types import LIMIT_STOPS, Env, EnvGroupBuilder, Trajectory, TrajectoryGroup, Transition
+from train_core.rl.data_processing import shared_prompt_tokens
+from train_core.rl.types import (
+    EPISODE_STOPS,
+    LIMIT_STOPS,
+    Env,
+    EnvGroupBuilder,
+    Metrics,
+    Trajectory,
+    TrajectoryGroup,
+    Transition,
+    has_reward_spread,
+)
 from train_core.types import ModelInput, SampleResult, SamplingParams, StopCondition, TokensWithLogprobs
 
 TokenPolicy = Callable[[ModelInput, StopCondition], Awaitable[TokensWithLogprobs]]
@@ -341,3 +352,128 @@ async def sample_group(
 def kept_groups(results: Sequence[SampledGroup | DroppedGroup]) -> tuple[list[SampledGroup], list[DroppedGroup]]:
     """The sampled groups and the dropped ones, each in order."""
     return [r for r in results if isinstance(r, SampledGroup)], [r for r in results if isinstance(r, DroppedGroup)]
+
+
+# -- what a step's rollouts are logged as ----------------------------------------------------
+
+
+def _mean_per_key(dicts: Sequence[Metrics]) -> Metrics:
+    """Mean of each key over the dicts that have it."""
+    values: dict[str, list[float]] = defaultdict(list)
+    for d in dicts:
+        for key, value in d.items():
+            values[key].append(float(value))
+    return {key: sum(vs) / len(vs) for key, vs in values.items()}
+
+
+def _by_group_metrics(groups_P: Sequence[TrajectoryGroup], good_threshold: float) -> Metrics:
+    """Fractions of groups with mixed rewards (useful signal), all good, or all bad."""
+    n_mixed = n_good = n_bad = 0
+    for group in groups_P:
+        rewards_G = group.get_total_rewards()
+        if has_reward_spread(rewards_G):
+            n_mixed += 1
+        elif rewards_G[0] >= good_threshold:
+            n_good += 1
+        else:
+            n_bad += 1
+    n = len(groups_P)
+    return {
+        "by_group/frac_mixed": n_mixed / n,
+        "by_group/frac_all_good": n_good / n,
+        "by_group/frac_all_bad": n_bad / n,
+    }
+
+
+def _rollout_metrics(groups_P: Sequence[TrajectoryGroup], good_threshold: float) -> Metrics:
+    """Reward, length and per-transition/per-trajectory env metrics over a set of groups."""
+    trajs = [traj for group in groups_P for traj in group.trajectories_G]
+    transitions = [t for traj in trajs for t in traj.transitions]
+    rewards = [r for group in groups_P for r in group.get_total_rewards()]
+    n_turns = len(transitions)
+    n_ac_tokens = sum(len(t.ac.tokens) for t in transitions)
+    n_ob_tokens = sum(t.ob.length for t in transitions)
+    metrics: Metrics = {
+        "reward/total": sum(rewards) / len(rewards),
+        "ac_tokens_per_turn": n_ac_tokens / max(n_turns, 1),
+        "ob_tokens_per_turn": n_ob_tokens / max(n_turns, 1),
+        "turns_per_episode": n_turns / len(trajs),
+        "total_episodes": float(len(trajs)),
+        "total_turns": float(n_turns),
+        "total_ac_tokens": float(n_ac_tokens),
+        "total_ob_tokens": float(n_ob_tokens),
+    }
+    n_failed = sum(group.num_failed for group in groups_P)
+    n_episodes = len(trajs) + n_failed
+    stops = [traj.stop_reason for traj in trajs] + ["error"] * n_failed
+    metrics.update({f"stop/{reason}": stops.count(reason) / n_episodes for reason in EPISODE_STOPS})
+    metrics["frac_parse_errors"] = sum(not t.parse_ok for t in transitions) / max(n_turns, 1)
+    group_metrics = [m for group in groups_P for m in group.metrics_G]
+    metrics.update(_mean_per_key([t.metrics for t in transitions] + group_metrics))
+    metrics.update(_by_group_metrics(groups_P, good_threshold))
+    return metrics
+
+
+def compute_trajectory_metrics(
+    groups_P: Sequence[TrajectoryGroup], tags_P: Sequence[Sequence[str]], good_threshold: float = 0.5
+) -> Metrics:
+    """Rollout metrics under `env/all/...`, and under `env/{tag}/...` for each logging tag.
+
+    Per-tag metrics are reported even when one tag covers the whole batch (the Python original
+    then leaves them out), so a tag's series has no gaps in steps where only its groups came.
+    A group counts as all-good when its common reward is >= `good_threshold`.
+    """
+    if not groups_P or not all(group.trajectories_G for group in groups_P):
+        raise ValueError("compute_trajectory_metrics needs groups, each with at least one trajectory")
+    groups_by_tag: dict[str, list[TrajectoryGroup]] = defaultdict(list)
+    for group, tags in zip(groups_P, tags_P, strict=True):
+        for tag in tags:
+            groups_by_tag[tag].append(group)
+    out: Metrics = {}
+    for tag, groups in groups_by_tag.items():
+        out.update({f"env/{tag}/{k}": v for k, v in _rollout_metrics(groups, good_threshold).items()})
+    out.update({f"env/all/{k}": v for k, v in _rollout_metrics(groups_P, good_threshold).items()})
+    return out
+
+
+_BATCH_LEVEL = ("env/all/by_group/", "env/all/ac_tokens_per_turn")
+
+
+def token_metrics(groups_P: Sequence[TrajectoryGroup]) -> Metrics:
+    """Token accounting of a step's rollouts: prompt (observation) tokens over all turns, sampled
+    tokens, and the prompt tokens shared between turns of a multi-turn episode (the earlier
+    context each extending observation repeats; `tokens/prompt - tokens/prompt_shared` is what a
+    prefix-caching sampler has to prefill)."""
+    trajs = [traj for group in groups_P for traj in group.trajectories_G]
+    transitions = [t for traj in trajs for t in traj.transitions]
+    return {
+        "tokens/prompt": float(sum(t.ob.length for t in transitions)),
+        "tokens/sampled": float(sum(len(t.ac.tokens) for t in transitions)),
+        "tokens/prompt_shared": float(sum(shared_prompt_tokens(traj) for traj in trajs)),
+    }
+
+
+def rollout_failure_metrics(groups: Sequence[SampledGroup], dropped: Sequence[DroppedGroup]) -> Metrics:
+    """Groups rolled out again (`retry`), groups dropped and episodes left out (`min_viable_group`)."""
+    return {
+        "rollout/groups_retried": float(sum(g.retries > 0 for g in groups)),
+        "rollout/retries": float(sum(g.retries for g in groups)),
+        "rollout/groups_dropped": float(len(dropped)),
+        "rollout/episodes_failed": float(sum(g.trajectories.num_failed for g in groups)),
+    }
+
+
+def rollout_metrics(groups: Sequence[SampledGroup], prefix: str = "env") -> Metrics:
+    """Reward, length and env metrics under `{prefix}/all/...` and `{prefix}/{tag}/...`.
+
+    Two families describe the batch rather than an env and drop the `env/all/` prefix:
+    `by_group/frac_mixed|frac_all_good|frac_all_bad` and `ac_tokens_per_turn`.
+    """
+    raw = compute_trajectory_metrics([g.trajectories for g in groups], [g.builder.logging_tags() for g in groups])
+    out: Metrics = token_metrics([g.trajectories for g in groups]) if prefix == "env" else {}
+    for key, value in raw.items():
+        if prefix == "env" and key.startswith(_BATCH_LEVEL):
+            out[key.removeprefix("env/all/")] = value
+        else:
+            out[prefix + key.removeprefix("env")] = value
+    return out

@@ -99,6 +99,11 @@ class TrajectoryGroup:
         ]
 
 
+def has_reward_spread(rewards_G: Sequence[float]) -> bool:
+    """True when the group's rewards are not all equal (a group of one never is)."""
+    return len(set(rewards_G)) > 1
+
+
 class EnvGroupBuilder(ABC):
     """Makes the envs of one group and, once they are all done, scores them jointly."""
 

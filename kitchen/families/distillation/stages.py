@@ -29,8 +29,7 @@ from train_core.distillation import TeacherKL, incorporate_teacher_kl
 from train_core.errors import InvalidInputError
 from train_core.renderers.base import Message, Renderer
 from train_core.renderers.messages import STANDARD_ROLES, check_messages
-from train_core.rl.advantages import compute_advantages
-from train_core.rl.data_processing import assemble_training_data
+from train_core.rl.data_processing import assemble_training_data, compute_advantages
 from train_core.rl.rollouts import kept_groups, sample_group
 from train_core.rl.task import RLTask
 from train_core.supervised import cut_messages, datum_from_tokens_weights, mean_nll

@@ -24,11 +24,9 @@ from kitchen.engine.config.sections import Section
 from kitchen.engine.losses import get_loss_fn, rl_loss_names
 from kitchen.families.rl.presets import ALGORITHM_NAMES, ALGORITHM_PRESETS, AlgorithmName
 from train_core.rl.advantages import ADVANTAGE_ESTIMATORS, ScaleRewards, get_advantage_estimator
-from train_core.rl.aggregation import AggregationMode
 from train_core.rl.kl_estimators import KL_ESTIMATORS, kl_estimator_name
-from train_core.rl.off_policy import MISLevel, RolloutCorrection, TISLevel
 from train_core.rl.overlong import default_buffer_tokens
-from train_core.rl.policy_objective import PolicyObjective
+from train_core.rl.policy_objective import AggregationMode, MISLevel, PolicyObjective, RolloutCorrection, TISLevel
 
 
 class DynamicSampling(BaseModel):
@@ -54,7 +52,7 @@ class OverlongBuffer(BaseModel):
 
 class RolloutCorrectionSettings(BaseModel):
     """Importance corrections for the sampler's logprobs differing from the trainer's
-    (`train_core.rl.off_policy.correct_off_policy`)."""
+    (`train_core.rl.policy_objective.correct_off_policy`)."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -43,8 +43,7 @@ from kitchen.families.rl.dynamic_sampling import fill_metrics, is_informative
 from kitchen.families.rl.settings import EpisodeSettings, RLLoopSettings
 from kitchen.families.rl.step import note_dropped, rollout_options, rollout_params
 from kitchen.families.rl.weight_feed import FollowingSampler, PublishedWeights, token_staleness_metrics
-from train_core.rl.metrics import rollout_failure_metrics
-from train_core.rl.rollouts import DroppedGroup, SampledGroup, sample_group
+from train_core.rl.rollouts import DroppedGroup, SampledGroup, rollout_failure_metrics, sample_group
 from train_core.rl.task import RLTask
 from train_core.rl.types import Env, EnvGroupBuilder
 

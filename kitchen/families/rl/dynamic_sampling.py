@@ -24,10 +24,10 @@ from kitchen.families.common.settings import SamplingSettings
 from kitchen.families.rl.algorithm_settings import AlgorithmSettings, DynamicSampling
 from kitchen.families.rl.settings import EpisodeSettings, RLLoopSettings
 from kitchen.families.rl.step import note_dropped, rollout_options, rollout_params
-from train_core.rl.dynamic_sampling import BatchFill, has_reward_spread
+from train_core.rl.dynamic_sampling import BatchFill
 from train_core.rl.rollouts import SampledGroup, kept_groups, sample_group
 from train_core.rl.task import RLTask
-from train_core.rl.types import EnvGroupBuilder, Metrics
+from train_core.rl.types import EnvGroupBuilder, Metrics, has_reward_spread
 
 
 def is_informative(group: SampledGroup) -> bool:

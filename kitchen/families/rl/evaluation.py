@@ -9,22 +9,11 @@ from kitchen.engine.config.run import RunConfig
 from kitchen.engine.context import Context
 from kitchen.engine.ports import SamplingClient
 from kitchen.engine.stage import Stage
-from kitchen.engine.workflow import ConfigPredicate
-from kitchen.families.common.settings import HeldOutEval, SamplingSettings
+from kitchen.families.common.settings import SamplingSettings
 from kitchen.families.rl.settings import EpisodeSettings
 from kitchen.families.rl.step import note_dropped, rollout_options, rollout_params
-from train_core.rl.metrics import rollout_metrics
-from train_core.rl.rollouts import kept_groups, sample_group
+from train_core.rl.rollouts import kept_groups, rollout_metrics, sample_group
 from train_core.rl.task import RLTask
-
-
-def _eval_due(ctx: Context, evals: HeldOutEval) -> bool:
-    period = evals.every
-    return period > 0 and (ctx.step % period == 0 or ctx.step + 1 == ctx.total_steps)
-
-
-eval_due = ConfigPredicate("every eval.every steps and at the last step, before the update", HeldOutEval, _eval_due)
-"""Before the update of every `eval.every`-th step (step 0 included) and of the last step."""
 
 
 class EvaluateRewards(Stage):

@@ -1,8 +1,10 @@
 """One RL step, top to bottom: the step's env groups, rollouts with the current sampler, what
 they are logged as, advantages (the configured estimator, DAPO's overlong shaping), datum
 assembly (overlong filtering), the optional KL penalty or reference logprobs for a KL term in the
-loss, the policy-gradient update (`kitchen.families.rl.policy_update`), and the refreshed sampler. The
-math is `train_core.rl`'s.
+loss, the policy-gradient update (its route and correction: `train_core.rl.policy_objective`'s
+`PolicyUpdate`; the backend calls here), and the refreshed sampler. The math is `train_core.rl`'s:
+rollouts and their metrics in `rollouts`, rewards to datums in `data_processing`, the update in
+`policy_objective`.
 
 Every mode runs these stages: sync runs them in this order on the whole batch; stream-minibatch
 (`kitchen.families.rl.stream`) runs advantages, assembly and the penalty once per minibatch; async
@@ -26,22 +28,20 @@ from kitchen.families.common.requests import score_targets
 from kitchen.families.common.settings import OptimizerSettings, SamplingSettings
 from kitchen.families.common.training import adam_params, guard_nonfinite, pipelined_steps
 from kitchen.families.rl.algorithm_settings import AlgorithmSettings
-from kitchen.families.rl.policy_update import policy_update
 from kitchen.families.rl.settings import EpisodeSettings, RLLoopSettings
-from train_core.batching import split_evenly
 from train_core.renderers.base import Renderer
-from train_core.rl.advantages import compute_advantages
-from train_core.rl.data_processing import assemble_training_data, remove_constant_reward_groups
+from train_core.rl.data_processing import assemble_training_data, compute_advantages, remove_constant_reward_groups
 from train_core.rl.kl_penalty import incorporate_kl_penalty
-from train_core.rl.metrics import (
+from train_core.rl.overlong import filter_overlong, shape_overlong_rewards
+from train_core.rl.policy_objective import (
+    PROXIMAL_LOSS,
+    REFERENCE_LOGPROBS,
+    PolicyUpdate,
     compute_kl_pre_post,
     forward_backward_metrics,
     optim_step_metrics,
-    rollout_failure_metrics,
-    rollout_metrics,
+    training_logprobs,
 )
-from train_core.rl.overlong import filter_overlong, shape_overlong_rewards
-from train_core.rl.policy_objective import REFERENCE_LOGPROBS
 from train_core.rl.rollouts import (
     DroppedGroup,
     RolloutFailure,
@@ -49,6 +49,8 @@ from train_core.rl.rollouts import (
     RolloutOptions,
     SampledGroup,
     kept_groups,
+    rollout_failure_metrics,
+    rollout_metrics,
     sample_group,
 )
 from train_core.rl.task import RLTask
@@ -355,11 +357,57 @@ class TrainedData:
     trained_data: list[Datum]
 
 
+def policy_update(algorithm: AlgorithmSettings, max_tokens: int, backend: str, minibatches: int = 1) -> PolicyUpdate:
+    """The update the `algorithm` section asks for, routed for `backend`."""
+    custom = bool(algorithm.custom_route_reasons(backend, max_tokens))
+    return PolicyUpdate(algorithm.policy_objective(max_tokens, minibatches), custom, algorithm.correction())
+
+
+@dataclass(frozen=True)
+class PlannedUpdate:
+    policy_update: PolicyUpdate
+
+
+class PlanUpdate(Stage):
+    """The policy update the `algorithm` section asks for, routed for the run's backend, built (and
+    so checked) once before RL starts; stream mode aggregates each of its minibatches alone."""
+
+    async def run(
+        self, algorithm: AlgorithmSettings, sampling: SamplingSettings, rl: RLLoopSettings, run: RunConfig
+    ) -> PlannedUpdate:
+        minibatches = rl.stream_minibatch.num_minibatches if rl.stream_minibatch is not None else 1
+        return PlannedUpdate(policy_update(algorithm, sampling.max_tokens, run.backend, minibatches))
+
+
+async def prepare_update(
+    update: PolicyUpdate, client: TrainingClient, data_D: Sequence[Datum]
+) -> tuple[list[Datum], dict[str, float]]:
+    """When the update needs them, the proximal logprobs from one `forward` on the current weights,
+    folded in (`PolicyUpdate.with_proximal`); else the datums unchanged (their mismatch is measured
+    from the update's own logprobs)."""
+    if not update.needs_proximal or not data_D:
+        return list(data_D), {}
+    proximal = await client.forward(update.proximal_request(data_D), PROXIMAL_LOSS)
+    return update.with_proximal(data_D, training_logprobs([await proximal]))
+
+
+async def submit_update(
+    update: PolicyUpdate, client: TrainingClient, data_D: Sequence[Datum]
+) -> Awaitable[ForwardBackwardOutput]:
+    """One forward_backward of the objective over `data_D` (one optimizer step's worth, or a
+    stream minibatch) by its route; the datums still hold their masks."""
+    objective = update.objective
+    if update.custom:
+        return await client.forward_backward_custom(data_D, objective.custom_loss_fn())
+    loss_config = dict(objective.loss_fn_config) if objective.loss_fn_config else None
+    return await client.forward_backward(objective.builtin_data(data_D), objective.loss_fn, loss_config)
+
+
 class RLTrainStep(Stage):
     """Train on the step's datums: the RL settings' objective (`loss_fn` with its clip keys,
     `loss_aggregation`, a KL term and entropy bonus) in `num_substeps` pipelined optimizer steps,
-    each chunk aggregated alone, through the route the backend runs (`kitchen.families.rl.policy_update`);
-    with a `rollout_correction`, one `forward` first for the proximal logprobs. Then compare the
+    each chunk aggregated alone, through the route the backend runs (`PlanUpdate`); with a
+    `rollout_correction`, one `forward` first for the proximal logprobs. Then compare the
     training logprobs with the sampling ones (`optim/kl_sample_train_v1|v2`, `optim/entropy`,
     `mismatch/*`, `optim/token_entropy`).
 
@@ -380,8 +428,7 @@ class RLTrainStep(Stage):
         ctx: Context,
         rl_data: list[Datum],
         training_client: TrainingClient,
-        algorithm: AlgorithmSettings,
-        sampling: SamplingSettings,
+        policy_update: PolicyUpdate,
         rl: RLLoopSettings,
         optimizer: OptimizerSettings,
         run: RunConfig,
@@ -389,13 +436,13 @@ class RLTrainStep(Stage):
         if not rl_data:
             ctx.log.warning("train_step.skipped", step=ctx.step, reason="no datums: no trajectory had a token to train")
             return TrainedData(rl_data)
-        update = policy_update(algorithm, sampling.max_tokens, run.backend)
-        data_D, metrics = await update.prepare(training_client, rl_data)
+        update = policy_update
+        data_D, metrics = await prepare_update(update, training_client, rl_data)
         ctx.record(metrics)
-        chunks = split_evenly(data_D, rl.num_substeps)
+        chunks = update.substeps(data_D, rl.num_substeps)
 
         async def forward_backward(chunk: Sequence[Datum]) -> Awaitable[ForwardBackwardOutput]:
-            return await update.submit(training_client, chunk)
+            return await submit_update(update, training_client, chunk)
 
         def measure(fb_outputs: list[ForwardBackwardOutput]) -> None:
             """While the last optimizer step runs."""

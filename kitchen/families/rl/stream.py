@@ -26,11 +26,17 @@ from kitchen.families.common.settings import OptimizerSettings, SamplingSettings
 from kitchen.families.common.training import adam_params, guard_nonfinite
 from kitchen.families.rl.algorithm_settings import AlgorithmSettings
 from kitchen.families.rl.dynamic_sampling import extra_round_builders, fill_metrics, is_informative
-from kitchen.families.rl.policy_update import policy_update
 from kitchen.families.rl.settings import EpisodeSettings, RLLoopSettings
-from kitchen.families.rl.step import Rollouts, note_dropped, rollout_options, rollout_params
-from train_core.rl.metrics import rollout_failure_metrics, train_step_metrics
-from train_core.rl.rollouts import DroppedGroup, SampledGroup, sample_group
+from kitchen.families.rl.step import (
+    Rollouts,
+    note_dropped,
+    prepare_update,
+    rollout_options,
+    rollout_params,
+    submit_update,
+)
+from train_core.rl.policy_objective import PolicyUpdate, train_step_metrics
+from train_core.rl.rollouts import DroppedGroup, SampledGroup, rollout_failure_metrics, sample_group
 from train_core.rl.task import RLTask
 from train_core.rl.types import EnvGroupBuilder
 from train_core.types import Datum, ForwardBackwardOutput, OptimStepOutput
@@ -190,17 +196,14 @@ class SubmitMinibatch(Stage):
         rl_data: list[Datum],
         training_client: TrainingClient,
         rollout_stream: RolloutStream,
-        algorithm: AlgorithmSettings,
-        sampling: SamplingSettings,
+        policy_update: PolicyUpdate,
         optimizer: OptimizerSettings,
-        run: RunConfig,
     ) -> None:
         stream = rollout_stream
         if rl_data:
-            update = policy_update(algorithm, sampling.max_tokens, run.backend, stream.num_minibatches)
-            data_D, metrics = await update.prepare(training_client, rl_data)
+            data_D, metrics = await prepare_update(policy_update, training_client, rl_data)
             ctx.record(metrics)
-            stream.substep.append(await update.submit(training_client, data_D))
+            stream.substep.append(await submit_update(policy_update, training_client, data_D))
             stream.trained_D += data_D
         stream.submitted += 1
         if stream.submitted % stream.num_minibatches == 0 and stream.substep:
@@ -226,9 +229,9 @@ class FinishStreamStep(Stage):
         self,
         ctx: Context,
         rollout_stream: RolloutStream,
+        policy_update: PolicyUpdate,
         rl: RLLoopSettings,
         algorithm: AlgorithmSettings,
-        sampling: SamplingSettings,
         run: RunConfig,
     ) -> StreamFinished:
         stream = rollout_stream
@@ -240,8 +243,7 @@ class FinishStreamStep(Stage):
             sampled = stream.kept + stream.constant
             ctx.record(fill_metrics(sampled, stream.constant, stream.kept, rl.groups_per_batch))
         if stream.trained_D:
-            update = policy_update(algorithm, sampling.max_tokens, run.backend, stream.num_minibatches)
             ctx.record(train_step_metrics(stream.trained_D, fb_outputs, optim_outputs))
-            ctx.record(update.metrics(stream.trained_D, fb_outputs))
+            ctx.record(policy_update.metrics(stream.trained_D, fb_outputs))
             guard_nonfinite(ctx, ctx.step, run.max_bad_steps, optim_outputs, fb_outputs)
         return StreamFinished(stream.sampled, stream.trained_D)

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from kitchen.engine.context import Context
 from kitchen.engine.workflow import Loop, Node, Parallel, When, Workflow, WorkflowBuilder, every
 from kitchen.families.common.checkpoint import CheckpointSettings, SaveCheckpoint
+from kitchen.families.common.settings import HeldOutEval
 from kitchen.families.common.setup import (
     CloseBackend,
     CreateReferenceClient,
@@ -45,7 +46,7 @@ from kitchen.families.rl.async_mode import (
     TakeFreshGroups,
 )
 from kitchen.families.rl.dynamic_sampling import FillInformativeBatch
-from kitchen.families.rl.evaluation import EvaluateRewards, eval_due
+from kitchen.families.rl.evaluation import EvaluateRewards
 from kitchen.families.rl.settings import RLLoopSettings, RLMode, RLSettings, WarmStartSettings
 from kitchen.families.rl.setup import BuildRLTask, WarmStart
 from kitchen.families.rl.step import (
@@ -55,6 +56,7 @@ from kitchen.families.rl.step import (
     ComputeAdvantages,
     DoRollouts,
     GetEnvGroups,
+    PlanUpdate,
     PostUpdateKL,
     RecordRolloutMetrics,
     RefreshSampler,
@@ -89,6 +91,7 @@ def rl_workflow(
     `dynamic_sampling` adds sync mode's batch filling."""
     prepare: list[Node] = [ComputeAdvantages(), AssembleData(), *adjust]
     filled: list[Node] = [ComputeAdvantages(keys={"sampled_groups": "filled_groups"}), AssembleData(), *adjust]
+    eval_due = every(HeldOutEval, lambda e: e.every, include_last=True, before_update=True)
     evaluate = When("eval", eval_due, [EvaluateRewards(), *evaluators])
     finish: list[Node] = [
         RefreshSampler(),
@@ -125,6 +128,7 @@ def rl_workflow(
             MakeRenderer(),
             BuildRLTask(factory, check_data),
             CreateTrainingClient(),
+            PlanUpdate(),
             *setup,
             RefreshSampler(after_update=False),
             *main,

@@ -17,8 +17,7 @@ from adapters.local import LocalBackend
 from adapters.local.training_client import TrainingOptions
 from kitchen.engine.ports import TrainingClient
 from train_core.losses import loss_ratios
-from train_core.rl.aggregation import AGGREGATION_MODES
-from train_core.rl.policy_objective import PolicyObjective
+from train_core.rl.policy_objective import AGGREGATION_MODES, PolicyObjective
 from train_core.types import AdamParams, Datum, ForwardBackwardOutput, TensorData
 
 # lr 1 and eps 1: the first AdamW update is g / (|g| + 1), one to one with the gradient, so equal

@@ -18,7 +18,7 @@ import torch
 from adapters.local import LocalBackend
 from adapters.local.model_loading import LoraOptions
 from adapters.local.training_client import LocalTrainingClient, TrainingOptions, make_adamw, microbatches
-from train_core.rl.metrics import compute_kl_sample_train
+from train_core.rl.policy_objective import compute_kl_sample_train
 from train_core.types import AdamParams, Datum, ModelInput, SamplingParams, TensorData
 
 

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import torch
 
 from kitchen.engine.ports import SamplingClient, TrainingClient
-from train_core.rl.metrics import compute_kl_sample_train
+from train_core.rl.policy_objective import compute_kl_sample_train
 from train_core.types import Datum, ModelInput, SamplingParams, TensorData, TokensWithLogprobs
 
 T = TypeVar("T")

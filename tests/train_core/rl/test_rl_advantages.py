@@ -15,7 +15,6 @@ from rl_test_factories import single_turn_group, trajectory, transition
 from train_core.errors import InvalidInputError
 from train_core.rl.advantages import (
     ADVANTAGE_ESTIMATORS,
-    compute_advantages,
     estimator_options,
     get_advantage_estimator,
     grpo,
@@ -24,6 +23,7 @@ from train_core.rl.advantages import (
     reinforce_pp_baseline,
     rloo,
 )
+from train_core.rl.data_processing import compute_advantages
 from train_core.rl.types import TrajectoryGroup
 
 _PROPERTY = settings(max_examples=30, deadline=None)

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 
 from train_core.errors import InvalidInputError
 from train_core.losses import get_loss_fn
-from train_core.rl.aggregation import AGGREGATION_MODES, aggregate_loss, fold_aggregation, token_scales
+from train_core.rl.policy_objective import AGGREGATION_MODES, aggregate_loss, fold_aggregation, token_scales
 from train_core.types import Datum, ModelInput, TensorData
 
 _PROPERTY = settings(max_examples=30, deadline=None)

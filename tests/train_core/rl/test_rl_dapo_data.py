@@ -14,7 +14,7 @@ from rl_test_factories import single_turn_group, trajectory, transition
 
 from train_core.errors import InvalidInputError
 from train_core.rl.data_processing import assemble_training_data
-from train_core.rl.dynamic_sampling import BatchFill, has_reward_spread, trajectory_batch_fill
+from train_core.rl.dynamic_sampling import BatchFill, trajectory_batch_fill
 from train_core.rl.overlong import (
     default_buffer_tokens,
     filter_overlong,
@@ -22,7 +22,7 @@ from train_core.rl.overlong import (
     overlong_penalty,
     shape_overlong_rewards,
 )
-from train_core.rl.types import TrajectoryGroup
+from train_core.rl.types import TrajectoryGroup, has_reward_spread
 from train_core.types import TokensWithLogprobs
 
 _PROPERTY = settings(max_examples=30, deadline=None)

@@ -9,9 +9,9 @@ from hypothesis import given
 from rl_test_factories import single_turn_group, trajectory, transition
 
 from train_core.losses import get_loss_fn
-from train_core.rl.advantages import compute_advantages
 from train_core.rl.data_processing import (
     assemble_training_data,
+    compute_advantages,
     remove_constant_reward_groups,
     remove_mask,
     trajectory_to_data,

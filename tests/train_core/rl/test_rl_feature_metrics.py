@@ -11,9 +11,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.train_core.rl.rl_test_factories import transition
-from train_core.rl.advantages import compute_advantages
-from train_core.rl.data_processing import assemble_training_data, shared_prompt_tokens, trajectory_to_data
-from train_core.rl.metrics import compute_kl_pre_post, compute_trajectory_metrics, token_metrics, trained_tokens
+from train_core.rl.data_processing import (
+    assemble_training_data,
+    compute_advantages,
+    shared_prompt_tokens,
+    trajectory_to_data,
+)
+from train_core.rl.policy_objective import compute_kl_pre_post, trained_tokens
+from train_core.rl.rollouts import compute_trajectory_metrics, token_metrics
 from train_core.rl.types import EPISODE_STOPS, Trajectory, TrajectoryGroup
 from train_core.types import ModelInput
 

@@ -9,7 +9,8 @@ from hypothesis import given
 from rl_test_factories import single_turn_group, trajectory, transition
 
 from train_core.rl.data_processing import trajectory_to_data
-from train_core.rl.metrics import compute_kl_sample_train, compute_trajectory_metrics, train_step_metrics
+from train_core.rl.policy_objective import compute_kl_sample_train, train_step_metrics
+from train_core.rl.rollouts import compute_trajectory_metrics
 from train_core.rl.types import TrajectoryGroup
 from train_core.types import Datum, ForwardBackwardOutput, OptimStepOutput
 

@@ -14,7 +14,13 @@ from rl_test_factories import trajectory, transition
 from train_core.errors import InvalidInputError
 from train_core.losses import get_loss_fn
 from train_core.rl.data_processing import trajectory_to_data
-from train_core.rl.off_policy import RolloutCorrection, correct_off_policy, mis_keep, mismatch_metrics, tis_weights
+from train_core.rl.policy_objective import (
+    RolloutCorrection,
+    correct_off_policy,
+    mis_keep,
+    mismatch_metrics,
+    tis_weights,
+)
 from train_core.types import Datum
 
 _PROPERTY = settings(max_examples=30, deadline=None)

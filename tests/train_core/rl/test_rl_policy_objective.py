@@ -13,8 +13,7 @@ from hypothesis import given, settings
 
 from train_core.errors import InvalidInputError
 from train_core.losses import get_loss_fn, loss_ratios
-from train_core.rl.aggregation import AGGREGATION_MODES, aggregate_loss
-from train_core.rl.policy_objective import REFERENCE_LOGPROBS, PolicyObjective
+from train_core.rl.policy_objective import AGGREGATION_MODES, REFERENCE_LOGPROBS, PolicyObjective, aggregate_loss
 from train_core.types import Datum, ModelInput, TensorData
 
 _PROPERTY = settings(max_examples=25, deadline=None)
