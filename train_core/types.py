@@ -6,7 +6,7 @@ import array
 import itertools
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Literal, TypeGuard
 
 if TYPE_CHECKING:
@@ -280,6 +280,11 @@ class AdamParams:
     eps: float = 1e-8
     weight_decay: float = 0.0
     grad_clip_norm: float = 0.0
+
+    @classmethod
+    def like(cls, params: object) -> AdamParams:
+        """The settings of any object with these attribute names (the tinker SDK's `AdamParams`)."""
+        return cls(**{item.name: getattr(params, item.name) for item in fields(cls)})
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ wire as float32, so a kitchen float that is not float32-representable comes back
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
@@ -86,25 +87,7 @@ def datum_from_sdk(datum: sdk.Datum) -> Datum:
 
 
 def adam_params_to_sdk(params: AdamParams) -> sdk.AdamParams:
-    return sdk.AdamParams(
-        learning_rate=params.learning_rate,
-        beta1=params.beta1,
-        beta2=params.beta2,
-        eps=params.eps,
-        weight_decay=params.weight_decay,
-        grad_clip_norm=params.grad_clip_norm,
-    )
-
-
-def adam_params_from_sdk(params: sdk.AdamParams) -> AdamParams:
-    return AdamParams(
-        learning_rate=params.learning_rate,
-        beta1=params.beta1,
-        beta2=params.beta2,
-        eps=params.eps,
-        weight_decay=params.weight_decay,
-        grad_clip_norm=params.grad_clip_norm,
-    )
+    return sdk.AdamParams(**dataclasses.asdict(params))
 
 
 def sampling_params_to_sdk(params: SamplingParams) -> sdk.SamplingParams:

@@ -5,19 +5,21 @@ exactly as a third party declares theirs:
     [project.entry-points."kitchen.recipes"]
     my_recipe = "my_package.recipe:RECIPE"
 
-| group               | an entry is                                          | used by                       |
-|---------------------|------------------------------------------------------|-------------------------------|
-| `kitchen.backends`  | a `kitchen.BackendSpec`                              | `backend:`                    |
-| `kitchen.recipes`   | a `kitchen.Recipe`                                   | `kitchen run NAME`            |
-| `kitchen.losses`    | a `train_core.losses.LossSpec`                       | `algorithm.loss_fn:`          |
-| `kitchen.renderers` | a renderer factory, `tokenizer -> Renderer`          | `renderer:`                   |
-| `kitchen.rewards`   | a reward function (per sample or batched, as TRL's) | `env.reward_fn:` (reward_fn_rl) |
-| `kitchen.envs`      | an `EnvSpec`: settings model, task factory, check    | `env:` (env_rl)               |
+| group                          | an entry is                                    | used by                         |
+|--------------------------------|------------------------------------------------|---------------------------------|
+| `kitchen.backends`             | a `kitchen.BackendSpec`                        | `backend:`                      |
+| `kitchen.recipes`              | a `kitchen.Recipe`                             | `kitchen run NAME`              |
+| `kitchen.losses`               | a `train_core.losses.LossSpec`                 | `algorithm.loss_fn:`            |
+| `kitchen.advantage_estimators` | `(rewards_P, lengths_P, **options) -> adv_P`   | `algorithm.advantage_estimator:` |
+| `kitchen.renderers`            | a renderer factory, `tokenizer -> Renderer`    | `renderer:`                     |
+| `kitchen.rewards`              | a reward function (per sample or batched)      | `env.reward_fn:` (reward_fn_rl) |
+| `kitchen.envs`                 | an `EnvSpec`: settings, task factory, check    | `env:` (env_rl)                 |
 
 An entry's name is the name configs use. Entries load on first use; one that fails to import or
 is of the wrong kind is an error naming the entry point and its distribution, raised when its
-group is used (a broken plugin never hides behind another name). Losses and renderers are
-registered into train_core's tables (`register_loss`, `register_renderer`), which hold the
+group is used (a broken plugin never hides behind another name). Losses, advantage estimators
+and renderers are registered into train_core's tables (`register_loss`, `register_estimator`,
+`register_renderer`), which hold the
 built-ins for code that uses train_core alone; the entry points of built-ins point at the same
 objects, so loading them changes nothing, and a third party's name that clashes with a built-in
 is refused.

@@ -1,8 +1,8 @@
-"""Extension without editing kitchen: recipes, losses, renderers, backends, RL environments and
-reward functions come from
-entry-point groups, kitchen's own built-ins included. The registries are tested by their
-properties (each entry loads, names are unique, each says what it is), never by their exact
-lists, and each extension point is shown working with a throwaway distribution."""
+"""Extension without editing kitchen: recipes, losses, advantage estimators, renderers, backends,
+RL environments and reward functions come from entry-point groups, kitchen's own built-ins
+included. The registries are tested by their properties (each entry loads, names are unique,
+each says what it is), never by their exact lists, and each extension point is shown working
+with a throwaway distribution."""
 
 from __future__ import annotations
 
@@ -20,12 +20,14 @@ from kitchen.engine.plugins import ExtensionPoint
 from kitchen.engine.recipe import RECIPES
 from kitchen.engine.renderers import RENDERERS
 from kitchen.engine.rewards import REWARDS
+from kitchen.families.rl.algorithm_settings import ESTIMATORS
 from kitchen.families.rl.envs import ENVS
 from tests.testing.distributions import run_python, write_distribution
 from train_core.losses import LOSS_SPECS
 from train_core.renderers.registry import BUILTIN_RENDERERS
+from train_core.rl.advantages import ADVANTAGE_ESTIMATORS
 
-POINTS: list[ExtensionPoint[object]] = [RECIPES, LOSSES, RENDERERS, BACKENDS, ENVS, REWARDS]  # type: ignore[list-item]
+POINTS: list[ExtensionPoint[object]] = [RECIPES, LOSSES, ESTIMATORS, RENDERERS, BACKENDS, ENVS, REWARDS]  # type: ignore[list-item]
 
 
 def _doc(obj: object) -> str:
@@ -52,12 +54,14 @@ def test_the_built_ins_go_through_the_same_entry_points_as_plugins() -> None:
     assert set(LOSS_SPECS) == set(losses)
     renderers = RENDERERS.load()
     assert renderers == vars(BUILTIN_RENDERERS)
+    estimators = ESTIMATORS.load()
+    assert {name: fn for name, fn in ADVANTAGE_ESTIMATORS.items() if name in estimators} == estimators
 
 
 PLUGIN = textwrap.dedent(
     '''
-    """A third party's package adding a recipe, a loss, a renderer, an RL environment and a
-    reward function to kitchen."""
+    """A third party's package adding a recipe, a loss, an advantage estimator, a renderer, an RL
+    environment and a reward function to kitchen."""
     from functools import partial
     from typing import Literal
 
@@ -100,6 +104,11 @@ PLUGIN = textwrap.dedent(
     def shortness(prompt, completion, record):
         """Shorter replies score higher."""
         return -len(completion)
+
+
+    def sign(rewards_P, lengths_P):
+        """The sign of each reward's distance from its group's mean (a stand-in for a new estimator)."""
+        return [(rewards_G - rewards_G.mean()).sign() for rewards_G in rewards_P]
     '''
 )
 
@@ -119,6 +128,9 @@ CHECKS = textwrap.dedent(
                 "warm_start.steps=1", "rl.groups_per_batch=2", "rl.group_size=2", "log_path=env_run"],
         "env_bad_args": ["validate", "env_rl", "env=coin", "env.sides=1"],
         "reward": ["validate", "reward_fn_rl", "env.reward_fn=shortness"],
+        "estimator": ["run", "math_rl", "algorithm.advantage_estimator=sign", "backend=noop", "rl.num_batches=1",
+                      "warm_start.steps=0", "rl.groups_per_batch=2", "rl.group_size=2", "log_path=estimator_run"],
+        "estimator_unknown": ["validate", "math_rl", "algorithm.advantage_estimator=sgn"],
     }.items():
         try:
             results[name] = main(argv)
@@ -130,7 +142,9 @@ CHECKS = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_a_throwaway_distribution_adds_a_recipe_a_loss_a_renderer_an_env_and_a_reward(tmp_path: Path) -> None:
+def test_a_throwaway_distribution_adds_a_recipe_a_loss_an_estimator_a_renderer_an_env_and_a_reward(
+    tmp_path: Path,
+) -> None:
     site = write_distribution(
         tmp_path / "site",
         "kitchen-plugin-demo",
@@ -141,6 +155,7 @@ def test_a_throwaway_distribution_adds_a_recipe_a_loss_a_renderer_an_env_and_a_r
             "kitchen.renderers": {"shouty": "plugin_demo:SHOUTY"},
             "kitchen.envs": {"coin": "plugin_demo:COIN"},
             "kitchen.rewards": {"shortness": "plugin_demo:shortness"},
+            "kitchen.advantage_estimators": {"sign": "plugin_demo:sign"},
         },
     )
     result = run_python(["-c", CHECKS], site, tmp_path)
@@ -154,6 +169,8 @@ def test_a_throwaway_distribution_adds_a_recipe_a_loss_a_renderer_an_env_and_a_r
         "env": 0,
         "env_bad_args": 2,
         "reward": 0,
+        "estimator": 0,
+        "estimator_unknown": 2,
     }
     assert "plugin_sl" in result.stdout and "sl_basic, from a plugin" in result.stdout
     assert (tmp_path / "r" / "checkpoints.jsonl").exists()
@@ -161,7 +178,9 @@ def test_a_throwaway_distribution_adds_a_recipe_a_loss_a_renderer_an_env_and_a_r
     # forward_backward_custom there, so validate accepts it (kitchen.families.rl.step.policy_update)
     assert (tmp_path / "env_run" / "checkpoints.jsonl").exists()
     assert "env.sides: Input should be greater than or equal to 2" in result.stderr
-    assert result.stderr.count("kitchen: error") == 1
+    assert (tmp_path / "estimator_run" / "checkpoints.jsonl").exists()
+    assert "unknown advantage_estimator 'sgn'" in result.stderr and "'sign'" in result.stderr
+    assert result.stderr.count("kitchen: error") == 2
 
 
 @pytest.mark.slow

@@ -9,8 +9,10 @@ an estimator sees must be the batch that is trained.
 Conventions shared by all: a group whose rewards are all equal gets exact zeros (centring starts
 from the first reward, so `0.7 - mean([0.7] * 3)` cannot leave a rounding residue and the group is
 recognised as constant downstream), and a group of one trajectory gets 0 (it has no baseline but
-itself). `ADVANTAGE_ESTIMATORS` maps each `advantage_estimator` name to its function; an
-estimator's options are its keyword-only parameters (`estimator_options`).
+itself). `ADVANTAGE_ESTIMATORS` maps each `advantage_estimator` name to its function (the
+built-ins, and a plugin's once registered: kitchen loads the `kitchen.advantage_estimators`
+entry-point group into it); an estimator's options are its keyword-only parameters
+(`estimator_options`). `data_processing.compute_advantages` applies one to a step's groups.
 """
 
 from __future__ import annotations
@@ -135,6 +137,18 @@ ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {
     "reinforce_pp": reinforce_pp,
     "reinforce_pp_baseline": reinforce_pp_baseline,
 }
+
+
+def register_estimator(name: str, estimator: AdvantageEstimator) -> None:
+    """Add an estimator (a plugin's: the `kitchen.advantage_estimators` entry-point group).
+    Registering the same function again changes nothing; another under a taken name is refused,
+    so a plugin never shadows a built-in."""
+    present = ADVANTAGE_ESTIMATORS.get(name)
+    if present is estimator:
+        return
+    if present is not None:
+        raise ValueError(f"an advantage estimator named {name!r} is already registered")
+    ADVANTAGE_ESTIMATORS[name] = estimator
 
 
 def get_advantage_estimator(name: str) -> AdvantageEstimator:

@@ -193,14 +193,7 @@ def sampling_params_from_sdk(params: sdk.SamplingParams) -> SamplingParams:
 def adam_params_from_sdk(params: object) -> AdamParams:
     if not isinstance(params, sdk.AdamParams):
         raise WireError(f"optim_step: only AdamW is served, got optimizer params of type {type(params).__name__}")
-    return AdamParams(
-        learning_rate=params.learning_rate,
-        beta1=params.beta1,
-        beta2=params.beta2,
-        eps=params.eps,
-        weight_decay=params.weight_decay,
-        grad_clip_norm=params.grad_clip_norm,
-    )
+    return AdamParams.like(params)
 
 
 def numeric_config(config: Mapping[str, float | str], loss_fn: str) -> dict[str, float] | None:

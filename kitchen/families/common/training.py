@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from kitchen.engine.config.run import RunConfig
 from kitchen.engine.context import Context
 from kitchen.engine.errors import StageError
-from kitchen.engine.ports import TrainingClient
+from kitchen.engine.ports import CustomLossFn, TrainingClient
 from kitchen.engine.stage import Stage
 from kitchen.families.common.settings import OptimizerSettings
 from train_core.schedules import lr_multiplier
@@ -48,17 +48,26 @@ class InFlight:
     inflight: list[PendingStep]
 
 
-def put_in_flight(
+async def submit_step(
     ctx: Context,
-    inflight: Sequence[PendingStep],
+    client: TrainingClient,
     batch: list[Datum],
-    params: AdamParams,
-    forward_backward: Awaitable[ForwardBackwardOutput],
-    optim: Awaitable[OptimStepOutput],
+    loss: str | CustomLossFn,
+    optimizer: OptimizerSettings,
+    inflight: Sequence[PendingStep],
 ) -> InFlight:
-    """`inflight` with the step just submitted; its metrics row waits until it is collected."""
+    """One step's update, submitted and not awaited: forward_backward with a built-in loss (by
+    name) or forward_backward_custom with a custom one, then optim_step with the `optimizer`
+    section's AdamW at this step's scheduled learning rate; `inflight` with it added (its metrics
+    row waits until it is collected)."""
+    params = adam_params(ctx, optimizer)
+    if isinstance(loss, str):
+        fb = await client.forward_backward(batch, loss)
+    else:
+        fb = await client.forward_backward_custom(batch, loss)
+    optim = await client.optim_step(params)
     ctx.metrics.hold(ctx.step)
-    pending = PendingStep(ctx.step, batch, params.learning_rate, forward_backward, optim, time.perf_counter())
+    pending = PendingStep(ctx.step, batch, params.learning_rate, fb, optim, time.perf_counter())
     return InFlight([*inflight, pending])
 
 
@@ -75,9 +84,7 @@ class SubmitTrainStep(Stage):
         optimizer: OptimizerSettings,
         inflight: Sequence[PendingStep] = (),
     ) -> InFlight:
-        params = adam_params(ctx, optimizer)
-        fb = await training_client.forward_backward(batch, "cross_entropy")
-        return put_in_flight(ctx, inflight, batch, params, fb, await training_client.optim_step(params))
+        return await submit_step(ctx, training_client, batch, "cross_entropy", optimizer, inflight)
 
 
 def supervised_step_metrics(pending: PendingStep, output: ForwardBackwardOutput) -> dict[str, float]:

@@ -22,15 +22,15 @@ from kitchen.families.common.settings import DataSettings, SamplingSettings
 from kitchen.families.common.setup import message_roles, open_other_model
 from kitchen.families.distillation.settings import OnPolicyDistillationSettings, TeacherSettings
 from kitchen.families.rl.algorithm_settings import AlgorithmSettings
+from kitchen.families.rl.evaluation import roll_out_held_out
 from kitchen.families.rl.settings import EpisodeSettings
-from kitchen.families.rl.step import RLData, rollout_options, rollout_params
+from kitchen.families.rl.step import RLData
 from kitchen.families.supervised.examples import text_field
 from train_core.distillation import TeacherKL, incorporate_teacher_kl
 from train_core.errors import InvalidInputError
 from train_core.renderers.base import Message, Renderer
 from train_core.renderers.messages import STANDARD_ROLES, check_messages
 from train_core.rl.data_processing import assemble_training_data, compute_advantages
-from train_core.rl.rollouts import kept_groups, sample_group
 from train_core.rl.task import RLTask
 from train_core.supervised import cut_messages, datum_from_tokens_weights, mean_nll
 from train_core.types import Datum, SamplingParams
@@ -145,17 +145,8 @@ class EvaluateTeacherKL(Stage):
         episode: EpisodeSettings,
         run: RunConfig,
     ) -> None:
-        builders = rl_task.eval_builders
-        if not builders:
-            return
-        params, options = rollout_params(sampling), rollout_options(episode)
-        results = await asyncio.gather(
-            *(
-                sample_group(b, sampling_client, sampler_step, params, ("eval_kl", run.seed, ctx.step, i), options)
-                for i, b in enumerate(builders)
-            )
-        )
-        groups, _ = kept_groups(results)
+        seed_key = ("eval_kl", run.seed, ctx.step)
+        groups, _ = await roll_out_held_out(rl_task, sampling_client, sampler_step, sampling, episode, seed_key)
         if not groups:
             return
         trajectories_P = [g.trajectories for g in groups]

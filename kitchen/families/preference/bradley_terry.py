@@ -18,13 +18,7 @@ from kitchen.engine.workflow import Workflow
 from kitchen.families.common.settings import DataSettings, OptimizerSettings
 from kitchen.families.common.setup import CloseBackend, CreateTrainingClient, GetTokenizer, MakeRenderer
 from kitchen.families.common.train_loop import pipelined_training
-from kitchen.families.common.training import (
-    InFlight,
-    PendingStep,
-    adam_params,
-    loss_fn_metrics,
-    put_in_flight,
-)
+from kitchen.families.common.training import InFlight, PendingStep, loss_fn_metrics, submit_step
 from kitchen.families.preference.reward_model import check_comparison_files
 from kitchen.families.preference.settings import ComparisonData, RewardModelHead
 from kitchen.families.preference.stages import EXAMPLES_PER_EVAL, pair_texts, read_preference_split
@@ -118,10 +112,8 @@ class SubmitRewardStep(Stage):
         optimizer: OptimizerSettings,
         inflight: Sequence[PendingStep] = (),
     ) -> InFlight:
-        params = adam_params(ctx, optimizer)
         loss_fn = make_reward_custom_loss(head.center_rewards_coefficient)
-        fb = await training_client.forward_backward_custom(batch, loss_fn)
-        return put_in_flight(ctx, inflight, batch, params, fb, await training_client.optim_step(params))
+        return await submit_step(ctx, training_client, batch, loss_fn, optimizer, inflight)
 
 
 class EvaluateRewardModel(Stage):

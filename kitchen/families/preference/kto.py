@@ -24,13 +24,7 @@ from kitchen.families.common.setup import (
     MakeRenderer,
 )
 from kitchen.families.common.train_loop import pipelined_training
-from kitchen.families.common.training import (
-    InFlight,
-    PendingStep,
-    adam_params,
-    loss_fn_metrics,
-    put_in_flight,
-)
+from kitchen.families.common.training import InFlight, PendingStep, loss_fn_metrics, submit_step
 from kitchen.families.preference.reward_model import comparison_records
 from kitchen.families.preference.settings import ComparisonData, KTOLoss
 from kitchen.families.preference.stages import ComputeReferenceLogprobs, report_skipped
@@ -169,10 +163,8 @@ class SubmitKTOStep(Stage):
         optimizer: OptimizerSettings,
         inflight: Sequence[PendingStep] = (),
     ) -> InFlight:
-        params = adam_params(ctx, optimizer)
         loss_fn = make_kto_custom_loss(batch_reference_logprobs, batch_desirable, kto_params(kto))
-        fb = await training_client.forward_backward_custom(batch, loss_fn)
-        return put_in_flight(ctx, inflight, batch, params, fb, await training_client.optim_step(params))
+        return await submit_step(ctx, training_client, batch, loss_fn, optimizer, inflight)
 
 
 class EvaluateKTO(Stage):

@@ -18,7 +18,7 @@ from kitchen.engine.stage import Stage
 from kitchen.families.common.completers import AsyncJudge
 from kitchen.families.common.requests import score_targets
 from kitchen.families.common.settings import DataSettings, OptimizerSettings
-from kitchen.families.common.training import InFlight, PendingStep, adam_params, put_in_flight
+from kitchen.families.common.training import InFlight, PendingStep, submit_step
 from kitchen.families.preference.reward_model import check_comparison_files, comparison_records
 from kitchen.families.preference.settings import ComparisonData, DPOLoss, WinRateSettings
 from kitchen.families.supervised.stages import Batch
@@ -188,13 +188,11 @@ class SubmitDPOStep(Stage):
         optimizer: OptimizerSettings,
         inflight: Sequence[PendingStep] = (),
     ) -> InFlight:
-        params = adam_params(ctx, optimizer)
         loss_params = PreferenceLossParams(
             label_smoothing=dpo.label_smoothing, simpo_gamma=dpo.simpo_gamma, orpo_lambda=dpo.orpo_lambda
         )
         loss_fn = make_dpo_custom_loss(batch_reference_logprobs, dpo.beta, dpo.loss_type, loss_params)
-        fb = await training_client.forward_backward_custom(batch, loss_fn)
-        return put_in_flight(ctx, inflight, batch, params, fb, await training_client.optim_step(params))
+        return await submit_step(ctx, training_client, batch, loss_fn, optimizer, inflight)
 
 
 # -- evaluation -------------------------------------------------------------------------------

@@ -22,11 +22,31 @@ from kitchen.engine.backends import get_backend_spec
 from kitchen.engine.config.run import Count
 from kitchen.engine.config.sections import Section
 from kitchen.engine.losses import get_loss_fn, rl_loss_names
+from kitchen.engine.plugins import ExtensionPoint
 from kitchen.families.rl.presets import ALGORITHM_NAMES, ALGORITHM_PRESETS, AlgorithmName
-from train_core.rl.advantages import ADVANTAGE_ESTIMATORS, ScaleRewards, get_advantage_estimator
+from train_core.rl.advantages import (
+    ADVANTAGE_ESTIMATORS,
+    AdvantageEstimator,
+    ScaleRewards,
+    get_advantage_estimator,
+    register_estimator,
+)
 from train_core.rl.kl_estimators import KL_ESTIMATORS, kl_estimator_name
 from train_core.rl.overlong import default_buffer_tokens
 from train_core.rl.policy_objective import AggregationMode, MISLevel, PolicyObjective, RolloutCorrection, TISLevel
+
+
+def _check_estimator(name: str, obj: object) -> AdvantageEstimator:
+    if not callable(obj):
+        raise TypeError(f"is not an advantage estimator `(rewards_P, lengths_P, **options) -> advantages_P` ({obj!r})")
+    return obj  # a callable: its shape is checked when it runs
+
+
+ESTIMATORS: ExtensionPoint[AdvantageEstimator] = ExtensionPoint(
+    "kitchen.advantage_estimators", "advantage estimator", _check_estimator, register_estimator
+)
+"""Advantage estimators by name (`train_core.rl.advantages`), plugins' included: each entry point is
+registered into train_core's table on first use, where `compute_advantages` finds it."""
 
 
 class DynamicSampling(BaseModel):
@@ -156,6 +176,7 @@ class AlgorithmSettings(Section):
     @field_validator("advantage_estimator")
     @classmethod
     def _known_estimator(cls, name: str) -> str:
+        ESTIMATORS.load()
         get_advantage_estimator(name)
         return name
 

@@ -12,8 +12,29 @@ from kitchen.engine.stage import Stage
 from kitchen.families.common.settings import SamplingSettings
 from kitchen.families.rl.settings import EpisodeSettings
 from kitchen.families.rl.step import note_dropped, rollout_options, rollout_params
-from train_core.rl.rollouts import kept_groups, rollout_metrics, sample_group
+from train_core.rl.rollouts import DroppedGroup, SampledGroup, kept_groups, rollout_metrics, sample_group
 from train_core.rl.task import RLTask
+
+
+async def roll_out_held_out(
+    rl_task: RLTask,
+    client: SamplingClient,
+    sampler_step: int,
+    sampling: SamplingSettings,
+    episode: EpisodeSettings,
+    seed_key: tuple[object, ...],
+) -> tuple[list[SampledGroup], list[DroppedGroup]]:
+    """Every held-out env group of the task rolled out with `client`, all at once (a backend
+    batches them), as the `sampling` and `episode` sections say; each group's seed derives from
+    `seed_key` and its index. The groups kept, and those dropped."""
+    params, options = rollout_params(sampling), rollout_options(episode)
+    results = await asyncio.gather(
+        *(
+            sample_group(builder, client, sampler_step, params, (*seed_key, index), options)
+            for index, builder in enumerate(rl_task.eval_builders)
+        )
+    )
+    return kept_groups(results)
 
 
 class EvaluateRewards(Stage):
@@ -38,17 +59,9 @@ class EvaluateRewards(Stage):
         run: RunConfig,
         sampler_step: int = 0,
     ) -> None:
-        builders = rl_task.eval_builders
-        if not builders:
-            return
-        params, options = rollout_params(sampling), rollout_options(episode)
-        results = await asyncio.gather(
-            *(
-                sample_group(b, sampling_client, sampler_step, params, ("eval", run.seed, ctx.step, i), options)
-                for i, b in enumerate(builders)
-            )
+        groups, dropped = await roll_out_held_out(
+            rl_task, sampling_client, sampler_step, sampling, episode, ("eval", run.seed, ctx.step)
         )
-        groups, dropped = kept_groups(results)
         note_dropped(ctx, dropped)
         if groups:
             ctx.record(rollout_metrics(groups, prefix=self.prefix))

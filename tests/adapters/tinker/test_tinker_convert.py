@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 from tinker import types as sdk
 
 from adapters.tinker.convert import (
-    adam_params_from_sdk,
     adam_params_to_sdk,
     datum_from_sdk,
     datum_to_sdk,
@@ -105,7 +104,7 @@ def test_datum_round_trip(datum: Datum) -> None:
 def test_adam_params_round_trip(params: AdamParams) -> None:
     converted = adam_params_to_sdk(params)
     assert converted.beta2 == params.beta2 and converted.eps == params.eps
-    assert adam_params_from_sdk(converted) == params
+    assert AdamParams.like(converted) == params
 
 
 stops = st.none() | st.lists(st.text(min_size=1, max_size=5), max_size=3) | st.lists(tokens, min_size=1, max_size=3)
