@@ -495,9 +495,19 @@ def register_loss(spec: LossSpec) -> None:
     LOSS_SPECS[spec.name] = spec
 
 
-def get_loss_fn(name: str) -> LossSpec:
-    """The loss called `name`; unknown names raise a InvalidInputError listing the known ones."""
+LossTable = Mapping[str, LossSpec]
+"""Losses by name: what a backend is given to compute built-in losses with (`LOSS_SPECS` and the
+losses plugins registered into it, or a table of its own)."""
+
+
+def find_loss(table: LossTable, name: str) -> LossSpec:
+    """The loss called `name` in `table`; unknown names raise an InvalidInputError listing the known ones."""
     try:
-        return LOSS_SPECS[name]
+        return table[name]
     except KeyError:
-        raise InvalidInputError(f"unknown loss_fn {name!r}; known losses: {sorted(LOSS_SPECS)}") from None
+        raise InvalidInputError(f"unknown loss_fn {name!r}; known losses: {sorted(table)}") from None
+
+
+def get_loss_fn(name: str) -> LossSpec:
+    """The loss called `name` in train_core's table (`find_loss`)."""
+    return find_loss(LOSS_SPECS, name)

@@ -20,6 +20,7 @@ from adapters.local.token_scoring import liger_available
 from adapters.local.training_client import LocalTrainingClient, TrainingOptions
 from kitchen.engine.errors import ConfigError
 from kitchen.engine.ports import SamplingClient, Tokenizer
+from train_core.losses import LOSS_SPECS, LossTable
 
 if TYPE_CHECKING:
     from adapters.local.distributed import DistributedOptions, DistributedTrainingClient, WorkerPool
@@ -64,7 +65,9 @@ class LocalBackend:
         worker_pool: WorkerPool | None = None,
         vllm: VllmSettings | None = None,
         lora_rank: int | None = None,
+        losses: LossTable = LOSS_SPECS,
     ) -> None:
+        self._losses = losses
         if dtype not in _DTYPES:
             raise ConfigError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
         self.checkpoint_dir = Path(checkpoint_dir)
@@ -200,6 +203,7 @@ class LocalBackend:
                 self._training_options,
                 self._lora,
                 make_sampler=None if self._vllm is None else self._vllm.snapshot_client,
+                losses=self._losses,
             )
         else:
             client = LocalTrainingClient(
@@ -212,6 +216,7 @@ class LocalBackend:
                 self._batch_limits,
                 self._training_options,
                 make_sampler=None if self._vllm is None else self._vllm.snapshot_client,
+                losses=self._losses,
             )
         self._training_clients.append(client)
         return client

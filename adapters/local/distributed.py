@@ -72,9 +72,8 @@ from adapters.local.training_client import (
     microbatches,
 )
 from kitchen.engine.errors import ConfigError, KitchenError
-from kitchen.engine.losses import get_loss_fn
 from kitchen.engine.ports import CustomLossFn, SamplingClient, Tokenizer
-from train_core.losses import TARGET_TOKENS, merge_loss_metrics
+from train_core.losses import LOSS_SPECS, TARGET_TOKENS, LossTable, find_loss, merge_loss_metrics
 from train_core.types import AdamParams, Datum, ForwardBackwardOutput, OptimStepOutput, TensorData
 
 
@@ -332,8 +331,10 @@ class DistributedTrainingClient:
         training: TrainingOptions | None = None,
         lora: LoraOptions | None = None,
         make_sampler: SamplerFactory | None = None,
+        losses: LossTable = LOSS_SPECS,
     ) -> None:
         self._training = training or TrainingOptions()
+        self._losses = losses
         self._make_sampler = make_sampler
         self._model = sampler_model.eval()  # never trained: the workers hold the trained copy
         self._tokenizer = tokenizer
@@ -377,7 +378,7 @@ class DistributedTrainingClient:
     def _loss_job(
         self, call: str, data: Sequence[Datum], loss_fn: str, loss_fn_config: dict[str, float] | None, backward: bool
     ) -> Callable[[], ForwardBackwardOutput]:
-        spec = get_loss_fn(loss_fn)
+        spec = find_loss(self._losses, loss_fn)
         config = spec.resolve_config(loss_fn_config)
         user = f"loss {spec.name!r}"
         # validated here, where the call is made (the workers build their own batches)
@@ -394,7 +395,7 @@ class DistributedTrainingClient:
             results = self._group.call(
                 call,
                 lambda w, rank: w.run_loss.remote(
-                    call, spec.name, config, [data[i] for i in shards[rank]], data[0], passes, backward
+                    call, spec, config, [data[i] for i in shards[rank]], data[0], passes, backward
                 ),
             )
             outputs = [{"logprobs": TensorData.from_torch(lp)} for logprobs, *_ in results for lp in logprobs]

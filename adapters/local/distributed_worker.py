@@ -35,8 +35,7 @@ from adapters.local.checkpoint_io import ModelIdentity, load_keeping_kernel, tra
 from adapters.local.model_loading import LoraOptions, load_model
 from adapters.local.serial_executor import SerialExecutor
 from adapters.local.training_client import LocalTrainingClient, TrainingOptions, make_adamw, microbatches
-from kitchen.engine.losses import get_loss_fn
-from train_core.losses import TARGET_TOKENS, merge_loss_metrics
+from train_core.losses import TARGET_TOKENS, LossSpec, merge_loss_metrics
 from train_core.types import AdamParams, Datum, OptimStepOutput
 
 FAULT_ENV = "KITCHEN_DIST_FAULT"
@@ -167,19 +166,19 @@ class TrainingWorker:
     def run_loss(
         self,
         call: str,
-        loss_fn: str,
+        spec: LossSpec,
         config: dict[str, float],
         data: list[Datum],
         stand_in: Datum,
         passes: int,
         backward: bool,
     ) -> tuple[list[torch.Tensor], dict[str, float], int, int]:
-        """This worker's datums through a built-in loss, in `passes` micro-batches (zero-weighted
+        """This worker's datums through a built-in loss (its spec comes with the call: the driver
+        holds the loss table, plugins' included), in `passes` micro-batches (zero-weighted
         passes on `stand_in` where it has fewer): (logprobs per datum, loss metrics, token slots
         run, slots holding a token)."""
         self._count(call)
         core = self.core
-        spec = get_loss_fn(loss_fn)
         user = f"loss {spec.name!r}"
         outputs: list[torch.Tensor] = [torch.empty(0)] * len(data)
         groups = (

@@ -15,6 +15,7 @@ from adapters.common.tiny import EMBEDDED_MODELS
 from adapters.local.vllm_settings import SamplerName, VllmSettings, missing_vllm_problem
 from kitchen.engine.backends import BackendSpec
 from kitchen.engine.ports import ServiceBackend
+from train_core.losses import LossTable
 
 
 class LocalSettings(BaseModel):
@@ -98,7 +99,7 @@ class LocalSettings(BaseModel):
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?|mps")
 
 
-def create(config: Any, settings: LocalSettings, checkpoint_dir: Path) -> ServiceBackend:
+def create(config: Any, settings: LocalSettings, checkpoint_dir: Path, losses: LossTable) -> ServiceBackend:
     import torch
 
     from adapters.local.backend import LocalBackend
@@ -132,6 +133,7 @@ def create(config: Any, settings: LocalSettings, checkpoint_dir: Path) -> Servic
         distributed=distributed,
         vllm=settings.vllm if settings.sampler == "vllm" else None,
         lora_rank=config.lora_rank,
+        losses=losses,
     )
 
 

@@ -43,9 +43,16 @@ from adapters.local.serial_executor import SerialExecutor
 from adapters.local.token_scoring import Entropy, LogprobMethod, output_head
 from adapters.local.vision import image_token_id, is_vision_model, vision_logprobs
 from kitchen.engine.errors import ConfigError, KitchenError
-from kitchen.engine.losses import get_loss_fn
 from kitchen.engine.ports import CustomLossFn, SamplingClient, Tokenizer
-from train_core.losses import TARGET_TOKENS, LossSpec, is_policy_gradient, merge_loss_metrics
+from train_core.losses import (
+    LOSS_SPECS,
+    TARGET_TOKENS,
+    LossSpec,
+    LossTable,
+    find_loss,
+    is_policy_gradient,
+    merge_loss_metrics,
+)
 from train_core.types import AdamParams, Datum, ForwardBackwardOutput, OptimStepOutput, TensorData
 
 
@@ -163,8 +170,10 @@ class LocalTrainingClient:
         batch_limits: BatchLimits = DEFAULT_BATCH_LIMITS,
         options: TrainingOptions | None = None,
         make_sampler: SamplerFactory | None = None,
+        losses: LossTable = LOSS_SPECS,
     ) -> None:
         options = options or TrainingOptions()
+        self._losses = losses
         self._make_sampler = make_sampler
         self._options = options
         # Eval mode (no dropout, the sampler's numerics) except inside forward_backward when
@@ -231,7 +240,7 @@ class LocalTrainingClient:
     def _prepare(
         self, data: Sequence[Datum], loss_fn: str, loss_fn_config: dict[str, float] | None
     ) -> tuple[LossSpec, list[tuple[list[int], TrainingBatch]], dict[str, float]]:
-        spec = get_loss_fn(loss_fn)
+        spec = find_loss(self._losses, loss_fn)
         config = spec.resolve_config(loss_fn_config)
         user = f"loss {spec.name!r}"
         batch = self._batch(data, spec.required_inputs, user, spec.input_keys)

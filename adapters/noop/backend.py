@@ -20,6 +20,7 @@ from adapters.noop.sampling_client import NoopSamplingClient
 from adapters.noop.training_client import NoopTrainingClient
 from kitchen.engine.errors import KitchenError
 from kitchen.engine.ports import Tokenizer
+from train_core.losses import LOSS_SPECS, LossTable
 
 
 def _check_base_model(base_model: str) -> None:
@@ -39,9 +40,14 @@ class NoopBackend:
     name = "noop"
 
     def __init__(
-        self, seed: int = 0, latency: Mapping[str, float] | None = None, checkpoint_dir: Path | None = None
+        self,
+        seed: int = 0,
+        latency: Mapping[str, float] | None = None,
+        checkpoint_dir: Path | None = None,
+        losses: LossTable = LOSS_SPECS,
     ) -> None:
         self.seed = seed
+        self._losses = losses
         self.runtime = NoopRuntime(seed, Latency(latency), CheckpointStore(checkpoint_dir))
         self._training_clients: list[NoopTrainingClient] = []
 
@@ -58,7 +64,7 @@ class NoopBackend:
         return self.runtime.calls
 
     def _new_training_client(self, weights: PseudoWeights, lora_rank: int | None) -> NoopTrainingClient:
-        client = NoopTrainingClient(self.runtime, weights, lora_rank)
+        client = NoopTrainingClient(self.runtime, weights, lora_rank, self._losses)
         self._training_clients.append(client)
         return client
 

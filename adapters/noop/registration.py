@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kitchen.engine.backends import BackendSpec
 from kitchen.engine.ports import ServiceBackend
+from train_core.losses import LossTable
 
 
 class NoopSettings(BaseModel):
@@ -21,10 +22,10 @@ class NoopSettings(BaseModel):
     )
 
 
-def create(config: Any, settings: NoopSettings, checkpoint_dir: Path) -> ServiceBackend:
+def create(config: Any, settings: NoopSettings, checkpoint_dir: Path, losses: LossTable) -> ServiceBackend:
     from adapters.noop.backend import NoopBackend
 
-    return NoopBackend(seed=config.seed, latency=dict(settings.latency), checkpoint_dir=checkpoint_dir)
+    return NoopBackend(seed=config.seed, latency=dict(settings.latency), checkpoint_dir=checkpoint_dir, losses=losses)
 
 
 BACKEND = BackendSpec(

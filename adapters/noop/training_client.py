@@ -24,9 +24,8 @@ from adapters.noop.runtime import NOOP_IMAGE_TOKEN, NoopRuntime, vocab_size
 from adapters.noop.sampling_client import NoopSamplingClient
 from adapters.noop.serial_queue import SerialQueue
 from kitchen.engine.errors import KitchenError
-from kitchen.engine.losses import get_loss_fn
 from kitchen.engine.ports import CustomLossFn, Tokenizer
-from train_core.losses import TARGET_TOKENS, LossSpec
+from train_core.losses import LOSS_SPECS, TARGET_TOKENS, LossSpec, LossTable, find_loss
 from train_core.types import AdamParams, Datum, ForwardBackwardOutput, OptimStepOutput, TensorData
 
 T = TypeVar("T")
@@ -44,8 +43,11 @@ def _check_batch(
 class NoopTrainingClient:
     """A training client over pseudo-weights; see the module docstring."""
 
-    def __init__(self, runtime: NoopRuntime, weights: PseudoWeights, lora_rank: int | None) -> None:
+    def __init__(
+        self, runtime: NoopRuntime, weights: PseudoWeights, lora_rank: int | None, losses: LossTable = LOSS_SPECS
+    ) -> None:
         self.runtime = runtime
+        self._losses = losses
         self.weights = weights
         self.lora_rank = lora_rank
         self.client_id = runtime.new_client_id("training")
@@ -94,7 +96,7 @@ class NoopTrainingClient:
     def _submit_loss(
         self, method: str, data: Sequence[Datum], loss_fn: str, loss_fn_config: dict[str, float] | None
     ) -> asyncio.Task[ForwardBackwardOutput]:
-        spec = get_loss_fn(loss_fn)
+        spec = find_loss(self._losses, loss_fn)
         config = spec.resolve_config(loss_fn_config)
         batch = _check_batch(data, spec.required_inputs, spec.input_keys, f"loss {loss_fn!r}")
         num_tokens = sum(batch.lengths_D)

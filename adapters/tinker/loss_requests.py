@@ -13,8 +13,7 @@ from typing import TypeGuard, get_args
 from tinker import types as sdk
 
 from kitchen.engine.errors import ConfigError, DataError
-from kitchen.engine.losses import get_loss_fn
-from train_core.losses import TARGET_TOKENS, require_inputs
+from train_core.losses import TARGET_TOKENS, get_loss_fn, require_inputs
 from train_core.types import Datum
 
 SDK_LOSS_FNS: frozenset[str] = frozenset(get_args(sdk.LossFnType))
@@ -28,9 +27,9 @@ def _is_sdk_loss_fn(name: str) -> TypeGuard[sdk.LossFnType]:
 def check_loss_request(data: Sequence[Datum], loss_fn: str, loss_fn_config: dict[str, float] | None) -> sdk.LossFnType:
     """The loss name as the SDK types it, after checking the name, the config and each datum's inputs."""
     _require_data(data)
-    spec = get_loss_fn(loss_fn)
     if not _is_sdk_loss_fn(loss_fn):
         raise ConfigError(f"loss_fn {loss_fn!r} is not one the Tinker service runs ({sorted(SDK_LOSS_FNS)})")
+    spec = get_loss_fn(loss_fn)  # the service's own losses are train_core's built-ins
     spec.resolve_config(loss_fn_config)
     reasons = spec.custom_route_reasons(loss_fn_config)
     if reasons:

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from adapters.tinker import capabilities
 from kitchen.engine.backends import BackendSpec
 from kitchen.engine.ports import ServiceBackend
+from train_core.losses import LossTable
 
 
 class TinkerSettings(BaseModel):
@@ -27,7 +28,8 @@ class TinkerSettings(BaseModel):
     )
 
 
-def create(config: Any, settings: TinkerSettings, checkpoint_dir: Path) -> ServiceBackend:
+def create(config: Any, settings: TinkerSettings, checkpoint_dir: Path, losses: LossTable) -> ServiceBackend:
+    """The service runs only its own losses (train_core's built-ins), so `losses` is not needed."""
     from adapters.tinker import TinkerBackend
     from adapters.tinker.retry import RetryPolicy
 

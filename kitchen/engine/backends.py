@@ -11,6 +11,8 @@ asks the spec, with no backend built, whether it runs every call and loss a work
 from __future__ import annotations
 
 import difflib
+import inspect
+import warnings
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,16 +21,19 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from kitchen.engine.errors import ConfigError
+from kitchen.engine.losses import loss_table
 from kitchen.engine.plugins import ExtensionPoint
+from train_core.losses import LossTable
 
 if TYPE_CHECKING:
     from kitchen.engine.ports import ServiceBackend
 
 ENTRY_POINT_GROUP = "kitchen.backends"
 
-BackendFactory = Callable[[Any, Any, Path], "ServiceBackend"]
-"""`create(config, settings, checkpoint_dir)`: the run's config, this backend's settings section,
-and where checkpoints go. Heavy imports (torch, an SDK) belong inside it, not at module level."""
+BackendFactory = Callable[[Any, Any, Path, LossTable], "ServiceBackend"]
+"""`create(config, settings, checkpoint_dir, losses)`: the run's config, this backend's settings
+section, where checkpoints go, and the losses by name (plugins' included) it computes built-in
+losses with. Heavy imports (torch, an SDK) belong inside it, not at module level."""
 
 ExportFn = Callable[[str, Path, bool, Any], Mapping[str, Any]]
 
@@ -56,6 +61,22 @@ class BackendSpec:
     its LoRA alpha and target modules)."""
     export_hint: str = ""
     """For backends without `export_hf`: what to do instead (shown by `kitchen export`)."""
+
+    def build(self, config: Any, checkpoint_dir: Path) -> ServiceBackend:
+        """This backend for `config`, made by its factory with its settings section and the loss
+        table. (A factory of kitchen 0.2 takes no loss table: called without one, with a warning.)"""
+        settings = getattr(config, self.name)
+        parameters = inspect.signature(self.create).parameters.values()
+        positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
+        if len(positional) < 4 and not any(p.kind is p.VAR_POSITIONAL for p in positional):
+            warnings.warn(
+                f"backend {self.name!r}: its factory takes no loss table (kitchen 0.3 passes one as the 4th "
+                "argument; see docs/how-to/migrate.md)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return self.create(config, settings, checkpoint_dir)  # type: ignore[call-arg]
+        return self.create(config, settings, checkpoint_dir, loss_table())
 
     def problems(
         self, calls: Collection[str], loss_fns: Collection[str], lora_rank: int | None, entropy_bonus: bool = False
@@ -112,5 +133,4 @@ def get_backend_spec(name: str) -> BackendSpec:
 def make_backend(config: Any, checkpoint_dir: Path) -> ServiceBackend:
     """The configured backend, built by its adapter's factory. Only the backend asked for is
     built: never a silent fallback."""
-    spec = get_backend_spec(config.backend)
-    return spec.create(config, getattr(config, spec.name), checkpoint_dir)
+    return get_backend_spec(config.backend).build(config, checkpoint_dir)

@@ -4,11 +4,12 @@ use so that backends computing losses themselves find them too."""
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any
 
 from kitchen.engine.plugins import ExtensionPoint
 from train_core import losses
-from train_core.losses import LossSpec
+from train_core.losses import LossSpec, LossTable
 
 
 def _check(name: str, obj: Any) -> LossSpec:
@@ -22,6 +23,13 @@ def _check(name: str, obj: Any) -> LossSpec:
 LOSSES: ExtensionPoint[LossSpec] = ExtensionPoint(
     "kitchen.losses", "loss", _check, lambda name, spec: losses.register_loss(spec)
 )
+
+
+def loss_table() -> LossTable:
+    """Every loss by name, plugins' included: the table a backend computes built-in losses with
+    (`BackendSpec.build` hands it to the backend's factory)."""
+    LOSSES.load()
+    return MappingProxyType(losses.LOSS_SPECS)
 
 
 def get_loss_fn(name: str) -> LossSpec:

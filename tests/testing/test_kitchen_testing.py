@@ -127,10 +127,10 @@ THIRD_PARTY_BACKEND = textwrap.dedent(
         seed_offset: int = 0
 
 
-    def create(config, settings, checkpoint_dir):
+    def create(config, settings, checkpoint_dir, losses):
         from adapters.noop import NoopBackend
 
-        return NoopBackend(seed=config.seed + settings.seed_offset, checkpoint_dir=checkpoint_dir)
+        return NoopBackend(seed=config.seed + settings.seed_offset, checkpoint_dir=checkpoint_dir, losses=losses)
 
 
     BACKEND = BackendSpec("thirdparty", "a third party's backend", Settings, create)

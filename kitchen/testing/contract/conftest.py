@@ -24,6 +24,6 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ServiceB
         pytest.skip("kitchen's backend contract suite runs against --kitchen-backend=NAME (a registered backend)")
     options = [f"{name}.{option}" for option in request.config.getoption("kitchen_backend_option")]
     config = load_config(RunConfig, None, [f"backend={name}", "model_name=tiny", *options])
-    service = get_backend_spec(name).create(config, getattr(config, name), tmp_path)
+    service = get_backend_spec(name).build(config, tmp_path)
     yield service
     asyncio.run(service.close())

@@ -305,6 +305,7 @@ def test_local_settings_reach_the_backend(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
     from adapters.local.registration import LocalSettings, create
+    from train_core.losses import LOSS_SPECS
 
     settings = LocalSettings.model_validate(
         {
@@ -315,8 +316,10 @@ def test_local_settings_reach_the_backend(tmp_path: Path) -> None:
             "lora_dropout": 0.05,
         }
     )
-    backend = create(SimpleNamespace(model_name="tiny", seed=0, lora_rank=32), settings, tmp_path)
+    losses = {"cross_entropy": LOSS_SPECS["cross_entropy"]}
+    backend = create(SimpleNamespace(model_name="tiny", seed=0, lora_rank=32), settings, tmp_path, losses)
     assert isinstance(backend, LocalBackend)
+    assert backend._losses is losses
     assert backend._dtype == torch.bfloat16
     assert backend._training_options == TrainingOptions(64, True, True, False)
     assert (backend._lora.alpha, backend._lora.dropout, backend._lora.target_modules) == (8, 0.05, "all-linear")
