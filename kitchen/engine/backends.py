@@ -75,7 +75,8 @@ class BackendSpec:
                 DeprecationWarning,
                 stacklevel=2,
             )
-            return self.create(config, settings, checkpoint_dir)  # type: ignore[call-arg]
+            old_factory: Callable[..., ServiceBackend] = self.create
+            return old_factory(config, settings, checkpoint_dir)
         return self.create(config, settings, checkpoint_dir, loss_table())
 
     def problems(
