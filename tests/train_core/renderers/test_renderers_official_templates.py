@@ -18,7 +18,16 @@ from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
-from official_templates import CHECKS, TEMPLATES, Rendering, TemplateCheck, conversations, make_renderer, shape
+from official_templates import (
+    CHECKS,
+    TEMPLATES,
+    Rendering,
+    TemplateCheck,
+    conversations,
+    differences,
+    make_renderer,
+    shape,
+)
 from renderer_goldens import CONVERSATIONS
 from transformers import PreTrainedTokenizerBase
 
@@ -151,3 +160,19 @@ def test_every_template_is_the_recorded_one() -> None:
     for file, digest in recorded.items():
         assert hashlib.sha256(files[file].read_bytes()).hexdigest() == digest, file
     assert {check.file for check in CHECKS.values()} == set(files)
+
+
+def test_every_named_difference_and_checked_renderer_is_documented() -> None:
+    page = (Path(__file__).parents[3] / "docs" / "reference" / "renderers.md").read_text(encoding="utf-8")
+    checked = page[page.index("## Checked against the models' chat templates") :]
+    named = {name for code in re.findall(r"`([^`]+)`", checked) for name in _expanded(code)}
+    assert set(differences()) <= named
+    assert set(CHECKS) <= named
+
+
+def _expanded(code: str) -> list[str]:
+    """`qwen3_8_{xhigh,medium}_reasoning` as the names it stands for."""
+    match = re.search(r"\{([^}]*)\}", code)
+    if match is None:
+        return [code]
+    return [n for part in match[1].split(",") for n in _expanded(code[: match.start()] + part + code[match.end() :])]
