@@ -14,6 +14,11 @@ analysis; history replies end with `<|end|>` and drop it. A tool call is its own
 keeping its analysis until a later final answer; one call per message, since `<|call|>` stops
 sampling. Tool results come from `functions.{name} to=assistant` on the commentary channel.
 
+Where Hugging Face's gpt-oss template departs from harmony (a call message's text on the
+analysis channel, `commentary json` without `<|constrain|>`, tool results JSON-quoted, a call's
+reasoning dropped before the reply being trained), this writes harmony, as tinker-cookbook does;
+each is a named difference in `tests/train_core/renderers/test_renderers_official_templates.py`.
+
 Weights, on purpose unlike tinker-cookbook: for user, developer and tool-result messages the
 header runs through `<|message|>` (`<|start|>user<|message|>`,
 `<|start|>functions.{name} to=assistant<|channel|>commentary<|message|>`), so those wrapper tokens

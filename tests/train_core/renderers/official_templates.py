@@ -604,13 +604,15 @@ def shape(name: str) -> Shape:
 
 @st.composite
 def conversations(draw: st.DrawFn, form: Shape) -> list[Message]:
-    """Leading system messages (none, one or two), then one to three user turns, each optionally
-    after a later system message, with up to two rounds of tool calls and results before the
+    """Leading system messages (none, one, or now and then two), then one to three user turns, now
+    and then after a later system message (several families refuse those, so they are kept rare),
+    with up to two rounds of tool calls (with call ids, or sometimes none) and results before the
     turn's answer; every assistant message may reason, any text may be empty."""
-    messages = [Message(role="system", content=draw(_texts)) for _ in range(draw(st.integers(0, 2)))]
+    leading = draw(st.sampled_from([0, 0, 1, 1, 1, 2]))
+    messages = [Message(role="system", content=draw(_texts)) for _ in range(leading)]
     calls_made = 0
     for turn in range(draw(st.integers(1, 3))):
-        if turn and draw(st.integers(0, 5)) == 0:
+        if turn and draw(st.integers(0, 9)) == 0:
             messages.append(Message(role="system", content=draw(_texts)))
         messages.append(Message(role="user", content=draw(_user_content(form))))
         rounds = draw(st.integers(0, 2)) if form.tool_calls != "none" else 0
@@ -620,8 +622,11 @@ def conversations(draw: st.DrawFn, form: Shape) -> list[Message]:
                 ToolCall(name=draw(st.sampled_from(["get_weather", "search"])), arguments=draw(_arguments))
                 for _ in range(count)
             ]
-            for j, call in enumerate(calls):
-                call["id"] = f"functions.{call['name']}:{calls_made + j}"
+            with_ids = draw(st.integers(0, 3)) > 0
+            ids = [f"functions.{call['name']}:{calls_made + j if with_ids else j}" for j, call in enumerate(calls)]
+            if with_ids:
+                for call, call_id in zip(calls, ids, strict=True):
+                    call["id"] = call_id
             calls_made += count
             step = draw(_assistant(form))
             step["tool_calls"] = calls
@@ -629,7 +634,8 @@ def conversations(draw: st.DrawFn, form: Shape) -> list[Message]:
                 step["content"] = ""
             messages.append(step)
             messages += [
-                Message(role="tool", content=draw(_texts), name=call["name"], tool_call_id=call["id"]) for call in calls
+                Message(role="tool", content=draw(_texts), name=call["name"], tool_call_id=call_id)
+                for call, call_id in zip(calls, ids, strict=True)
             ]
         messages.append(draw(_assistant(form)))
     return messages
