@@ -4,23 +4,23 @@ write it:
     <|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{content}<|im_end|>
     \n<|im_start|>assistant\n<think>\n{thinking}\n</think>\n{content}<|im_end|>
 
-ChatML like Qwen3.5 (`qwen3_5.py`), with these differences: a system block is always written
-(empty when the conversation has none), and a later system message is written where it is;
-system, user and tool text is written as given, only an assistant message's text is trimmed (at
-its end, as the template trims block and text together; a history message with tool calls at both
-ends in Nano, not at all in Ultra); every assistant message opens with a think
-block, the empty `<think></think>` when it did not reason (reasoning that is only whitespace
-counts as none) or its reasoning is dropped, reasoning written as given; reasoning is dropped from
-messages before the last user message (the template's `truncate_history_thinking`, off in the
-`*_preserve_thinking` renderers); one newline follows `</think>` (Nano / Super) or none (Ultra,
-whose block is `<think>\n{thinking}</think>`); tool calls follow the text after one newline, each
+ChatML like Qwen3.5 (`qwen3_5.py`), with these differences: a system block is always written (empty
+when the conversation has none), and a later system message is written where it is; system, user
+and tool text is written as given, only an assistant message's text is trimmed (at its end, as the
+template trims block and text together; a history message with tool calls at both ends in Nano, not
+at all in Ultra); every assistant message opens with a think block, the empty `<think></think>`
+when it did not reason (reasoning that is only whitespace counts as none) or its reasoning is
+dropped, reasoning written as given; reasoning is dropped from messages before the last user
+message (the template's `truncate_history_thinking`, off in the `*_preserve_thinking` renderers);
+one newline follows `</think>` (Nano / Super) or none (Ultra, whose block is
+`<think>\n{thinking}</think>`); tool calls follow the text after one newline, each
 `<tool_call>\n<function=...>...</tool_call>` followed by a newline, a non-string argument written
 as the template's `|string` does for scalars (Python's spelling) and JSON for objects and lists;
 consecutive tool results share one `user` message of `<tool_response>\n...\n</tool_response>\n`
 blocks. Thinking on generates after `<think>\n`, thinking off after `<think></think>`;
 `nemotron3_low_thinking` (Super) appends `\n\n{reasoning effort: low}` to the last user message,
-`nemotron3_ultra_medium_thinking` `\n\n{reasoning effort: efficient}`. Checked against the Nano
-and 3.5 templates byte for byte in `tests/train_core/renderers/test_renderers_official_templates.py`.
+`nemotron3_ultra_medium_thinking` `\n\n{reasoning effort: efficient}`. Checked against the Nano and
+3.5 templates byte for byte in `tests/train_core/renderers/test_renderers_official_templates.py`.
 
 The templates disagree with themselves on a reply that did not reason: the prompt opens
 `<think>\n`, the rendering writes `<think></think>`; such an example is rendered as the template
