@@ -37,7 +37,8 @@ _LLAMA3 = (
     + _refuse("llama3", "tool_calls")
     + _refuse("llama3", "thinking")
     + "{%- set role = 'ipython' if message['role'] == 'tool' else message['role'] -%}"
-    "{{ '<|start_header_id|>' + role + '<|end_header_id|>\\n\\n' + message['content'] + '<|eot_id|>' }}"
+    "{%- set content = message['content'] if message['role'] == 'tool' else message['content'] | trim -%}"
+    "{{ '<|start_header_id|>' + role + '<|end_header_id|>\\n\\n' + content + '<|eot_id|>' }}"
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif -%}"
 )

@@ -6,12 +6,18 @@
     <|start|>assistant<|channel|>analysis<|message|>{thinking}<|end|>
     <|start|>assistant<|channel|>final<|message|>{content}<|return|>
 
-The reasoning-effort system prompt is optional (`reasoning_effort=None` leaves it out). A system
-message becomes the developer message. The reply being trained ends with `<|return|>` and shows its
+The reasoning-effort system prompt is optional (`reasoning_effort=None` leaves it out). A first
+system message becomes the developer message (none when it is empty); a later one is an error,
+since the template silently drops it. The reply being trained ends with `<|return|>` and shows its
 analysis; history replies end with `<|end|>` and drop it. A tool call is its own assistant message,
 `<|start|>assistant to=functions.{name}<|channel|>commentary <|constrain|>json<|message|>{args}<|call|>`,
 keeping its analysis until a later final answer; one call per message, since `<|call|>` stops
 sampling. Tool results come from `functions.{name} to=assistant` on the commentary channel.
+
+Where Hugging Face's gpt-oss template departs from harmony (a call message's text on the
+analysis channel, `commentary json` without `<|constrain|>`, tool results JSON-quoted, a call's
+reasoning dropped before the reply being trained), this writes harmony, as tinker-cookbook does;
+each is a named difference in `tests/train_core/renderers/test_renderers_official_templates.py`.
 
 Weights, on purpose unlike tinker-cookbook: for user, developer and tool-result messages the
 header runs through `<|message|>` (`<|start|>user<|message|>`,
@@ -91,8 +97,14 @@ class GptOssRenderer(SpanRenderer):
                 spans.append(Span.header(i, START, f"functions.{name} to=assistant", CHANNEL, "commentary", MESSAGE))
                 spans.append(Span.body(i, message["content"], END))
             elif role == "system":
-                spans.append(Span.header(i, START, "developer", MESSAGE))
-                spans.append(Span.body(i, f"# Instructions\n\n{message['content']}\n\n", END))
+                if i > 0:
+                    raise RendererError(
+                        f"gpt-oss renders a system message only first, as its developer message (the template "
+                        f"drops a later one); message {i} is one"
+                    )
+                if message["content"]:  # an empty one writes no developer message, as in the template
+                    spans.append(Span.header(i, START, "developer", MESSAGE))
+                    spans.append(Span.body(i, f"# Instructions\n\n{message['content']}\n\n", END))
             else:
                 spans.append(Span.header(i, START, role, MESSAGE))
                 spans.append(Span.body(i, message["content"], END))

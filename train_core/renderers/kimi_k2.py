@@ -4,21 +4,27 @@
     <|im_user|>user<|im_middle|>{content}<|im_end|>
     <|im_assistant|>assistant<|im_middle|><think>{thinking}</think>{content}<|im_end|>
 
-The default system message is added when the conversation does not start with one. Messages up
-to the last assistant message without tool calls are history and keep an empty `<think></think>`;
+The default system message is added when the conversation does not start with one (K2's
+template adds it). Messages up to the last assistant message without tool calls are history and
+keep an empty `<think></think>`;
 later ones (the current tool-using turn, and the reply being trained) keep their thinking. Tool
 calls follow the content in a `<|tool_calls_section_begin|>` section, each identified as
 `functions.{name}:{index}`; a tool result is a `<|im_system|>` message headed
 `## Return of {tool_call_id}`.
 
-Kimi K2.5 and K2.6 (`kimi_k25`, `kimi_k26`: one format) keep this and open the reply in the
-generation prompt: `<think>` with thinking on, the empty `<think></think>` with it off
-(`*_disable_thinking`). That opening is in the header of every assistant message, untrained,
-since sampling is always given it. With
-thinking off, history reasoning is dropped as with it on (the template empties history blocks),
-and reasoning on the reply being trained, which the template would write, is an error.
-`kimi_k26_preserve_thinking` (the K2.6 template's `preserve_thinking`) keeps every message's
-reasoning."""
+Kimi K2.5 and K2.6 (`kimi_k25`, `kimi_k26`: one format) keep this but add no default system
+message (their templates write none), and open the reply in the generation prompt: `<think>`
+with thinking on, the empty `<think></think>` with it off (`*_disable_thinking`). That opening is
+in the header of every assistant message, untrained, since sampling is always given it. With
+thinking off every message's reasoning is dropped, as the template empties every block; reasoning
+on the reply being trained is an error rather than silently dropped. `kimi_k26_preserve_thinking`
+(the K2.6 template's `preserve_thinking`) keeps every message's reasoning.
+
+One deliberate difference from the templates (checked against them byte for byte in
+`tests/train_core/renderers/test_renderers_official_templates.py`): they count every message up
+to the last assistant message without tool calls as history, which in a supervised example is
+the reply itself, so the reply and its turn's tool steps would lose their reasoning; here the
+reply is left out of that search, as in generation, so it is trained on what the model writes."""
 
 from __future__ import annotations
 
@@ -70,10 +76,11 @@ class KimiK2Renderer(SpanRenderer):
         self.name = name
         self.opening = opening
         self.preserve_thinking = preserve_thinking
+        self.default_system = opening == "none"  # K2's template adds it; K2.5's and K2.6's do not
 
     def render_spans(self, messages: Sequence[Message], *, add_generation_prompt: bool) -> list[Span]:
         spans: list[Span] = []
-        if not messages or messages[0]["role"] != "system":
+        if self.default_system and (not messages or messages[0]["role"] != "system"):
             spans.append(Span.preamble(*_header("system", None), DEFAULT_SYSTEM_PROMPT, IM_END))
         # The reply being trained is never history, so it is left out of the search.
         searched = messages if add_generation_prompt else messages[:-1]
@@ -88,8 +95,8 @@ class KimiK2Renderer(SpanRenderer):
             body: list[Part] = []
             if message["role"] == "assistant":
                 keep_thinking = i > history_end or self.preserve_thinking
-                if self.opening == "no_think" and keep_thinking and i == len(messages) - 1:
-                    if not add_generation_prompt:
+                if self.opening == "no_think":  # the template empties every block with thinking off
+                    if keep_thinking and i == len(messages) - 1 and not add_generation_prompt:
                         reject_trained_thinking(self.name, self.name.replace("_disable_thinking", ""), i, message)
                     keep_thinking = False
                 body += _assistant_body(message, keep_thinking)

@@ -3,8 +3,12 @@
     <|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n{content}<|eot_id|>
     <|start_header_id|>assistant<|end_header_id|>\n\n{content}<|eot_id|>
 
-A tool call is the whole assistant body, `{"name": ..., "parameters": {...}}`; a tool result is an
-`ipython` message."""
+Message text is trimmed, as the Llama 3 templates trim it. A tool call is the whole assistant
+body, `{"name": ..., "parameters": {...}}`; a tool result is an `ipython` message, its text as
+given (the Llama 3.1 template JSON-quotes a string result: Jinja's `iterable` test is true for
+strings; Meta's prompt format writes the output as is, as here and in tinker-cookbook). Checked
+against the Llama 3.1 template in `tests/train_core/renderers/test_renderers_official_templates.py`,
+whose named differences are the preamble and the tool result's quoting."""
 
 from __future__ import annotations
 
@@ -57,9 +61,10 @@ def _header(role: str) -> list[Part]:
 
 
 def _body_text(index: int, message: Message) -> str:
+    """A message's text trimmed, as the Llama 3 templates trim it; a tool result as given."""
     calls = message.get("tool_calls") or []
     if not calls:
-        return message["content"]
+        return message["content"] if message["role"] == "tool" else message["content"].strip()
     if len(calls) > 1 or message["content"]:
         raise RendererError(
             f"llama3 renders one tool call per assistant message and no text beside it; message "

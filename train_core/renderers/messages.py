@@ -47,10 +47,11 @@ def reject_unsupported(
 
 
 def reject_trained_thinking(renderer: str, thinking_renderer: str, index: int, message: Message) -> None:
-    """For a thinking-disabled renderer, on the reply being trained where the model's template
-    would write its reasoning: the prompt told the model not to reason, so training on reasoning
-    after it (or silently without it) would teach another conversation than the one given.
-    Thinking on earlier messages is dropped where the template drops it, not rejected."""
+    """For a thinking-disabled renderer, on the reply being trained, where the model's template
+    would write its reasoning (or silently drop it, as Kimi's does): the prompt told the model not
+    to reason, so training on reasoning after it (or silently without it) would teach another
+    conversation than the one given. Thinking on earlier messages is dropped where the template
+    drops it, not rejected."""
     reject_unsupported(
         renderer, index, message, ("thinking",), f"thinking is off: use {thinking_renderer!r} or remove the thinking"
     )

@@ -4,19 +4,23 @@ write it:
     <|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{content}<|im_end|>
     \n<|im_start|>assistant\n<think>\n{thinking}\n</think>\n{content}<|im_end|>
 
-ChatML like Qwen3.5 (`qwen3_5.py`), with these differences: a system block is always written
-(empty when the conversation has none); every assistant message opens with a think block, the
-empty `<think></think>` when it did not reason or its reasoning is dropped; reasoning is dropped
-from messages before the last user message (the template's `truncate_history_thinking`, off in
-the `*_preserve_thinking` renderers); one newline follows `</think>` (Nano / Super) or none
-(Ultra, whose block is `<think>\n{thinking}</think>`); tool calls follow the text after one
-newline, each `<tool_call>\n<function=...>...</tool_call>` followed by a newline, a non-string
-argument written as the template's `|string` does for scalars (Python's spelling) and JSON for
-objects and lists; consecutive tool results share one `user` message of
-`<tool_response>\n...\n</tool_response>\n` blocks. Thinking on generates after `<think>\n`,
-thinking off after `<think></think>`; `nemotron3_low_thinking` (Super) appends
-`\n\n{reasoning effort: low}` to the last user message, `nemotron3_ultra_medium_thinking`
-`\n\n{reasoning effort: efficient}`.
+ChatML like Qwen3.5 (`qwen3_5.py`), with these differences: a system block is always written (empty
+when the conversation has none), and a later system message is written where it is; system, user
+and tool text is written as given, only an assistant message's text is trimmed (at its end, as the
+template trims block and text together; a history message with tool calls at both ends in Nano, not
+at all in Ultra); every assistant message opens with a think block, the empty `<think></think>`
+when it did not reason (reasoning that is only whitespace counts as none) or its reasoning is
+dropped, reasoning written as given; reasoning is dropped from messages before the last user
+message (the template's `truncate_history_thinking`, off in the `*_preserve_thinking` renderers);
+one newline follows `</think>` (Nano / Super) or none (Ultra, whose block is
+`<think>\n{thinking}</think>`); tool calls follow the text after one newline, each
+`<tool_call>\n<function=...>...</tool_call>` followed by a newline, a non-string argument written
+as the template's `|string` does for scalars (Python's spelling) and JSON for objects and lists;
+consecutive tool results share one `user` message of `<tool_response>\n...\n</tool_response>\n`
+blocks. Thinking on generates after `<think>\n`, thinking off after `<think></think>`;
+`nemotron3_low_thinking` (Super) appends `\n\n{reasoning effort: low}` to the last user message,
+`nemotron3_ultra_medium_thinking` `\n\n{reasoning effort: efficient}`. Checked against the Nano and
+3.5 templates byte for byte in `tests/train_core/renderers/test_renderers_official_templates.py`.
 
 The templates disagree with themselves on a reply that did not reason: the prompt opens
 `<think>\n`, the rendering writes `<think></think>`; such an example is rendered as the template
@@ -77,10 +81,8 @@ class Nemotron3Renderer(SpanRenderer):
         last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
         for i, message in enumerate(messages):
             opener: list[Part] = ["\n"] if spans else []
-            role, content = message["role"], message["content"].strip()
+            role, content = message["role"], message["content"]
             if role in ("system", "user"):
-                if role == "system" and i > 0:
-                    raise RendererError(f"{self.name} renders a system message only first; message {i} is one")
                 suffix = self.effort_suffix if i == last_user else ""
                 spans += [Span.header(i, *opener, IM_START, f"{role}\n"), Span.body(i, content + suffix, IM_END)]
             elif role == "tool":
@@ -91,7 +93,8 @@ class Nemotron3Renderer(SpanRenderer):
                 spans += [Span.header(i, *header), Span.body(i, *body, *([] if precedes_tool else [IM_END]))]
             elif role == "assistant":
                 replying = i == len(messages) - 1 and not add_generation_prompt
-                spans += self._assistant_spans(i, message, opener, i < last_user, replying)
+                historical = i < last_user and not self.preserve_thinking
+                spans += self._assistant_spans(i, message, opener, historical, replying)
             else:
                 raise RendererError(f"{self.name} has no role {role!r} (message {i})")
         return spans
@@ -99,24 +102,29 @@ class Nemotron3Renderer(SpanRenderer):
     def _assistant_spans(
         self, i: int, message: Message, opener: list[Part], historical: bool, replying: bool
     ) -> list[Span]:
+        """The template's text: the reasoning block (kept, or emptied in history), then the content,
+        the whole right-trimmed; a message with tool calls then writes each call on its own line."""
         header: list[Part] = [*opener, IM_START, "assistant\n"]
-        content = message["content"].strip()
-        reasoning = message.get("thinking", "").strip()
-        body: list[Part] = []
-        if reasoning and not self.thinking and replying:
+        content, reasoning = message["content"], message.get("thinking", "")
+        calls = message.get("tool_calls") or []
+        if reasoning.strip() and not self.thinking and replying:
             reject_trained_thinking(self.name, self.name.replace("_disable_thinking", ""), i, message)
-        if reasoning and (self.preserve_thinking or not historical):
+        body: list[Part]
+        if reasoning.strip() and not historical:
             header += [THINK, "\n"]
-            body += [f"{reasoning}\n", END_THINK, "\n"] if self.variant == "nano" else [reasoning, END_THINK]
+            after = f"\n{content}" if self.variant == "nano" else content
+            body = [f"{reasoning}\n" if self.variant == "nano" else reasoning, END_THINK, after.rstrip()]
         else:
             header += EMPTY_BLOCK
-            if self.variant == "nano" and reasoning and content and not message.get("tool_calls"):
-                body.append("\n")  # the template's split after a dropped block keeps its newline
-        body.append(content)
-        calls = message.get("tool_calls") or []
+            if historical and calls:  # the template's split after the block, trimmed (Nano) or not (Ultra)
+                text = content.strip() if self.variant == "nano" else content
+            elif historical and reasoning.strip() and self.variant == "nano":
+                text = f"\n{content}".rstrip()  # the split after a dropped block keeps its newline
+            else:
+                text = content.rstrip()
+            body = [text]
         if calls:
-            bare_thinking = self.variant == "nano" and bool(reasoning) and not content
-            body.append("" if bare_thinking else "\n")
+            body.append("\n")
             for call in calls:
                 body += [TOOL_CALL, f"\n{function_block(call, _scalar_text)}\n", END_TOOL_CALL, "\n"]
         return [Span.header(i, *header), Span.body(i, *body, IM_END)]

@@ -65,6 +65,10 @@ _NAMES: dict[ThinkingMode, str] = {
 class Qwen3Renderer(SpanRenderer):
     declares_tools = True
 
+    prompt_opens_think_block = False
+    """Whether the generation prompt ends with `<think>\n` (Qwen3-VL Thinking's template); that
+    opening is then in the header of each assistant message that starts with it, untrained."""
+
     def __init__(
         self, tokenizer: Tokenizer, mode: ThinkingMode = "thinking", strip_thinking_from_history: bool = True
     ) -> None:
@@ -112,10 +116,12 @@ class Qwen3Renderer(SpanRenderer):
                 block = thinking
         if block is not None:
             content, reasoning = content.lstrip("\n"), block.strip("\n")
-            body += [THINK, f"\n{reasoning}\n", END_THINK, "\n\n"]
+            opening: list[Part] = [THINK, "\n"]
+            header, body = (header + opening, body) if self.opens_think_block else (header, body + opening)
+            body += [f"{reasoning}\n", END_THINK, "\n\n"]
         body.append(content)
         for j, call in enumerate(message.get("tool_calls") or []):
-            if j > 0 or content:
+            if j > 0 or message["content"]:  # the template tests the text before stripping it
                 body.append("\n")
             body += [TOOL_CALL, f"\n{encode_named_call(call)}\n", END_TOOL_CALL]
         body.append(IM_END)
@@ -126,7 +132,10 @@ class Qwen3Renderer(SpanRenderer):
 
     def tool_call_prefill(self, name: str | None = None) -> str:
         # in thinking mode an empty think block first, as the template writes when thinking is off
+        # (closing the one the prompt opened, where it opens one)
         opener = "<think>\n\n</think>\n\n" if self.mode == "thinking" else ""
+        if self.opens_think_block:
+            opener = opener.removeprefix("<think>\n")
         opener += f"{TOOL_CALL.text}\n"
         return opener if name is None else opener + f'{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments": '
 
@@ -135,7 +144,13 @@ class Qwen3Renderer(SpanRenderer):
         header += [IM_START, f"{role}\n"]
         if self.mode == "disabled" and role == "assistant":
             header += EMPTY_THINK_BLOCK
+        if self.opens_think_block and role == "assistant":
+            header += [THINK, "\n"]
         return header
+
+    @property
+    def opens_think_block(self) -> bool:
+        return self.prompt_opens_think_block and self.mode == "thinking"
 
     def get_stop_sequences(self) -> StopCondition:
         return [self.codec.special_id(IM_END.text)]

@@ -21,7 +21,7 @@ message (creating one when there is none), `medium` writes none, and with thinki
 is none; and an empty system message renders nothing.
 
 Where this differs from tinker-cookbook, it follows the templates (checked against them byte for
-byte in `tests/train_core/renderers/test_renderers_chat_templates.py`): a current-turn assistant
+byte in `tests/train_core/renderers/test_renderers_official_templates.py`): a current-turn assistant
 message that is not the reply (a tool-calling step) keeps its reasoning, which the cookbook's
 `qwen3_5` strips; with `preserve_thinking` every assistant message gets its block, empty when it
 did not reason, where the cookbook writes none; and a boolean or null argument is JSON (`true`,

@@ -11,14 +11,23 @@ The count follows the model's image processor settings (`VisionSpec`, by default
 
 As in the template (and tinker-cookbook's `Qwen3VLRenderer`), only user messages may hold
 images; a system, assistant or tool message with an image part is an error here rather than
-silently dropped. `qwen3_vl_instruct` (Qwen3-VL Instruct) writes no think blocks; `qwen3_vl`
-is the Qwen3 thinking format, as the cookbook's `qwen3_vl` renders it.
+silently dropped.
+
+The two variants follow the Qwen3-VL templates (checked against them byte for byte in
+`tests/train_core/renderers/test_renderers_official_templates.py`). `qwen3_vl` (Qwen3-VL Thinking)
+is Qwen3's thinking format (think blocks on assistant messages after the last user query) whose
+generation prompt, unlike Qwen3's and tinker-cookbook's `qwen3_vl`, opens the think block:
+`<|im_start|>assistant\n<think>\n`; that opening is in the header of each assistant message that
+starts with it, untrained, since sampling is always given it. `qwen3_vl_instruct` (Qwen3-VL
+Instruct) writes no think blocks; its template silently drops a system message that is not the
+first, which is an error here instead.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from train_core.renderers.errors import RendererError
 from train_core.renderers.images import QWEN3_VL_VISION, VisionSpec, image_chunk, image_of_part
 from train_core.renderers.messages import IMAGE_PART_TYPES, Message, MessageFormatError, content_parts
 from train_core.renderers.qwen3 import Qwen3Renderer, ThinkingMode
@@ -33,6 +42,7 @@ IMAGE_PAD = Special("<|image_pad|>")
 
 class Qwen3VLRenderer(Qwen3Renderer):
     takes_images = True
+    prompt_opens_think_block = True
 
     def __init__(
         self, tokenizer: Tokenizer, mode: ThinkingMode = "thinking", vision: VisionSpec = QWEN3_VL_VISION
@@ -60,6 +70,11 @@ class Qwen3VLRenderer(Qwen3Renderer):
 
     def render_spans(self, messages: Sequence[Message], *, add_generation_prompt: bool) -> list[Span]:
         for index, message in enumerate(messages):
+            if self.mode == "instruct" and message["role"] == "system" and index > 0:
+                raise RendererError(
+                    f"{self.name} renders a system message only first (the Qwen3-VL Instruct template drops "
+                    f"a later one); message {index} is one"
+                )
             if message["role"] != "user" and not isinstance(message["content"], str):
                 # assistant and tool content is text: parts become one string, images are refused
                 text = "".join(str(p) for p in self.content_parts(index, message))

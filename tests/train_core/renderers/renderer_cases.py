@@ -132,7 +132,7 @@ def expected_preamble(name: str, messages: list[Message]) -> str:
     if name.startswith("deepseekv4_1"):
         level = {"low": "low", "max": "max"}.get(name.split("_")[2] if name.count("_") > 1 else "", "high")
         return f"<｜begin▁of▁sentence｜><｜System｜>{effort_line(REASONING_BUDGETS[level])}"
-    if name.startswith("kimi_k2") and messages[0]["role"] != "system":
+    if name == "kimi_k2" and messages[0]["role"] != "system":
         return f"<|im_system|>system<|im_middle|>{DEFAULT_SYSTEM_PROMPT}<|im_end|>"
     if name.startswith("nemotron3") and messages[0]["role"] != "system":
         return "<|im_start|>system\n<|im_end|>"

@@ -8,6 +8,7 @@ from typing import Any, cast
 
 import pytest
 from PIL import Image, ImageDraw
+from renderer_cases import decode_text
 from transformers import AutoImageProcessor, PreTrainedTokenizerBase
 
 from adapters.common.tiny import EMBEDDED_MODELS, TINY_VL_MODEL_NAME
@@ -79,19 +80,45 @@ def test_user_images_render_between_vision_tokens(vl_tokenizer: PreTrainedTokeni
     assert vl_tokenizer.decode([t for w, t in zip(weights, ids, strict=True) if w]) == "red<|im_end|>"
 
 
-def test_without_images_qwen3_vl_renders_as_qwen3(vl_tokenizer: PreTrainedTokenizerBase) -> None:
+def test_without_images_qwen3_vl_renders_qwen3s_text(vl_tokenizer: PreTrainedTokenizerBase) -> None:
     messages: list[Any] = [
         {"role": "user", "content": "Hi"},
         {"role": "assistant", "content": "Hello", "thinking": "greet"},
     ]
-    for vl, text in (("qwen3_vl", "qwen3"), ("qwen3_vl_instruct", "qwen3_instruct")):
-        assert get_renderer(vl, vl_tokenizer).build_supervised_example(messages) == get_renderer(
-            text, vl_tokenizer
-        ).build_supervised_example(messages)
-        parts: list[Any] = [{"role": "user", "content": [{"type": "text", "text": "H"}, {"type": "text", "text": "i"}]}]
-        assert get_renderer(vl, vl_tokenizer).build_generation_prompt(parts) == get_renderer(
-            text, vl_tokenizer
-        ).build_generation_prompt(messages[:1])
+    parts: list[Any] = [{"role": "user", "content": [{"type": "text", "text": "H"}, {"type": "text", "text": "i"}]}]
+    instruct, text_instruct = (get_renderer(n, vl_tokenizer) for n in ("qwen3_vl_instruct", "qwen3_instruct"))
+    assert instruct.build_supervised_example(messages) == text_instruct.build_supervised_example(messages)
+    assert instruct.build_generation_prompt(parts) == text_instruct.build_generation_prompt(messages[:1])
+    thinking, text_thinking = (get_renderer(n, vl_tokenizer) for n in ("qwen3_vl", "qwen3"))
+    example = thinking.build_supervised_example(messages)[0].to_ints()
+    qwen3_example = text_thinking.build_supervised_example(messages)[0].to_ints()
+    assert decode_text(vl_tokenizer, example) == decode_text(vl_tokenizer, qwen3_example)
+    prompt = thinking.build_generation_prompt(parts).to_ints()
+    qwen3_prompt = text_thinking.build_generation_prompt(messages[:1]).to_ints()
+    assert decode_text(vl_tokenizer, prompt) == decode_text(vl_tokenizer, qwen3_prompt) + "<think>\n"
+
+
+def test_qwen3_vl_thinking_prompt_opens_the_think_block(vl_tokenizer: PreTrainedTokenizerBase) -> None:
+    """Regression (issue 46): the Qwen3-VL Thinking template's generation prompt ends with
+    `<|im_start|>assistant\n<think>\n`; the reply's example extends it and trains what follows."""
+    renderer = get_renderer("qwen3_vl", vl_tokenizer)
+    messages: list[Any] = [
+        {"role": "user", "content": ask(picture(), "Which?")},
+        {"role": "assistant", "content": "Red.", "thinking": "It is red."},
+    ]
+    prompt = renderer.build_generation_prompt(messages[:1])
+    assert decode_text(vl_tokenizer, prompt.token_ids(0)).endswith("<|im_end|>\n<|im_start|>assistant\n<think>\n")
+    example, weights = renderer.build_supervised_example(messages)
+    ids = example.token_ids(0)
+    assert ids[: prompt.length] == prompt.token_ids(0)
+    trained = [t for w, t in zip(weights, ids, strict=True) if w]
+    assert vl_tokenizer.decode(trained) == "It is red.\n</think>\n\nRed.<|im_end|>"
+    assert renderer.parse_response(ids[prompt.length :]) == (
+        {"role": "assistant", "content": "Red.", "thinking": "It is red."},
+        True,
+    )
+    call = renderer.tool_call_prefill("get_weather")
+    assert call.startswith("\n</think>\n\n<tool_call>\n")
 
 
 def test_generation_prompt_and_reply_parse(vl_tokenizer: PreTrainedTokenizerBase) -> None:

@@ -8,7 +8,7 @@ entry was checked against tinker-cookbook 0.6.1's rendering of the same conversa
 tokenizer (`test_renderers_cookbook_parity.py` repeats that live where the cookbook is
 installed), except `qwen3_5` and `qwen3_5_disable_thinking` on TOOLS, where the renderer follows
 the Qwen3.6 template instead (the tool-calling step keeps its reasoning), which
-`test_renderers_chat_templates.py` checks byte for byte."""
+`test_renderers_official_templates.py` checks byte for byte."""
 
 from __future__ import annotations
 
