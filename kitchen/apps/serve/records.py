@@ -3,7 +3,9 @@
 The records live in one JSON file under the store folder, rewritten atomically (temp file, fsync,
 rename) on every change, so a server killed with `kill -9` restarts with every run and checkpoint
 it had acknowledged. The weights themselves are the backend's checkpoint files under
-`<store>/checkpoints`; a record maps the `tinker://` path a client sees to the backend's own path.
+`<store>/checkpoints` (external exports under `<store>/external`); a record maps the `tinker://`
+path a client sees to the backend's own path. Records written by an older server load with the
+newer fields at their defaults.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-CheckpointType = Literal["training", "sampler"]
+CheckpointType = Literal["training", "sampler", "external"]
 TINKER_SCHEME = "tinker://"
-_SEGMENT = {"training": "weights", "sampler": "sampler_weights"}
+_SEGMENT = {"training": "weights", "sampler": "sampler_weights", "external": "external_weights"}
+DEFAULT_PROJECT = "default"
+"""The project of a session created without one (the service puts every session in a project)."""
 
 
 @dataclass
@@ -26,6 +30,9 @@ class SessionRecord:
     owner: str
     created: float
     finished: str | None = None
+    user_metadata: dict[str, str] | None = None
+    project_id: str = DEFAULT_PROJECT
+    display_name: str | None = None
 
 
 @dataclass
@@ -40,6 +47,10 @@ class RunRecord:
     created: float
     last_request_time: float
     user_metadata: dict[str, Any] | None = None
+    layers: dict[str, bool] | None = None
+    """The LoRA layer choice it was created with (train_attn, train_mlp, train_unembed)."""
+    copy_of: str | None = None
+    """For a run made by copy_weights: the checkpoint it holds a copy of (it cannot be trained)."""
 
 
 @dataclass
@@ -52,6 +63,9 @@ class CheckpointRecord:
     owner: str
     time: float
     user_metadata: dict[str, str] | None = None
+    public: bool = False
+    expires_at: float | None = None
+    """Epoch seconds after which the checkpoint is gone (None: never)."""
 
     @property
     def checkpoint_id(self) -> str:
@@ -117,6 +131,10 @@ class RecordStore:
     def add_checkpoint(self, record: CheckpointRecord) -> None:
         self.data.checkpoints[record.tinker_path] = record
         self.save()
+
+    def sharing(self, backend_path: str) -> list[CheckpointRecord]:
+        """The checkpoints whose weights are the files at `backend_path` (copies share them)."""
+        return [c for c in self.data.checkpoints.values() if c.backend_path == backend_path]
 
     def remove_checkpoint(self, path: str) -> CheckpointRecord | None:
         record = self.data.checkpoints.pop(path, None)
