@@ -188,7 +188,13 @@ class LocalBackend:
 
     def _model(self, identity: ModelIdentity) -> torch.nn.Module:
         return load_model(
-            identity.base_model, identity.lora_rank, identity.seed, self.device, self._dtype, self._lora, identity.layers
+            identity.base_model,
+            identity.lora_rank,
+            identity.seed,
+            self.device,
+            self._dtype,
+            self._lora,
+            identity.layers,
         )
 
     def _training_client(self, identity: ModelIdentity) -> LocalTrainingClient | DistributedTrainingClient:

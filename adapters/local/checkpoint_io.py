@@ -167,7 +167,9 @@ def read_identity(path: Path) -> ModelIdentity:
     try:
         raw = json.loads(file.read_text(encoding="utf-8"))
         layers = raw.get("layers")
-        return ModelIdentity(raw["base_model"], raw["lora_rank"], raw["seed"], None if layers is None else LoraLayers(**layers))
+        return ModelIdentity(
+            raw["base_model"], raw["lora_rank"], raw["seed"], None if layers is None else LoraLayers(**layers)
+        )
     except FileNotFoundError:
         raise ConfigError(f"{path}: not a local-backend checkpoint (no {_METADATA})") from None
     except (json.JSONDecodeError, TypeError, KeyError) as exc:

@@ -50,7 +50,10 @@ def score_prompt_detail(model: torch.nn.Module, tokens: list[int], detail: Promp
             grid_cK = torch.tensor(detail.targets[start : start + rows], device=logits_cV.device)
             found_cK = logprobs_cV.gather(-1, grid_cK.clamp(min=0)).tolist()
             asked_cK = (grid_cK >= 0).tolist()
-            targets += [[v if a else None for v, a in zip(vs, asks, strict=True)] for vs, asks in zip(found_cK, asked_cK, strict=True)]
+            targets += [
+                [v if a else None for v, a in zip(vs, asks, strict=True)]
+                for vs, asks in zip(found_cK, asked_cK, strict=True)
+            ]
         if detail.alt_k > 0:
             drawn_cK, drawn_lp_cK = _draw(logits_cV, detail, generator)
             alt_tokens += drawn_cK.tolist()
@@ -65,7 +68,9 @@ def score_prompt_detail(model: torch.nn.Module, tokens: list[int], detail: Promp
     )
 
 
-def _draw(logits_cV: torch.Tensor, detail: PromptDetail, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def _draw(
+    logits_cV: torch.Tensor, detail: PromptDetail, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """`alt_k` independent draws per row and their logprobs under the tempered distribution."""
     if detail.temperature == 0.0:
         logprobs_cV = log_softmax_f32(logits_cV)

@@ -8,10 +8,10 @@ row's token in one batched inverse-CDF lookup.
 
 Reported logprobs are those of the sampled token under the temperature-scaled distribution
 `log_softmax(logits / temperature)`, taken before top-k / top-p truncation (the truncation only
-decides which tokens may be drawn); `topk_logprobs` reports that distribution's most likely tokens. At temperature 1 they therefore equal the training
-logprobs. Temperature 0 means greedy decoding; its logprobs are then the untempered ones.
-The token that triggers a stop (a stop id, or the token completing a stop string) is kept in
-the output, as the Tinker sampler does.
+decides which tokens may be drawn); `topk_logprobs` reports that distribution's most likely
+tokens. At temperature 1 they therefore equal the training logprobs. Temperature 0 means greedy
+decoding; its logprobs are then the untempered ones. The token that triggers a stop (a stop id,
+or the token completing a stop string) is kept in the output, as the Tinker sampler does.
 
 A request that follows a weight feed (`Following`: in-flight weight updates) looks at the feed
 before each decode step; when newer local weights were published, the decode switches to them:

@@ -27,7 +27,9 @@ def truncate_logprobs(logprobs_NV: torch.Tensor, top_k: int, top_p: float) -> to
 def top_logprobs(logprobs_BV: torch.Tensor, k: int) -> list[list[tuple[int, float]]]:
     """Each row's k most likely tokens and their logprobs, most likely first."""
     values_BK, ids_BK = torch.topk(logprobs_BV, min(k, logprobs_BV.shape[-1]), dim=-1)
-    return [list(zip(ids, values, strict=True)) for ids, values in zip(ids_BK.tolist(), values_BK.tolist(), strict=True)]
+    return [
+        list(zip(ids, values, strict=True)) for ids, values in zip(ids_BK.tolist(), values_BK.tolist(), strict=True)
+    ]
 
 
 def next_tokens(

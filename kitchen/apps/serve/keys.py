@@ -68,6 +68,12 @@ class KeyCheck:
         self._keys = tuple(k.encode() for k in keys) if keys else None
         self._secret = secret
 
+    @property
+    def secret(self) -> ServerSecret:
+        if self._secret is None:
+            raise RuntimeError("this key check was built without the store's secret")
+        return self._secret
+
     def token(self, presented: str | None) -> str:
         """A JWT for the owner of API key `presented` (the SDK's key exchange)."""
         owner = self.owner(presented)

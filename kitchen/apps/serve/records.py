@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -76,11 +77,19 @@ def tinker_path(training_run_id: str, kind: CheckpointType, name: str) -> str:
     return f"{TINKER_SCHEME}{training_run_id}/{_SEGMENT[kind]}/{name}"
 
 
+MAX_EVENTS = 10_000
+"""Audit events kept (the oldest are dropped past it)."""
+
+
 @dataclass
 class Records:
     sessions: dict[str, SessionRecord] = field(default_factory=dict)
     runs: dict[str, RunRecord] = field(default_factory=dict)
     checkpoints: dict[str, CheckpointRecord] = field(default_factory=dict)
+    copies: dict[str, str] = field(default_factory=dict)
+    """`copy_weights` requests by owner and idempotency key -> the copy's path (a retry gets it again)."""
+    events: list[dict[str, Any]] = field(default_factory=list)
+    """The checkpoint events of the audit log: time, event, owner, tinker_path and details."""
 
 
 class RecordStore:
@@ -103,6 +112,8 @@ class RecordStore:
             {k: SessionRecord(**v) for k, v in raw.get("sessions", {}).items()},
             {k: RunRecord(**v) for k, v in raw.get("runs", {}).items()},
             {k: CheckpointRecord(**v) for k, v in raw.get("checkpoints", {}).items()},
+            dict(raw.get("copies", {})),
+            list(raw.get("events", [])),
         )
 
     def save(self) -> None:
@@ -112,6 +123,8 @@ class RecordStore:
                 "sessions": {k: asdict(v) for k, v in self.data.sessions.items()},
                 "runs": {k: asdict(v) for k, v in self.data.runs.items()},
                 "checkpoints": {k: asdict(v) for k, v in self.data.checkpoints.items()},
+                "copies": self.data.copies,
+                "events": self.data.events,
             }
             temp = self._file.with_suffix(".json.tmp")
             with open(temp, "w", encoding="utf-8") as handle:
@@ -130,6 +143,14 @@ class RecordStore:
 
     def add_checkpoint(self, record: CheckpointRecord) -> None:
         self.data.checkpoints[record.tinker_path] = record
+        self.save()
+
+    def log_event(self, event: str, owner: str, tinker_path: str, **details: Any) -> None:
+        """Append an audit event (and save)."""
+        self.data.events.append(
+            {"time": time.time(), "event": event, "owner": owner, "tinker_path": tinker_path, **details}
+        )
+        del self.data.events[:-MAX_EVENTS]
         self.save()
 
     def sharing(self, backend_path: str) -> list[CheckpointRecord]:
