@@ -145,6 +145,8 @@ def decode_completion(
     tempered or truncated draw, which reads the current weights' distribution). The token that
     meets a stop condition is kept, as the local and Tinker samplers keep it."""
     prompt_hash, _ = _prompt_start(weights, tuple(prompt_T))
+    if params.temperature == 0.0:  # greedy: every sample the same, its ending included
+        sample_seed = 0
     rng = random.Random(hash_ints([weights.initial_state(), prompt_hash, sample_seed & (2**64 - 1)]))
     natural_length = rng.randint(1, 2 * MEAN_NATURAL_LENGTH - 1)
     context = _Context(weights, prompt_T, params.topk_logprobs, vocab_ids)

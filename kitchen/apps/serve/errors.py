@@ -1,6 +1,7 @@
 """What `kitchen serve` answers when it refuses a request: each a 4xx with a message the SDK shows.
 
-Never a 5xx for a request the server will not serve: the SDK retries those.
+Never a 5xx, nor a 408, 409 or 429, for a request the server will not serve: the SDK retries
+those (for minutes), so a conflict (a checkpoint that already exists, one already public) is a 400.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ class NotFound(ServeError):
 
 
 class Conflict(ServeError):
-    status = 409
+    """The request clashes with what exists: a 400, since the SDK retries a 409."""
 
 
 class Gone(ServeError):

@@ -90,6 +90,7 @@ def build_service(settings: ServeSettings) -> tuple[TinkerService, KeyCheck]:
         long_poll_s=settings.long_poll_s,
         backend_settings=getattr(config, spec.name, None),
     )
+    service.cache_tokenizers()
     return service, keys
 
 

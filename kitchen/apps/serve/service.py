@@ -14,19 +14,21 @@ protocol.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import logging
 import re
 import secrets
 import shutil
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tinker import types as sdk
 
-from kitchen.apps.serve import refusals
+from kitchen.apps.serve import hf_cache, refusals
 from kitchen.apps.serve.catalog import ModelCatalog
 from kitchen.apps.serve.cross_entropy_2d import Expanded, expand_2d_targets
 from kitchen.apps.serve.errors import Conflict, Gone, NotFound, NotServed, ServeError
@@ -59,6 +61,7 @@ from kitchen.engine.ports import SamplingClient, ScoresPromptDetail, SelectsLora
 from train_core.errors import InvalidInputError
 from train_core.types import ForwardBackwardOutput, LoraLayers, PromptDetail, SampleResult
 
+log = logging.getLogger("kitchen.apps.serve")
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 MIN_TTL_S, MAX_TTL_S = 3600, 10 * 365 * 24 * 3600
 """The TTL range the Tinker API documents for checkpoints: one hour to ten years."""
@@ -291,6 +294,23 @@ class TinkerService:
             self._tokenizer_dirs[base_model] = str(folder.resolve())
         return self._tokenizer_dirs[base_model]
 
+    def cache_tokenizers(self) -> list[str]:
+        """Put each served name's tokenizer in this machine's HF cache (`kitchen.apps.serve.hf_cache`);
+        the names written."""
+        from huggingface_hub import constants
+
+        written = []
+        for name in sorted(self.catalog.models):
+            try:
+                folder = Path(self.tokenizer_id(name))
+                tokenizer: Any = self.backend.get_tokenizer(self.catalog.backend_model(name))
+                source = Path(str(getattr(tokenizer, "name_or_path", "")))
+                if hf_cache.publish(Path(constants.HF_HUB_CACHE), name, folder, source if source.is_dir() else None):
+                    written.append(name)
+            except (OSError, InvalidInputError) as exc:
+                log.warning("serve.hf_cache_skipped name=%s error=%s", name, exc)
+        return written
+
     def eos_ids(self, base_model: str) -> list[int]:
         """The served model's end-of-sequence ids: where sampling stops when a request names no stop."""
         if base_model not in self._eos:
@@ -346,6 +366,47 @@ class TinkerService:
         asyncio.get_running_loop().create_task(live.sequencer.add(seq_id, step))
         return body
 
+    # --- the training requests of a model, in seq_id order ---
+
+    @contextlib.contextmanager
+    def _turn(self, owner: str, model_id: str | None, seq_id: int | None) -> Iterator[None]:
+        """A sequenced request refused before it is queued still takes its turn: its seq_id is
+        passed over, so the model's later requests (which the SDK sends regardless) do not wait
+        for it forever."""
+        try:
+            yield
+        except (ServeError, WireError, InvalidInputError):
+            live = self.models.get(model_id or "")
+            if live is not None and live.run.owner == owner and seq_id is not None and not live.sequencer.seen(seq_id):
+                asyncio.get_running_loop().create_task(live.sequencer.add(seq_id, _nothing))
+            raise
+
+    def loss(self, owner: str, request: LossRequest) -> dict[str, Any]:
+        with self._turn(owner, request.model_id, request.seq_id):
+            return self._loss(owner, request)
+
+    def optim_step(self, owner: str, request: sdk.OptimStepRequest) -> dict[str, Any]:
+        with self._turn(owner, request.model_id, request.seq_id):
+            return self._optim_step(owner, request)
+
+    def save_weights(self, owner: str, request: sdk.SaveWeightsRequest) -> dict[str, Any]:
+        with self._turn(owner, request.model_id, request.seq_id):
+            return self._save_weights(owner, request)
+
+    def save_weights_external(self, owner: str, request: sdk.SaveWeightsExternalRequest) -> dict[str, Any]:
+        with self._turn(owner, request.model_id, request.seq_id):
+            return self._save_weights_external(owner, request)
+
+    def save_weights_for_sampler(self, owner: str, request: sdk.SaveWeightsForSamplerRequest) -> dict[str, Any]:
+        with self._turn(owner, request.model_id, request.seq_id):
+            return self._save_weights_for_sampler(owner, request)
+
+    def load_weights(
+        self, owner: str, request: sdk.LoadWeightsRequest, token_owner: str | None = None
+    ) -> dict[str, Any]:
+        with self._turn(owner, request.model_id if request.session_id is None else None, request.seq_id):
+            return self._load_weights(owner, request, token_owner)
+
     def check_loss(self, loss_fn: str) -> None:
         """A loss kitchen cannot compute is refused up front, in the words `kitchen validate` uses."""
         try:
@@ -360,7 +421,7 @@ class TinkerService:
         if problems:
             raise ServeError(f"backend {self.spec.name!r}: " + "; ".join(problems))
 
-    def loss(self, owner: str, request: LossRequest) -> dict[str, Any]:
+    def _loss(self, owner: str, request: LossRequest) -> dict[str, Any]:
         self.check_loss(request.loss_fn)
         config = numeric_config(request.loss_fn_config, request.loss_fn)
         if not request.data:
@@ -383,7 +444,7 @@ class TinkerService:
         label = "forward" if request.forward_only else "forward_backward"
         return self._sequenced(owner, request.model_id, request.seq_id, submit, label)
 
-    def optim_step(self, owner: str, request: sdk.OptimStepRequest) -> dict[str, Any]:
+    def _optim_step(self, owner: str, request: sdk.OptimStepRequest) -> dict[str, Any]:
         if getattr(request.optim_params, "type", None) == "dimuon":
             raise refuse(refusals.DIMUON)
         adam = adam_params_from_sdk(request.optim_params)
@@ -430,6 +491,9 @@ class TinkerService:
         overwrite = getattr(request, "overwrite", False)
         metadata = getattr(request, "user_metadata", None)
         expires_at = self.expiry(request.ttl_seconds)
+        self.sweep_expired()
+        if path in self.store.data.checkpoints and not overwrite:
+            raise Conflict(f"checkpoint {path} already exists (save with overwrite=True to replace it)")
 
         async def submit(live: LiveModel) -> Awaitable[Outcome]:
             self.sweep_expired()
@@ -473,10 +537,10 @@ class TinkerService:
         await asyncio.to_thread(export, saved, out_dir, False, self.backend_settings)
         return str(out_dir.resolve())
 
-    def save_weights(self, owner: str, request: sdk.SaveWeightsRequest) -> dict[str, Any]:
+    def _save_weights(self, owner: str, request: sdk.SaveWeightsRequest) -> dict[str, Any]:
         return self._save(owner, request, "training")
 
-    def save_weights_external(self, owner: str, request: sdk.SaveWeightsExternalRequest) -> dict[str, Any]:
+    def _save_weights_external(self, owner: str, request: sdk.SaveWeightsExternalRequest) -> dict[str, Any]:
         if request.age_encryption_recipients:
             raise refuse(refusals.AGE_ENCRYPTION)
         if self.spec.export_hf is None:
@@ -487,7 +551,7 @@ class TinkerService:
         why = self.spec.export_hint or "it cannot export weights"
         return refuse(f"save_weights_external is not served by backend {self.spec.name!r}: {why}")
 
-    def save_weights_for_sampler(self, owner: str, request: sdk.SaveWeightsForSamplerRequest) -> dict[str, Any]:
+    def _save_weights_for_sampler(self, owner: str, request: sdk.SaveWeightsForSamplerRequest) -> dict[str, Any]:
         if request.path is not None:
             return self._save(owner, request, "sampler")
         if request.sampling_session_seq_id is None:
@@ -556,7 +620,7 @@ class TinkerService:
             raise ServeError(f"{path} is a {record.checkpoint_type} checkpoint, not a {kind} one")
         return record
 
-    def load_weights(
+    def _load_weights(
         self, owner: str, request: sdk.LoadWeightsRequest, token_owner: str | None = None
     ) -> dict[str, Any]:
         record = self.checkpoint(owner, request.path, "training", read=True, token_owner=token_owner)
@@ -714,6 +778,10 @@ class TinkerService:
         width = len(detail.targets[0]) if detail.targets else 0
         asked = _last(scores.logprobs, last_n) if request.prompt_logprobs else None
         return PromptReport(asked, scores, detail.topk, width, detail.alt_k)
+
+
+async def _nothing() -> None:
+    """The step of a seq_id whose request was refused."""
 
 
 def _width(name: str, value: int) -> int:

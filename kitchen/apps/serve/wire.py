@@ -20,6 +20,7 @@ import torch
 from google.protobuf.message import DecodeError
 from tinker import types as sdk
 from tinker.proto import tinker_public_pb2 as pb
+from tinker.types.topk_logprobs import MASK_LOGPROB
 
 from kitchen.apps.serve.refusals import DMEL_AUDIO, refuse
 from train_core.types import (
@@ -146,13 +147,33 @@ def decode_loss_request(body: bytes) -> LossRequest:
 
 
 def encode_loss_output(output: ForwardBackwardOutput) -> bytes:
-    """A `ForwardBackwardOutput` protobuf: one ArrayRecord holding every datum's outputs."""
+    """A `ForwardBackwardOutput` protobuf: the datums' outputs in ArrayRecords, one per run of
+    consecutive datums whose fields have the same trailing shape (one record unless some datums
+    have [T] outputs and others [T, K])."""
     msg = pb.ForwardBackwardOutput(loss_fn_output_type="ArrayRecord")
     for key, value in output.metrics.items():
         msg.metrics[key] = float(value)
     outputs = output.loss_fn_outputs
+    if not outputs:
+        msg.loss_fn_outputs.add(type_tag="ArrayRecord", num_datums=0)
+    start = 0
+    while start < len(outputs):
+        shape = _trailing(outputs[start])
+        end = start + 1
+        while end < len(outputs) and _trailing(outputs[end]) == shape:
+            end += 1
+        _add_record(msg, outputs[start:end])
+        start = end
+    return msg.SerializeToString()
+
+
+def _trailing(row: Mapping[str, TensorData]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    return tuple((name, tuple(t.shape[1:])) for name, t in sorted(row.items()))
+
+
+def _add_record(msg: pb.ForwardBackwardOutput, outputs: Sequence[Mapping[str, TensorData]]) -> None:
     record = msg.loss_fn_outputs.add(type_tag="ArrayRecord", num_datums=len(outputs))
-    for name in outputs[0] if outputs else ():
+    for name in outputs[0]:
         tensors = [row[name] for row in outputs]
         dtype = tensors[0].dtype
         np_dtype = np.float32 if dtype == "float32" else np.int64
@@ -163,13 +184,13 @@ def encode_loss_output(output: ForwardBackwardOutput) -> bytes:
         field.data = b"".join(a.tobytes() for a in arrays)
         field.offsets = np.cumsum(sizes).astype(np.int64).tobytes()
         field.trailing_shape.extend(tensors[0].shape[1:])
-    return msg.SerializeToString()
 
 
 def _topk_pb(rows: Sequence[Sequence[tuple[int, float]]], k: int) -> pb.TopkLogprobs:
-    """[n, k] token ids and logprobs (a row shorter than k, from a small vocabulary, padded with -1 / -inf)."""
-    ids = np.full((len(rows), k), -1, dtype=np.int32)
-    values = np.full((len(rows), k), -np.inf, dtype=np.float32)
+    """[n, k] token ids and logprobs; empty cells (a row with nothing to report, or shorter than
+    k) hold the SDK's sentinel (token 0, logprob MASK_LOGPROB), which it reads as "nothing"."""
+    ids = np.zeros((len(rows), k), dtype=np.int32)
+    values = np.full((len(rows), k), MASK_LOGPROB, dtype=np.float32)
     for i, row in enumerate(rows):
         for j, (token, logprob) in enumerate(row[:k]):
             ids[i, j], values[i, j] = token, logprob
