@@ -273,8 +273,8 @@ def _forward(ctx: Context) -> Answer:
     wide = types.Datum(
         model_input=types.ModelInput.from_ints(TOKENS[:-1]),
         loss_fn_inputs={
-            "target_tokens": types.TensorData(data=[[t, t] for t in TOKENS[1:]], dtype="int64", shape=[9, 2]),
-            "weights": types.TensorData(data=[[1.0, 0.5]] * 9, dtype="float32", shape=[9, 2]),
+            "target_tokens": types.TensorData(data=[t for t in TOKENS[1:] for _ in "kk"], dtype="int64", shape=[9, 2]),
+            "weights": types.TensorData(data=[1.0, 0.5] * 9, dtype="float32", shape=[9, 2]),
         },
     )
     grid = ctx.training.forward([wide], "cross_entropy").result()
@@ -420,7 +420,7 @@ def _info(ctx: Context) -> Answer:
 @check("TrainingClient.get_tokenizer")
 def _training_tokenizer(ctx: Context) -> Answer:
     tokenizer = ctx.training.get_tokenizer()
-    assert tokenizer.decode(tokenizer.encode("hello world")).strip() == "hello world"
+    assert str(tokenizer.decode(tokenizer.encode("hello world"))).strip() == "hello world"
     return works("loads offline from the folder get_info names")
 
 
@@ -461,7 +461,9 @@ def _sample(ctx: Context) -> Answer:
         topk_prompt_logprobs=3,
         topk_sample_logprobs=3,
         prompt_alt_tokens_k=2,
-        target_prompt_logprobs=types.TensorData(data=[[t, -1] for t in TOKENS[1:]], dtype="int64", shape=[9, 2]),
+        target_prompt_logprobs=types.TensorData(
+            data=[x for t in TOKENS[1:] for x in (t, -1)], dtype="int64", shape=[9, 2]
+        ),
         prompt_logprobs_last_n=4,
     ).result()
     full = ctx.sampler.compute_logprobs(prompt).result()
@@ -588,7 +590,7 @@ def _list_runs(ctx: Context) -> Answer:
     runs = ctx.rest.list_training_runs(limit=1000).result()
     old = deprecated(lambda: ctx.rest.list_training_runs_async(limit=1000))
     assert ctx.training.model_id in [r.training_run_id for r in runs.training_runs]
-    assert runs.cursor.total_count == old.cursor.total_count
+    assert runs.cursor is not None and old.cursor is not None and runs.cursor.total_count == old.cursor.total_count
     in_project = ctx.rest.list_training_runs(limit=1000, project_id="conformance").result().training_runs
     assert ctx.training.model_id in [r.training_run_id for r in in_project]
     assert ctx.rest.list_training_runs(project_id="no-such-project").result().training_runs == []
@@ -609,6 +611,7 @@ def _user_checkpoints(ctx: Context) -> Answer:
     old = deprecated(lambda: ctx.rest.list_user_checkpoints_async(limit=1000))
     assert ctx.state_path in [c.tinker_path for c in page.checkpoints]
     times = [c.time for c in page.checkpoints]
+    assert page.cursor is not None and old.cursor is not None
     assert times == sorted(times, reverse=True) and page.cursor.total_count == old.cursor.total_count
     return works("every checkpoint of this key, newest first, paged")
 
@@ -809,7 +812,9 @@ def _billing(ctx: Context) -> Answer:
 )
 def _storage(ctx: Context) -> Answer:
     usage = ctx.admin.get_current_checkpoint_storage_usage().result()
-    listed = ctx.rest.list_user_checkpoints(limit=1000).result().cursor.total_count
+    cursor = ctx.rest.list_user_checkpoints(limit=1000).result().cursor
+    assert cursor is not None
+    listed = cursor.total_count
     assert sum(item.checkpoint_count for item in usage.data) == listed
     project = ctx.admin.get_current_checkpoint_storage_usage("conformance").result()
     assert [item.project_id for item in project.data] == ["conformance"]
