@@ -77,7 +77,13 @@ class SdkTrainingClient(Protocol):
 
 class SdkServiceClient(Protocol):
     def create_lora_training_client(
-        self, base_model: str, rank: int = ..., seed: int | None = None
+        self,
+        base_model: str,
+        rank: int = ...,
+        seed: int | None = None,
+        train_mlp: bool = ...,
+        train_attn: bool = ...,
+        train_unembed: bool = ...,
     ) -> SdkFuture[SdkTrainingClient]: ...
 
     def create_training_client_from_state(self, path: str) -> SdkFuture[SdkTrainingClient]: ...

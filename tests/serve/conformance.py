@@ -144,6 +144,21 @@ Counts (a call counts by its best answer): {counts}.
 """
 
 
+REFUSALS = """
+## What is refused, and why
+
+Options of the calls above that `kitchen serve` refuses by name (each message as the server sends it):
+
+"""
+
+
+def refusal_messages() -> list[str]:
+    """Every message of `kitchen.apps.serve.refusals`."""
+    from kitchen.apps.serve import refusals
+
+    return [value for name, value in vars(refusals).items() if name.isupper() and isinstance(value, str)]
+
+
 def write_table(rows: dict[str, dict[str, str]], path: Path = TABLE) -> None:
     tally = counts(rows)
     summary = ", ".join(f"{n} {name}" for name, n in tally.items()) + f", {len(rows)} in all"
@@ -151,4 +166,5 @@ def write_table(rows: dict[str, dict[str, str]], path: Path = TABLE) -> None:
     for call in sorted(rows):
         cells = rows[call]
         text += f"| `{call}` | {cells.get('noop', '-')} | {cells.get('local', '-')} |\n"
+    text += REFUSALS + "".join(f"- {message}.\n" for message in refusal_messages())
     path.write_text(text, encoding="utf-8")

@@ -899,6 +899,13 @@ def test_the_call_works_or_is_refused_by_name(call: str, answers: dict[str, Answ
         raise answer
 
 
+def test_the_docs_list_every_refusal() -> None:
+    from tests.serve.conformance import refusal_messages
+
+    text = TABLE.read_text(encoding="utf-8")
+    assert all(f"- {message}." in text for message in refusal_messages())
+
+
 def test_every_public_sdk_method_has_a_check() -> None:
     missing = sorted(set(public_methods()) - set(CHECKS))
     assert not missing, f"tinker {tinker.__version__} has methods without a conformance check: {missing}"

@@ -23,7 +23,7 @@ from tinker import types as sdk
 from kitchen.apps.serve import refusals
 from kitchen.apps.serve.errors import NotFound, ServeError
 from kitchen.apps.serve.futures import Outcome
-from kitchen.apps.serve.keys import KeyCheck, Unauthorized
+from kitchen.apps.serve.keys import ORGANIZATION, KeyCheck, Unauthorized
 from kitchen.apps.serve.refusals import refuse
 from kitchen.apps.serve.rest import TinkerRest
 from kitchen.apps.serve.service import TinkerService
@@ -126,6 +126,20 @@ def tinker_router(service: TinkerService, keys: KeyCheck) -> APIRouter:
     @router.post("/auth/token")
     async def auth_token(request: Request) -> dict[str, str]:
         return {"jwt": keys.token(request.headers.get("x-api-key"))}
+
+    @router.get("/auth/apikey/me")
+    async def api_key_me(request: Request, who: str = Owner) -> dict[str, Any]:
+        # `tinker auth login` checks a pasted key here; a local server knows no user or email
+        return {
+            "key_id": int(who[:12], 16),
+            "name": "kitchen serve key",
+            "note": "",
+            "details": {"org_details": {"name": ORGANIZATION}, "user_details": {"email": ""}},
+        }
+
+    @router.delete("/auth/apikey/me")
+    async def delete_api_key(_owner: str = Owner) -> dict[str, Any]:
+        raise refuse(refusals.KEY_DELETION)
 
     @router.post("/client/config")
     async def client_config(_owner: str = Owner) -> dict[str, Any]:

@@ -39,6 +39,11 @@ AGE_ENCRYPTION = (
     "exported files unencrypted to its own store on this machine; export without recipients and "
     "encrypt the downloaded files with `age -r RECIPIENT`"
 )
+KEY_DELETION = (
+    "deleting an API key through the API is not served: a kitchen server's keys are the lines of "
+    "its --api-keys file (any tml- key on a loopback server without one); remove the line there "
+    "and restart the server"
+)
 CUSTOM_LOSS_UPLOAD = (
     "server-side custom losses are not served: this server asks the SDK to run custom losses "
     "client-side (custom_loss_server_side=false), which forward_backward_custom does by itself"

@@ -225,8 +225,15 @@ class FakeServiceClient:
     # --- the SDK surface ---
 
     def create_lora_training_client(
-        self, base_model: str, rank: int = 32, seed: int | None = None
+        self,
+        base_model: str,
+        rank: int = 32,
+        seed: int | None = None,
+        train_mlp: bool = True,
+        train_attn: bool = True,
+        train_unembed: bool = True,
     ) -> AwaitableConcurrentFuture[FakeTrainingClient]:
+        usage(train_mlp or train_attn or train_unembed, "create_lora_training_client: train at least one layer kind")
         usage(
             isinstance(base_model, str) and bool(base_model),
             "create_lora_training_client: base_model must be a non-empty str",
