@@ -112,6 +112,8 @@ def write_checkpoint(
         if optimizer_state is not None:
             torch.save(optimizer_state, scratch / _OPTIMIZER)
         metadata = {**asdict(identity), "kind": kind}
+        if identity.layers is None:  # the backend's own target modules: as checkpoints have always said
+            del metadata["layers"]
         (scratch / _METADATA).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
     except Exception as exc:
         shutil.rmtree(scratch, ignore_errors=True)  # a full disk leaves no half-written checkpoint

@@ -225,6 +225,24 @@ def _images(ctx: Local) -> Answer:
     sampler = training.save_weights_and_get_sampling_client().result()
     sampled = sampler.sample(datum.model_input, 1, types.SamplingParams(max_tokens=3, seed=0)).result()
     assert len(sampled.sequences[0].tokens) >= 1
+    image = next(c for c in datum.model_input.chunks if isinstance(c, types.ImageChunk))
+    picture = ctx.workdir / "picture.png"
+    picture.write_bytes(image.data)
+    pointed = types.ModelInput(
+        chunks=[
+            types.ImageAssetPointerChunk(format="png", location=picture.as_uri(), expected_tokens=image.expected_tokens)
+            if isinstance(c, types.ImageChunk)
+            else c
+            for c in datum.model_input.chunks
+        ]
+    )
+    again = sampler.sample(pointed, 1, types.SamplingParams(max_tokens=3, seed=0)).result()
+    assert again.sequences[0].tokens == sampled.sequences[0].tokens  # the same picture, read from the file
+    remote = types.ImageAssetPointerChunk(format="png", location="https://example.com/a.png", expected_tokens=4)
+    with pytest.raises(tinker.BadRequestError, match="network"):
+        sampler.sample(
+            types.ModelInput(chunks=[types.EncodedTextChunk(tokens=[1]), remote]), 1, types.SamplingParams(max_tokens=1)
+        ).result()
     with pytest.raises(tinker.BadRequestError) as info:
         sampler.sample(
             types.ModelInput(chunks=[types.EncodedTextChunk(tokens=[1]), types.DmelChunk(dmel=b"\0\0")]),
@@ -232,7 +250,7 @@ def _images(ctx: Local) -> Answer:
             types.SamplingParams(max_tokens=1),
         ).result()
     assert "audio" in str(info.value)
-    return works("image chunks train and sample on the vision model; DmelChunk audio refused (no audio model)")
+    return works("image chunks (and image files by path) train and sample on the vision model; DmelChunk audio refused")
 
 
 # --- the tinker CLI ---
