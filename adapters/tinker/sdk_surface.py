@@ -31,7 +31,13 @@ SdkLossCall = Callable[
 
 class SdkSamplingClient(Protocol):
     def sample(
-        self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams
+        self,
+        prompt: types.ModelInput,
+        num_samples: int,
+        sampling_params: types.SamplingParams,
+        include_prompt_logprobs: bool = False,
+        topk_prompt_logprobs: int = 0,
+        topk_sample_logprobs: int = 0,
     ) -> SdkFuture[types.SampleResponse]: ...
 
     def compute_logprobs(self, prompt: types.ModelInput) -> SdkFuture[list[float | None]]: ...

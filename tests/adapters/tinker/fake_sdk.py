@@ -486,8 +486,19 @@ class FakeSamplingClient:
         )
 
     def sample(
-        self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams
+        self,
+        prompt: types.ModelInput,
+        num_samples: int,
+        sampling_params: types.SamplingParams,
+        include_prompt_logprobs: bool = False,
+        topk_prompt_logprobs: int = 0,
+        topk_sample_logprobs: int = 0,
     ) -> AwaitableConcurrentFuture[types.SampleResponse]:
+        # the fake models sampled tokens only (the real SDK's extras are tested against kitchen serve)
+        usage(
+            not (include_prompt_logprobs or topk_prompt_logprobs or topk_sample_logprobs),
+            "sample: the fake SDK returns no prompt or top-k logprobs",
+        )
         prompt_T = typed_tokens(prompt, "sample prompt")
         usage(
             type(num_samples) is int and num_samples > 0,
