@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import pyrage
 import pytest
 import tinker
 from PIL import Image
@@ -97,13 +98,17 @@ def _external(ctx: Local) -> Answer:
     weights.write_bytes(download(urls.urls["adapter_model.safetensors"]))
     with safe_open(str(weights), "pt") as tensors:
         assert any("lora_A" in key for key in tensors.keys())  # noqa: SIM118  # safe_open has no __iter__
-    with pytest.raises(tinker.BadRequestError) as info:
-        ctx.training.save_weights_external("sealed", age_encryption_recipients=["age1example"]).result()
-    assert "age" in str(info.value)
+    identity = pyrage.x25519.Identity.generate()
+    recipient = str(identity.to_public())
+    sealed = ctx.training.save_weights_external("sealed", age_encryption_recipients=[recipient]).result()
+    files = ctx.rest.get_external_weights_urls(sealed.path).result().urls
+    assert files and all(name.endswith(".age") for name in files)
+    config = json.loads(pyrage.decrypt(download(files["adapter_config.json.age"]), [identity]))
+    assert config["r"] == 4
+    with pytest.raises(tinker.BadRequestError, match="not an age or SSH public key"):
+        ctx.training.save_weights_external("bad", age_encryption_recipients=["age1nonsense"]).result()
     ctx.made["external"] = path
-    return works(
-        "a PEFT adapter (adapter_config.json, adapter_model.safetensors) behind signed links; age encryption refused"
-    )
+    return works("a PEFT adapter behind signed links; encrypted to age recipients as asked (.age files)")
 
 
 @check("ServiceClient.create_lora_training_client", "RestClient.get_weights_info_by_tinker_path")

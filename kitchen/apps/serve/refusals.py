@@ -35,9 +35,9 @@ INFLIGHT_SAMPLER = (
     "and make a new sampling client after each optimizer step"
 )
 AGE_ENCRYPTION = (
-    "save_weights_external(age_encryption_recipients=...) is not served: kitchen serve writes the "
-    "exported files unencrypted to its own store on this machine; export without recipients and "
-    "encrypt the downloaded files with `age -r RECIPIENT`"
+    "save_weights_external(age_encryption_recipients=...) is not served without the pyrage package "
+    "(pip install 'kitchen[serve]'); export without recipients and encrypt the downloaded files "
+    "with `age -r RECIPIENT`"
 )
 KEY_DELETION = (
     "deleting an API key through the API is not served: a kitchen server's keys are the lines of "

@@ -28,7 +28,7 @@ from typing import Any
 
 from tinker import types as sdk
 
-from kitchen.apps.serve import hf_cache, refusals
+from kitchen.apps.serve import age_encryption, hf_cache, refusals
 from kitchen.apps.serve.catalog import ModelCatalog
 from kitchen.apps.serve.cross_entropy_2d import Expanded, expand_2d_targets
 from kitchen.apps.serve.errors import Conflict, Gone, NotFound, NotServed, ServeError
@@ -491,6 +491,7 @@ class TinkerService:
         overwrite = getattr(request, "overwrite", False)
         metadata = getattr(request, "user_metadata", None)
         expires_at = self.expiry(request.ttl_seconds)
+        recipients = age_encryption.recipients(getattr(request, "age_encryption_recipients", None) or [])
         self.sweep_expired()
         if path in self.store.data.checkpoints and not overwrite:
             raise Conflict(f"checkpoint {path} already exists (save with overwrite=True to replace it)")
@@ -508,7 +509,7 @@ class TinkerService:
             async def result() -> Outcome:
                 backend_path = await pending
                 if kind == "external":
-                    backend_path = await self._export(backend_path, request.model_id, name)
+                    backend_path = await self._export(backend_path, request.model_id, name, recipients)
                 record = CheckpointRecord(
                     path, request.model_id, kind, name, backend_path, owner, time.time(), metadata, False, expires_at
                 )
@@ -525,9 +526,10 @@ class TinkerService:
 
         return self._sequenced(owner, request.model_id, request.seq_id, submit, f"save_{kind}")
 
-    async def _export(self, saved: str, model_id: str, name: str) -> str:
+    async def _export(self, saved: str, model_id: str, name: str, recipients: list[Any]) -> str:
         """Write the weights saved at `saved` (a backend path) in Hugging Face form (a PEFT adapter
-        for LoRA, a model directory for full fine-tuning) under the store; that folder's path."""
+        for LoRA, a model directory for full fine-tuning) under the store, each file encrypted to
+        `recipients` when there are any; that folder's path."""
         export = self.spec.export_hf
         if export is None:
             raise self._no_export()
@@ -535,14 +537,14 @@ class TinkerService:
         if out_dir.exists():
             shutil.rmtree(out_dir)
         await asyncio.to_thread(export, saved, out_dir, False, self.backend_settings)
+        if recipients:
+            await asyncio.to_thread(age_encryption.encrypt_folder, out_dir, recipients)
         return str(out_dir.resolve())
 
     def _save_weights(self, owner: str, request: sdk.SaveWeightsRequest) -> dict[str, Any]:
         return self._save(owner, request, "training")
 
     def _save_weights_external(self, owner: str, request: sdk.SaveWeightsExternalRequest) -> dict[str, Any]:
-        if request.age_encryption_recipients:
-            raise refuse(refusals.AGE_ENCRYPTION)
         if self.spec.export_hf is None:
             raise self._no_export()
         return self._save(owner, request, "external")
