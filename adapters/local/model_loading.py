@@ -6,6 +6,7 @@ The model always comes back in eval mode (no dropout) and stays there: training,
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -18,6 +19,11 @@ from train_core.types import LoraLayers
 TINY_INIT_SEED = 0
 """An embedded model's weights are a pure function of this seed, so "tiny" names one fixed model
 (training, reference and sampling clients all see the same base weights)."""
+
+SEEDED = threading.Lock()
+"""Held while a seeded initialisation draws (an embedded model's weights, LoRA adapters): it seeds
+torch's process-wide generator, so two models built at once on different threads would draw from
+each other's streams and get weights that depend on the timing."""
 
 LORA_ALPHA = 32
 """LoRA updates are scaled by alpha / rank; a fixed alpha of 32 (as in "LoRA Without Regret")
@@ -55,7 +61,7 @@ def load_base_model(base_model: str, dtype: torch.dtype) -> torch.nn.Module:
     try:
         if base_model in EMBEDDED_MODELS:
             config = AutoConfig.from_pretrained(EMBEDDED_MODELS[base_model])
-            with torch.random.fork_rng(devices=[]):
+            with SEEDED, torch.random.fork_rng(devices=[]):
                 torch.manual_seed(TINY_INIT_SEED)
                 model = _auto_class(config).from_config(config, dtype=dtype)
             model.config.name_or_path = str(EMBEDDED_MODELS[base_model])  # where its image processor is
@@ -106,7 +112,7 @@ def add_lora(
         target_modules=targets,
         exclude_modules=excluded,
     )
-    with torch.random.fork_rng(devices=[]):
+    with SEEDED, torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         try:
             peft_model = get_peft_model(model, config)
