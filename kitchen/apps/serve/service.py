@@ -492,14 +492,10 @@ class TinkerService:
         metadata = getattr(request, "user_metadata", None)
         expires_at = self.expiry(request.ttl_seconds)
         recipients = age_encryption.recipients(getattr(request, "age_encryption_recipients", None) or [])
-        self.sweep_expired()
-        if path in self.store.data.checkpoints and not overwrite:
-            raise Conflict(f"checkpoint {path} already exists (save with overwrite=True to replace it)")
+        self._check_free(path, overwrite)  # now, and again in turn (an earlier save may have taken it)
 
         async def submit(live: LiveModel) -> Awaitable[Outcome]:
-            self.sweep_expired()
-            if path in self.store.data.checkpoints and not overwrite:
-                raise Conflict(f"checkpoint {path} already exists (save with overwrite=True to replace it)")
+            self._check_free(path, overwrite)
             backend_name = self._backend_name(request.model_id, name)
             if kind == "training":
                 pending = await live.client.save_state(backend_name)
@@ -509,7 +505,9 @@ class TinkerService:
             async def result() -> Outcome:
                 backend_path = await pending
                 if kind == "external":
-                    backend_path = await self._export(backend_path, request.model_id, name, recipients)
+                    saved = backend_path
+                    backend_path = await self._export(saved, request.model_id, name, recipients)
+                    self._remove_files(saved)  # the export is what is kept
                 record = CheckpointRecord(
                     path, request.model_id, kind, name, backend_path, owner, time.time(), metadata, False, expires_at
                 )
@@ -525,6 +523,11 @@ class TinkerService:
             return result()
 
         return self._sequenced(owner, request.model_id, request.seq_id, submit, f"save_{kind}")
+
+    def _check_free(self, path: str, overwrite: bool) -> None:
+        self.sweep_expired()
+        if path in self.store.data.checkpoints and not overwrite:
+            raise Conflict(f"checkpoint {path} already exists (save with overwrite=True to replace it)")
 
     async def _export(self, saved: str, model_id: str, name: str, recipients: list[Any]) -> str:
         """Write the weights saved at `saved` (a backend path) in Hugging Face form (a PEFT adapter
@@ -591,11 +594,14 @@ class TinkerService:
 
     def _drop_checkpoint(self, record: CheckpointRecord) -> None:
         self.store.remove_checkpoint(record.tinker_path)
-        if self.store.sharing(record.backend_path):
-            return  # a copy still uses the files
-        files = Path(record.backend_path)
-        store_root = self.store.folder.resolve()
-        if files.is_dir() and files.resolve().is_relative_to(store_root):
+        self._remove_files(record.backend_path)
+
+    def _remove_files(self, backend_path: str) -> None:
+        """Delete a checkpoint's files, unless a record (a copy) still uses them; only in the store."""
+        if self.store.sharing(backend_path):
+            return
+        files = Path(backend_path)
+        if files.is_dir() and files.resolve().is_relative_to(self.store.folder.resolve()):
             shutil.rmtree(files, ignore_errors=True)
 
     def checkpoint(
