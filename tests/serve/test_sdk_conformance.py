@@ -277,10 +277,13 @@ def _forward(ctx: Context) -> Answer:
             "weights": types.TensorData(data=[1.0, 0.5] * 9, dtype="float32", shape=[9, 2]),
         },
     )
+    spans = [tinker.SampledProvenanceSpan(sequence_id="s:sample:0#1/0", length=9)]
+    traced = datum.with_provenance(model_input=spans, loss_fn_inputs=spans)
+    assert ctx.training.forward([traced], "cross_entropy").result().metrics == sync.metrics
     grid = ctx.training.forward([wide], "cross_entropy").result()
     assert grid.loss_fn_outputs[0]["logprobs"].shape == [9, 2]
     assert grid.metrics["loss:sum"] == pytest.approx(1.5 * sync.metrics["loss:sum"], rel=1e-5)
-    return works("per-token logprobs and loss; [T, K] cross-entropy targets and weights too")
+    return works("per-token logprobs and loss; [T, K] cross-entropy targets and weights; provenance spans checked")
 
 
 @check("TrainingClient.forward_backward", "TrainingClient.forward_backward_async")

@@ -122,6 +122,26 @@ def _model_input_from_pb(chunks: Sequence[pb.Chunk], where: str) -> ModelInput:
     return ModelInput(tuple(parsed))
 
 
+def _span_total(spans: Sequence[pb.ProvenanceSpan]) -> int:
+    total = 0
+    for span in spans:
+        arm = span.WhichOneof("span")
+        total += getattr(span, arm).length if arm is not None else 0
+    return total
+
+
+def _check_provenance(message: pb.Datum, datum: Datum, where: str) -> None:
+    """Provenance spans (`Datum.with_provenance`) must tile what they annotate. They tie tokens to
+    sampled sequences for stable_reinforce's stability data, which is not served, so once checked
+    they change nothing here."""
+    if message.model_input_spans and _span_total(message.model_input_spans) != datum.model_input.length:
+        raise WireError(f"{where}: model_input_spans do not tile the {datum.model_input.length} input tokens")
+    targets = datum.loss_fn_inputs.get("target_tokens")
+    rows = targets.shape[0] if targets is not None and len(targets.shape) == 1 else None
+    if message.loss_fn_input_spans and rows is not None and _span_total(message.loss_fn_input_spans) != rows:
+        raise WireError(f"{where}: loss_fn_input_spans do not tile the {rows} target tokens")
+
+
 def decode_loss_request(body: bytes) -> LossRequest:
     """A protobuf `ForwardBackwardRequest` as kitchen types."""
     msg = pb.ForwardBackwardRequest()
@@ -135,12 +155,12 @@ def decode_loss_request(body: bytes) -> LossRequest:
     data = []
     for index, datum in enumerate(msg.data):
         where = f"forward_backward data[{index}]"
-        data.append(
-            Datum(
-                _model_input_from_pb(datum.model_input, where),
-                {name: _tensor_from_pb(t, f"{where}.{name}") for name, t in datum.loss_fn_inputs.items()},
-            )
+        parsed = Datum(
+            _model_input_from_pb(datum.model_input, where),
+            {name: _tensor_from_pb(t, f"{where}.{name}") for name, t in datum.loss_fn_inputs.items()},
         )
+        _check_provenance(datum, parsed, where)
+        data.append(parsed)
     if not msg.model_id:
         raise WireError("forward_backward: model_id is missing")
     return LossRequest(msg.model_id, int(msg.seq_id), msg.loss_fn, config, bool(msg.forward_only), data)
