@@ -277,7 +277,9 @@ def _forward(ctx: Context) -> Answer:
             "weights": types.TensorData(data=[1.0, 0.5] * 9, dtype="float32", shape=[9, 2]),
         },
     )
-    spans = [tinker.SampledProvenanceSpan(sequence_id="s:sample:0#1/0", length=9)]
+    spans: list[tinker.PromptProvenanceSpan | tinker.SampledProvenanceSpan] = [
+        tinker.SampledProvenanceSpan(sequence_id="s:sample:0#1/0", length=9)
+    ]
     traced = datum.with_provenance(model_input=spans, loss_fn_inputs=spans)
     assert ctx.training.forward([traced], "cross_entropy").result().metrics == sync.metrics
     grid = ctx.training.forward([wide], "cross_entropy").result()
