@@ -252,6 +252,9 @@ class TokensWithLogprobs:
     maybe_versions: list[int] | None = None
     """The policy version that produced each token, where the sampler followed weight updates
     during the generation (`kitchen.families.rl.weight_feed`); None: all of them the sampler's own."""
+    maybe_topk: list[list[tuple[int, float]]] | None = None
+    """At each sampled position, the `SamplingParams.topk_logprobs` most likely tokens and their
+    logprobs (the distribution the token was drawn from), most likely first; None unless asked for."""
 
     @property
     def logprobs(self) -> list[float]:
@@ -268,6 +271,47 @@ class SamplingParams:
     temperature: float = 1.0
     top_k: int = -1
     top_p: float = 1.0
+    topk_logprobs: int = 0
+    """Also return the k most likely tokens and their logprobs at each sampled position
+    (`TokensWithLogprobs.maybe_topk`); 0: none."""
+
+
+@dataclass(frozen=True)
+class LoraLayers:
+    """Which layers of the model get LoRA adapters: attention projections, MLP (and MoE expert)
+    layers, the output head (unembedding). Tinker's `train_attn` / `train_mlp` / `train_unembed`;
+    kitchen's default is every linear layer but the output head."""
+
+    attn: bool = True
+    mlp: bool = True
+    unembed: bool = False
+
+
+@dataclass(frozen=True)
+class PromptDetail:
+    """What to report about a prompt beyond its tokens' logprobs, per position after the first:
+    the `topk` most likely tokens, the logprobs of chosen `targets` (a [len - 1, K] grid of token
+    ids, -1 where nothing is asked), and `alt_k` tokens drawn from the model's distribution at
+    `temperature` (seeded by `seed`)."""
+
+    topk: int = 0
+    targets: list[list[int]] | None = None
+    alt_k: int = 0
+    temperature: float = 1.0
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class PromptScores:
+    """A prompt scored with a `PromptDetail`: rows are positions 1..len - 1 of the prompt."""
+
+    logprobs: list[float | None]
+    """Each prompt token's logprob given those before it (None for the first)."""
+    topk: list[list[tuple[int, float]]] | None = None
+    targets: list[list[float | None]] | None = None
+    """The logprob of each asked target (None where the grid held -1)."""
+    alt_tokens: list[list[int]] | None = None
+    alt_logprobs: list[list[float]] | None = None
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,11 @@ def check_token_ids(tokens: Sequence[int], size: int, what: str) -> None:
         raise DataError(f"{what} has token ids {bad[:5]} outside the vocabulary [0, {size})")
 
 
+MAX_TOPK = 1024
+"""The most top-k logprobs a position reports (a sampled token's, or a prompt token's): beyond it the
+answer is the size of the vocabulary times the sequence."""
+
+
 def check_sampling_params(num_samples: int, params: SamplingParams) -> None:
     """A ConfigError naming the first sampling setting out of its range."""
     if num_samples < 1:
@@ -30,3 +35,5 @@ def check_sampling_params(num_samples: int, params: SamplingParams) -> None:
         raise ConfigError(f"sampling top_p must be in (0, 1], got {params.top_p}")
     if params.max_tokens is not None and params.max_tokens < 1:
         raise ConfigError(f"sampling max_tokens must be >= 1, got {params.max_tokens}")
+    if not 0 <= params.topk_logprobs <= MAX_TOPK:
+        raise ConfigError(f"sampling topk_logprobs must be in [0, {MAX_TOPK}], got {params.topk_logprobs}")

@@ -21,6 +21,7 @@ from adapters.local.training_client import LocalTrainingClient, TrainingOptions
 from kitchen.engine.errors import ConfigError
 from kitchen.engine.ports import SamplingClient, Tokenizer
 from train_core.losses import LOSS_SPECS, LossTable
+from train_core.types import LoraLayers
 
 if TYPE_CHECKING:
     from adapters.local.distributed import DistributedOptions, DistributedTrainingClient, WorkerPool
@@ -129,6 +130,14 @@ class LocalBackend:
         """A client training `base_model`: all weights, or LoRA adapters of `lora_rank` (init from `seed`)."""
         return await asyncio.to_thread(self._training_client, ModelIdentity(base_model, lora_rank, seed))
 
+    async def create_lora_training_client(
+        self, base_model: str, lora_rank: int, seed: int, layers: LoraLayers
+    ) -> LocalTrainingClient | DistributedTrainingClient:
+        """A LoRA client whose adapters sit on `layers` (kitchen's default choice: the
+        `lora_target_modules` setting, as `create_training_client` has it)."""
+        identity = ModelIdentity(base_model, lora_rank, seed, None if layers == LoraLayers() else layers)
+        return await asyncio.to_thread(self._training_client, identity)
+
     async def create_training_client_from_state(
         self, path: str, with_optimizer: bool = True
     ) -> LocalTrainingClient | DistributedTrainingClient:
@@ -181,7 +190,15 @@ class LocalBackend:
         await asyncio.to_thread(self._sampling_executor.shutdown)
 
     def _model(self, identity: ModelIdentity) -> torch.nn.Module:
-        return load_model(identity.base_model, identity.lora_rank, identity.seed, self.device, self._dtype, self._lora)
+        return load_model(
+            identity.base_model,
+            identity.lora_rank,
+            identity.seed,
+            self.device,
+            self._dtype,
+            self._lora,
+            identity.layers,
+        )
 
     def _training_client(self, identity: ModelIdentity) -> LocalTrainingClient | DistributedTrainingClient:
         client: LocalTrainingClient | DistributedTrainingClient

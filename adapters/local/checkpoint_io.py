@@ -27,6 +27,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from kitchen.engine.errors import ConfigError
+from train_core.types import LoraLayers
 
 CheckpointKind = Literal["state", "sampler"]
 _METADATA = "metadata.json"
@@ -44,6 +45,9 @@ class ModelIdentity:
     lora_rank: int | None
     seed: int
     """Seeds the LoRA initialisation (the tiny base model's weights do not depend on it)."""
+    layers: LoraLayers | None = None
+    """The layers that carry LoRA adapters, where a client chose them (None: the backend's
+    `lora_target_modules`)."""
 
 
 def checkpoint_path(checkpoint_dir: Path, kind: CheckpointKind, name: str) -> Path:
@@ -108,6 +112,8 @@ def write_checkpoint(
         if optimizer_state is not None:
             torch.save(optimizer_state, scratch / _OPTIMIZER)
         metadata = {**asdict(identity), "kind": kind}
+        if identity.layers is None:  # the backend's own target modules: as checkpoints have always said
+            del metadata["layers"]
         (scratch / _METADATA).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
     except Exception as exc:
         shutil.rmtree(scratch, ignore_errors=True)  # a full disk leaves no half-written checkpoint
@@ -162,7 +168,10 @@ def read_identity(path: Path) -> ModelIdentity:
     file = path / _METADATA
     try:
         raw = json.loads(file.read_text(encoding="utf-8"))
-        return ModelIdentity(raw["base_model"], raw["lora_rank"], raw["seed"])
+        layers = raw.get("layers")
+        return ModelIdentity(
+            raw["base_model"], raw["lora_rank"], raw["seed"], None if layers is None else LoraLayers(**layers)
+        )
     except FileNotFoundError:
         raise ConfigError(f"{path}: not a local-backend checkpoint (no {_METADATA})") from None
     except (json.JSONDecodeError, TypeError, KeyError) as exc:

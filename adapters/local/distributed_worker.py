@@ -124,7 +124,13 @@ class TrainingWorker:
         counts for the fault hook): the state of a new training client."""
         self.release()
         model = load_model(
-            identity.base_model, identity.lora_rank, identity.seed, self._device, self._dtype, self._lora
+            identity.base_model,
+            identity.lora_rank,
+            identity.seed,
+            self._device,
+            self._dtype,
+            self._lora,
+            identity.layers,
         )
         shard_model(model)
         tokenizer = load_tokenizer(identity.base_model)

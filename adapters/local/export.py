@@ -10,6 +10,7 @@ so an unmerged tiny adapter ships its base model in `<out>/base_model/`.
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,9 @@ def export_hf(
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ConfigError(f"export directory {out_dir} exists and is not empty")
-    model: Any = load_model(identity.base_model, identity.lora_rank, identity.seed, torch.device("cpu"), lora=lora)
+    model: Any = load_model(
+        identity.base_model, identity.lora_rank, identity.seed, torch.device("cpu"), lora=lora, layers=identity.layers
+    )
     load_weights(path, model)
     tokenizer: Any = load_tokenizer(identity.base_model)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -51,6 +54,8 @@ def export_hf(
         targets = lora.target_modules
         info["lora_alpha"] = lora.alpha
         info["lora_target_modules"] = targets if isinstance(targets, str) else list(targets)
+    if identity.layers is not None:
+        info["lora_layers"] = asdict(identity.layers)
     if identity.lora_rank is None:
         info["format"] = "full"
         model.save_pretrained(out_dir, safe_serialization=True)

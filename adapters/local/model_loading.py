@@ -6,6 +6,7 @@ The model always comes back in eval mode (no dropout) and stays there: training,
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -13,10 +14,16 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageText
 
 from adapters.common.tiny import EMBEDDED_MODELS
 from kitchen.engine.errors import ConfigError
+from train_core.types import LoraLayers
 
 TINY_INIT_SEED = 0
 """An embedded model's weights are a pure function of this seed, so "tiny" names one fixed model
 (training, reference and sampling clients all see the same base weights)."""
+
+SEEDED = threading.Lock()
+"""Held while a seeded initialisation draws (an embedded model's weights, LoRA adapters): it seeds
+torch's process-wide generator, so two models built at once on different threads would draw from
+each other's streams and get weights that depend on the timing."""
 
 LORA_ALPHA = 32
 """LoRA updates are scaled by alpha / rank; a fixed alpha of 32 (as in "LoRA Without Regret")
@@ -54,7 +61,7 @@ def load_base_model(base_model: str, dtype: torch.dtype) -> torch.nn.Module:
     try:
         if base_model in EMBEDDED_MODELS:
             config = AutoConfig.from_pretrained(EMBEDDED_MODELS[base_model])
-            with torch.random.fork_rng(devices=[]):
+            with SEEDED, torch.random.fork_rng(devices=[]):
                 torch.manual_seed(TINY_INIT_SEED)
                 model = _auto_class(config).from_config(config, dtype=dtype)
             model.config.name_or_path = str(EMBEDDED_MODELS[base_model])  # where its image processor is
@@ -71,9 +78,15 @@ def _auto_class(config: PretrainedConfig) -> type[AutoModelForCausalLM] | type[A
     return AutoModelForImageTextToText if getattr(config, "vision_config", None) is not None else AutoModelForCausalLM
 
 
-def add_lora(model: torch.nn.Module, lora_rank: int, seed: int, options: LoraOptions | None = None) -> torch.nn.Module:
-    """Wrap the target layers (by default every linear layer but the output head) in LoRA adapters;
-    only adapters train."""
+def add_lora(
+    model: torch.nn.Module,
+    lora_rank: int,
+    seed: int,
+    options: LoraOptions | None = None,
+    layers: LoraLayers | None = None,
+) -> torch.nn.Module:
+    """Wrap the target layers (by default every linear layer but the output head; with `layers`,
+    the ones it names, see `layer_targets`) in LoRA adapters; only adapters train."""
     if lora_rank <= 0:
         raise ConfigError(f"lora_rank must be a positive integer, got {lora_rank}")
     hidden = getattr(getattr(model, "config", None), "hidden_size", None)
@@ -86,8 +99,12 @@ def add_lora(model: torch.nn.Module, lora_rank: int, seed: int, options: LoraOpt
     from peft import LoraConfig, get_peft_model
 
     options = options or LoraOptions()
-    targets = options.target_modules if isinstance(options.target_modules, str) else list(options.target_modules)
-    excluded = _all_linear_exclusions(model) if targets == "all-linear" else None
+    targets: str | list[str]
+    if layers is not None:
+        targets, excluded = layer_targets(model, layers), None
+    else:
+        targets = options.target_modules if isinstance(options.target_modules, str) else list(options.target_modules)
+        excluded = _all_linear_exclusions(model) if targets == "all-linear" else None
     config = LoraConfig(
         r=lora_rank,
         lora_alpha=options.alpha,
@@ -95,13 +112,46 @@ def add_lora(model: torch.nn.Module, lora_rank: int, seed: int, options: LoraOpt
         target_modules=targets,
         exclude_modules=excluded,
     )
-    with torch.random.fork_rng(devices=[]):
+    with SEEDED, torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         try:
             peft_model = get_peft_model(model, config)
         except ValueError as exc:  # e.g. target modules that match no layer
             raise ConfigError(f"local.lora_target_modules {options.target_modules!r}: {exc}") from exc
     return peft_model.eval()
+
+
+_ATTENTION_PARTS = ("attn", "attention")
+_MLP_PARTS = ("mlp", "feed_forward", "ffn", "expert")
+
+
+def layer_targets(model: torch.nn.Module, layers: LoraLayers) -> list[str]:
+    """The linear layers `layers` names, by module path: attention (a path through an `*attn*` or
+    `*attention*` module), MLP (through `*mlp*`, `*feed_forward*`, `*ffn*` or `*expert*`: MoE
+    experts are MLPs), the output head. Linear layers that are neither (a Mamba mixer's input
+    projection, a vision merger) train only when attention and MLP both do, as "all-linear" has
+    them; the layers "all-linear" leaves out never train."""
+    get_head = getattr(model, "get_output_embeddings", None)
+    head = get_head() if callable(get_head) else None
+    excluded = _all_linear_exclusions(model) or []
+    chosen = []
+    for name, module in model.named_modules():
+        if not isinstance(module, torch.nn.Linear) or any(name == e or name.endswith(f".{e}") for e in excluded):
+            continue
+        parts = name.lower().split(".")[:-1]
+        if module is head:
+            wanted = layers.unembed
+        elif any(key in part for part in parts for key in _ATTENTION_PARTS):
+            wanted = layers.attn
+        elif any(key in part for part in parts for key in _MLP_PARTS):
+            wanted = layers.mlp
+        else:
+            wanted = layers.attn and layers.mlp
+        if wanted:
+            chosen.append(name)
+    if not chosen:
+        raise ConfigError(f"LoRA layers {layers}: the model has no such linear layers to train")
+    return chosen
 
 
 MAMBA_LORA_EXCLUDED = ("out_proj", "conv1d")
@@ -129,11 +179,13 @@ def load_model(
     device: torch.device,
     dtype: torch.dtype = torch.float32,
     lora: LoraOptions | None = None,
+    layers: LoraLayers | None = None,
 ) -> torch.nn.Module:
-    """The model a client trains or samples: full fine-tuning when `lora_rank` is None, else LoRA."""
+    """The model a client trains or samples: full fine-tuning when `lora_rank` is None, else LoRA
+    (on `layers`, or the `lora` options' target modules)."""
     model = load_base_model(base_model, dtype)
     if lora_rank is not None:
-        model = add_lora(model, lora_rank, seed, lora)
+        model = add_lora(model, lora_rank, seed, lora, layers)
     return model.to(device).eval()
 
 

@@ -8,10 +8,10 @@ row's token in one batched inverse-CDF lookup.
 
 Reported logprobs are those of the sampled token under the temperature-scaled distribution
 `log_softmax(logits / temperature)`, taken before top-k / top-p truncation (the truncation only
-decides which tokens may be drawn). At temperature 1 they therefore equal the training
-logprobs. Temperature 0 means greedy decoding; its logprobs are then the untempered ones.
-The token that triggers a stop (a stop id, or the token completing a stop string) is kept in
-the output, as the Tinker sampler does.
+decides which tokens may be drawn); `topk_logprobs` reports that distribution's most likely
+tokens. At temperature 1 they therefore equal the training logprobs. Temperature 0 means greedy
+decoding; its logprobs are then the untempered ones. The token that triggers a stop (a stop id,
+or the token completing a stop string) is kept in the output, as the Tinker sampler does.
 
 A request that follows a weight feed (`Following`: in-flight weight updates) looks at the feed
 before each decode step; when newer local weights were published, the decode switches to them:
@@ -32,7 +32,7 @@ from adapters.common.stop_matcher import StopMatcher
 from adapters.local.forward_pass import left_pad, takes_packed_mask
 from adapters.local.kv_cache import packed_inputs, unpacked_cache
 from adapters.local.sampler_pool import ModelLease
-from adapters.local.token_draw import next_tokens
+from adapters.local.token_draw import next_tokens, top_logprobs
 from adapters.local.vision import sample_with_images
 from kitchen.engine.ports import WeightFeed
 from train_core.types import ImageChunk, SamplingParams, StopReason, TokensWithLogprobs
@@ -208,16 +208,22 @@ def sample_batch(
     tokens_B: list[list[int]] = [[] for _ in range(batch_size)]
     versions_B: list[list[int]] = [[] for _ in range(batch_size)]
     logprobs_B: list[list[float]] = [[] for _ in range(batch_size)]
+    topk_B: list[list[list[tuple[int, float]]]] = [[] for _ in range(batch_size)]
     reasons_B: list[StopReason | None] = [None] * batch_size
     rows_N = list(range(batch_size))  # the row each of the N rows still decoding is
     for step in range(max_tokens):
         uniforms_N = None if uniforms_NT is None else uniforms_NT[:, step]
-        new_tokens_N, new_logprobs_N = next_tokens(logits_NV, params, uniforms_N)
-        for row, token, logprob in zip(rows_N, new_tokens_N.tolist(), new_logprobs_N.tolist(), strict=True):
+        new_tokens_N, new_logprobs_N, distribution_NV = next_tokens(logits_NV, params, uniforms_N)
+        topk_N = top_logprobs(distribution_NV, params.topk_logprobs) if params.topk_logprobs > 0 else None
+        for index, (row, token, logprob) in enumerate(
+            zip(rows_N, new_tokens_N.tolist(), new_logprobs_N.tolist(), strict=True)
+        ):
             if reasons_B[row] is not None:
                 continue  # finished since the batch last shrank: its extra tokens are dropped
             tokens_B[row].append(token)
             logprobs_B[row].append(logprob)
+            if topk_N is not None:
+                topk_B[row].append(topk_N[index])
             versions_B[row].append(version)
             if stop.is_done(tokens_B[row]):
                 reasons_B[row] = "stop"
@@ -252,7 +258,15 @@ def sample_batch(
         )
         logits_NV, cache = output.logits[:, -1, :], output.past_key_values
     sequences_B = [
-        TokensWithLogprobs(tokens, logprobs, reason or "length", None if following is None else versions)
-        for tokens, logprobs, reason, versions in zip(tokens_B, logprobs_B, reasons_B, versions_B, strict=True)
+        TokensWithLogprobs(
+            tokens,
+            logprobs,
+            reason or "length",
+            None if following is None else versions,
+            topk if params.topk_logprobs > 0 else None,
+        )
+        for tokens, logprobs, reason, versions, topk in zip(
+            tokens_B, logprobs_B, reasons_B, versions_B, topk_B, strict=True
+        )
     ]
     return [sequences_B[request_rows] for request_rows in row_ranges]

@@ -9,6 +9,7 @@ import torch
 from adapters.common.requests import check_sampling_params, check_token_ids
 from adapters.common.stop_matcher import StopMatcher
 from adapters.local.forward_pass import pad_token_id, vocab_size
+from adapters.local.prompt_detail import score_prompt_detail
 from adapters.local.prompt_scoring import ScoreRequest, score_prompts
 from adapters.local.request_batcher import DEFAULT_BATCH_LIMITS, BatchLimits, RequestBatcher
 from adapters.local.sampler import Following, SampleRequest, sample_batch
@@ -18,7 +19,7 @@ from adapters.local.token_scoring import LogprobMethod
 from adapters.local.vision import image_token_id
 from kitchen.engine.errors import DataError
 from kitchen.engine.ports import Tokenizer, WeightFeed
-from train_core.types import ModelInput, SampleResult, SamplingParams, TokensWithLogprobs
+from train_core.types import ModelInput, PromptDetail, PromptScores, SampleResult, SamplingParams, TokensWithLogprobs
 
 
 class LocalSamplingClient:
@@ -48,6 +49,7 @@ class LocalSamplingClient:
         self._lease = lease
         self._model = lease.model
         self._tokenizer = tokenizer
+        self._executor = executor
         self._context_length = int(getattr(lease.model.config, "max_position_embeddings", 2048))
         # Requests without a seed draw one from this stream: reproducible runs, distinct samples.
         self._seeds = random.Random(seed)
@@ -104,6 +106,18 @@ class LocalSamplingClient:
         if len(tokens) == 1:
             return [None]
         return await self._scoring.submit(ScoreRequest(tokens, prompt.images))
+
+    async def score_prompt(self, prompt: ModelInput, detail: PromptDetail) -> PromptScores:
+        """The prompt's logprobs and, per position after the first, what `detail` asks for (top-k
+        tokens, targets' logprobs, alternative draws): one forward pass of the prompt alone."""
+        tokens = self._prompt_tokens(prompt)
+        if prompt.images:
+            raise DataError(
+                "top-k, target and alternative-token prompt logprobs are computed for text prompts; "
+                "this prompt holds images (compute_logprobs scores it)"
+            )
+        lease = self._lease
+        return await self._executor.submit(lambda: score_prompt_detail(lease.model, tokens, detail))
 
     def _prompt_tokens(self, prompt: ModelInput) -> list[int]:
         """The prompt's ids, an image's positions holding the model's image token."""

@@ -24,11 +24,20 @@ def truncate_logprobs(logprobs_NV: torch.Tensor, top_k: int, top_p: float) -> to
     return logprobs_NV
 
 
+def top_logprobs(logprobs_BV: torch.Tensor, k: int) -> list[list[tuple[int, float]]]:
+    """Each row's k most likely tokens and their logprobs, most likely first."""
+    values_BK, ids_BK = torch.topk(logprobs_BV, min(k, logprobs_BV.shape[-1]), dim=-1)
+    return [
+        list(zip(ids, values, strict=True)) for ids, values in zip(ids_BK.tolist(), values_BK.tolist(), strict=True)
+    ]
+
+
 def next_tokens(
     logits_BV: torch.Tensor, params: SamplingParams, uniforms_B: torch.Tensor | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw one token per row by inverting its CDF at the row's uniform; return the tokens [B] and
-    their (pre-truncation) logprobs [B]. Greedy at temperature 0 (the uniforms are then unused)."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Draw one token per row by inverting its CDF at the row's uniform; return the tokens [B],
+    their (pre-truncation) logprobs [B] and the whole distribution they were drawn from [B, V]
+    (its logprobs). Greedy at temperature 0 (the uniforms are then unused)."""
     if params.temperature == 0.0 or uniforms_B is None:
         logprobs_BV = log_softmax_f32(logits_BV)
         tokens_B = logprobs_BV.argmax(dim=-1)
@@ -44,4 +53,4 @@ def next_tokens(
         overflow_B = tokens_B >= cdf_BV.shape[-1]
         if bool(overflow_B.any()):
             tokens_B = torch.where(overflow_B, probs_BV.argmax(dim=-1), tokens_B)
-    return tokens_B, logprobs_BV.gather(-1, tokens_B.unsqueeze(-1)).squeeze(-1)
+    return tokens_B, logprobs_BV.gather(-1, tokens_B.unsqueeze(-1)).squeeze(-1), logprobs_BV

@@ -25,7 +25,7 @@ import torch
 
 from adapters.common.stop_matcher import StopMatcher
 from adapters.common.training_batch import right_pad, row_slots
-from adapters.local.token_draw import next_tokens
+from adapters.local.token_draw import next_tokens, top_logprobs
 from adapters.local.token_scoring import Entropy, logits_scores
 from kitchen.engine.errors import ConfigError, DataError
 from train_core.types import ImageChunk, SamplingParams, TokensWithLogprobs
@@ -170,16 +170,21 @@ def sample_with_images(
     cache.batch_repeat_interleave(num_samples)
     logits_NV = output.logits[:, -1, :].expand(num_samples, -1)
     next_position = int(batch.position_ids_3BL[:, 0].max()) + 1
+    top_k_asked = params.topk_logprobs > 0
     tokens_N: list[list[int]] = [[] for _ in range(num_samples)]
     logprobs_N: list[list[float]] = [[] for _ in range(num_samples)]
+    topk_N: list[list[list[tuple[int, float]]]] = [[] for _ in range(num_samples)]
     reasons: list[str | None] = [None] * num_samples
     for step in range(max_tokens):
         uniforms_N = None if uniforms_NT is None else uniforms_NT[:, step]
-        new_N, new_logprobs_N = next_tokens(logits_NV, params, uniforms_N)
+        new_N, new_logprobs_N, distribution_NV = next_tokens(logits_NV, params, uniforms_N)
+        top_N = top_logprobs(distribution_NV, params.topk_logprobs) if top_k_asked else None
         for row, (token, logprob) in enumerate(zip(new_N.tolist(), new_logprobs_N.tolist(), strict=True)):
             if reasons[row] is None:
                 tokens_N[row].append(token)
                 logprobs_N[row].append(logprob)
+                if top_N is not None:
+                    topk_N[row].append(top_N[row])
                 if stop.is_done(tokens_N[row]):
                     reasons[row] = "stop"
         if all(reason is not None for reason in reasons) or step == max_tokens - 1:
@@ -188,6 +193,6 @@ def sample_with_images(
         output = model(input_ids=new_N[:, None], position_ids=positions_3N1, cache=cache, use_cache=True)
         logits_NV, cache = output.logits[:, -1, :], output.past_key_values
     return [
-        TokensWithLogprobs(tokens, logprobs, "stop" if reason else "length")
-        for tokens, logprobs, reason in zip(tokens_N, logprobs_N, reasons, strict=True)
+        TokensWithLogprobs(tokens, logprobs, "stop" if reason else "length", None, topk if top_k_asked else None)
+        for tokens, logprobs, reason, topk in zip(tokens_N, logprobs_N, reasons, topk_N, strict=True)
     ]

@@ -117,7 +117,10 @@ class EngineHost:
             lora_request=[self._lora(r.lora) for r in requests],
             use_tqdm=False,
         )
-        return [[self._completion(sample) for sample in output.outputs] for output in outputs]
+        return [
+            [self._completion(sample, r.params.topk_logprobs) for sample in output.outputs]
+            for r, output in zip(requests, outputs, strict=True)
+        ]
 
     def score(self, requests: list[ScoreRequest]) -> list[list[float | None]]:
         """Each request's token logprobs given the tokens before them; None for the first."""
@@ -160,7 +163,7 @@ class EngineHost:
             stop=strings or None,
             stop_token_ids=[s for s in stop if isinstance(s, int)] or None,
             ignore_eos=True,
-            logprobs=0,  # the sampled token's only
+            logprobs=params.topk_logprobs,  # the sampled token's, and the k most likely (vLLM adds them)
             detokenize=bool(strings),  # stop strings are matched in the text
             skip_special_tokens=False,
             spaces_between_special_tokens=False,
@@ -175,10 +178,22 @@ class EngineHost:
         return LoRARequest(f"adapter-{adapter.adapter_id}", adapter.adapter_id, adapter.path)
 
     @staticmethod
-    def _completion(sample: Any) -> Completion:
+    def _completion(sample: Any, topk: int) -> Completion:
+        """A sample's tokens and logprobs; with `topk`, each position's k best by vLLM's rank
+        (its logprobs dict also holds the sampled token, which may rank lower)."""
         tokens = list(sample.token_ids)
         logprobs = [sample.logprobs[i][token].logprob for i, token in enumerate(tokens)]
-        return Completion(tokens, logprobs, "stop" if sample.finish_reason == "stop" else "length")
+        best = None
+        if topk > 0:
+            best = [
+                [
+                    (int(t), float(lp.logprob))
+                    for t, lp in sorted(step.items(), key=lambda kv: kv[1].rank)
+                    if lp.rank <= topk
+                ]
+                for step in sample.logprobs[: len(tokens)]
+            ]
+        return Completion(tokens, logprobs, "stop" if sample.finish_reason == "stop" else "length", best)
 
     # -- weights -----------------------------------------------------------------------------
 

@@ -103,6 +103,8 @@ class Completion:
     tokens: list[int]
     logprobs: list[float]
     stop_reason: StopReason
+    topk: list[list[tuple[int, float]]] | None = None
+    """Each position's most likely tokens and logprobs, when the request asked for top-k."""
 
 
 @dataclass(frozen=True)

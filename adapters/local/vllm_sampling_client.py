@@ -95,7 +95,9 @@ class VllmSamplingClient:
             lora=self._lora,
         )
         completions = await self._sampling.submit(request)
-        return SampleResult([TokensWithLogprobs(c.tokens, c.logprobs, c.stop_reason) for c in completions])
+        return SampleResult(
+            [TokensWithLogprobs(c.tokens, c.logprobs, c.stop_reason, None, c.topk) for c in completions]
+        )
 
     async def compute_logprobs(self, prompt: ModelInput) -> list[float | None]:
         """The logprob of each prompt token given those before it; None for the first."""

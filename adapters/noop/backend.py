@@ -21,6 +21,7 @@ from adapters.noop.training_client import NoopTrainingClient
 from kitchen.engine.errors import KitchenError
 from kitchen.engine.ports import Tokenizer
 from train_core.losses import LOSS_SPECS, LossTable
+from train_core.types import LoraLayers
 
 
 def _check_base_model(base_model: str) -> None:
@@ -80,6 +81,16 @@ class NoopBackend:
         )
         await self.runtime.latency.wait("create_training_client")
         return self._new_training_client(PseudoWeights(self.seed, base_model), lora_rank)
+
+    async def create_lora_training_client(
+        self, base_model: str, lora_rank: int, seed: int, layers: LoraLayers
+    ) -> NoopTrainingClient:
+        """As `create_training_client` with LoRA: the pseudo-model has no layers, so the choice
+        is recorded (`calls`) and the weights are those of any other LoRA of the base model."""
+        if not (layers.attn or layers.mlp or layers.unembed):
+            raise KitchenError("LoRA layers: choose at least one of attention, MLP and the output head")
+        self.runtime.record("service", "create_lora_training_client", "service", layers=layers)
+        return await self.create_training_client(base_model, lora_rank, seed)
 
     async def create_training_client_from_state(self, path: str, with_optimizer: bool = True) -> NoopTrainingClient:
         self.runtime.record(

@@ -4,8 +4,11 @@ Each completion has a seeded "natural length"; when it is reached the fake model
 sequence (the first stop token id, or the tokens of the first stop string), so workflows see a mix
 of "stop" and "length" endings as they would with a real model. Without stop conditions it runs
 to max_tokens, as the local backend does. Every other token is drawn from the ordinary
-(non-special) vocabulary. Token logprobs come from `pseudo_logprobs`, walking the same context
-states as `compute_logprobs` and `forward`.
+(non-special) vocabulary: uniformly at the default sampling settings (temperature 1, no top-k or
+top-p), otherwise from the pseudo-model's distribution over it, `softmax(logprob / temperature)`
+cut to the top-k tokens and the top-p nucleus (the most likely token at temperature 0). Token
+logprobs come from `pseudo_logprobs`, walking the same context states as `compute_logprobs` and
+`forward`; asked for, each position also reports its top-k tokens under the pseudo-model.
 """
 
 from __future__ import annotations
@@ -14,12 +17,16 @@ import functools
 import random
 from collections.abc import Generator, Sequence
 
+import numpy as np
+import numpy.typing as npt
 from transformers import PreTrainedTokenizerBase
 
 from adapters.common.stop_matcher import StopMatcher
-from adapters.noop.pseudo_logprobs import PseudoWeights, advance, hash_ints, token_logprob
+from adapters.noop.pseudo_logprobs import PseudoWeights, advance, hash_ints, next_logprobs_V, token_logprob
 from kitchen.engine.ports import Tokenizer
-from train_core.types import TokensWithLogprobs
+from train_core.types import SamplingParams, TokensWithLogprobs
+
+DEFAULT_PARAMS = SamplingParams()
 
 MEAN_NATURAL_LENGTH = 24
 """Average completion length (tokens before the end sequence) when max_tokens does not cut it."""
@@ -39,15 +46,53 @@ def ordinary_token_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
     return [i for i in range(len(tokenizer)) if i not in special]
 
 
+@functools.lru_cache(maxsize=8)
+def _vocab_array(vocab_ids: tuple[int, ...]) -> npt.NDArray[np.uint64]:
+    return np.asarray(vocab_ids, dtype=np.uint64)
+
+
+def top_tokens(state: int, vocab_ids: Sequence[int], k: int) -> list[tuple[int, float]]:
+    """The k most likely tokens of `vocab_ids` after `state` and their logprobs, most likely first."""
+    logprobs_V = next_logprobs_V(state, _vocab_array(tuple(vocab_ids)))
+    order = np.argsort(-logprobs_V, kind="stable")[:k]
+    return [(int(vocab_ids[i]), float(logprobs_V[i])) for i in order]
+
+
+def draw_token(state: int, vocab_ids: Sequence[int], params: SamplingParams, rng: random.Random) -> int:
+    """One token after `state`: uniform over `vocab_ids` at the default settings, else from the
+    tempered, truncated pseudo-distribution (greedy at temperature 0)."""
+    if params.temperature == 1.0 and params.top_k == -1 and params.top_p == 1.0:
+        return rng.choice(vocab_ids)
+    logprobs_V = next_logprobs_V(state, _vocab_array(tuple(vocab_ids))).astype(np.float64)
+    if params.temperature == 0.0:
+        return int(vocab_ids[int(np.argmax(logprobs_V))])
+    scaled_V = logprobs_V / params.temperature
+    order = np.argsort(-scaled_V, kind="stable")
+    probs = np.exp(scaled_V[order] - scaled_V[order[0]])
+    probs /= probs.sum()
+    keep = len(order) if params.top_k < 1 else min(params.top_k, len(order))
+    before = np.cumsum(probs) - probs  # mass of the better tokens: a token is kept while it is below top_p
+    keep = min(keep, int(np.count_nonzero(before < params.top_p)))
+    cdf = np.cumsum(probs[:keep])
+    index = min(int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right")), keep - 1)
+    return int(vocab_ids[int(order[index])])
+
+
 class _Context:
     """The hash state of prompt + tokens so far under the current weights; switching weights
-    re-walks the context under the new ones (a re-prefill), so later logprobs are exactly theirs."""
+    re-walks the context under the new ones (a re-prefill), so later logprobs are exactly theirs.
+    With `topk`, each appended token also records the top-k tokens of its position."""
 
-    def __init__(self, weights: PseudoWeights, prompt_T: Sequence[int]) -> None:
+    def __init__(
+        self, weights: PseudoWeights, prompt_T: Sequence[int], topk: int = 0, vocab_ids: Sequence[int] = ()
+    ) -> None:
         self.weights = weights
         self.prompt_T = tuple(prompt_T)
         self.tokens_T: list[int] = []
         self.logprobs_T: list[float] = []
+        self.topk = topk
+        self.vocab_ids = vocab_ids
+        self.topk_T: list[list[tuple[int, float]]] = []
         _, self.state = _prompt_start(weights, self.prompt_T)
 
     def use(self, weights: PseudoWeights) -> None:
@@ -57,7 +102,13 @@ class _Context:
             for token in self.tokens_T:
                 self.state = advance(self.state, token)
 
+    def done(self, reason: str) -> TokensWithLogprobs:
+        topk = self.topk_T if self.topk > 0 else None
+        return TokensWithLogprobs(self.tokens_T, self.logprobs_T, "stop" if reason == "stop" else "length", None, topk)
+
     def append(self, token: int) -> None:
+        if self.topk > 0:
+            self.topk_T.append(top_tokens(self.state, self.vocab_ids, self.topk))
         self.tokens_T.append(token)
         self.logprobs_T.append(token_logprob(self.state, token))
         self.state = advance(self.state, token)
@@ -87,21 +138,26 @@ def decode_completion(
     end_T: Sequence[int],
     stop: StopMatcher,
     vocab_ids: Sequence[int],
+    params: SamplingParams = DEFAULT_PARAMS,
 ) -> Decoder:
     """One pseudo-random completion of `prompt_T`, a pure function of its arguments and of the
-    weights sent for each token; the draws stay those of the first weights' seed. The token that
+    weights sent for each token; the draws stay those of the first weights' seed (but for a
+    tempered or truncated draw, which reads the current weights' distribution). The token that
     meets a stop condition is kept, as the local and Tinker samplers keep it."""
     prompt_hash, _ = _prompt_start(weights, tuple(prompt_T))
+    if params.temperature == 0.0:  # greedy: every sample the same, its ending included
+        sample_seed = 0
     rng = random.Random(hash_ints([weights.initial_state(), prompt_hash, sample_seed & (2**64 - 1)]))
     natural_length = rng.randint(1, 2 * MEAN_NATURAL_LENGTH - 1)
-    context = _Context(weights, prompt_T)
+    context = _Context(weights, prompt_T, params.topk_logprobs, vocab_ids)
     while len(context.tokens_T) < max_tokens:
         context.use((yield))
         position = len(context.tokens_T) - natural_length
-        context.append(end_T[position] if 0 <= position < len(end_T) else rng.choice(vocab_ids))
+        ending = 0 <= position < len(end_T)
+        context.append(end_T[position] if ending else draw_token(context.state, vocab_ids, params, rng))
         if stop.is_done(context.tokens_T):
-            return TokensWithLogprobs(context.tokens_T, context.logprobs_T, "stop")
-    return TokensWithLogprobs(context.tokens_T, context.logprobs_T, "length")
+            return context.done("stop")
+    return context.done("length")
 
 
 def decode_scripted(
@@ -111,16 +167,18 @@ def decode_scripted(
     max_tokens: int,
     end_T: Sequence[int],
     stop: StopMatcher,
+    topk: int = 0,
+    vocab_ids: Sequence[int] = (),
 ) -> Decoder:
     """A scripted reply: `reply_T` then the end sequence, cut at `max_tokens` or at the first stop
     condition met, with the pseudo-model's logprobs of those tokens (as `decode_completion`)."""
-    context = _Context(weights, prompt_T)
+    context = _Context(weights, prompt_T, topk, vocab_ids)
     for token in [*reply_T, *end_T][:max_tokens]:
         context.use((yield))
         context.append(token)
         if stop.is_done(context.tokens_T):
-            return TokensWithLogprobs(context.tokens_T, context.logprobs_T, "stop")
-    return TokensWithLogprobs(context.tokens_T, context.logprobs_T, "length")
+            return context.done("stop")
+    return context.done("length")
 
 
 def primed(decoder: Decoder) -> Decoder:

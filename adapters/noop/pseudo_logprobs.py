@@ -104,6 +104,13 @@ def token_logprob(state: int, token: int) -> float:
     return float(struct.unpack("f", struct.pack("f", _unrounded_logprob(state, token & _MASK64)))[0])
 
 
+def next_logprobs_V(state: int, vocab_V: npt.NDArray[np.uint64]) -> npt.NDArray[np.float32]:
+    """The logprob of every token of `vocab_V` after the context `state` (as `token_logprob`
+    gives each, float32-rounded): the pseudo-model's whole next-token distribution."""
+    states_V = np.full(vocab_V.shape, state, dtype=np.uint64)
+    return np.asarray(_unrounded_logprob(states_V, vocab_V), dtype=np.float64).astype(np.float32)
+
+
 def target_logprobs_BL(
     weights: PseudoWeights, input_ids_BL: npt.ArrayLike, targets_BL: npt.ArrayLike
 ) -> npt.NDArray[np.float32]:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import random
 from dataclasses import dataclass, replace
 from typing import cast
+
+import numpy as np
 
 from adapters.common.requests import check_sampling_params, check_token_ids
 from adapters.common.stop_matcher import StopMatcher
@@ -19,12 +22,28 @@ from adapters.noop.completion import (
     primed,
     run_primed,
     step,
+    top_tokens,
 )
-from adapters.noop.pseudo_logprobs import PseudoWeights, hash_ints, prompt_logprobs
+from adapters.noop.pseudo_logprobs import (
+    PseudoWeights,
+    advance,
+    hash_ints,
+    next_logprobs_V,
+    prompt_logprobs,
+    token_logprob,
+)
 from adapters.noop.runtime import NOOP_IMAGE_TOKEN, NoopRuntime, tiny_tokenizer, tiny_vocab_ids, vocab_size
 from kitchen.engine.errors import DataError
 from kitchen.engine.ports import WeightFeed
-from train_core.types import ModelInput, SampleResult, SamplingParams, StopCondition, TokensWithLogprobs
+from train_core.types import (
+    ModelInput,
+    PromptDetail,
+    PromptScores,
+    SampleResult,
+    SamplingParams,
+    StopCondition,
+    TokensWithLogprobs,
+)
 
 _SEEDED, _UNSEEDED = 1, 0  # keep explicit seeds and call counters from ever colliding
 
@@ -67,6 +86,7 @@ class _SampleCall:
     call_seed: int
     stop: StopMatcher
     end_T: tuple[int, ...]
+    params: SamplingParams
 
     def decoders(self) -> list[Decoder]:
         """One primed decoder per sample (see `adapters.noop.completion.Decoder`)."""
@@ -75,7 +95,18 @@ class _SampleCall:
             tokenizer = load_tokenizer(TINY_MODEL_NAME)
             reply_T = tokenizer.encode(runtime.replies(tokenizer.decode(self.prompt_T)), add_special_tokens=False)
             return [
-                primed(decode_scripted(weights, self.prompt_T, reply_T, self.max_tokens, self.end_T, self.stop))
+                primed(
+                    decode_scripted(
+                        weights,
+                        self.prompt_T,
+                        reply_T,
+                        self.max_tokens,
+                        self.end_T,
+                        self.stop,
+                        self.params.topk_logprobs,
+                        tiny_vocab_ids(),
+                    )
+                )
                 for _ in range(self.num_samples)
             ]
         return [
@@ -88,6 +119,7 @@ class _SampleCall:
                     self.end_T,
                     self.stop,
                     tiny_vocab_ids(),
+                    self.params,
                 )
             )
             for i in range(self.num_samples)
@@ -104,7 +136,8 @@ class NoopSamplingClient:
     """Samples and scores with fixed weights: later training never changes what it returns.
 
     Without `SamplingParams.seed`, each call draws from this client's call counter, so repeated
-    calls differ while runs stay reproducible. Temperature, top-k and top-p are not modelled.
+    calls differ while runs stay reproducible. Temperature, top-k and top-p shape the draws as
+    `adapters.noop.completion` describes (temperature 0 is greedy).
     """
 
     def __init__(self, runtime: NoopRuntime, weights: PseudoWeights) -> None:
@@ -185,6 +218,7 @@ class NoopSamplingClient:
             call_seed,
             _stop_matcher(tuple(sampling_params.stop or ())),
             _end_sequence(tuple(sampling_params.stop or ())),
+            sampling_params,
         )
 
     async def compute_logprobs(self, prompt: ModelInput) -> list[float | None]:
@@ -196,3 +230,63 @@ class NoopSamplingClient:
         logprobs = prompt_logprobs(self.weights, prompt_T)
         await self.runtime.latency.pad("compute_logprobs", started)
         return logprobs
+
+    async def score_prompt(self, prompt: ModelInput, detail: PromptDetail) -> PromptScores:
+        """The prompt's logprobs and, at each position after the first, what `detail` asks for,
+        under the pseudo-model (its distribution over the tiny vocabulary)."""
+        prompt_T = _prompt_tokens(prompt)
+        self.runtime.record(
+            "sampling", "score_prompt", self.client_id, version=self.weights.version, prompt_tokens=prompt.length
+        )
+        started = asyncio.get_running_loop().time()
+        scores = _prompt_scores(self.weights, prompt_T, detail)
+        await self.runtime.latency.pad("compute_logprobs", started)
+        return scores
+
+
+def _prompt_scores(weights: PseudoWeights, prompt_T: list[int], detail: PromptDetail) -> PromptScores:
+    vocab = tiny_vocab_ids()
+    topk: list[list[tuple[int, float]]] = []
+    targets: list[list[float | None]] = []
+    alt_tokens: list[list[int]] = []
+    alt_logprobs: list[list[float]] = []
+    rng = random.Random(hash_ints([weights.initial_state(), detail.seed & (2**64 - 1)]))
+    vocab_V = np.asarray(vocab, dtype=np.uint64)
+    state = weights.initial_state()
+    for position, token in enumerate(prompt_T[:-1]):
+        state = advance(state, token)
+        if detail.topk > 0:
+            topk.append(top_tokens(state, vocab, detail.topk))
+        if detail.targets is not None:
+            row = detail.targets[position]
+            targets.append([None if t < 0 else token_logprob(state, t) for t in row])
+        if detail.alt_k > 0:
+            drawn = _alternatives(state, vocab, vocab_V, detail, rng)
+            alt_tokens.append([t for t, _ in drawn])
+            alt_logprobs.append([lp for _, lp in drawn])
+    return PromptScores(
+        logprobs=prompt_logprobs(weights, prompt_T),
+        topk=topk if detail.topk > 0 else None,
+        targets=targets if detail.targets is not None else None,
+        alt_tokens=alt_tokens if detail.alt_k > 0 else None,
+        alt_logprobs=alt_logprobs if detail.alt_k > 0 else None,
+    )
+
+
+def _alternatives(
+    state: int, vocab: tuple[int, ...], vocab_V: np.ndarray, detail: PromptDetail, rng: random.Random
+) -> list[tuple[int, float]]:
+    """`alt_k` independent draws from `softmax(logprob / temperature)` over the vocabulary (the
+    argmax at temperature 0), each with its logprob under that distribution."""
+    logprobs_V = next_logprobs_V(state, vocab_V).astype(np.float64)
+    if detail.temperature == 0.0:
+        best = int(np.argmax(logprobs_V))
+        return [(vocab[best], 0.0)] * detail.alt_k
+    scaled_V = logprobs_V / detail.temperature
+    log_norm = float(np.log(np.exp(scaled_V - scaled_V.max()).sum()) + scaled_V.max())
+    cdf_V = np.cumsum(np.exp(scaled_V - log_norm))
+    drawn = []
+    for _ in range(detail.alt_k):
+        index = min(int(np.searchsorted(cdf_V, rng.random() * cdf_V[-1], side="right")), len(vocab) - 1)
+        drawn.append((vocab[index], float(scaled_V[index] - log_norm)))
+    return drawn

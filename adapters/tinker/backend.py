@@ -24,6 +24,7 @@ from adapters.tinker.sdk_surface import SdkFuture, SdkServiceClient, SdkTraining
 from adapters.tinker.training_client import TinkerTrainingClient
 from kitchen.engine.errors import ConfigError
 from kitchen.engine.ports import Tokenizer
+from train_core.types import LoraLayers
 
 LORA_ONLY_MESSAGE = (
     "lora_rank: the Tinker service trains LoRA adapters only; set lora_rank (for example "
@@ -99,12 +100,25 @@ class TinkerBackend:
     ) -> TinkerTrainingClient:
         if lora_rank is None:
             raise ConfigError(LORA_ONLY_MESSAGE)
+        return await self.create_lora_training_client(base_model, lora_rank, seed, LoraLayers())
+
+    async def create_lora_training_client(
+        self, base_model: str, lora_rank: int, seed: int, layers: LoraLayers
+    ) -> TinkerTrainingClient:
+        """A LoRA client on `layers`: kitchen's default is every linear layer but the output
+        head, as the local backend has it (the service's own default also trains the head)."""
         if lora_rank <= 0:
             raise ConfigError(f"lora_rank: must be a positive integer, got {lora_rank}")
-        rank = lora_rank
         return await self._open_training_client(
             "create_training_client",
-            lambda: self._service.create_lora_training_client(base_model, rank=rank, seed=seed),
+            lambda: self._service.create_lora_training_client(
+                base_model,
+                rank=lora_rank,
+                seed=seed,
+                train_attn=layers.attn,
+                train_mlp=layers.mlp,
+                train_unembed=layers.unembed,
+            ),
         )
 
     async def create_training_client_from_state(self, path: str, with_optimizer: bool = True) -> TinkerTrainingClient:

@@ -124,10 +124,12 @@ def sampling_params_from_sdk(params: sdk.SamplingParams) -> SamplingParams:
 
 def tokens_with_logprobs_from_sdk(sequence: sdk.SampledSequence) -> TokensWithLogprobs:
     logprobs = sequence.logprobs
+    topk = sequence.topk_logprobs
     return TokensWithLogprobs(
         tokens=[int(token) for token in sequence.tokens],
         maybe_logprobs=None if logprobs is None else [float(lp) for lp in logprobs],
         stop_reason=sequence.stop_reason,
+        maybe_topk=None if topk is None else [[(int(t), float(lp)) for t, lp in row or []] for row in topk],
     )
 
 

@@ -33,9 +33,14 @@ class TinkerSamplingClient:
     async def sample(self, prompt: ModelInput, num_samples: int, sampling_params: SamplingParams) -> SampleResult:
         sdk_prompt = model_input_to_sdk(_non_empty(prompt, "sample"))
         sdk_params = sampling_params_to_sdk(sampling_params)
+        k = sampling_params.topk_logprobs
         return await submit(
             "sample",
-            lambda: self._sdk.sample(sdk_prompt, num_samples, sdk_params),
+            lambda: (
+                self._sdk.sample(sdk_prompt, num_samples, sdk_params, topk_sample_logprobs=k)
+                if k
+                else self._sdk.sample(sdk_prompt, num_samples, sdk_params)
+            ),
             sample_result_from_sdk,
             self._redactor,
             self._policy,

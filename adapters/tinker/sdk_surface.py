@@ -31,7 +31,13 @@ SdkLossCall = Callable[
 
 class SdkSamplingClient(Protocol):
     def sample(
-        self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams
+        self,
+        prompt: types.ModelInput,
+        num_samples: int,
+        sampling_params: types.SamplingParams,
+        include_prompt_logprobs: bool = False,
+        topk_prompt_logprobs: int = 0,
+        topk_sample_logprobs: int = 0,
     ) -> SdkFuture[types.SampleResponse]: ...
 
     def compute_logprobs(self, prompt: types.ModelInput) -> SdkFuture[list[float | None]]: ...
@@ -77,7 +83,13 @@ class SdkTrainingClient(Protocol):
 
 class SdkServiceClient(Protocol):
     def create_lora_training_client(
-        self, base_model: str, rank: int = ..., seed: int | None = None
+        self,
+        base_model: str,
+        rank: int = ...,
+        seed: int | None = None,
+        train_mlp: bool = ...,
+        train_attn: bool = ...,
+        train_unembed: bool = ...,
     ) -> SdkFuture[SdkTrainingClient]: ...
 
     def create_training_client_from_state(self, path: str) -> SdkFuture[SdkTrainingClient]: ...

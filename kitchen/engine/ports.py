@@ -14,8 +14,11 @@ from train_core.types import (
     AdamParams,
     Datum,
     ForwardBackwardOutput,
+    LoraLayers,
     ModelInput,
     OptimStepOutput,
+    PromptDetail,
+    PromptScores,
     SampleResult,
     SamplingParams,
 )
@@ -47,6 +50,16 @@ class SamplingClient(Protocol):
     async def compute_logprobs(self, prompt: ModelInput) -> list[float | None]:
         """Logprob of each prompt token given the ones before it; the first is None."""
         ...
+
+
+@runtime_checkable
+class ScoresPromptDetail(Protocol):
+    """A sampling client that reports more of a prompt than `compute_logprobs`: at each position
+    after the first, the most likely tokens, the logprobs of chosen tokens, and tokens drawn from
+    the model's distribution (`PromptDetail`). Optional: what the Tinker API's top-k, target and
+    alternative-token prompt logprobs need (kitchen serve refuses them on backends without it)."""
+
+    async def score_prompt(self, prompt: ModelInput, detail: PromptDetail) -> PromptScores: ...
 
 
 class WeightFeed(Protocol):
@@ -118,6 +131,18 @@ class ServiceBackend(Protocol):
     def get_tokenizer(self, base_model: str) -> Tokenizer: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class SelectsLoraLayers(Protocol):
+    """A backend whose LoRA clients can put adapters on a chosen set of layers (`LoraLayers`:
+    attention, MLP, output head) instead of its default. Optional: the Tinker API's
+    `train_attn` / `train_mlp` / `train_unembed` need it (kitchen serve refuses a choice other
+    than the default on backends without it)."""
+
+    async def create_lora_training_client(
+        self, base_model: str, lora_rank: int, seed: int, layers: LoraLayers
+    ) -> TrainingClient: ...
 
 
 def _protocol_methods(protocol: type) -> list[str]:

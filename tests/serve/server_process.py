@@ -37,6 +37,9 @@ class ServerProcess:
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
     log: Path | None = None
+    hf_cache: Path | None = None
+    """The HF cache the server writes its served names' tokenizers to (default: a folder beside
+    the store, so tests leave the machine's own cache alone)."""
 
     @property
     def url(self) -> str:
@@ -46,7 +49,9 @@ class ServerProcess:
         self.log = self.store.parent / f"serve-{self.port}-{time.monotonic_ns()}.log"
         command = [sys.executable, "-m", "kitchen", "serve", "--backend", self.backend, "--port", str(self.port)]
         command += ["--store", str(self.store), *self.extra]
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        if self.hf_cache is None:
+            self.hf_cache = self.store.parent / "hf-cache"
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_CACHE": str(self.hf_cache)}
         with open(self.log, "wb") as out:
             self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
         deadline = time.monotonic() + timeout_s

@@ -220,22 +220,3 @@ def test_lora_clients_on_one_base_are_isolated(service: tinker.ServiceClient) ->
         one.optim_step(types.AdamParams(learning_rate=0.05)).result()
     assert logprobs(one, datum) != two_before
     assert logprobs(two, datum) == two_before
-
-
-def test_image_chunks_are_a_400_saying_only_token_chunks_are_served(service: tinker.ServiceClient) -> None:
-    """kitchen serve takes token inputs only (images train through the local backend directly)."""
-    training = service.create_lora_training_client(BASE, rank=4).result()
-    image = types.ImageChunk(data=b"\x89PNG\r\n\x1a\n", format="png", expected_tokens=4)
-    model_input = types.ModelInput(chunks=[types.EncodedTextChunk(tokens=TOKENS[:3]), image])
-    n = model_input.length
-    datum = types.Datum(
-        model_input=model_input,
-        loss_fn_inputs={
-            "target_tokens": types.TensorData(data=[0] * n, dtype="int64", shape=[n]),
-            "weights": types.TensorData(data=[0.0] * n, dtype="float32", shape=[n]),
-        },
-    )
-    with pytest.raises(tinker.BadRequestError) as info:
-        training.forward([datum], "cross_entropy").result()
-    assert info.value.status_code == 400
-    assert "only token chunks are served" in str(info.value)

@@ -1,8 +1,9 @@
 """The models file: the names programs ask for, mapped to what the backend loads.
 
 A YAML mapping, one model per line: `Qwen/Qwen3-8B: /models/qwen3-8b` (a local folder) or
-`tiny: tiny` (kitchen's embedded model). Without a file the server offers `tiny` only. The name a
-program uses is what `get_server_capabilities` lists and what training runs record.
+`tiny: tiny` (one of kitchen's embedded models: `tiny`, `tiny32`, `tiny-vl`). Without a file the
+server offers `tiny` only. The name a program uses is what `get_server_capabilities` lists and
+what training runs record.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from kitchen.engine.config.yaml_bounded import load_yaml
 from kitchen.engine.errors import ConfigError
 
 TINY = "tiny"
+EMBEDDED = frozenset({TINY, "tiny32", "tiny-vl"})
+"""The backends' embedded models (`adapters.common.tiny`), which a models file may name as they are."""
 
 
 class UnknownModel(ConfigError):
@@ -48,8 +51,12 @@ def read_models_file(path: Path | None) -> ModelCatalog:
     models: dict[str, str] = {}
     for name, target in raw.items():
         if not isinstance(name, str) or not isinstance(target, str) or not target:
-            raise ConfigError(f"models file {path}: entry {name!r}: the value must be a local folder or 'tiny'")
-        if target != TINY:
+            embedded = ", ".join(sorted(EMBEDDED))
+            raise ConfigError(
+                f"models file {path}: entry {name!r}: the value must be a local folder or an embedded model "
+                f"({embedded})"
+            )
+        if target not in EMBEDDED:
             folder = Path(target).expanduser()
             if not folder.is_absolute():
                 folder = path.parent / folder

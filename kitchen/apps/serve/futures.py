@@ -35,27 +35,36 @@ class Entry:
     owner: str
     future: asyncio.Future[Outcome]
     created: float
+    label: str = "request"
+    submitted: float = 0.0
+    """Wall-clock time of the submission (epoch seconds), for the session's trace."""
     finished: float | None = None
+
+
+FinishHook = Callable[[str, Entry, Outcome], None]
+"""Told of every request once its outcome is set: (request id, entry, outcome)."""
 
 
 class FutureBook:
     """Request id -> pending or finished outcome, per owner; finished entries expire after `keep_s`."""
 
-    def __init__(self, keep_s: float = 3600.0) -> None:
+    def __init__(self, keep_s: float = 3600.0, on_finish: FinishHook | None = None) -> None:
         self._entries: dict[str, Entry] = {}
         self._keep_s = keep_s
+        self._on_finish = on_finish
 
     def get(self, request_id: str, owner: str) -> Entry | None:
         entry = self._entries.get(request_id)
         return entry if entry is not None and entry.owner == owner else None
 
-    def start(self, request_id: str, owner: str) -> tuple[Entry, bool]:
-        """The entry for `request_id` and whether it is new (False: a resubmission)."""
+    def start(self, request_id: str, owner: str, label: str = "request") -> tuple[Entry, bool]:
+        """The entry for `request_id` and whether it is new (False: a resubmission); `label`
+        names the kind of request in the session's trace."""
         existing = self._entries.get(request_id)
         if existing is not None:
             return existing, False
         self._expire()
-        entry = Entry(owner, asyncio.get_running_loop().create_future(), time.monotonic())
+        entry = Entry(owner, asyncio.get_running_loop().create_future(), time.monotonic(), label, time.time())
         self._entries[request_id] = entry
         return entry, True
 
@@ -64,6 +73,8 @@ class FutureBook:
         if entry is not None and not entry.future.done():
             entry.future.set_result(outcome)
             entry.finished = time.monotonic()
+            if self._on_finish is not None:
+                self._on_finish(request_id, entry, outcome)
 
     def run(
         self, request_id: str, work: Callable[[], Awaitable[Outcome]], describe: Callable[[BaseException], Outcome]

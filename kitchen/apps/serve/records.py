@@ -3,7 +3,9 @@
 The records live in one JSON file under the store folder, rewritten atomically (temp file, fsync,
 rename) on every change, so a server killed with `kill -9` restarts with every run and checkpoint
 it had acknowledged. The weights themselves are the backend's checkpoint files under
-`<store>/checkpoints`; a record maps the `tinker://` path a client sees to the backend's own path.
+`<store>/checkpoints` (external exports under `<store>/external`); a record maps the `tinker://`
+path a client sees to the backend's own path. Records written by an older server load with the
+newer fields at their defaults.
 """
 
 from __future__ import annotations
@@ -11,13 +13,16 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-CheckpointType = Literal["training", "sampler"]
+CheckpointType = Literal["training", "sampler", "external"]
 TINKER_SCHEME = "tinker://"
-_SEGMENT = {"training": "weights", "sampler": "sampler_weights"}
+_SEGMENT = {"training": "weights", "sampler": "sampler_weights", "external": "external_weights"}
+DEFAULT_PROJECT = "default"
+"""The project of a session created without one (the service puts every session in a project)."""
 
 
 @dataclass
@@ -26,6 +31,9 @@ class SessionRecord:
     owner: str
     created: float
     finished: str | None = None
+    user_metadata: dict[str, str] | None = None
+    project_id: str = DEFAULT_PROJECT
+    display_name: str | None = None
 
 
 @dataclass
@@ -40,6 +48,10 @@ class RunRecord:
     created: float
     last_request_time: float
     user_metadata: dict[str, Any] | None = None
+    layers: dict[str, bool] | None = None
+    """The LoRA layer choice it was created with (train_attn, train_mlp, train_unembed)."""
+    copy_of: str | None = None
+    """For a run made by copy_weights: the checkpoint it holds a copy of (it cannot be trained)."""
 
 
 @dataclass
@@ -52,6 +64,9 @@ class CheckpointRecord:
     owner: str
     time: float
     user_metadata: dict[str, str] | None = None
+    public: bool = False
+    expires_at: float | None = None
+    """Epoch seconds after which the checkpoint is gone (None: never)."""
 
     @property
     def checkpoint_id(self) -> str:
@@ -62,11 +77,19 @@ def tinker_path(training_run_id: str, kind: CheckpointType, name: str) -> str:
     return f"{TINKER_SCHEME}{training_run_id}/{_SEGMENT[kind]}/{name}"
 
 
+MAX_EVENTS = 10_000
+"""Audit events kept (the oldest are dropped past it)."""
+
+
 @dataclass
 class Records:
     sessions: dict[str, SessionRecord] = field(default_factory=dict)
     runs: dict[str, RunRecord] = field(default_factory=dict)
     checkpoints: dict[str, CheckpointRecord] = field(default_factory=dict)
+    copies: dict[str, str] = field(default_factory=dict)
+    """`copy_weights` requests by owner and idempotency key -> the copy's path (a retry gets it again)."""
+    events: list[dict[str, Any]] = field(default_factory=list)
+    """The checkpoint events of the audit log: time, event, owner, tinker_path and details."""
 
 
 class RecordStore:
@@ -89,6 +112,8 @@ class RecordStore:
             {k: SessionRecord(**v) for k, v in raw.get("sessions", {}).items()},
             {k: RunRecord(**v) for k, v in raw.get("runs", {}).items()},
             {k: CheckpointRecord(**v) for k, v in raw.get("checkpoints", {}).items()},
+            dict(raw.get("copies", {})),
+            list(raw.get("events", [])),
         )
 
     def save(self) -> None:
@@ -98,6 +123,8 @@ class RecordStore:
                 "sessions": {k: asdict(v) for k, v in self.data.sessions.items()},
                 "runs": {k: asdict(v) for k, v in self.data.runs.items()},
                 "checkpoints": {k: asdict(v) for k, v in self.data.checkpoints.items()},
+                "copies": self.data.copies,
+                "events": self.data.events,
             }
             temp = self._file.with_suffix(".json.tmp")
             with open(temp, "w", encoding="utf-8") as handle:
@@ -117,6 +144,18 @@ class RecordStore:
     def add_checkpoint(self, record: CheckpointRecord) -> None:
         self.data.checkpoints[record.tinker_path] = record
         self.save()
+
+    def log_event(self, event: str, owner: str, tinker_path: str, **details: Any) -> None:
+        """Append an audit event (and save)."""
+        self.data.events.append(
+            {"time": time.time(), "event": event, "owner": owner, "tinker_path": tinker_path, **details}
+        )
+        del self.data.events[:-MAX_EVENTS]
+        self.save()
+
+    def sharing(self, backend_path: str) -> list[CheckpointRecord]:
+        """The checkpoints whose weights are the files at `backend_path` (copies share them)."""
+        return [c for c in self.data.checkpoints.values() if c.backend_path == backend_path]
 
     def remove_checkpoint(self, path: str) -> CheckpointRecord | None:
         record = self.data.checkpoints.pop(path, None)

@@ -21,6 +21,7 @@ from kitchen.apps.serve.keys import KeyCheck, read_keys_file
 from kitchen.apps.serve.openai_router import openai_router_for
 from kitchen.apps.serve.records import RecordStore
 from kitchen.apps.serve.service import TinkerService
+from kitchen.apps.serve.signing import ServerSecret
 from kitchen.engine.backends import get_backend_spec, make_backend
 from kitchen.engine.errors import ConfigError
 from kitchen.families.common.settings import check_renderer_name
@@ -73,15 +74,24 @@ def build_service(settings: ServeSettings) -> tuple[TinkerService, KeyCheck]:
             f"--host {settings.host}: binding a non-loopback address requires --api-keys FILE "
             "(anyone who can reach the port could otherwise train and read checkpoints)"
         )
-    keys = KeyCheck(read_keys_file(settings.api_keys) if settings.api_keys is not None else None)
     catalog = read_models_file(settings.models)
     spec = get_backend_spec(settings.backend)
     config = load_config(RunConfig, None, [f"backend={settings.backend}", f"seed={settings.seed}", *settings.overrides])
     store = RecordStore(settings.store)
+    keys = KeyCheck(
+        read_keys_file(settings.api_keys) if settings.api_keys is not None else None, ServerSecret(store.folder)
+    )
     backend = make_backend(config, store.checkpoint_dir)
     service = TinkerService(
-        backend, spec, catalog, store, full_finetune=settings.full_finetune, long_poll_s=settings.long_poll_s
+        backend,
+        spec,
+        catalog,
+        store,
+        full_finetune=settings.full_finetune,
+        long_poll_s=settings.long_poll_s,
+        backend_settings=getattr(config, spec.name, None),
     )
+    service.cache_tokenizers()
     return service, keys
 
 

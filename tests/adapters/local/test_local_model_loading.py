@@ -94,3 +94,18 @@ def test_bad_model_names_and_lora_ranks_are_config_errors(tmp_path: Path) -> Non
 def test_device_defaults_to_cuda_when_available_and_can_be_overridden() -> None:
     assert resolve_device("cpu") == CPU
     assert resolve_device(None).type == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def test_models_built_at_once_on_threads_are_those_built_alone() -> None:
+    """Seeded initialisation draws from torch's process-wide generator: built concurrently (as
+    kitchen serve builds one client per tenant), every model must still be its seed's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def build(seed: int) -> dict[str, torch.Tensor]:
+        return {k: v.clone() for k, v in load_model("tiny", 4, seed=seed, device=CPU).state_dict().items()}
+
+    alone = [build(seed) for seed in range(4)]
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(build, range(4)))
+    for one, other in zip(alone, together, strict=True):
+        assert one.keys() == other.keys() and all(torch.equal(one[k], other[k]) for k in one)

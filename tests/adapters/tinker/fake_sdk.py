@@ -225,8 +225,15 @@ class FakeServiceClient:
     # --- the SDK surface ---
 
     def create_lora_training_client(
-        self, base_model: str, rank: int = 32, seed: int | None = None
+        self,
+        base_model: str,
+        rank: int = 32,
+        seed: int | None = None,
+        train_mlp: bool = True,
+        train_attn: bool = True,
+        train_unembed: bool = True,
     ) -> AwaitableConcurrentFuture[FakeTrainingClient]:
+        usage(train_mlp or train_attn or train_unembed, "create_lora_training_client: train at least one layer kind")
         usage(
             isinstance(base_model, str) and bool(base_model),
             "create_lora_training_client: base_model must be a non-empty str",
@@ -479,8 +486,19 @@ class FakeSamplingClient:
         )
 
     def sample(
-        self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams
+        self,
+        prompt: types.ModelInput,
+        num_samples: int,
+        sampling_params: types.SamplingParams,
+        include_prompt_logprobs: bool = False,
+        topk_prompt_logprobs: int = 0,
+        topk_sample_logprobs: int = 0,
     ) -> AwaitableConcurrentFuture[types.SampleResponse]:
+        # the fake models sampled tokens only (the real SDK's extras are tested against kitchen serve)
+        usage(
+            not (include_prompt_logprobs or topk_prompt_logprobs or topk_sample_logprobs),
+            "sample: the fake SDK returns no prompt or top-k logprobs",
+        )
         prompt_T = typed_tokens(prompt, "sample prompt")
         usage(
             type(num_samples) is int and num_samples > 0,
