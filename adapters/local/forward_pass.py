@@ -27,6 +27,7 @@ from typing import Any, cast
 import torch
 
 from adapters.common.training_batch import right_pad, row_slots
+from adapters.local.mixed_precision import compute_dtype
 from adapters.local.token_scoring import Entropy, LogprobMethod, output_head, score_tokens
 from adapters.local.unpadded_rows import may_run_unpadded, run_unpadded
 from kitchen.ports import Tokenizer
@@ -358,6 +359,17 @@ def attend_alone(lengths_D: Sequence[int], rows: int, width: int) -> bool:
     return len(lengths_D) * max(lengths_D) ** 2 <= rows * width**2
 
 
+def check_scoring_paths(model: torch.nn.Module, method: LogprobMethod) -> None:
+    """Run the once-per-model checks of the scoring paths now rather than inside a first pass:
+    whether logprobs may come from the hidden states (`output_head`), and whether packed rows
+    may skip their padding (`may_run_unpadded`'s probe). A training client calls this when it is
+    made, so the workers of a sharded model all run the checks' forward passes at the same point."""
+    if method != "full":
+        output_head(model)
+    if takes_packed_mask(model):
+        may_run_unpadded(model)
+
+
 @dataclass(frozen=True)
 class ScoredSequences:
     """Each sequence's target logprobs [L_d] (and each target position's entropy [L_d], when asked
@@ -382,19 +394,16 @@ def sequence_logprobs(
     unless `entropy` is "none", the entropy of each of those next-token distributions. Sequences are packed
     (see the module docstring) where that pays and the model attends fully; otherwise they are
     right-padded, which needs no mask. Either way only real tokens reach the output head."""
-    parameter = next(model.parameters())
-    device = parameter.device
+    device = next(model.parameters()).device
     lengths_D = [len(tokens) for tokens in inputs_D]
     targets_N = torch.tensor([t for targets in targets_D for t in targets], dtype=torch.long, device=device)
     packed = None
     if takes_packed_mask(model):
         attention_tokens, unpadded = attention_break_even(model), may_run_unpadded(model)
-        packed = pack_sequences(inputs_D, pad_id, parameter.dtype, device, attention_tokens, unpadded)
+        packed = pack_sequences(inputs_D, pad_id, compute_dtype(model), device, attention_tokens, unpadded)
         if packed is not None and unpadded:
             scores = _score_unpadded(model, packed, lengths_D, targets_N, method, entropy)
-            if scores is not None:
-                return _scored(scores, lengths_D, packed.input_ids_BW.numel(), packed.filled)
-            packed = pack_sequences(inputs_D, pad_id, parameter.dtype, device, attention_tokens)  # masked rows now
+            return _scored(scores, lengths_D, packed.input_ids_BW.numel(), packed.filled)
     if packed is None:
         input_ids_BL = right_pad(inputs_D, pad_id, device)
         slots_N = row_slots(lengths_D, input_ids_BL.shape[1], device)
@@ -417,9 +426,8 @@ def _score_unpadded(
     targets_N: torch.Tensor,
     method: LogprobMethod,
     entropy: Entropy,
-) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-    """`score_tokens` on the real tokens of the packed rows (`run_unpadded`); None when the model
-    cannot run so (then it never tries again)."""
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`score_tokens` on the real tokens of the packed rows (`run_unpadded`)."""
     if method != "full":
         output_head(model)  # its one-time check runs the model's own attention, so before the switch
     slots = packed.input_ids_BW.numel()

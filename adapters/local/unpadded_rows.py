@@ -20,13 +20,18 @@ The attention function is named on the model's config only for the forward pass 
 gradient checkpointing's recomputation, nor inside a compiled body: those keep the padded rows);
 that is safe because each model (and its config) is run by one thread at a time: the training
 client's worker, or the sampling thread for the snapshots and reference models it owns.
-A model whose layers do not pass keyword arguments through to their attention function fails
-its first try, and is then scored on padded rows from then on.
+Whether a model can run so is decided once, before its first scoring pass, by a three-token
+probe (`may_run_unpadded`): a model whose layers do not pass keyword arguments through to their
+attention function is then scored on padded rows, and that is logged. No other error is taken
+for a "cannot": an out-of-memory or CUDA error in a real pass is raised, never turned into a
+quiet fallback (under FSDP one worker falling back alone would leave the others waiting in a
+collective).
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -36,6 +41,7 @@ from typing import Any
 import torch
 
 from adapters.common.training_batch import row_slots
+from adapters.local.mixed_precision import compute_dtype
 
 ROWS_ATTENTION = "kitchen_unpadded_rows"
 """The attention implementation's name in transformers' registry, while a forward runs unpadded."""
@@ -119,7 +125,7 @@ def rows_attention(
     """The model's attention over the packed rows, for the [1, N] unpadded sequence: [1, N, heads, d]."""
     layout = kwargs.pop("kitchen_rows", None)
     if not isinstance(layout, RowLayout | SequenceLayout):
-        raise TypeError("this model's layers do not pass keyword arguments to their attention function")
+        raise LayoutNotPassed("this model's layers do not pass keyword arguments to their attention function")
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
     from transformers.models.llama.modeling_llama import eager_attention_forward
 
@@ -145,20 +151,63 @@ def _register() -> None:
     ALL_MASK_ATTENTION_FUNCTIONS.register(ROWS_ATTENTION, sdpa_mask)  # unused: the 4D mask is passed in
 
 
+class LayoutNotPassed(TypeError):
+    """The model's layers did not pass keyword arguments through to their attention function."""
+
+
 _WORKS: weakref.WeakKeyDictionary[torch.nn.Module, bool] = weakref.WeakKeyDictionary()
-"""Whether a model ran unpadded (False after a failed first try)."""
+"""Whether a model runs unpadded, as its probe found."""
+
+log = logging.getLogger("kitchen.local")
 
 
 def may_run_unpadded(model: torch.nn.Module) -> bool:
     """Not when its layers recompute in the backward pass (gradient checkpointing) or its body is
-    compiled (the attention name would change under the compiled graph), nor after a failed try."""
-    if not _WORKS.get(model, True):
-        return False
+    compiled (the attention name would change under the compiled graph), nor when its probe
+    (`_probe`, once per model) found that its layers do not pass the layout through. Every worker
+    of a sharded model asks at its first scoring pass, whatever its data, so all of them probe
+    (and run the probe's collectives) at the same point and decide alike."""
     # transformers 5 renamed `is_gradient_checkpointing` (the old name warns)
     renamed = hasattr(model, "is_activation_checkpointing")
     if getattr(model, "is_activation_checkpointing" if renamed else "is_gradient_checkpointing", False):
         return False
-    return not any(getattr(module, "_compiled_call_impl", None) is not None for module in model.modules())
+    if any(getattr(module, "_compiled_call_impl", None) is not None for module in model.modules()):
+        return False
+    works = _WORKS.get(model)
+    if works is None:
+        works = _WORKS[model] = _probe(model)
+    return works
+
+
+PROBE_TOKENS = 3
+
+
+def _probe(model: torch.nn.Module) -> bool:
+    """Run `PROBE_TOKENS` tokens through the model unpadded (one row, no gradients, eval mode):
+    False, logged, only when its layers do not pass the layout to the attention function; any
+    other error is raised."""
+    device = next(model.parameters()).device
+    filled_N = torch.arange(PROBE_TOKENS, device=device)
+    dtype = compute_dtype(model)
+    above = torch.ones((PROBE_TOKENS, PROBE_TOKENS), dtype=torch.bool, device=device).triu(1)
+    mask = torch.zeros((1, 1, PROBE_TOKENS, PROBE_TOKENS), dtype=dtype, device=device)
+    model_inputs = {
+        "input_ids": filled_N[None],
+        "position_ids": filled_N[None],
+        "attention_mask": mask.masked_fill_(above, torch.finfo(dtype).min),
+    }
+    training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            run_unpadded(model, lambda inputs: model(**inputs, use_cache=False), model_inputs, filled_N)
+    except LayoutNotPassed:
+        name = type(model).__name__
+        log.warning("%s: its layers do not pass the packed layout to attention; scored on padded rows", name)
+        return False
+    finally:
+        model.train(training)
+    return True
 
 
 @contextmanager
@@ -177,19 +226,17 @@ def run_unpadded(
     model_inputs: Mapping[str, torch.Tensor],
     filled_N: torch.Tensor,
     sequences: tuple[torch.Tensor, list[int]] | None = None,
-) -> Any | None:
+) -> Any:
     """`forward(inputs)` on the real tokens of packed `model_inputs` ([rows, width] input ids and
     position ids, and for attention over the rows their [rows, 1, width, width] mask), as a [1, N]
-    sequence: its result, or None when this model cannot run so (then it is never tried again).
-    Attention runs over the packed rows, or, given `sequences` (each sequence's tokens as places
-    among the N, concatenated, and the sequences' lengths), over each sequence on its own
-    (`SequenceLayout`)."""
+    sequence: its result (for a model `may_run_unpadded` accepts). Attention runs over the packed
+    rows, or, given `sequences` (each sequence's tokens as places among the N, concatenated, and
+    the sequences' lengths), over each sequence on its own (`SequenceLayout`)."""
     config = model.config.get_text_config(decoder=True)  # type: ignore[union-attr, operator]
     rows, width = model_inputs["input_ids"].shape
     layout: RowLayout | SequenceLayout = RowLayout(filled_N, rows, width, config._attn_implementation)
     if sequences is not None:
-        dtype = next(model.parameters()).dtype
-        layout = SequenceLayout.of(*sequences, int(filled_N.numel()), config._attn_implementation, dtype)
+        layout = SequenceLayout.of(*sequences, int(filled_N.numel()), config._attn_implementation, compute_dtype(model))
     inputs = {
         "input_ids": model_inputs["input_ids"].flatten().index_select(0, filled_N)[None],
         "position_ids": model_inputs["position_ids"].flatten().index_select(0, filled_N)[None],
@@ -199,13 +246,5 @@ def run_unpadded(
         "kitchen_rows": layout,
     }
     _register()
-    try:
-        with _attention_named(config, ROWS_ATTENTION):
-            result = forward(inputs)
-    except (TypeError, RuntimeError, ValueError):
-        if model in _WORKS:  # it ran before: this is a real error
-            raise
-        _WORKS[model] = False
-        return None
-    _WORKS[model] = True
-    return result
+    with _attention_named(config, ROWS_ATTENTION):
+        return forward(inputs)

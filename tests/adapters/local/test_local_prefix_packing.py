@@ -286,6 +286,7 @@ def test_the_layers_skip_the_rows_padding_and_compute_the_same(model: torch.nn.M
     seen: list[int] = []
     hf_model: Any = model  # a Qwen3ForCausalLM
     mlp = hf_model.get_decoder().layers[0].mlp
+    assert unpadded_rows.may_run_unpadded(model)  # its probe (one forward) runs once, before the hook
     hook = mlp.register_forward_hook(lambda _m, args, _o: seen.append(args[0].shape[:-1].numel()))
     try:
         unpadded = sequence_logprobs(model, inputs_D, targets_D, 0)
@@ -307,8 +308,8 @@ def test_the_layers_skip_the_rows_padding_and_compute_the_same(model: torch.nn.M
 
 @pytest.mark.usefixtures("attention_layout")
 def test_a_model_whose_layers_drop_the_layout_runs_padded(model: torch.nn.Module) -> None:
-    """The attention function needs the row layout; a model that does not pass it on fails the
-    first try and is scored on padded rows ever after, with the same logprobs."""
+    """The attention function needs the row layout; a model that does not pass it on fails its
+    probe and is scored on padded rows ever after, with the same logprobs."""
     sequences = _sequences(4)
     inputs_D, targets_D = [s[:-1] for s in sequences], [s[1:] for s in sequences]
     expected = sequence_logprobs(model, inputs_D, targets_D, 0).logprobs_D
