@@ -268,6 +268,7 @@ class TrainingWorker:
     def gather_weights(self) -> dict[str, torch.Tensor] | None:
         """The full trainable weights on rank 0 (cpu); None elsewhere. A collective."""
         self._count("gather_weights")
+        self._reshard()
         full = {name: _full(p.detach()).contiguous() for name, p in trainable_parameters(self.core._model).items()}
         return full if self.rank == 0 else None
 
@@ -278,9 +279,17 @@ class TrainingWorker:
         full_state = {key: {name: _full(v) for name, v in entry.items()} for key, entry in state["state"].items()}
         return {"state": full_state, "param_groups": state["param_groups"]} if self.rank == 0 else None
 
+    def _reshard(self) -> None:
+        """Put every module's parameters back to their float32 shards: the root keeps them gathered
+        (in the compute dtype) after a forward that no backward followed."""
+        for module in self.core._model.modules():
+            if isinstance(module, FSDPModule):
+                module.reshard()
+
     def load(self, weights: dict[str, torch.Tensor], optimizer: dict[str, Any] | None) -> None:
         """Full weights (and optimizer state, else a fresh optimizer) into this worker's shards."""
         self._count("load")
+        self._reshard()
         core = self.core
         params = trainable_parameters(core._model)
         if weights.keys() != params.keys():

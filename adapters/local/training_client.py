@@ -187,9 +187,6 @@ class LocalTrainingClient:
                 legacy(gradient_checkpointing_kwargs={"use_reentrant": False})
             else:
                 raise ConfigError("local.gradient_checkpointing: this model does not support it")
-        check_scoring_paths(model, options.logprob_method)
-        if options.compile:
-            compile_body(model)
         self._tokenizer = tokenizer
         self._identity = identity
         self._checkpoint_dir = checkpoint_dir
@@ -208,6 +205,11 @@ class LocalTrainingClient:
         self._loss_scale = LossScale() if compute_dtype(model) == torch.float16 else None
         # Hyperparameters are set from AdamParams at every step (learning-rate schedules).
         self._optimizer = make_adamw(self._params)
+        # after the optimizer took the parameters: an FSDP root keeps its parameters gathered
+        # after a forward, and the checks run forward passes
+        check_scoring_paths(model, options.logprob_method)
+        if options.compile:
+            compile_body(model)
         self._samplers = SamplerPool(model)
         self._weights_version = 0  # bumped whenever the weights may change
         self._last_state: tuple[int, Path] | None = None  # (version, path) of the last save_state

@@ -333,6 +333,68 @@ def test_a_model_whose_layers_drop_the_layout_runs_padded(model: torch.nn.Module
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
 
 
+def test_an_error_in_an_unpadded_pass_is_raised_not_turned_into_a_fallback(
+    model: torch.nn.Module, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Only the probe decides that a model runs padded (once, logged); an error of a real pass (an
+    out-of-memory, a CUDA error) reaches the caller, and the next pass runs unpadded again: a
+    quiet permanent fallback would hide GPU-only bugs, and under FSDP one worker falling back
+    alone would leave the others waiting in a collective."""
+    sequences = _sequences(5)
+    inputs_D, targets_D = [s[:-1] for s in sequences], [s[1:] for s in sequences]
+    assert unpadded_rows.may_run_unpadded(model)
+    hf_model: Any = model  # a Qwen3ForCausalLM
+    attention = hf_model.get_decoder().layers[1].self_attn
+    forward = attention.forward
+    failures = [RuntimeError("CUDA out of memory (a stand-in: no GPU here)")]
+
+    def fail_once(*args: Any, **kwargs: Any) -> Any:
+        if failures and "kitchen_rows" in kwargs:
+            raise failures.pop()
+        return forward(*args, **kwargs)
+
+    attention.forward = fail_once
+    try:
+        with pytest.raises(RuntimeError, match="out of memory"):
+            sequence_logprobs(model, inputs_D, targets_D, 0)
+        assert unpadded_rows._WORKS[model] is True
+        seen: list[int] = []
+        hook = (
+            hf_model.get_decoder()
+            .layers[0]
+            .mlp.register_forward_hook(lambda _m, args, _o: seen.append(args[0].shape[:-1].numel()))
+        )
+        try:
+            again = sequence_logprobs(model, inputs_D, targets_D, 0)
+        finally:
+            hook.remove()
+        assert seen == [again.filled]  # unpadded again
+    finally:
+        del attention.forward
+    assert "padded rows" not in caplog.text
+
+
+def test_a_model_that_fails_its_probe_is_logged_once(model: torch.nn.Module, caplog: pytest.LogCaptureFixture) -> None:
+    hf_model: Any = model
+    attention = hf_model.get_decoder().layers[0].self_attn
+    forward = attention.forward
+
+    def drop_keywords(*args: Any, **kwargs: Any) -> Any:
+        kwargs.pop("kitchen_rows", None)
+        return forward(*args, **kwargs)
+
+    attention.forward = drop_keywords
+    try:
+        unpadded_rows._WORKS.pop(model, None)
+        with caplog.at_level("WARNING", logger="kitchen.local"):
+            decisions = [unpadded_rows.may_run_unpadded(model) for _ in range(3)]
+    finally:
+        del attention.forward
+        unpadded_rows._WORKS.pop(model, None)
+    assert decisions == [False, False, False]
+    assert caplog.text.count("scored on padded rows") == 1
+
+
 def test_layers_that_recompute_in_the_backward_pass_keep_the_padded_rows() -> None:
     """Gradient checkpointing reruns each layer in the backward pass, after the forward's attention
     name is restored: such a model is scored on padded rows (same logprobs and gradients)."""
