@@ -29,7 +29,7 @@ import torch
 from adapters.common.training_batch import right_pad, row_slots
 from adapters.local.mixed_precision import compute_dtype
 from adapters.local.token_scoring import Entropy, LogprobMethod, output_head, score_tokens
-from adapters.local.unpadded_rows import may_run_unpadded, run_unpadded
+from adapters.local.unpadded_rows import attention_route, may_run_unpadded, run_trie, run_unpadded
 from kitchen.ports import Tokenizer
 
 MIN_SHARED_PREFIX = 4
@@ -330,6 +330,59 @@ def pack_sequences(
     return PackedRows(ids_BW, positions_BW, mask[:, None].to(device), slots_N.to(device), filled_N)
 
 
+@dataclass(frozen=True)
+class TrieRow:
+    """The batch's whole prefix trie as one row, each tree depth-first (a segment, then the subtrees
+    of its children), for `unpadded_rows.TrieLayout`: every shared start runs once, nothing pads."""
+
+    input_ids_N: torch.Tensor
+    position_ids_N: torch.Tensor
+    subtree_end_N: torch.Tensor
+    """For each slot, where the subtree of its segment ends (exclusive): the slots from it up to
+    there (its segment's later tokens and the descendants') are the queries that may read it."""
+    slots_N: torch.Tensor
+    """Each sequence's slots, concatenated in order."""
+
+
+def trie_row(inputs_D: Sequence[Sequence[int]], device: torch.device) -> TrieRow:
+    """Lay `prefix_trees(unbounded=True)` out depth-first in one row: built on the cpu from Python
+    lists (no [N, N] mask: FlexAttention reads `subtree_end_N`), copied to a GPU from pinned memory
+    without waiting."""
+    tokens: list[int] = []
+    positions: list[int] = []
+    subtree_end: list[int] = []
+    slots_D: list[list[int]] = [[] for _ in inputs_D]
+    for tree in prefix_trees(inputs_D, unbounded=True):
+        children: list[list[int]] = [[] for _ in tree.tokens]
+        for segment, parent in enumerate(tree.parents):
+            if parent >= 0:
+                children[parent].append(segment)
+        order, stack = [], [tree.parents.index(-1)]
+        while stack:  # depth-first preorder
+            segment = stack.pop()
+            order.append(segment)
+            stack.extend(reversed(children[segment]))
+        size = [len(segment_tokens) for segment_tokens in tree.tokens]
+        for segment in reversed(order):  # children come after their parent in the preorder
+            size[segment] += sum(size[child] for child in children[segment])
+        first = [0] * len(tree.tokens)
+        for segment in order:
+            first[segment] = len(tokens)
+            tokens += tree.tokens[segment]
+            positions += range(tree.starts[segment], tree.starts[segment] + len(tree.tokens[segment]))
+            subtree_end += [first[segment] + size[segment]] * len(tree.tokens[segment])
+        for index in tree.ends:
+            slots_D[index] = [
+                slot for k in tree.path(index) for slot in range(first[k], first[k] + len(tree.tokens[k]))
+            ]
+
+    def tensor(values: list[int]) -> torch.Tensor:
+        host = torch.tensor(values, dtype=torch.long)
+        return host.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else host
+
+    return TrieRow(tensor(tokens), tensor(positions), tensor(subtree_end), tensor([s for d in slots_D for s in d]))
+
+
 MASKED_ATTENTION = ("eager", "sdpa")
 """Attention implementations that apply an arbitrary 4D float mask (flash attention and flex
 attention take none, or their own form)."""
@@ -400,6 +453,16 @@ def sequence_logprobs(
     packed = None
     if takes_packed_mask(model):
         attention_tokens, unpadded = attention_break_even(model), may_run_unpadded(model)
+        if unpadded and attention_route(model) == "flex":
+            if method != "full":
+                output_head(model)  # its one-time check runs the model's own attention: before the switch
+            row = trie_row(inputs_D, device)
+
+            def score(inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
+                return score_tokens(model, inputs, row.slots_N, targets_N, method, entropy)
+
+            scores = run_trie(model, score, row.input_ids_N, row.position_ids_N, row.subtree_end_N)
+            return _scored(scores, lengths_D, row.input_ids_N.numel(), row.input_ids_N.numel())
         packed = pack_sequences(inputs_D, pad_id, compute_dtype(model), device, attention_tokens, unpadded)
         if packed is not None and unpadded:
             scores = _score_unpadded(model, packed, lengths_D, targets_N, method, entropy)

@@ -20,6 +20,11 @@ The attention function is named on the model's config only for the forward pass 
 gradient checkpointing's recomputation, nor inside a compiled body: those keep the padded rows);
 that is safe because each model (and its config) is run by one thread at a time: the training
 client's worker, or the sampling thread for the snapshots and reference models it owns.
+On CUDA (`attention_route`) the batch's whole prefix trie runs as one row and attention is
+PyTorch's FlexAttention under a document mask (`TrieLayout`): no [rows, width, width] mask is
+built on the host or copied, no query repeats, and SDPA's slower masked kernels and repeated
+K/V heads are not needed. The CPU keeps the rows and per-sequence layouts above (its tuned path).
+
 Whether a model can run so is decided once, before its first scoring pass, by a three-token
 probe (`may_run_unpadded`): a model whose layers do not pass keyword arguments through to their
 attention function is then scored on padded rows, and that is logged. No other error is taken
@@ -36,7 +41,7 @@ import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -95,6 +100,18 @@ class SequenceLayout:
         return cls(index_DL, copy_N.scatter_reduce_(0, tokens_N, grid_N, "amin"), attention, causal)
 
 
+@dataclass(frozen=True)
+class TrieLayout:
+    """The N tokens as the batch's whole prefix trie in one row, depth-first (each segment followed
+    by its descendants), attended by FlexAttention under a document mask: a query at slot q may
+    read the key at slot kv when kv <= q < `subtree_end_N[kv]` (the key's segment is the query's own
+    or one of its ancestors). No [N, N] mask is materialised (FlexAttention skips the blocks the
+    rule excludes), no query is repeated, no slot is padding."""
+
+    block_mask: Any
+    """FlexAttention's BlockMask of the rule above."""
+
+
 def _to_rows(states_1HNd: torch.Tensor, layout: RowLayout) -> torch.Tensor:
     """[1, heads, N, d] -> [rows, heads, width, d], zeros in the pad slots (their own segment: no
     token attends to them)."""
@@ -124,6 +141,13 @@ def rows_attention(
 ) -> tuple[torch.Tensor, None]:
     """The model's attention over the packed rows, for the [1, N] unpadded sequence: [1, N, heads, d]."""
     layout = kwargs.pop("kitchen_rows", None)
+    if isinstance(layout, TrieLayout):
+        enable_gqa = query.shape[1] != key.shape[1]
+        attend_trie = _flex_attention(query.device.type)
+        output_1HNd = attend_trie(
+            query, key, value, block_mask=layout.block_mask, scale=kwargs.get("scaling"), enable_gqa=enable_gqa
+        )
+        return output_1HNd.transpose(1, 2), None
     if not isinstance(layout, RowLayout | SequenceLayout):
         raise LayoutNotPassed("this model's layers do not pass keyword arguments to their attention function")
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
@@ -244,6 +268,91 @@ def run_unpadded(
         # without one transformers would build its own [N, N] mask from the position ids
         "attention_mask": model_inputs.get("attention_mask", filled_N.new_zeros((1, 1, 1, 1), dtype=torch.bool)),
         "kitchen_rows": layout,
+    }
+    _register()
+    with _attention_named(config, ROWS_ATTENTION):
+        return forward(inputs)
+
+
+AttentionRoute = Literal["mask", "flex"]
+"""How unpadded packed sequences attend: over masked rows (or each sequence alone), the CPU's
+tuned path; or as one prefix-trie row under FlexAttention (`TrieLayout`), CUDA's."""
+
+_ROUTES: weakref.WeakKeyDictionary[torch.nn.Module, AttentionRoute] = weakref.WeakKeyDictionary()
+
+
+def attention_route(model: torch.nn.Module) -> AttentionRoute:
+    """ "flex" on CUDA (where this torch has FlexAttention: compiled Triton kernels that skip the
+    masked blocks), "mask" elsewhere, unless `set_attention_route` chose. It depends on the device
+    only, so every worker of a sharded model takes the same route."""
+    chosen = _ROUTES.get(model)
+    return chosen if chosen is not None else device_route(next(model.parameters()).device.type)
+
+
+def device_route(device_type: str) -> AttentionRoute:
+    """The route a model on a `device_type` device takes unless told otherwise."""
+    return "flex" if device_type == "cuda" and _has_flex() else "mask"
+
+
+def set_attention_route(model: torch.nn.Module, route: AttentionRoute) -> None:
+    """Choose `model`'s route (the flex route runs on the CPU too, uncompiled: for tests and checks)."""
+    _ROUTES[model] = route
+
+
+@functools.cache
+def _has_flex() -> bool:
+    try:
+        from torch.nn.attention.flex_attention import flex_attention  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@functools.cache
+def _flex_attention(device_type: str) -> Any:
+    """FlexAttention, compiled on CUDA (its fused kernels; shapes go dynamic after the first
+    recompile), as is elsewhere (the reference implementation: correct, unfused)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention) if device_type == "cuda" else flex_attention
+
+
+@functools.cache
+def _compiled_block_masks() -> Any:
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    return torch.compile(create_block_mask)
+
+
+def trie_block_mask(subtree_end_N: torch.Tensor) -> Any:
+    """The BlockMask of `TrieLayout`'s rule, built on the tokens' device (compiled on CUDA, so that
+    no [N, N] tensor is made even while building it)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    def mask_mod(batch: Any, head: Any, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+        return (kv <= q) & (q < subtree_end_N[kv])
+
+    tokens, device = int(subtree_end_N.numel()), subtree_end_N.device
+    build = _compiled_block_masks() if device.type == "cuda" else create_block_mask
+    return build(mask_mod, None, None, tokens, tokens, device=device)
+
+
+def run_trie(
+    model: torch.nn.Module,
+    forward: Any,
+    input_ids_N: torch.Tensor,
+    position_ids_N: torch.Tensor,
+    subtree_end_N: torch.Tensor,
+) -> Any:
+    """`forward(inputs)` on the prefix-trie row ([1, N] input ids and position ids) with attention
+    by `TrieLayout` (for a model `may_run_unpadded` accepts)."""
+    config = model.config.get_text_config(decoder=True)  # type: ignore[union-attr, operator]
+    inputs = {
+        "input_ids": input_ids_N[None],
+        "position_ids": position_ids_N[None],
+        # the layout carries the mask; without one transformers would build its own [N, N] mask
+        "attention_mask": input_ids_N.new_zeros((1, 1, 1, 1), dtype=torch.bool),
+        "kitchen_rows": TrieLayout(trie_block_mask(subtree_end_N)),
     }
     _register()
     with _attention_named(config, ROWS_ATTENTION):

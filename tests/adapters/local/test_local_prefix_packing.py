@@ -26,6 +26,7 @@ from adapters.local.forward_pass import (
     prefix_trees,
     sequence_logprobs,
     takes_packed_mask,
+    trie_row,
 )
 from adapters.local.model_loading import load_base_model
 
@@ -412,3 +413,51 @@ def test_layers_that_recompute_in_the_backward_pass_keep_the_padded_rows() -> No
         torch.testing.assert_close(packed, plain, rtol=0, atol=1e-5)
     for packed, plain in zip(_gradients(fresh, scored.logprobs_D), _gradients(fresh, plain_D), strict=True):
         assert (packed - plain).abs().max() <= 1e-5 * plain.abs().max()
+
+
+# -- the prefix-trie row under FlexAttention (CUDA's route) ------------------------------------
+
+
+@given(st.lists(st.lists(st.integers(1, 6), min_size=1, max_size=12), min_size=1, max_size=10))
+@settings(max_examples=60)
+def test_the_trie_rows_rule_lets_each_sequence_see_exactly_its_own_tokens(sequences: list[list[int]]) -> None:
+    """Laid out depth-first, the slots a sequence's last token may read (kv <= q < subtree_end[kv])
+    are exactly that sequence's slots, which hold its tokens at positions 0..L-1."""
+    row = trie_row(sequences, CPU)
+    tokens, positions, ends = row.input_ids_N.tolist(), row.position_ids_N.tolist(), row.subtree_end_N.tolist()
+    offset = 0
+    for sequence in sequences:
+        slots = row.slots_N[offset : offset + len(sequence)].tolist()
+        offset += len(sequence)
+        assert [tokens[s] for s in slots] == sequence
+        assert [positions[s] for s in slots] == list(range(len(sequence)))
+        last = slots[-1]
+        assert [kv for kv in range(len(tokens)) if kv <= last < ends[kv]] == slots
+    assert len(tokens) <= sum(map(len, sequences))  # shared starts once
+
+
+def test_the_flex_route_gives_the_masked_routes_logprobs(model: torch.nn.Module) -> None:
+    """The whole batch as one prefix-trie row under FlexAttention: the logprobs and entropies of
+    the CPU's masked route. (On the CPU FlexAttention runs its reference implementation and has
+    no backward: the gradients of this route are checked on a GPU, by scripts/gpu_check.sh.)"""
+    sequences = _sequences(2)
+    inputs_D, targets_D = [s[:-1] for s in sequences], [s[1:] for s in sequences]
+    with torch.no_grad():
+        masked = sequence_logprobs(model, inputs_D, targets_D, 0, entropy="value")
+        unpadded_rows.set_attention_route(model, "flex")
+        try:
+            flex = sequence_logprobs(model, inputs_D, targets_D, 0, entropy="value")
+        finally:
+            unpadded_rows.set_attention_route(model, "mask")
+    assert flex.slots == flex.filled <= masked.filled  # no padding, each shared start once
+    assert flex.entropy_D is not None and masked.entropy_D is not None
+    for a, b in zip(flex.logprobs_D, masked.logprobs_D, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    for a, b in zip(flex.entropy_D, masked.entropy_D, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+def test_cuda_takes_the_flex_route_and_the_cpu_the_masked_one(model: torch.nn.Module) -> None:
+    assert unpadded_rows.device_route("cuda") == "flex"  # this torch has FlexAttention
+    assert unpadded_rows.device_route("cpu") == "mask"
+    assert unpadded_rows.attention_route(model) == "mask"
