@@ -15,7 +15,12 @@ ancestors, and position ids go on where the parent segment ends, so each sequenc
 it would alone (within float rounding), on fewer tokens. Where attention runs over each sequence
 alone instead (`attend_alone`: `adapters.local.unpadded_rows`), no row is ever attended over, so
 trees are not bounded: the batch's whole prefix trie runs, every shared start once. The output
-head, too, scores each distinct (slot, target) pair once (`token_scoring.distinct_pairs`).
+head, too, scores each distinct (slot, target) pair once (`token_scoring.distinct_pairs`). On
+CUDA that trie runs as one row under FlexAttention instead (`trie_row`, `unpadded_rows.TrieLayout`).
+
+In bfloat16 and float16 the scoring head writes float32 logits (`token_scoring.LowPrecisionHead`)
+while the sampler's decoding takes the model's own, rounded to its dtype: the two agree to that
+rounding (as they agree only to the kernels' rounding at any low precision).
 """
 
 from __future__ import annotations
