@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from benchmarks._models import peak_bf16_tflops, training_flops_per_token
 from kitchen.context import Context
 from kitchen.hooks import Hooks
 from kitchen.stage import Stage
@@ -314,23 +315,6 @@ def run_kitchen_recipe(
     return run_dir.metrics, clock
 
 
-PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 125.0, "L4": 121.0}
-"""Dense bfloat16 tensor-core peaks from the vendor's data sheets (SXM parts), by card name."""
-
-
-def training_flops_per_token(model: str, context: float) -> float:
-    """Model FLOPs of one trained token (forward and backward): 6 x the matmul parameters (every
-    layer's projections and the output head) + the causal attention's 6 x layers x width x context."""
-    from transformers import AutoConfig
-
-    c = AutoConfig.from_pretrained(model)
-    attention_width = c.num_attention_heads * c.head_dim
-    kv_width = c.num_key_value_heads * c.head_dim
-    per_layer = c.hidden_size * (2 * attention_width + 2 * kv_width) + 3 * c.hidden_size * c.intermediate_size
-    matmul_parameters = c.num_hidden_layers * per_layer + c.hidden_size * c.vocab_size
-    return 6.0 * matmul_parameters + 6.0 * c.num_hidden_layers * attention_width * context
-
-
 def print_mfu(settings: Settings, tokens_per_second: dict[str, float], context: float, passes: float = 1.0) -> None:
     """Each contender's model FLOPs utilisation on this GPU (`passes`: training-token equivalents
     per token, e.g. 4/3 for DPO, whose reference forward is a third of a training step)."""
@@ -339,7 +323,7 @@ def print_mfu(settings: Settings, tokens_per_second: dict[str, float], context: 
     if settings.device != "cuda":
         return
     card = torch.cuda.get_device_name()
-    peak = next((tflops for name, tflops in PEAK_BF16_TFLOPS.items() if name in card), None)
+    peak = peak_bf16_tflops(card)
     flops = training_flops_per_token(settings.model, context) * passes
     for name, rate in tokens_per_second.items():
         achieved = rate * flops / 1e12
