@@ -149,7 +149,7 @@ def rows_attention(
         )
         return output_1HNd.transpose(1, 2), None
     if not isinstance(layout, RowLayout | SequenceLayout):
-        raise LayoutNotPassed("this model's layers do not pass keyword arguments to their attention function")
+        raise _LayoutNotPassed("this model's layers do not pass keyword arguments to their attention function")
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
     from transformers.models.llama.modeling_llama import eager_attention_forward
 
@@ -175,7 +175,7 @@ def _register() -> None:
     ALL_MASK_ATTENTION_FUNCTIONS.register(ROWS_ATTENTION, sdpa_mask)  # unused: the 4D mask is passed in
 
 
-class LayoutNotPassed(TypeError):
+class _LayoutNotPassed(TypeError):
     """The model's layers did not pass keyword arguments through to their attention function."""
 
 
@@ -225,7 +225,7 @@ def _probe(model: torch.nn.Module) -> bool:
     try:
         with torch.no_grad():
             run_unpadded(model, lambda inputs: model(**inputs, use_cache=False), model_inputs, filled_N)
-    except LayoutNotPassed:
+    except _LayoutNotPassed:
         name = type(model).__name__
         log.warning("%s: its layers do not pass the packed layout to attention; scored on padded rows", name)
         return False
