@@ -200,9 +200,8 @@ def main() -> None:
                 f"train {parts['train']:.2f} s, total {totals[sampler]:.2f} s",
                 flush=True,
             )
-    print(
-        f"ratio on {card}: vLLM/HF generate {hf / engine:.2f}; RL step kitchen/vLLM {totals['kitchen'] / totals['vllm']:.2f}"
-    )
+    step_ratio = totals["kitchen"] / totals["vllm"]
+    print(f"ratio on {card}: vLLM/HF generate {hf / engine:.2f}; RL step kitchen/vLLM {step_ratio:.2f}")
 
 
 if __name__ == "__main__":
