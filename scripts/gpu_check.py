@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import math
 import os
@@ -145,6 +146,7 @@ class Check:
         return torch.cuda.max_memory_allocated() / 2**30 if self.cuda else None
 
     def reset_memory(self) -> None:
+        gc.collect()  # the previous setup's clients and models
         if self.cuda:
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
@@ -355,7 +357,7 @@ def step_bf16_step(check: Check) -> dict[str, Any]:
             if check.cuda:
                 torch.cuda.set_sync_debug_mode(0)
     syncs = [str(w.message).splitlines()[0] for w in caught if "synchroniz" in str(w.message)]
-    sort = "cuda_time_total" if check.cuda else "cpu_time_total"
+    sort = "self_device_time_total" if check.cuda else "self_cpu_time_total"
     table = profiler.key_averages().table(sort_by=sort, row_limit=10)
     moved = sum(int((a != b).sum()) for a, b in zip(before, client._masters.masters, strict=True))
     total = sum(m.numel() for m in before)
