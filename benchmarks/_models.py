@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
 
 from adapters.common.tiny import EMBEDDED_MODELS, TINY_DIR
 
@@ -90,3 +90,23 @@ def model_name(size: str, scratch: Path) -> str:
 
 def count_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 125.0, "L4": 121.0}
+"""Dense bfloat16 tensor-core peaks from the vendor's data sheets (SXM parts), by card name."""
+
+
+def peak_bf16_tflops(card: str) -> float | None:
+    """The card's dense bfloat16 peak (by a name `torch.cuda.get_device_name` contains), if on file."""
+    return next((tflops for name, tflops in PEAK_BF16_TFLOPS.items() if name in card), None)
+
+
+def training_flops_per_token(model: str | PretrainedConfig, context: float) -> float:
+    """Model FLOPs of one trained token (forward and backward): 6 x the matmul parameters (every
+    layer's projections and the output head) + the causal attention's 6 x layers x width x context."""
+    c = AutoConfig.from_pretrained(model) if isinstance(model, str) else model
+    attention_width = c.num_attention_heads * c.head_dim
+    kv_width = c.num_key_value_heads * c.head_dim
+    per_layer = c.hidden_size * (2 * attention_width + 2 * kv_width) + 3 * c.hidden_size * c.intermediate_size
+    matmul_parameters = c.num_hidden_layers * per_layer + c.hidden_size * c.vocab_size
+    return 6.0 * matmul_parameters + 6.0 * c.num_hidden_layers * attention_width * context

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from benchmarks._models import peak_bf16_tflops, training_flops_per_token
 from kitchen.engine.context import Context
 from kitchen.engine.hooks import Hooks
 from kitchen.engine.stage import Stage
@@ -279,10 +280,10 @@ def print_ratio_spread(
 
 
 def run_kitchen_recipe(
-    recipe_name: str, settings: Settings, workdir: Path, data_stage: str, **overrides: object
+    recipe_name: str, settings: Settings, workdir: Path, data_stage: str, overrides: dict[str, object] | None = None
 ) -> tuple[Path, KitchenStepClock]:
     """A kitchen run of `recipe_name` on the local cpu backend with the benchmark's shared settings
-    (plus the recipe's own `overrides`): its metrics file and its step clock, started at the end
+    (plus the recipe's own `overrides`, dotted config keys): its metrics file and its step clock, started at the end
     of `data_stage`."""
     from kitchen.engine.config.loading import load_config
     from kitchen.engine.launch import run_recipe
@@ -294,41 +295,24 @@ def run_kitchen_recipe(
         "model_name": settings.model,
         "local.device": settings.device,
         "local.dtype": "bfloat16" if settings.bf16 else "float32",
-        "eval_dataset": "null",
-        "batch_size": settings.batch_size,
-        "max_steps": settings.steps,
-        "num_epochs": settings.steps,  # enough epochs for max_steps
-        "max_length": settings.max_length,
-        "learning_rate": settings.learning_rate,
-        "lr_schedule": "linear",
-        "save_every": 0,
-        "eval_every": 0,
+        "data.eval_dataset": "null",
+        "data.batch_size": settings.batch_size,
+        "data.max_steps": settings.steps,
+        "data.num_epochs": settings.steps,  # enough epochs for max_steps
+        "data.max_length": settings.max_length,
+        "optimizer.learning_rate": settings.learning_rate,
+        "optimizer.lr_schedule": "linear",
+        "checkpoint.save_every": 0,
+        "eval.every": 0,
         "seed": settings.seed,
         "local.cpu_threads": settings.threads,
         "log_path": str(workdir),
     }
-    config = load_config(recipe.config_cls, None, [f"{k}={v}" for k, v in {**shared, **overrides}.items()])
+    config = load_config(recipe.config_cls, None, [f"{k}={v}" for k, v in {**shared, **(overrides or {})}.items()])
     clock = KitchenStepClock(data_stage)
     with op_profile(settings.profile, "kitchen"):
         run_dir = run_recipe(recipe, config, hooks=[clock], progress=False)
     return run_dir.metrics, clock
-
-
-PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 125.0, "L4": 121.0}
-"""Dense bfloat16 tensor-core peaks from the vendor's data sheets (SXM parts), by card name."""
-
-
-def training_flops_per_token(model: str, context: float) -> float:
-    """Model FLOPs of one trained token (forward and backward): 6 x the matmul parameters (every
-    layer's projections and the output head) + the causal attention's 6 x layers x width x context."""
-    from transformers import AutoConfig
-
-    c = AutoConfig.from_pretrained(model)
-    attention_width = c.num_attention_heads * c.head_dim
-    kv_width = c.num_key_value_heads * c.head_dim
-    per_layer = c.hidden_size * (2 * attention_width + 2 * kv_width) + 3 * c.hidden_size * c.intermediate_size
-    matmul_parameters = c.num_hidden_layers * per_layer + c.hidden_size * c.vocab_size
-    return 6.0 * matmul_parameters + 6.0 * c.num_hidden_layers * attention_width * context
 
 
 def print_mfu(settings: Settings, tokens_per_second: dict[str, float], context: float, passes: float = 1.0) -> None:
@@ -339,7 +323,7 @@ def print_mfu(settings: Settings, tokens_per_second: dict[str, float], context: 
     if settings.device != "cuda":
         return
     card = torch.cuda.get_device_name()
-    peak = next((tflops for name, tflops in PEAK_BF16_TFLOPS.items() if name in card), None)
+    peak = peak_bf16_tflops(card)
     flops = training_flops_per_token(settings.model, context) * passes
     for name, rate in tokens_per_second.items():
         achieved = rate * flops / 1e12

@@ -196,9 +196,7 @@ def run_kitchen(settings: DPOSettings, workdir: Path) -> Result:
         settings,
         workdir,
         "load_preference_data",
-        dataset=settings.dataset,
-        renderer=RENDERER,
-        dpo_beta=settings.beta,
+        {"data.dataset": settings.dataset, "renderer": RENDERER, "dpo.beta": settings.beta},
     )
     rows = read_metrics(metrics)
     steady = rows[settings.warmup_steps :]

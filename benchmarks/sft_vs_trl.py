@@ -85,7 +85,9 @@ def run_trl(settings: Settings, workdir: Path) -> Result:
 
 
 def run_kitchen(settings: Settings, workdir: Path) -> Result:
-    metrics, clock = run_kitchen_recipe("sl_basic", settings, workdir, "load_supervised_data", dataset=DATASET)
+    metrics, clock = run_kitchen_recipe(
+        "sl_basic", settings, workdir, "load_supervised_data", {"data.dataset": DATASET}
+    )
     losses = [row[LOSS_KEY] for row in read_metrics(metrics) if LOSS_KEY in row]
     return Result(
         "kitchen",

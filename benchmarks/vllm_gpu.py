@@ -8,9 +8,11 @@ Without a CUDA GPU (or without vLLM) it says so and exits 0. The model is the Qw
 built from a config (hidden 1024, 28 layers, the tiny tokenizer), bfloat16. Sampling: every prompt
 `--samples` times at temperature 1, `--max-tokens` tokens each; HF `generate` gets the whole
 batch at once. RL step: save_weights_and_get_sampling_client (the sync), the samples, then
-forward_backward (cross-entropy on the samples) and optim_step; medians of `--repeats` steps after
-one warm-up step. Goals: vLLM >= 5x HF generate; the step's times are printed side by side.
-Ratios are printed with the card's name.
+forward_backward (cross-entropy on the samples, in micro-batches of at most `--microbatch-tokens`
+padded tokens: 64 x 8 samples of ~280 tokens are ~143k tokens, whose activations in one pass
+would not fit) and optim_step; medians of `--repeats` steps after one warm-up step. Goals: vLLM
+>= 5x HF generate; the step's times are printed side by side. Each figure is printed as soon as
+it is measured (a later failure leaves the earlier ones), ratios with the card's name.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from adapters.common.tiny import EMBEDDED_MODELS, TINY32_MODEL_NAME, TINY_DIR
 from adapters.local.backend import LocalBackend
+from adapters.local.training_client import TrainingOptions
 from adapters.local.vllm_settings import VllmSettings
 from benchmarks.sampling_vs_hf import hf_inputs, make_prompts
 from train_core.types import AdamParams, Datum, ModelInput, SamplingParams, TensorData
@@ -97,11 +100,24 @@ def sample_data(prompts: list[list[int]], results: list[Any]) -> list[Datum]:
 
 
 def rl_steps(
-    name: str, sampler: str, prompts: list[list[int]], samples: int, max_tokens: int, repeats: int, scratch: Path
+    name: str,
+    sampler: str,
+    prompts: list[list[int]],
+    samples: int,
+    max_tokens: int,
+    repeats: int,
+    scratch: Path,
+    microbatch_tokens: int,
 ) -> dict[str, float]:
     """Median seconds of sync, sampling and training over `repeats` steps (after a warm-up)."""
     vllm = VllmSettings() if sampler == "vllm" else None
-    backend = LocalBackend(scratch / f"{sampler}-run" / "checkpoints", device="cuda", dtype="bfloat16", vllm=vllm)
+    backend = LocalBackend(
+        scratch / f"{sampler}-run" / "checkpoints",
+        device="cuda",
+        dtype="bfloat16",
+        vllm=vllm,
+        training=TrainingOptions(max_tokens_per_microbatch=microbatch_tokens),
+    )
     params = SamplingParams(max_tokens=max_tokens, temperature=1.0)
 
     async def run() -> dict[str, float]:
@@ -153,6 +169,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--microbatch-tokens", type=int, default=16384, help="local.max_tokens_per_microbatch")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("no CUDA GPU on this machine: this benchmark needs one (benchmarks/vllm_sampling.py is the CPU one)")
@@ -163,28 +180,28 @@ def main() -> None:
     card = torch.cuda.get_device_name()
     prompts = make_prompts(args.prompts)
     tokens = args.prompts * args.samples * args.max_tokens
+    print(f"{card}: {args.prompts} prompts x {args.samples} samples x {args.max_tokens} tokens, bfloat16", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
         name = build_model(scratch / "qwen3-530m")
         hf = hf_seconds(name, [p for p in prompts for _ in range(args.samples)], args.max_tokens)
+        print(f"  HF generate {tokens / hf:8.0f} tok/s", flush=True)
         torch.cuda.empty_cache()  # HF's model is gone: its memory goes back before the engine starts
         engine = vllm_sampling_seconds(name, prompts, args.samples, args.max_tokens, scratch)
-        steps = {
-            s: rl_steps(name, s, prompts, args.samples, args.max_tokens, args.repeats, scratch)
-            for s in ("vllm", "kitchen")
-        }
-    print(f"{card}: {args.prompts} prompts x {args.samples} samples x {args.max_tokens} tokens, bfloat16")
-    print(
-        f"  HF generate {tokens / hf:8.0f} tok/s; vLLM {tokens / engine:8.0f} tok/s; vLLM/HF generate {hf / engine:.2f}"
-    )
-    for sampler, parts in steps.items():
-        total = sum(parts.values())
-        print(
-            f"  RL step with {sampler:<8} sync {parts['sync']:.2f} s, sample {parts['sample']:.2f} s, "
-            f"train {parts['train']:.2f} s, total {total:.2f} s"
-        )
-    vllm_total, kitchen_total = (sum(steps[s].values()) for s in ("vllm", "kitchen"))
-    print(f"ratio on {card}: vLLM/HF generate {hf / engine:.2f}; RL step kitchen/vLLM {kitchen_total / vllm_total:.2f}")
+        print(f"  vLLM {tokens / engine:8.0f} tok/s; vLLM/HF generate {hf / engine:.2f}", flush=True)
+        totals = {}
+        for sampler in ("vllm", "kitchen"):
+            parts = rl_steps(
+                name, sampler, prompts, args.samples, args.max_tokens, args.repeats, scratch, args.microbatch_tokens
+            )
+            totals[sampler] = sum(parts.values())
+            print(
+                f"  RL step with {sampler:<8} sync {parts['sync']:.2f} s, sample {parts['sample']:.2f} s, "
+                f"train {parts['train']:.2f} s, total {totals[sampler]:.2f} s",
+                flush=True,
+            )
+    step_ratio = totals["kitchen"] / totals["vllm"]
+    print(f"ratio on {card}: vLLM/HF generate {hf / engine:.2f}; RL step kitchen/vLLM {step_ratio:.2f}")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,15 @@ fi
 
 "${pip[@]}" -e ".[$extras]"
 
+# A CPU build of torch on a GPU machine trains on the CPU without a word (local.device defaults to
+# cuda only when torch sees one): say so loudly, with the fix.
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 &&
+  ! "$venv/bin/python" -c "import sys, torch; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then
+  echo "setup: WARNING: this machine has an NVIDIA GPU but $venv's torch" \
+    "($("$venv/bin/python" -c 'import torch; print(torch.__version__)')) cannot use it; training would run on the CPU." \
+    "Reinstall a CUDA build: $venv/bin/python -m pip install --force-reinstall '$torch_spec'" >&2
+fi
+
 # System packages the tests use, installed only as root with apt-get; a failed install never fails
 # setup (their tests then skip, saying why). bubblewrap: the default sandbox for model-written code
 # (without it, code runs fall back to the weaker process sandbox, with a warning). chromium: the

@@ -11,7 +11,7 @@ import torch
 
 from adapters.common.tokenizer import load_tokenizer
 from adapters.local.checkpoint_io import ModelIdentity, load_weights, read_identity
-from adapters.local.model_loading import LoraOptions, load_model, resolve_device
+from adapters.local.model_loading import LoraOptions, default_dtype, load_model, resolve_device
 from adapters.local.request_batcher import DEFAULT_BATCH_LIMITS, BatchLimits
 from adapters.local.sampler_pool import ModelLease
 from adapters.local.sampling_client import LocalSamplingClient
@@ -58,7 +58,7 @@ class LocalBackend:
         checkpoint_dir: Path,
         device: str | None = None,
         seed: int = 0,
-        dtype: str = "float32",
+        dtype: str | None = None,
         batch_limits: BatchLimits = DEFAULT_BATCH_LIMITS,
         training: TrainingOptions | None = None,
         lora: LoraOptions | None = None,
@@ -69,10 +69,11 @@ class LocalBackend:
         losses: LossTable = LOSS_SPECS,
     ) -> None:
         self._losses = losses
-        if dtype not in _DTYPES:
-            raise ConfigError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
         self.checkpoint_dir = Path(checkpoint_dir)
         self.device = resolve_device(device)
+        dtype = dtype or default_dtype(self.device)
+        if dtype not in _DTYPES:
+            raise ConfigError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
         self._dtype = _DTYPES[dtype]
         self._seeds = random.Random(seed)
         self._sampling_executor = SerialExecutor("local-sampling")
@@ -84,6 +85,10 @@ class LocalBackend:
                 f"(pip install 'kitchen[liger]'); this backend runs on {self.device}"
                 + ("" if self.device.type != "cuda" else " without liger-kernel")
                 + ": use chunked (the same values, in plain torch)"
+            )
+        if self._training_options.logprob_method == "liger" and self._dtype == torch.float16:
+            raise ConfigError(
+                "local.logprob_method=liger does not take part in float16's loss scaling: use bfloat16, or chunked"
             )
         self._lora = lora or LoraOptions()
         self._distributed = distributed

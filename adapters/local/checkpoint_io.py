@@ -2,7 +2,8 @@
 state, the optimizer.
 
     <dir>/metadata.json        base_model, lora_rank, seed, kind ("state" or "sampler", for people)
-    <dir>/weights.safetensors  the trainable parameters (all of them, or only the LoRA adapters)
+    <dir>/weights.safetensors  the trainable parameters (all of them, or only the LoRA adapters), at
+                               master precision (float32 under mixed precision)
     <dir>/optimizer.pt         AdamW state (training state only)
 
 Only trainable parameters are stored (for LoRA, the adapters alone): the rest of the model is
@@ -62,27 +63,6 @@ def trainable_parameters(model: torch.nn.Module) -> dict[str, torch.nn.Parameter
     return {name: param for name, param in model.named_parameters() if param.requires_grad}
 
 
-def save_checkpoint(
-    path: Path,
-    model: torch.nn.Module,
-    identity: ModelIdentity,
-    kind: CheckpointKind,
-    optimizer: torch.optim.Optimizer | None,
-    same_weights_as: Path | None = None,
-) -> Path:
-    """Write the checkpoint into a scratch directory, then move it into place (replacing any old one).
-
-    `same_weights_as`: a checkpoint known to hold exactly the model's current weights; its weights
-    file is hard-linked (copied where links are not possible) instead of written again.
-    """
-
-    def weights() -> dict[str, torch.Tensor]:
-        return {name: p.detach().to("cpu").contiguous() for name, p in trainable_parameters(model).items()}
-
-    optimizer_state = None if optimizer is None else optimizer.state_dict()
-    return write_checkpoint(path, weights, identity, kind, optimizer_state, same_weights_as)
-
-
 def write_checkpoint(
     path: Path,
     weights: Callable[[], dict[str, torch.Tensor]],
@@ -91,9 +71,14 @@ def write_checkpoint(
     optimizer_state: dict[str, Any] | None,
     same_weights_as: Path | None = None,
 ) -> Path:
-    """`save_checkpoint` from full tensors (`weights()` is called only when the file is written):
-    the distributed training client gathers its shards and writes through here, so checkpoints do
-    not depend on how many workers trained."""
+    """Write a checkpoint into a scratch directory, then move it into place (replacing any old one).
+
+    `weights()` gives the full trainable tensors by name, on the cpu, at master precision (float32
+    under mixed precision); it is called only when the file is written: `same_weights_as`, a
+    checkpoint known to hold exactly these weights, has its weights file hard-linked (copied where
+    links are not possible) instead. The single-process client passes its masters, the
+    distributed one its workers' gathered shards, so checkpoints do not depend on how many
+    workers trained."""
     scratch = path.with_name(path.name + ".partial")
     shutil.rmtree(scratch, ignore_errors=True)
     needed = 0 if optimizer_state is None else tensor_bytes(optimizer_state)
@@ -215,7 +200,7 @@ def copy_weights(saved: dict[str, torch.Tensor], model: torch.nn.Module, path: P
 
 
 def load_optimizer(path: Path, optimizer: torch.optim.Optimizer) -> None:
-    """Restore AdamW moments and step counts saved with `save_checkpoint`."""
+    """Restore AdamW moments and step counts saved with `write_checkpoint`."""
     # torch moves each saved moment onto its parameter's device as it loads.
     state = read_optimizer(path)
     try:

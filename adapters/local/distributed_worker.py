@@ -12,6 +12,12 @@ What is sharded: every trainable and frozen parameter, per decoder layer and at 
 Gradients are summed across workers, not averaged (gradient divide factor 1): the losses are sums
 over tokens, so the sum of the workers' gradients is the single-process gradient.
 
+Mixed precision (`local.dtype` bfloat16 or float16) is FSDP2's own: the shards are float32 (the
+master weights, and so AdamW's moments), each layer's parameters are gathered in the low
+precision for its forward and backward, and gradients are reduced in float32
+(`MixedPrecisionPolicy`). Every decision a step takes (skip it for a NaN loss, or for a float16
+overflow) is all-reduced among the workers on the tensor that is then read, so all take it alike.
+
 This module does not import Ray (the driver wraps the class in `ray.remote`).
 """
 
@@ -27,43 +33,58 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from adapters.common.tokenizer import load_tokenizer
 from adapters.local.checkpoint_io import ModelIdentity, load_keeping_kernel, trainable_parameters
+from adapters.local.mixed_precision import is_low_precision, set_compute_dtype
 from adapters.local.model_loading import LoraOptions, load_model
 from adapters.local.serial_executor import SerialExecutor
 from adapters.local.training_client import LocalTrainingClient, TrainingOptions, make_adamw, microbatches
 from train_core.losses import TARGET_TOKENS, LossSpec, merge_loss_metrics
-from train_core.types import AdamParams, Datum, OptimStepOutput
+from train_core.types import AdamParams, Datum
 
 FAULT_ENV = "KITCHEN_DIST_FAULT"
 """Testing hook: `RANK:CALL:N` makes worker RANK exit hard at its Nth CALL (e.g. `1:forward_backward:3`)."""
 
 
-def shard_model(model: torch.nn.Module) -> None:
-    """`fully_shard` each decoder layer (every child of a ModuleList named `layers`), then the root."""
+def shard_model(model: torch.nn.Module, compute: torch.dtype = torch.float32) -> None:
+    """`fully_shard` each decoder layer (every child of a ModuleList named `layers`), then the root;
+    a `compute` dtype below the parameters' float32 is FSDP2's mixed precision (float32 shards and
+    gradient reductions, `compute` for the gathered parameters)."""
+    policy = MixedPrecisionPolicy()
+    if is_low_precision(compute):
+        policy = MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32)
+        set_compute_dtype(model, compute)
     for name, module in model.named_modules():
         if isinstance(module, torch.nn.ModuleList) and name.rsplit(".", 1)[-1] == "layers":
             for layer in module:
-                fully_shard(layer)
-    fully_shard(model)
+                fully_shard(layer, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.set_gradient_divide_factor(1.0)  # sum the workers' gradients: losses are sums
             module.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
 
 
-class _ShardedCore(LocalTrainingClient):
-    """The local training client's step on a sharded model: the NaN flag and the gradient norm are
-    agreed across workers so that all take (or skip) the same step."""
+def agree_any(flags: list[bool], device: torch.device) -> list[bool]:
+    """Each flag, true when it is true on any worker. The all-reduce runs on a tensor made on
+    `device` (NCCL reduces CUDA tensors only) and that same tensor is read back: a reduced copy
+    (`tensor.to(device)` of a cpu tensor) would leave the value read unchanged on CUDA."""
+    reduced = torch.tensor([float(flag) for flag in flags], device=device)
+    dist.all_reduce(reduced, op=dist.ReduceOp.MAX)
+    return [value > 0 for value in reduced.tolist()]
 
-    def _step(self, adam: AdamParams) -> OptimStepOutput:
-        flag = torch.tensor([1.0 if self._nonfinite_loss else 0.0])
-        dist.all_reduce(flag.to(self._device), op=dist.ReduceOp.MAX)
-        self._nonfinite_loss = bool(flag.item())
-        return super()._step(adam)
+
+class _ShardedCore(LocalTrainingClient):
+    """The local training client's step on a sharded model: its skip decisions (a NaN loss, a
+    float16 overflow) are agreed across workers so that all take (or skip) the same step; the
+    gradient norm of sharded gradients is a global one already."""
+
+    def _agreed(self, nonfinite: bool, overflow: bool) -> tuple[bool, bool]:
+        nonfinite, overflow = agree_any([nonfinite, overflow], self._device)
+        return nonfinite, overflow
 
 
 def _full(value: Any) -> Any:
@@ -123,16 +144,11 @@ class TrainingWorker:
         """Load `identity`'s base weights, shard them and start a fresh optimizer (and fresh call
         counts for the fault hook): the state of a new training client."""
         self.release()
+        stored = torch.float32 if is_low_precision(self._dtype) else self._dtype  # the masters' dtype
         model = load_model(
-            identity.base_model,
-            identity.lora_rank,
-            identity.seed,
-            self._device,
-            self._dtype,
-            self._lora,
-            identity.layers,
+            identity.base_model, identity.lora_rank, identity.seed, self._device, stored, self._lora, identity.layers
         )
-        shard_model(model)
+        shard_model(model, self._dtype)
         tokenizer = load_tokenizer(identity.base_model)
         self._calls = {}
         self._core = _ShardedCore(
@@ -253,6 +269,7 @@ class TrainingWorker:
     def gather_weights(self) -> dict[str, torch.Tensor] | None:
         """The full trainable weights on rank 0 (cpu); None elsewhere. A collective."""
         self._count("gather_weights")
+        self._reshard()
         full = {name: _full(p.detach()).contiguous() for name, p in trainable_parameters(self.core._model).items()}
         return full if self.rank == 0 else None
 
@@ -263,9 +280,17 @@ class TrainingWorker:
         full_state = {key: {name: _full(v) for name, v in entry.items()} for key, entry in state["state"].items()}
         return {"state": full_state, "param_groups": state["param_groups"]} if self.rank == 0 else None
 
+    def _reshard(self) -> None:
+        """Put every module's parameters back to their float32 shards: the root keeps them gathered
+        (in the compute dtype) after a forward that no backward followed."""
+        for module in self.core._model.modules():
+            if isinstance(module, FSDPModule):
+                module.reshard()
+
     def load(self, weights: dict[str, torch.Tensor], optimizer: dict[str, Any] | None) -> None:
         """Full weights (and optimizer state, else a fresh optimizer) into this worker's shards."""
         self._count("load")
+        self._reshard()
         core = self.core
         params = trainable_parameters(core._model)
         if weights.keys() != params.keys():
@@ -283,8 +308,9 @@ class TrainingWorker:
         load_keeping_kernel(core._optimizer, {"state": state, "param_groups": optimizer["param_groups"]})
 
     def _like(self, param: torch.Tensor, full: torch.Tensor) -> torch.Tensor:
-        """`full` placed as `param` is: this worker's shard of it, on its device."""
-        full = full.to(device=self._device, dtype=full.dtype)
+        """`full` placed as `param` is: this worker's shard of it, on its device, in its dtype (a
+        checkpoint of low-precision weights or moments loads as their float32 values)."""
+        full = full.to(device=self._device, dtype=param.dtype)
         if isinstance(param, DTensor):
             return distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None)  # no comms
         return full

@@ -15,7 +15,12 @@ ancestors, and position ids go on where the parent segment ends, so each sequenc
 it would alone (within float rounding), on fewer tokens. Where attention runs over each sequence
 alone instead (`attend_alone`: `adapters.local.unpadded_rows`), no row is ever attended over, so
 trees are not bounded: the batch's whole prefix trie runs, every shared start once. The output
-head, too, scores each distinct (slot, target) pair once (`token_scoring.distinct_pairs`).
+head, too, scores each distinct (slot, target) pair once (`token_scoring.distinct_pairs`). On
+CUDA that trie runs as one row under FlexAttention instead (`trie_row`, `unpadded_rows.TrieLayout`).
+
+In bfloat16 and float16 the scoring head writes float32 logits (`token_scoring.LowPrecisionHead`)
+while the sampler's decoding takes the model's own, rounded to its dtype: the two agree to that
+rounding (as they agree only to the kernels' rounding at any low precision).
 """
 
 from __future__ import annotations
@@ -27,8 +32,9 @@ from typing import Any, cast
 import torch
 
 from adapters.common.training_batch import right_pad, row_slots
+from adapters.local.mixed_precision import compute_dtype
 from adapters.local.token_scoring import Entropy, LogprobMethod, output_head, score_tokens
-from adapters.local.unpadded_rows import may_run_unpadded, run_unpadded
+from adapters.local.unpadded_rows import attention_route, may_run_unpadded, run_trie, run_unpadded
 from kitchen.engine.ports import Tokenizer
 
 MIN_SHARED_PREFIX = 4
@@ -329,6 +335,59 @@ def pack_sequences(
     return PackedRows(ids_BW, positions_BW, mask[:, None].to(device), slots_N.to(device), filled_N)
 
 
+@dataclass(frozen=True)
+class TrieRow:
+    """The batch's whole prefix trie as one row, each tree depth-first (a segment, then the subtrees
+    of its children), for `unpadded_rows.TrieLayout`: every shared start runs once, nothing pads."""
+
+    input_ids_N: torch.Tensor
+    position_ids_N: torch.Tensor
+    subtree_end_N: torch.Tensor
+    """For each slot, where the subtree of its segment ends (exclusive): the slots from it up to
+    there (its segment's later tokens and the descendants') are the queries that may read it."""
+    slots_N: torch.Tensor
+    """Each sequence's slots, concatenated in order."""
+
+
+def trie_row(inputs_D: Sequence[Sequence[int]], device: torch.device) -> TrieRow:
+    """Lay `prefix_trees(unbounded=True)` out depth-first in one row: built on the cpu from Python
+    lists (no [N, N] mask: FlexAttention reads `subtree_end_N`), copied to a GPU from pinned memory
+    without waiting."""
+    tokens: list[int] = []
+    positions: list[int] = []
+    subtree_end: list[int] = []
+    slots_D: list[list[int]] = [[] for _ in inputs_D]
+    for tree in prefix_trees(inputs_D, unbounded=True):
+        children: list[list[int]] = [[] for _ in tree.tokens]
+        for segment, parent in enumerate(tree.parents):
+            if parent >= 0:
+                children[parent].append(segment)
+        order, stack = [], [tree.parents.index(-1)]
+        while stack:  # depth-first preorder
+            segment = stack.pop()
+            order.append(segment)
+            stack.extend(reversed(children[segment]))
+        size = [len(segment_tokens) for segment_tokens in tree.tokens]
+        for segment in reversed(order):  # children come after their parent in the preorder
+            size[segment] += sum(size[child] for child in children[segment])
+        first = [0] * len(tree.tokens)
+        for segment in order:
+            first[segment] = len(tokens)
+            tokens += tree.tokens[segment]
+            positions += range(tree.starts[segment], tree.starts[segment] + len(tree.tokens[segment]))
+            subtree_end += [first[segment] + size[segment]] * len(tree.tokens[segment])
+        for index in tree.ends:
+            slots_D[index] = [
+                slot for k in tree.path(index) for slot in range(first[k], first[k] + len(tree.tokens[k]))
+            ]
+
+    def tensor(values: list[int]) -> torch.Tensor:
+        host = torch.tensor(values, dtype=torch.long)
+        return host.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else host
+
+    return TrieRow(tensor(tokens), tensor(positions), tensor(subtree_end), tensor([s for d in slots_D for s in d]))
+
+
 MASKED_ATTENTION = ("eager", "sdpa")
 """Attention implementations that apply an arbitrary 4D float mask (flash attention and flex
 attention take none, or their own form)."""
@@ -358,6 +417,17 @@ def attend_alone(lengths_D: Sequence[int], rows: int, width: int) -> bool:
     return len(lengths_D) * max(lengths_D) ** 2 <= rows * width**2
 
 
+def check_scoring_paths(model: torch.nn.Module, method: LogprobMethod) -> None:
+    """Run the once-per-model checks of the scoring paths now rather than inside a first pass:
+    whether logprobs may come from the hidden states (`output_head`), and whether packed rows
+    may skip their padding (`may_run_unpadded`'s probe). A training client calls this when it is
+    made, so the workers of a sharded model all run the checks' forward passes at the same point."""
+    if method != "full":
+        output_head(model)
+    if takes_packed_mask(model):
+        may_run_unpadded(model)
+
+
 @dataclass(frozen=True)
 class ScoredSequences:
     """Each sequence's target logprobs [L_d] (and each target position's entropy [L_d], when asked
@@ -382,19 +452,26 @@ def sequence_logprobs(
     unless `entropy` is "none", the entropy of each of those next-token distributions. Sequences are packed
     (see the module docstring) where that pays and the model attends fully; otherwise they are
     right-padded, which needs no mask. Either way only real tokens reach the output head."""
-    parameter = next(model.parameters())
-    device = parameter.device
+    device = next(model.parameters()).device
     lengths_D = [len(tokens) for tokens in inputs_D]
     targets_N = torch.tensor([t for targets in targets_D for t in targets], dtype=torch.long, device=device)
     packed = None
     if takes_packed_mask(model):
         attention_tokens, unpadded = attention_break_even(model), may_run_unpadded(model)
-        packed = pack_sequences(inputs_D, pad_id, parameter.dtype, device, attention_tokens, unpadded)
+        if unpadded and attention_route(model) == "flex":
+            if method != "full":
+                output_head(model)  # its one-time check runs the model's own attention: before the switch
+            row = trie_row(inputs_D, device)
+
+            def score(inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
+                return score_tokens(model, inputs, row.slots_N, targets_N, method, entropy)
+
+            scores = run_trie(model, score, row.input_ids_N, row.position_ids_N, row.subtree_end_N)
+            return _scored(scores, lengths_D, row.input_ids_N.numel(), row.input_ids_N.numel())
+        packed = pack_sequences(inputs_D, pad_id, compute_dtype(model), device, attention_tokens, unpadded)
         if packed is not None and unpadded:
             scores = _score_unpadded(model, packed, lengths_D, targets_N, method, entropy)
-            if scores is not None:
-                return _scored(scores, lengths_D, packed.input_ids_BW.numel(), packed.filled)
-            packed = pack_sequences(inputs_D, pad_id, parameter.dtype, device, attention_tokens)  # masked rows now
+            return _scored(scores, lengths_D, packed.input_ids_BW.numel(), packed.filled)
     if packed is None:
         input_ids_BL = right_pad(inputs_D, pad_id, device)
         slots_N = row_slots(lengths_D, input_ids_BL.shape[1], device)
@@ -417,9 +494,8 @@ def _score_unpadded(
     targets_N: torch.Tensor,
     method: LogprobMethod,
     entropy: Entropy,
-) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-    """`score_tokens` on the real tokens of the packed rows (`run_unpadded`); None when the model
-    cannot run so (then it never tries again)."""
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`score_tokens` on the real tokens of the packed rows (`run_unpadded`)."""
     if method != "full":
         output_head(model)  # its one-time check runs the model's own attention, so before the switch
     slots = packed.input_ids_BW.numel()

@@ -41,7 +41,9 @@ class LoraOptions:
 
 
 def resolve_device(device: str | None) -> torch.device:
-    """The requested device, else cuda when available, else cpu."""
+    """The requested device, else cuda when available, else cpu. A CUDA device becomes this
+    process's current device (kernels that launch on the current device, Triton's and Liger's,
+    then run where the model is) with TF32 for whatever float32 matmuls remain."""
     if device is not None:
         if device.startswith("cuda"):
             index = int(device.split(":")[1]) if ":" in device else 0
@@ -51,8 +53,25 @@ def resolve_device(device: str | None) -> torch.device:
                 raise ConfigError(f"local.device={device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
         if device == "mps" and not torch.backends.mps.is_available():
             raise ConfigError("local.device=mps: MPS is not available on this machine (use cpu)")
-        return torch.device(device)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        resolved = torch.device(device)
+    else:
+        resolved = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if resolved.type == "cuda":
+        use_cuda_device(resolved)
+    return resolved
+
+
+def use_cuda_device(device: torch.device) -> None:
+    """Make `device` the current CUDA device and let float32 matmuls use TF32 tensor cores."""
+    torch.cuda.set_device(device)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+
+
+def default_dtype(device: torch.device) -> str:
+    """`local.dtype` when unset: bfloat16 (with float32 master weights) on CUDA, float32 elsewhere
+    (CPUs without bfloat16 matmul units gain nothing from it)."""
+    return "bfloat16" if device.type == "cuda" else "float32"
 
 
 def load_base_model(base_model: str, dtype: torch.dtype) -> torch.nn.Module:
@@ -115,7 +134,9 @@ def add_lora(
     with SEEDED, torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         try:
-            peft_model = get_peft_model(model, config)
+            # adapters in the base's dtype: under mixed precision they compute in it too, and
+            # their float32 masters live in the optimizer (`adapters.local.mixed_precision`)
+            peft_model = get_peft_model(model, config, autocast_adapter_dtype=False)
         except ValueError as exc:  # e.g. target modules that match no layer
             raise ConfigError(f"local.lora_target_modules {options.target_modules!r}: {exc}") from exc
     return peft_model.eval()

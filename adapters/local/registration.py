@@ -27,8 +27,11 @@ class LocalSettings(BaseModel):
     cpu_threads: int | None = Field(
         None, ge=1, strict=True, description="torch CPU threads; default 1 for model_name tiny, else torch's default"
     )
-    dtype: Literal["float32", "bfloat16", "float16"] = Field(
-        "float32", description="weights and compute dtype (logprobs are always returned in float32)"
+    dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
+        None,
+        description="compute dtype; default bfloat16 on CUDA, float32 elsewhere. bfloat16 and float16 are mixed "
+        "precision: low-precision weights and activations, float32 master weights, AdamW moments, gradient "
+        "sums, logprobs and losses (float16 adds dynamic loss scaling); checkpoints hold the float32 weights",
     )
     gradient_checkpointing: bool = Field(
         False, description="recompute activations in the backward pass: less memory, about a third slower"

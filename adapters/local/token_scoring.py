@@ -17,14 +17,18 @@ models (their root's hooks run only through the whole forward).
 
 from __future__ import annotations
 
+import functools
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 import torch
+import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
+
+from adapters.local.mixed_precision import gradient_scale, is_low_precision, scale_gradient
 
 LogprobMethod = Literal["chunked", "full", "liger"]
 """How token logprobs come from the final hidden states: `chunked` (this module's loop, any device),
@@ -43,9 +47,10 @@ def chunk_tokens_for(vocab: int) -> int:
 
 def log_softmax_f32(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """Log-probabilities over the last axis, in float32 (float64 for a float64 model), of
-    `logits / temperature`."""
+    `logits / temperature`. Under float16's loss scaling the gradient flowing back into the
+    logits is scaled here, where it leaves float32 (`adapters.local.mixed_precision`)."""
     if logits.dtype != torch.float64:
-        logits = logits.float()
+        logits = scale_gradient(logits.float())
     if temperature != 1.0:
         logits = logits / temperature
     return torch.log_softmax(logits, dim=-1)
@@ -80,12 +85,20 @@ def chunked_scores(
     entropy: Entropy,
     chunk_tokens: int,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """`logits_scores(head(hidden_NH), ...)`, computed `chunk_tokens` rows at a time."""
+    """`logits_scores(head(hidden_NH), ...)`, computed `chunk_tokens` rows at a time. A
+    low-precision linear head goes through `LowPrecisionHead` (float32 logits, its weight's
+    gradient summed in float32)."""
+    weight = getattr(head, "weight", None)
+    if isinstance(head, torch.nn.Linear) and isinstance(weight, torch.Tensor) and is_low_precision(weight.dtype):
+        logprobs_N, entropy_N = LowPrecisionHead.apply(
+            hidden_NH, head.weight, head.bias, targets_N, chunk_tokens, entropy, gradient_scale()
+        )
+        return logprobs_N, None if entropy == "none" else entropy_N
+    recompute = torch.is_grad_enabled() and hidden_NH.shape[0] > chunk_tokens
 
     def score(hidden_cH: torch.Tensor, targets_c: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return _from_logprobs(log_softmax_f32(head(hidden_cH)), targets_c, entropy)
 
-    recompute = torch.is_grad_enabled() and hidden_NH.shape[0] > chunk_tokens
     parts = []
     for start in range(0, hidden_NH.shape[0], chunk_tokens):
         hidden_cH, targets_c = hidden_NH[start : start + chunk_tokens], targets_N[start : start + chunk_tokens]
@@ -98,6 +111,114 @@ def chunked_scores(
         return empty, None if entropy == "none" else empty
     logprobs_N = torch.cat([part[0] for part in parts])
     return logprobs_N, None if entropy == "none" else torch.cat([part[1] for part in parts])
+
+
+class LowPrecisionHead(torch.autograd.Function):
+    """`chunked_scores` of a bfloat16/float16 linear head: float32 logits, and the weight's
+    gradient summed in float32.
+
+    The logits come out of the head's matmul in float32 (its products are exact, its sums float32:
+    `linear_f32`), not rounded to the weights' dtype first, whose 8-bit mantissa would put errors
+    of ~0.03 on logits of ~10: the logprobs, and so the losses, are those of the model's hidden
+    states to float32 precision. Autograd would add each chunk's [V, H] weight gradient in the
+    weight's dtype: over ~150 chunks (4k tokens of a 151,936-token vocabulary) bfloat16 loses a
+    few percent of the sum, and for a tied head that sum is the embedding's gradient too. So the
+    forward keeps no logits (only its inputs), and the backward recomputes each chunk's logits,
+    forms d(loss)/d(logits) in float32 (softmax minus the target's one-hot, times the incoming
+    gradient, plus the entropy's term when it is differentiated) and adds the chunk's weight
+    gradient to a float32 sum; the hidden states' gradient is the chunk's own, in the model's
+    dtype. Under float16's loss scaling `grad_scale` multiplies the gradient as it leaves
+    float32, as `scale_gradient` does on the other paths."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        hidden_NH: torch.Tensor,
+        weight_VH: torch.Tensor,
+        bias_V: torch.Tensor | None,
+        targets_N: torch.Tensor,
+        chunk_tokens: int,
+        entropy: Entropy,
+        grad_scale: float,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        logprobs, entropies = [], []
+        linear = linear_f32(weight_VH, bias_V)
+        for start in range(0, hidden_NH.shape[0], chunk_tokens):
+            end = start + chunk_tokens
+            logprobs_cV = torch.log_softmax(linear(hidden_NH[start:end]), dim=-1)
+            logprobs.append(logprobs_cV.gather(-1, targets_N[start:end, None]).squeeze(-1))
+            if entropy != "none":
+                entropies.append(-(logprobs_cV.exp() * logprobs_cV).sum(-1))
+        empty = hidden_NH.new_zeros((0,), dtype=torch.float32)
+        logprobs_N = torch.cat(logprobs) if logprobs else empty
+        entropy_N = torch.cat(entropies) if entropies else empty
+        ctx.save_for_backward(hidden_NH, weight_VH, bias_V, targets_N)
+        ctx.chunk_tokens, ctx.entropy, ctx.grad_scale = chunk_tokens, entropy, grad_scale
+        if entropy != "grad":
+            ctx.mark_non_differentiable(entropy_N)
+        return logprobs_N, entropy_N
+
+    @staticmethod
+    def backward(
+        ctx: Any, grad_logprobs_N: torch.Tensor | None, grad_entropy_N: torch.Tensor | None
+    ) -> tuple[torch.Tensor | None, ...]:
+        hidden_NH, weight_VH, bias_V, targets_N = ctx.saved_tensors
+        grad_hidden_NH = torch.zeros_like(hidden_NH)
+        grad_weight_VH = torch.zeros(weight_VH.shape, dtype=torch.float32, device=weight_VH.device)
+        grad_bias_V = None if bias_V is None else torch.zeros(bias_V.shape, dtype=torch.float32, device=bias_V.device)
+        grad_entropy = grad_entropy_N if ctx.entropy == "grad" else None
+        linear = linear_f32(weight_VH, bias_V)
+        for start in range(0, hidden_NH.shape[0], ctx.chunk_tokens):
+            end = start + ctx.chunk_tokens
+            hidden_cH = hidden_NH[start:end]
+            logprobs_cV = torch.log_softmax(linear(hidden_cH), dim=-1)
+            probs_cV = logprobs_cV.exp()
+            grad_cV = torch.zeros_like(probs_cV)
+            if grad_logprobs_N is not None:  # d logp_t / d z = onehot(t) - p
+                grad_c = grad_logprobs_N[start:end].float()
+                grad_cV = -probs_cV * grad_c[:, None]
+                grad_cV.scatter_add_(-1, targets_N[start:end, None], grad_c[:, None])
+            if grad_entropy is not None:  # d H / d z = -p (log p + H)
+                entropy_c = -(probs_cV * logprobs_cV).sum(-1, keepdim=True)
+                grad_cV -= grad_entropy[start:end, None].float() * probs_cV * (logprobs_cV + entropy_c)
+            if ctx.grad_scale != 1.0:
+                grad_cV *= ctx.grad_scale
+            low_cV = grad_cV.to(weight_VH.dtype)
+            grad_hidden_NH[start:end] = low_cV @ weight_VH
+            # the low-precision values are exact in float32 (and in TF32): only the sum is wider
+            grad_weight_VH.addmm_(low_cV.T.float(), hidden_cH.float())
+            if grad_bias_V is not None:
+                grad_bias_V += low_cV.float().sum(0)
+        return grad_hidden_NH, grad_weight_VH, grad_bias_V, None, None, None, None
+
+
+def linear_f32(weight_VH: torch.Tensor, bias_V: torch.Tensor | None) -> Callable[[torch.Tensor], torch.Tensor]:
+    """`hidden -> hidden @ weight.T + bias` with float32 output for low-precision operands: on CUDA
+    a low-precision matmul that writes its float32 sums (`torch.mm(..., out_dtype=)`, where this
+    torch has it), elsewhere a float32 matmul of the operands upcast once (their products are
+    exact in float32, so both give the same logits up to summation order)."""
+    bias32 = None if bias_V is None else bias_V.float()
+    if weight_VH.device.type == "cuda" and _mm_writes_float32(weight_VH.device, weight_VH.dtype):
+        weight_HV = weight_VH.T
+
+        def low(hidden_cH: torch.Tensor) -> torch.Tensor:
+            logits = torch.mm(hidden_cH, weight_HV, out_dtype=torch.float32)
+            return logits if bias32 is None else logits + bias32
+
+        return low
+    weight32 = weight_VH.float()
+    return lambda hidden_cH: F.linear(hidden_cH.float(), weight32, bias32)
+
+
+@functools.cache
+def _mm_writes_float32(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether `torch.mm(..., out_dtype=torch.float32)` runs for `dtype` operands on `device`
+    (decided once per device, on 2 x 2 operands: it is a capability of this torch build)."""
+    operand = torch.ones((2, 2), dtype=dtype, device=device)
+    try:
+        return torch.mm(operand, operand, out_dtype=torch.float32).dtype == torch.float32
+    except (RuntimeError, TypeError, NotImplementedError):
+        return False
 
 
 def liger_scores(head: torch.nn.Module, hidden_NH: torch.Tensor, targets_N: torch.Tensor) -> torch.Tensor:

@@ -28,19 +28,27 @@ from adapters.local.checkpoint_io import (
     CheckpointKind,
     ModelIdentity,
     checkpoint_path,
+    copy_weights,
     load_optimizer,
-    load_weights,
+    read_weights,
     require_same_model,
-    save_checkpoint,
     trainable_parameters,
+    write_checkpoint,
 )
-from adapters.local.forward_pass import ScoredSequences, pad_token_id, sequence_logprobs, vocab_size
+from adapters.local.forward_pass import (
+    ScoredSequences,
+    check_scoring_paths,
+    pad_token_id,
+    sequence_logprobs,
+    vocab_size,
+)
+from adapters.local.mixed_precision import LossScale, MasterWeights, compute_dtype, scaled_gradients
 from adapters.local.model_loading import compile_body
 from adapters.local.request_batcher import DEFAULT_BATCH_LIMITS, BatchLimits
 from adapters.local.sampler_pool import ModelLease, SamplerPool
 from adapters.local.sampling_client import LocalSamplingClient
 from adapters.local.serial_executor import SerialExecutor
-from adapters.local.token_scoring import Entropy, LogprobMethod, output_head
+from adapters.local.token_scoring import Entropy, LogprobMethod
 from adapters.local.vision import image_token_id, is_vision_model, vision_logprobs
 from kitchen.engine.errors import ConfigError, KitchenError
 from kitchen.engine.ports import CustomLossFn, SamplingClient, Tokenizer
@@ -188,10 +196,6 @@ class LocalTrainingClient:
                 legacy(gradient_checkpointing_kwargs={"use_reentrant": False})
             else:
                 raise ConfigError("local.gradient_checkpointing: this model does not support it")
-        if options.logprob_method != "full":
-            output_head(model)  # checks (once, now) whether logprobs may come from the hidden states
-        if options.compile:
-            compile_body(model)
         self._tokenizer = tokenizer
         self._identity = identity
         self._checkpoint_dir = checkpoint_dir
@@ -203,9 +207,18 @@ class LocalTrainingClient:
         self._vocab_size = vocab_size(model)
         self._pad_id = pad_token_id(tokenizer)
         self._image_token_id = image_token_id(model) if is_vision_model(model) else None
-        self._params = list(trainable_parameters(model).values())
+        # AdamW steps float32 masters of low-precision parameters (`adapters.local.mixed_precision`);
+        # float16 also scales its gradients.
+        self._masters = MasterWeights(trainable_parameters(model))
+        self._params = self._masters.masters
+        self._loss_scale = LossScale() if compute_dtype(model) == torch.float16 else None
         # Hyperparameters are set from AdamParams at every step (learning-rate schedules).
         self._optimizer = make_adamw(self._params)
+        # after the optimizer took the parameters: an FSDP root keeps its parameters gathered
+        # after a forward, and the checks run forward passes
+        check_scoring_paths(model, options.logprob_method)
+        if options.compile:
+            compile_body(model)
         self._samplers = SamplerPool(model)
         self._weights_version = 0  # bumped whenever the weights may change
         self._last_state: tuple[int, Path] | None = None  # (version, path) of the last save_state
@@ -286,7 +299,7 @@ class LocalTrainingClient:
     ) -> tuple[ScoredSequences, dict[str, float]]:
         """One micro-batch through a built-in loss (gradients accumulate when `backward`): its
         per-datum logprobs and its loss metrics. A NaN/inf loss is remembered for the optim step."""
-        with torch.set_grad_enabled(backward):
+        with torch.set_grad_enabled(backward), scaled_gradients(self._loss_scale):
             scored = self._score(batch, loss_entropy(spec))
             loss, metrics = spec(torch.cat(scored.logprobs_D), batch.loss_inputs, config, batch.lengths_D)
         if backward:
@@ -321,7 +334,7 @@ class LocalTrainingClient:
         """A custom loss sees every datum's logprobs at once (it may couple them, as DPO's pairs
         do), so it is never split into micro-batches. The backward runs in the forward's mode: a
         gradient-checkpointed layer recomputes its forward then, dropout included."""
-        with self._training_mode(backward=True):
+        with self._training_mode(backward=True), scaled_gradients(self._loss_scale):
             scored = self._score(batch, "grad" if reads_entropy(loss_fn) else "none")
             logprobs_D = scored.logprobs_D
             metrics, finite = backward_custom_loss(loss_fn, data, logprobs_D, scored.entropy_D)
@@ -344,8 +357,18 @@ class LocalTrainingClient:
                 eps=adam.eps,
                 weight_decay=adam.weight_decay,
             )
-        grads = [p.grad for p in self._params if p.grad is not None]
+        grads = self._masters.gradients()
         metrics = {"learning_rate": adam.learning_rate}
+        overflow = False
+        if self._loss_scale is not None:
+            metrics["loss_scale"] = self._loss_scale.value
+            overflow = not self._loss_scale.unscale(grads)
+        nonfinite, overflow = self._agreed(self._nonfinite_loss, overflow)
+        self._nonfinite_loss = False
+        if overflow and not nonfinite and self._loss_scale is not None and self._loss_scale.update(overflow=True):
+            # float16's scaled gradients overflowed: a normal event of loss scaling, not a bad step
+            self._optimizer.zero_grad(set_to_none=True)
+            return OptimStepOutput({**metrics, "loss_scale_overflow": 1.0})
         # The norm costs a pass over every gradient: computed when clipping needs it (or when
         # asked for); with no gradient at all it is 0 for free. Otherwise it is not reported.
         grad_norm: torch.Tensor | None = None
@@ -354,18 +377,25 @@ class LocalTrainingClient:
         elif adam.grad_clip_norm > 0 or self._options.always_grad_norm:
             grad_norm = torch.nn.utils.get_total_norm(grads)
             metrics["grad_norm"] = float(grad_norm)
-        if self._nonfinite_loss or (grad_norm is not None and not bool(torch.isfinite(grad_norm))):
+        if nonfinite or overflow or (grad_norm is not None and not bool(torch.isfinite(grad_norm))):
             # A NaN/inf loss, or gradient norm where it is measured (with clipping, or
             # always_grad_norm), would poison the weights and Adam's moments: skip the step.
-            self._nonfinite_loss = False
             self._optimizer.zero_grad(set_to_none=True)
             return OptimStepOutput({**metrics, "nonfinite_step": 1.0})
+        if self._loss_scale is not None:
+            self._loss_scale.update(overflow=False)
         if grad_norm is not None and adam.grad_clip_norm > 0:
             torch.nn.utils.clip_grads_with_norm_(self._params, adam.grad_clip_norm, grad_norm)
         self._optimizer.step()
         self._optimizer.zero_grad(set_to_none=True)
+        self._masters.publish()
         self._weights_version += 1
         return OptimStepOutput(metrics)
+
+    def _agreed(self, nonfinite: bool, overflow: bool) -> tuple[bool, bool]:
+        """The step's skip decisions as every process holding a part of the model sees them (here:
+        this one alone; the sharded workers agree across ranks)."""
+        return nonfinite, overflow
 
     # -- checkpoints -------------------------------------------------------------------------
 
@@ -380,11 +410,12 @@ class LocalTrainingClient:
         return self._executor.submit(lambda: self._save(path, "sampler"))
 
     def _save(self, path: Path, kind: CheckpointKind) -> str:
-        optimizer = self._optimizer if kind == "state" else None
+        optimizer = self._optimizer.state_dict() if kind == "state" else None
         same = None
         if kind == "sampler" and self._last_state is not None and self._last_state[0] == self._weights_version:
             same = self._last_state[1]  # unchanged since that save: link its weights, do not rewrite them
-        saved = save_checkpoint(path, self._model, self._identity, kind, optimizer, same_weights_as=same)
+        # the weights at master precision: a resumed mixed-precision run continues exactly
+        saved = write_checkpoint(path, self._masters.state, self._identity, kind, optimizer, same_weights_as=same)
         if kind == "state":
             self._last_state = (self._weights_version, saved)
         return str(saved)
@@ -396,8 +427,12 @@ class LocalTrainingClient:
         return self._executor.submit(lambda: self.restore(checkpoint, with_optimizer))
 
     def restore(self, path: Path, with_optimizer: bool) -> None:
-        """Load weights (and optimizer state, else a fresh optimizer) now, on the calling thread."""
-        load_weights(path, self._model)
+        """Load weights (and optimizer state, else a fresh optimizer) now, on the calling thread. A
+        checkpoint of low-precision weights and moments (saved before master weights existed)
+        loads as their float32 values: the optimizer state takes its parameters' dtype."""
+        weights = read_weights(path)
+        copy_weights(weights, self._model, path)  # checks that the names fit
+        self._masters.load(weights)
         self._weights_version += 1
         self._optimizer = make_adamw(self._params)
         if with_optimizer:

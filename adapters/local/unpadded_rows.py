@@ -20,22 +20,33 @@ The attention function is named on the model's config only for the forward pass 
 gradient checkpointing's recomputation, nor inside a compiled body: those keep the padded rows);
 that is safe because each model (and its config) is run by one thread at a time: the training
 client's worker, or the sampling thread for the snapshots and reference models it owns.
-A model whose layers do not pass keyword arguments through to their attention function fails
-its first try, and is then scored on padded rows from then on.
+On CUDA (`attention_route`) the batch's whole prefix trie runs as one row and attention is
+PyTorch's FlexAttention under a document mask (`TrieLayout`): no [rows, width, width] mask is
+built on the host or copied, no query repeats, and SDPA's slower masked kernels and repeated
+K/V heads are not needed. The CPU keeps the rows and per-sequence layouts above (its tuned path).
+
+Whether a model can run so is decided once, before its first scoring pass, by a three-token
+probe (`may_run_unpadded`): a model whose layers do not pass keyword arguments through to their
+attention function is then scored on padded rows, and that is logged. No other error is taken
+for a "cannot": an out-of-memory or CUDA error in a real pass is raised, never turned into a
+quiet fallback (under FSDP one worker falling back alone would leave the others waiting in a
+collective).
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 from adapters.common.training_batch import row_slots
+from adapters.local.mixed_precision import compute_dtype
 
 ROWS_ATTENTION = "kitchen_unpadded_rows"
 """The attention implementation's name in transformers' registry, while a forward runs unpadded."""
@@ -89,6 +100,18 @@ class SequenceLayout:
         return cls(index_DL, copy_N.scatter_reduce_(0, tokens_N, grid_N, "amin"), attention, causal)
 
 
+@dataclass(frozen=True)
+class TrieLayout:
+    """The N tokens as the batch's whole prefix trie in one row, depth-first (each segment followed
+    by its descendants), attended by FlexAttention under a document mask: a query at slot q may
+    read the key at slot kv when kv <= q < `subtree_end_N[kv]` (the key's segment is the query's own
+    or one of its ancestors). No [N, N] mask is materialised (FlexAttention skips the blocks the
+    rule excludes), no query is repeated, no slot is padding."""
+
+    block_mask: Any
+    """FlexAttention's BlockMask of the rule above."""
+
+
 def _to_rows(states_1HNd: torch.Tensor, layout: RowLayout) -> torch.Tensor:
     """[1, heads, N, d] -> [rows, heads, width, d], zeros in the pad slots (their own segment: no
     token attends to them)."""
@@ -118,8 +141,15 @@ def rows_attention(
 ) -> tuple[torch.Tensor, None]:
     """The model's attention over the packed rows, for the [1, N] unpadded sequence: [1, N, heads, d]."""
     layout = kwargs.pop("kitchen_rows", None)
+    if isinstance(layout, TrieLayout):
+        enable_gqa = query.shape[1] != key.shape[1]
+        attend_trie = _flex_attention(query.device.type)
+        output_1HNd = attend_trie(
+            query, key, value, block_mask=layout.block_mask, scale=kwargs.get("scaling"), enable_gqa=enable_gqa
+        )
+        return output_1HNd.transpose(1, 2), None
     if not isinstance(layout, RowLayout | SequenceLayout):
-        raise TypeError("this model's layers do not pass keyword arguments to their attention function")
+        raise _LayoutNotPassed("this model's layers do not pass keyword arguments to their attention function")
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
     from transformers.models.llama.modeling_llama import eager_attention_forward
 
@@ -145,20 +175,63 @@ def _register() -> None:
     ALL_MASK_ATTENTION_FUNCTIONS.register(ROWS_ATTENTION, sdpa_mask)  # unused: the 4D mask is passed in
 
 
+class _LayoutNotPassed(TypeError):
+    """The model's layers did not pass keyword arguments through to their attention function."""
+
+
 _WORKS: weakref.WeakKeyDictionary[torch.nn.Module, bool] = weakref.WeakKeyDictionary()
-"""Whether a model ran unpadded (False after a failed first try)."""
+"""Whether a model runs unpadded, as its probe found."""
+
+log = logging.getLogger("kitchen.local")
 
 
 def may_run_unpadded(model: torch.nn.Module) -> bool:
     """Not when its layers recompute in the backward pass (gradient checkpointing) or its body is
-    compiled (the attention name would change under the compiled graph), nor after a failed try."""
-    if not _WORKS.get(model, True):
-        return False
+    compiled (the attention name would change under the compiled graph), nor when its probe
+    (`_probe`, once per model) found that its layers do not pass the layout through. Every worker
+    of a sharded model asks at its first scoring pass, whatever its data, so all of them probe
+    (and run the probe's collectives) at the same point and decide alike."""
     # transformers 5 renamed `is_gradient_checkpointing` (the old name warns)
     renamed = hasattr(model, "is_activation_checkpointing")
     if getattr(model, "is_activation_checkpointing" if renamed else "is_gradient_checkpointing", False):
         return False
-    return not any(getattr(module, "_compiled_call_impl", None) is not None for module in model.modules())
+    if any(getattr(module, "_compiled_call_impl", None) is not None for module in model.modules()):
+        return False
+    works = _WORKS.get(model)
+    if works is None:
+        works = _WORKS[model] = _probe(model)
+    return works
+
+
+PROBE_TOKENS = 3
+
+
+def _probe(model: torch.nn.Module) -> bool:
+    """Run `PROBE_TOKENS` tokens through the model unpadded (one row, no gradients, eval mode):
+    False, logged, only when its layers do not pass the layout to the attention function; any
+    other error is raised."""
+    device = next(model.parameters()).device
+    filled_N = torch.arange(PROBE_TOKENS, device=device)
+    dtype = compute_dtype(model)
+    above = torch.ones((PROBE_TOKENS, PROBE_TOKENS), dtype=torch.bool, device=device).triu(1)
+    mask = torch.zeros((1, 1, PROBE_TOKENS, PROBE_TOKENS), dtype=dtype, device=device)
+    model_inputs = {
+        "input_ids": filled_N[None],
+        "position_ids": filled_N[None],
+        "attention_mask": mask.masked_fill_(above, torch.finfo(dtype).min),
+    }
+    training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            run_unpadded(model, lambda inputs: model(**inputs, use_cache=False), model_inputs, filled_N)
+    except _LayoutNotPassed:
+        name = type(model).__name__
+        log.warning("%s: its layers do not pass the packed layout to attention; scored on padded rows", name)
+        return False
+    finally:
+        model.train(training)
+    return True
 
 
 @contextmanager
@@ -177,19 +250,17 @@ def run_unpadded(
     model_inputs: Mapping[str, torch.Tensor],
     filled_N: torch.Tensor,
     sequences: tuple[torch.Tensor, list[int]] | None = None,
-) -> Any | None:
+) -> Any:
     """`forward(inputs)` on the real tokens of packed `model_inputs` ([rows, width] input ids and
     position ids, and for attention over the rows their [rows, 1, width, width] mask), as a [1, N]
-    sequence: its result, or None when this model cannot run so (then it is never tried again).
-    Attention runs over the packed rows, or, given `sequences` (each sequence's tokens as places
-    among the N, concatenated, and the sequences' lengths), over each sequence on its own
-    (`SequenceLayout`)."""
+    sequence: its result (for a model `may_run_unpadded` accepts). Attention runs over the packed
+    rows, or, given `sequences` (each sequence's tokens as places among the N, concatenated, and
+    the sequences' lengths), over each sequence on its own (`SequenceLayout`)."""
     config = model.config.get_text_config(decoder=True)  # type: ignore[union-attr, operator]
     rows, width = model_inputs["input_ids"].shape
     layout: RowLayout | SequenceLayout = RowLayout(filled_N, rows, width, config._attn_implementation)
     if sequences is not None:
-        dtype = next(model.parameters()).dtype
-        layout = SequenceLayout.of(*sequences, int(filled_N.numel()), config._attn_implementation, dtype)
+        layout = SequenceLayout.of(*sequences, int(filled_N.numel()), config._attn_implementation, compute_dtype(model))
     inputs = {
         "input_ids": model_inputs["input_ids"].flatten().index_select(0, filled_N)[None],
         "position_ids": model_inputs["position_ids"].flatten().index_select(0, filled_N)[None],
@@ -199,13 +270,90 @@ def run_unpadded(
         "kitchen_rows": layout,
     }
     _register()
+    with _attention_named(config, ROWS_ATTENTION):
+        return forward(inputs)
+
+
+AttentionRoute = Literal["mask", "flex"]
+"""How unpadded packed sequences attend: over masked rows (or each sequence alone), the CPU's
+tuned path; or as one prefix-trie row under FlexAttention (`TrieLayout`), CUDA's."""
+
+_ROUTES: weakref.WeakKeyDictionary[torch.nn.Module, AttentionRoute] = weakref.WeakKeyDictionary()
+
+
+def attention_route(model: torch.nn.Module) -> AttentionRoute:
+    """ "flex" on CUDA (where this torch has FlexAttention: compiled Triton kernels that skip the
+    masked blocks), "mask" elsewhere, unless `set_attention_route` chose. It depends on the device
+    only, so every worker of a sharded model takes the same route."""
+    chosen = _ROUTES.get(model)
+    return chosen if chosen is not None else device_route(next(model.parameters()).device.type)
+
+
+def device_route(device_type: str) -> AttentionRoute:
+    """The route a model on a `device_type` device takes unless told otherwise."""
+    return "flex" if device_type == "cuda" and _has_flex() else "mask"
+
+
+def set_attention_route(model: torch.nn.Module, route: AttentionRoute) -> None:
+    """Choose `model`'s route (the flex route runs on the CPU too, uncompiled: for tests and checks)."""
+    _ROUTES[model] = route
+
+
+@functools.cache
+def _has_flex() -> bool:
     try:
-        with _attention_named(config, ROWS_ATTENTION):
-            result = forward(inputs)
-    except (TypeError, RuntimeError, ValueError):
-        if model in _WORKS:  # it ran before: this is a real error
-            raise
-        _WORKS[model] = False
-        return None
-    _WORKS[model] = True
-    return result
+        from torch.nn.attention.flex_attention import flex_attention  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@functools.cache
+def _flex_attention(device_type: str) -> Any:
+    """FlexAttention, compiled on CUDA (its fused kernels; shapes go dynamic after the first
+    recompile), as is elsewhere (the reference implementation: correct, unfused)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention) if device_type == "cuda" else flex_attention
+
+
+@functools.cache
+def _compiled_block_masks() -> Any:
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    return torch.compile(create_block_mask)
+
+
+def trie_block_mask(subtree_end_N: torch.Tensor) -> Any:
+    """The BlockMask of `TrieLayout`'s rule, built on the tokens' device (compiled on CUDA, so that
+    no [N, N] tensor is made even while building it)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    def mask_mod(batch: Any, head: Any, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+        return (kv <= q) & (q < subtree_end_N[kv])
+
+    tokens, device = int(subtree_end_N.numel()), subtree_end_N.device
+    build = _compiled_block_masks() if device.type == "cuda" else create_block_mask
+    return build(mask_mod, None, None, tokens, tokens, device=device)
+
+
+def run_trie(
+    model: torch.nn.Module,
+    forward: Any,
+    input_ids_N: torch.Tensor,
+    position_ids_N: torch.Tensor,
+    subtree_end_N: torch.Tensor,
+) -> Any:
+    """`forward(inputs)` on the prefix-trie row ([1, N] input ids and position ids) with attention
+    by `TrieLayout` (for a model `may_run_unpadded` accepts)."""
+    config = model.config.get_text_config(decoder=True)  # type: ignore[union-attr, operator]
+    inputs = {
+        "input_ids": input_ids_N[None],
+        "position_ids": position_ids_N[None],
+        # the layout carries the mask; without one transformers would build its own [N, N] mask
+        "attention_mask": input_ids_N.new_zeros((1, 1, 1, 1), dtype=torch.bool),
+        "kitchen_rows": TrieLayout(trie_block_mask(subtree_end_N)),
+    }
+    _register()
+    with _attention_named(config, ROWS_ATTENTION):
+        return forward(inputs)

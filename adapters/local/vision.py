@@ -25,6 +25,7 @@ import torch
 
 from adapters.common.stop_matcher import StopMatcher
 from adapters.common.training_batch import right_pad, row_slots
+from adapters.local.mixed_precision import compute_dtype
 from adapters.local.token_draw import next_tokens, top_logprobs
 from adapters.local.token_scoring import Entropy, logits_scores
 from kitchen.engine.errors import ConfigError, DataError
@@ -116,7 +117,7 @@ def vision_inputs(
     positions_3BL, _ = _rope_index_owner(model).get_rope_index(
         input_ids_BL, mm_token_type_ids=mm_types_BL, image_grid_thw=grid_thw
     )
-    dtype = next(model.parameters()).dtype
+    dtype = compute_dtype(model)
     return VisionInputs(
         input_ids_BL,
         positions_3BL,

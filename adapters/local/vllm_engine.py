@@ -110,9 +110,28 @@ def engine_environment(spec: EngineSpec) -> dict[str, str]:
             # vLLM's CPU kernels decode about 3x faster per cpu-second on Intel's OpenMP runtime
             # than on the GNU one torch loads (50M model, 2 cores), and it must be loaded first.
             env["LD_PRELOAD"] = " ".join(p for p in (str(openmp), env.get("LD_PRELOAD")) if p)
+    if spec.device == "cuda":
+        env["CUDA_VISIBLE_DEVICES"] = engine_gpus(spec, os.environ.get("CUDA_VISIBLE_DEVICES"))
     env.setdefault("VLLM_NO_USAGE_STATS", "1")  # no network
     env.setdefault("DO_NOT_TRACK", "1")
     return env
+
+
+def engine_gpus(spec: EngineSpec, visible: str | None) -> str:
+    """The engine process's CUDA_VISIBLE_DEVICES: its `tensor_parallel_size` GPUs from
+    `spec.cuda_device` on, as this process numbers them (through this process's own
+    CUDA_VISIBLE_DEVICES, `visible`, when it has one). vLLM takes the first GPU it sees, so
+    without this an engine for `local.device=cuda:1` would land on GPU 0."""
+    indices = range(spec.cuda_device, spec.cuda_device + spec.tensor_parallel_size)
+    if not visible:
+        return ",".join(map(str, indices))
+    names = [name.strip() for name in visible.split(",") if name.strip()]
+    if indices[-1] >= len(names):
+        raise ConfigError(
+            f"local.vllm: the engine needs GPUs {list(indices)} of this process's {len(names)} "
+            f"(CUDA_VISIBLE_DEVICES={visible})"
+        )
+    return ",".join(names[i] for i in indices)
 
 
 def unwrap(result: Any, what: str) -> Any:

@@ -30,6 +30,9 @@ class EngineSpec:
     cpu_threads: int = 1
     """CPU: the engine's torch (OpenMP) threads."""
     seed: int = 0
+    cuda_device: int = 0
+    """CUDA: the first of the `tensor_parallel_size` GPUs the engine runs on, numbered as the trainer's
+    process numbers them (`local.device`'s index): the engine shares the trainer's GPU."""
 
 
 @dataclass(frozen=True)

@@ -192,6 +192,7 @@ class VllmSamplers:
             cpu_kv_cache_gib=settings.cpu_kv_cache_gib,
             cpu_threads=engine_cpu_threads(settings),
             seed=options.seed,
+            cuda_device=options.device.index or 0,
         )
 
     def close(self) -> None:

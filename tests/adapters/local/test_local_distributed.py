@@ -161,6 +161,35 @@ def test_two_workers_match_one_process_and_checkpoints_cross_worker_counts(
     asyncio.run(run())
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_mixed_precision_workers_keep_float32_shards_and_match_one_process(tmp_path: Path, dtype: str) -> None:
+    """FSDP2's mixed precision (float32 shards and gradient reductions, low-precision compute)
+    against the single-process master weights: the same losses within the low precision's
+    rounding (summation orders differ), and a checkpoint of float32 weights; float16 steps under
+    a loss scale agreed by both workers."""
+
+    async def run() -> None:
+        single = LocalBackend(tmp_path / "one", dtype=dtype)
+        dist = LocalBackend(
+            tmp_path / "two", dtype=dtype, distributed=DistributedOptions(2, None, 120.0, 1), worker_pool=POOL
+        )
+        data = batch(single)
+        one, two = await single.create_training_client("tiny"), await dist.create_training_client("tiny")
+        losses_one, losses_two = await train(one, data, steps=2), await train(two, data, steps=2)
+        assert all(abs(a - b) <= 2e-2 * max(1.0, abs(a)) for a, b in zip(losses_one, losses_two, strict=True))
+        await (await two.forward(data, "cross_entropy"))  # the root keeps its gathered low-precision weights
+        state = await (await two.save_state("s2"))
+        weights = read_weights(Path(state))
+        assert all(w.dtype == torch.float32 for w in weights.values())
+        assert max_weight_diff(await (await one.save_state("s2")), state) < 1e-3
+        metrics = (await (await two.optim_step(AdamParams(learning_rate=LR)))).metrics
+        assert ("loss_scale" in metrics) == (dtype == "float16")
+        await single.close()
+        await dist.close()
+
+    asyncio.run(run())
+
+
 def test_a_closed_clients_workers_serve_the_next_client_from_the_base_weights(tmp_path: Path) -> None:
     """The pool hands the same worker group to the next client, rebuilt (LoRA, then full weights):
     its first step is a fresh client's (weights and AdamW moments reset). A custom loss that fails

@@ -109,3 +109,24 @@ def test_models_built_at_once_on_threads_are_those_built_alone() -> None:
         together = list(pool.map(build, range(4)))
     for one, other in zip(alone, together, strict=True):
         assert one.keys() == other.keys() and all(torch.equal(one[k], other[k]) for k in one)
+
+
+def test_a_cuda_device_becomes_current_with_tf32_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`local.device=cuda:1` makes GPU 1 the process's current device (kernels that launch on the
+    current device, Triton's and Liger's, then run where the model is) and turns TF32 on. No GPU
+    here: torch.cuda's queries and `set_device` are stand-ins that record the call."""
+    current: list[torch.device] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", current.append)
+    precision, cudnn_tf32 = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cudnn.allow_tf32 = False
+        assert resolve_device("cuda:1") == torch.device("cuda", 1)
+        assert current == [torch.device("cuda", 1)]
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+        resolve_device("cpu")
+        assert current == [torch.device("cuda", 1)]  # the CPU sets nothing
+    finally:  # the CPU's float32 matmuls must stay float32 for the rest of the session
+        torch.set_float32_matmul_precision(precision)
+        torch.backends.cudnn.allow_tf32 = cudnn_tf32

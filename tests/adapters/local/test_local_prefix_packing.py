@@ -26,6 +26,7 @@ from adapters.local.forward_pass import (
     prefix_trees,
     sequence_logprobs,
     takes_packed_mask,
+    trie_row,
 )
 from adapters.local.model_loading import load_base_model
 
@@ -286,6 +287,7 @@ def test_the_layers_skip_the_rows_padding_and_compute_the_same(model: torch.nn.M
     seen: list[int] = []
     hf_model: Any = model  # a Qwen3ForCausalLM
     mlp = hf_model.get_decoder().layers[0].mlp
+    assert unpadded_rows.may_run_unpadded(model)  # its probe (one forward) runs once, before the hook
     hook = mlp.register_forward_hook(lambda _m, args, _o: seen.append(args[0].shape[:-1].numel()))
     try:
         unpadded = sequence_logprobs(model, inputs_D, targets_D, 0)
@@ -307,8 +309,8 @@ def test_the_layers_skip_the_rows_padding_and_compute_the_same(model: torch.nn.M
 
 @pytest.mark.usefixtures("attention_layout")
 def test_a_model_whose_layers_drop_the_layout_runs_padded(model: torch.nn.Module) -> None:
-    """The attention function needs the row layout; a model that does not pass it on fails the
-    first try and is scored on padded rows ever after, with the same logprobs."""
+    """The attention function needs the row layout; a model that does not pass it on fails its
+    probe and is scored on padded rows ever after, with the same logprobs."""
     sequences = _sequences(4)
     inputs_D, targets_D = [s[:-1] for s in sequences], [s[1:] for s in sequences]
     expected = sequence_logprobs(model, inputs_D, targets_D, 0).logprobs_D
@@ -332,6 +334,68 @@ def test_a_model_whose_layers_drop_the_layout_runs_padded(model: torch.nn.Module
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
 
 
+def test_an_error_in_an_unpadded_pass_is_raised_not_turned_into_a_fallback(
+    model: torch.nn.Module, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Only the probe decides that a model runs padded (once, logged); an error of a real pass (an
+    out-of-memory, a CUDA error) reaches the caller, and the next pass runs unpadded again: a
+    quiet permanent fallback would hide GPU-only bugs, and under FSDP one worker falling back
+    alone would leave the others waiting in a collective."""
+    sequences = _sequences(5)
+    inputs_D, targets_D = [s[:-1] for s in sequences], [s[1:] for s in sequences]
+    assert unpadded_rows.may_run_unpadded(model)
+    hf_model: Any = model  # a Qwen3ForCausalLM
+    attention = hf_model.get_decoder().layers[1].self_attn
+    forward = attention.forward
+    failures = [RuntimeError("CUDA out of memory (a stand-in: no GPU here)")]
+
+    def fail_once(*args: Any, **kwargs: Any) -> Any:
+        if failures and "kitchen_rows" in kwargs:
+            raise failures.pop()
+        return forward(*args, **kwargs)
+
+    attention.forward = fail_once
+    try:
+        with pytest.raises(RuntimeError, match="out of memory"):
+            sequence_logprobs(model, inputs_D, targets_D, 0)
+        assert unpadded_rows._WORKS[model] is True
+        seen: list[int] = []
+        hook = (
+            hf_model.get_decoder()
+            .layers[0]
+            .mlp.register_forward_hook(lambda _m, args, _o: seen.append(args[0].shape[:-1].numel()))
+        )
+        try:
+            again = sequence_logprobs(model, inputs_D, targets_D, 0)
+        finally:
+            hook.remove()
+        assert seen == [again.filled]  # unpadded again
+    finally:
+        del attention.forward
+    assert "padded rows" not in caplog.text
+
+
+def test_a_model_that_fails_its_probe_is_logged_once(model: torch.nn.Module, caplog: pytest.LogCaptureFixture) -> None:
+    hf_model: Any = model
+    attention = hf_model.get_decoder().layers[0].self_attn
+    forward = attention.forward
+
+    def drop_keywords(*args: Any, **kwargs: Any) -> Any:
+        kwargs.pop("kitchen_rows", None)
+        return forward(*args, **kwargs)
+
+    attention.forward = drop_keywords
+    try:
+        unpadded_rows._WORKS.pop(model, None)
+        with caplog.at_level("WARNING", logger="kitchen.local"):
+            decisions = [unpadded_rows.may_run_unpadded(model) for _ in range(3)]
+    finally:
+        del attention.forward
+        unpadded_rows._WORKS.pop(model, None)
+    assert decisions == [False, False, False]
+    assert caplog.text.count("scored on padded rows") == 1
+
+
 def test_layers_that_recompute_in_the_backward_pass_keep_the_padded_rows() -> None:
     """Gradient checkpointing reruns each layer in the backward pass, after the forward's attention
     name is restored: such a model is scored on padded rows (same logprobs and gradients)."""
@@ -349,3 +413,51 @@ def test_layers_that_recompute_in_the_backward_pass_keep_the_padded_rows() -> No
         torch.testing.assert_close(packed, plain, rtol=0, atol=1e-5)
     for packed, plain in zip(_gradients(fresh, scored.logprobs_D), _gradients(fresh, plain_D), strict=True):
         assert (packed - plain).abs().max() <= 1e-5 * plain.abs().max()
+
+
+# -- the prefix-trie row under FlexAttention (CUDA's route) ------------------------------------
+
+
+@given(st.lists(st.lists(st.integers(1, 6), min_size=1, max_size=12), min_size=1, max_size=10))
+@settings(max_examples=60)
+def test_the_trie_rows_rule_lets_each_sequence_see_exactly_its_own_tokens(sequences: list[list[int]]) -> None:
+    """Laid out depth-first, the slots a sequence's last token may read (kv <= q < subtree_end[kv])
+    are exactly that sequence's slots, which hold its tokens at positions 0..L-1."""
+    row = trie_row(sequences, CPU)
+    tokens, positions, ends = row.input_ids_N.tolist(), row.position_ids_N.tolist(), row.subtree_end_N.tolist()
+    offset = 0
+    for sequence in sequences:
+        slots = row.slots_N[offset : offset + len(sequence)].tolist()
+        offset += len(sequence)
+        assert [tokens[s] for s in slots] == sequence
+        assert [positions[s] for s in slots] == list(range(len(sequence)))
+        last = slots[-1]
+        assert [kv for kv in range(len(tokens)) if kv <= last < ends[kv]] == slots
+    assert len(tokens) <= sum(map(len, sequences))  # shared starts once
+
+
+def test_the_flex_route_gives_the_masked_routes_logprobs(model: torch.nn.Module) -> None:
+    """The whole batch as one prefix-trie row under FlexAttention: the logprobs and entropies of
+    the CPU's masked route. (On the CPU FlexAttention runs its reference implementation and has
+    no backward: the gradients of this route are checked on a GPU, by scripts/gpu_check.sh.)"""
+    sequences = _sequences(2)
+    inputs_D, targets_D = [s[:-1] for s in sequences], [s[1:] for s in sequences]
+    with torch.no_grad():
+        masked = sequence_logprobs(model, inputs_D, targets_D, 0, entropy="value")
+        unpadded_rows.set_attention_route(model, "flex")
+        try:
+            flex = sequence_logprobs(model, inputs_D, targets_D, 0, entropy="value")
+        finally:
+            unpadded_rows.set_attention_route(model, "mask")
+    assert flex.slots == flex.filled <= masked.filled  # no padding, each shared start once
+    assert flex.entropy_D is not None and masked.entropy_D is not None
+    for a, b in zip(flex.logprobs_D, masked.logprobs_D, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    for a, b in zip(flex.entropy_D, masked.entropy_D, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+def test_cuda_takes_the_flex_route_and_the_cpu_the_masked_one(model: torch.nn.Module) -> None:
+    assert unpadded_rows.device_route("cuda") == "flex"  # this torch has FlexAttention
+    assert unpadded_rows.device_route("cpu") == "mask"
+    assert unpadded_rows.attention_route(model) == "mask"

@@ -80,6 +80,21 @@ def test_a_cpu_engine_runs_its_threads_and_its_idle_openmp_threads_stop_spinning
     assert engine_environment(replace(SPEC, device="cuda"))["OMP_NUM_THREADS"] == "8"
 
 
+def test_a_cuda_engine_sees_the_trainers_gpu_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM runs on the first GPU it sees: the engine's process sees the trainer's (`local.device`),
+    and the next ones for tensor parallelism, through any CUDA_VISIBLE_DEVICES the trainer has."""
+    on = replace(SPEC, device="cuda", cuda_device=1)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert engine_environment(on)["CUDA_VISIBLE_DEVICES"] == "1"
+    assert engine_environment(replace(on, tensor_parallel_size=2))["CUDA_VISIBLE_DEVICES"] == "1,2"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5,7")
+    assert engine_environment(on)["CUDA_VISIBLE_DEVICES"] == "5"
+    assert engine_environment(replace(on, tensor_parallel_size=2))["CUDA_VISIBLE_DEVICES"] == "5,7"
+    with pytest.raises(ConfigError, match="GPUs \\[1, 2, 3\\]"):
+        engine_environment(replace(on, tensor_parallel_size=3))
+    assert engine_environment(SPEC)["CUDA_VISIBLE_DEVICES"] == "3,5,7"  # a CPU engine: left as it is
+
+
 def test_the_engine_takes_the_trainers_threads_unless_told_otherwise() -> None:
     trainer = torch.get_num_threads()
     try:
