@@ -42,7 +42,13 @@ from adapters.local.forward_pass import (
     sequence_logprobs,
     vocab_size,
 )
-from adapters.local.mixed_precision import LossScale, MasterWeights, compute_dtype, scaled_gradients
+from adapters.local.mixed_precision import (
+    LossScale,
+    MasterWeights,
+    compute_dtype,
+    scaled_gradients,
+    sum_embedding_gradients_in_float32,
+)
 from adapters.local.model_loading import compile_body
 from adapters.local.request_batcher import DEFAULT_BATCH_LIMITS, BatchLimits
 from adapters.local.sampler_pool import ModelLease, SamplerPool
@@ -210,6 +216,7 @@ class LocalTrainingClient:
         # AdamW steps float32 masters of low-precision parameters (`adapters.local.mixed_precision`);
         # float16 also scales its gradients.
         self._masters = MasterWeights(trainable_parameters(model))
+        sum_embedding_gradients_in_float32(model)
         self._params = self._masters.masters
         self._loss_scale = LossScale() if compute_dtype(model) == torch.float16 else None
         # Hyperparameters are set from AdamParams at every step (learning-rate schedules).
