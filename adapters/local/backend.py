@@ -13,7 +13,6 @@ from adapters.common.tokenizer import load_tokenizer
 from adapters.local.checkpoint_io import ModelIdentity, load_weights, read_identity
 from adapters.local.model_loading import LoraOptions, default_dtype, load_model, resolve_device
 from adapters.local.request_batcher import DEFAULT_BATCH_LIMITS, BatchLimits
-from adapters.local.sampler_pool import ModelLease
 from adapters.local.sampling_client import LocalSamplingClient
 from adapters.local.serial_executor import SerialExecutor
 from adapters.local.token_scoring import liger_available
@@ -110,6 +109,13 @@ class LocalBackend:
 
         if self.device.type not in ("cpu", "cuda"):
             raise ConfigError(f"local.sampler=vllm runs on cpu or cuda, not {self.device.type}")
+        if settings.sleep and self.device.type != "cuda":
+            raise ConfigError(
+                "local.vllm.sleep: vLLM's sleep mode runs on CUDA only; on the CPU the engine's memory is its "
+                "KV cache (local.vllm.cpu_kv_cache_gib)"
+            )
+        if settings.sleep and self._distributed is not None:
+            raise ConfigError("local.vllm.sleep: runs with one training process (local.num_workers: 1)")
         work_dir = self.checkpoint_dir.parent / "vllm"
         ray = self._distributed  # distributed trainers are Ray actors: so are the engines then
         address = None if ray is None else ray.ray_address
@@ -179,8 +185,8 @@ class LocalBackend:
 
         model = await asyncio.to_thread(build)
         tokenizer = load_tokenizer(identity.base_model)
-        if self._vllm is not None:
-            return await self._vllm.snapshot_client(ModelLease(model), identity, tokenizer, seed)
+        if self._vllm is not None:  # a model nobody trains: read on any thread
+            return await self._vllm.snapshot_client(model, identity, tokenizer, seed, asyncio.to_thread)
         method = self._training_options.logprob_method
         return LocalSamplingClient(model, tokenizer, self._sampling_executor, seed, self._batch_limits, method)
 
@@ -228,6 +234,7 @@ class LocalBackend:
                 losses=self._losses,
             )
         else:
+            make_room = self._vllm.make_room if self._vllm is not None and self._vllm.sleeps else None
             client = LocalTrainingClient(
                 self._model(identity),
                 load_tokenizer(identity.base_model),
@@ -239,6 +246,7 @@ class LocalBackend:
                 self._training_options,
                 make_sampler=None if self._vllm is None else self._vllm.snapshot_client,
                 losses=self._losses,
+                before_compute=make_room,
             )
         self._training_clients.append(client)
         return client

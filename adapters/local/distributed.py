@@ -19,7 +19,8 @@ calls every worker and waits for all of them, with a timeout.
   format) and the driver writes them with `checkpoint_io`, so they do not depend on the worker
   count. Loading sends the full tensors to every worker, which keeps its shard.
 - Sampling: `save_weights_for_sampler` and `save_weights_and_get_sampling_client` gather the
-  weights into the driver's model, which the sampler pool snapshots as in the single-process case.
+  weights into the driver's model, which the sampler pool snapshots as in the single-process case
+  (or the vLLM engine reads, with no snapshot).
 - Faults: a worker that dies or does not answer within `timeout_s` fails the call with an error
   naming the worker and the call; the other workers are killed (they may wait in a collective)
   and the client is unusable after that; resume from the last checkpoint.
@@ -39,7 +40,7 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -516,15 +517,28 @@ class DistributedTrainingClient:
         if name is not None:
             await (await self.save_weights_for_sampler(name))
 
-        def snapshot() -> Any:
+        def gathered() -> None:
             if self._sampler_version != self._weights_version:
                 self._gather_weights()
+
+        if self._make_sampler is not None:  # the engine reads the gathered weights, right after the gather
+
+            def on_trainer(job: Callable[[], Any]) -> Awaitable[Any]:
+                def after_gather() -> Any:
+                    gathered()
+                    return job()
+
+                return self._executor.submit(after_gather)
+
+            seed = self._seeds.getrandbits(63)
+            return await self._make_sampler(self._model, self._identity, self._tokenizer, seed, on_trainer)
+
+        def snapshot() -> Any:
+            gathered()
             return self._samplers.snapshot()
 
         lease = await self._executor.submit(snapshot)
         seed = self._seeds.getrandbits(63)
-        if self._make_sampler is not None:
-            return await self._make_sampler(lease, self._identity, self._tokenizer, seed)
         return LocalSamplingClient(
             lease, self._tokenizer, self._sampling_executor, seed, self._batch_limits, self._training.logprob_method
         )

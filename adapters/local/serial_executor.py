@@ -24,6 +24,11 @@ class SerialExecutor:
         """Queue `job`; the returned future (bound to the running loop) resolves to its result."""
         return asyncio.wrap_future(self._pool.submit(job))
 
+    def call(self, job: Callable[[], T]) -> T:
+        """Run `job` in turn and wait for its result, from another thread (never from this
+        executor's own, which would wait for itself)."""
+        return self._pool.submit(job).result()
+
     def run_soon(self, job: Callable[[], None]) -> None:
         """Queue `job`, which hands out its own results: there is nothing to await."""
         self._pool.submit(job)

@@ -51,7 +51,7 @@ from adapters.local.mixed_precision import (
 )
 from adapters.local.model_loading import compile_body
 from adapters.local.request_batcher import DEFAULT_BATCH_LIMITS, BatchLimits
-from adapters.local.sampler_pool import ModelLease, SamplerPool
+from adapters.local.sampler_pool import SamplerPool
 from adapters.local.sampling_client import LocalSamplingClient
 from adapters.local.serial_executor import SerialExecutor
 from adapters.local.token_scoring import Entropy, LogprobMethod
@@ -99,9 +99,13 @@ class TrainingOptions:
     """`torch.compile` the model's body (`compile_body`)."""
 
 
-SamplerFactory = Callable[[ModelLease, ModelIdentity, Tokenizer, int], Awaitable[SamplingClient]]
-"""Makes the sampling client on a snapshot (the lease, the model's identity, its tokenizer, a seed)
-when another rollout engine than kitchen's sampler serves it (`local.sampler: vllm`)."""
+SamplerFactory = Callable[
+    [torch.nn.Module, ModelIdentity, Tokenizer, int, Callable[[Callable[[], Any]], Awaitable[Any]]],
+    Awaitable[SamplingClient],
+]
+"""Makes the sampling client when another rollout engine than kitchen's sampler serves it
+(`local.sampler: vllm`): from the trained model itself (no sampler copy), its identity, its
+tokenizer, a seed, and what runs a job on the training thread (where it reads the weights)."""
 
 
 def make_adamw(params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
@@ -185,8 +189,10 @@ class LocalTrainingClient:
         options: TrainingOptions | None = None,
         make_sampler: SamplerFactory | None = None,
         losses: LossTable = LOSS_SPECS,
+        before_compute: Callable[[], None] | None = None,
     ) -> None:
         options = options or TrainingOptions()
+        self._before_compute = before_compute
         self._losses = losses
         self._make_sampler = make_sampler
         self._options = options
@@ -226,7 +232,8 @@ class LocalTrainingClient:
         check_scoring_paths(model, options.logprob_method)
         if options.compile:
             compile_body(model)
-        self._samplers = SamplerPool(model)
+        # kitchen's sampler samples from copies of the model; another engine gets the weights
+        self._samplers = SamplerPool(model) if make_sampler is None else None
         self._weights_version = 0  # bumped whenever the weights may change
         self._last_state: tuple[int, Path] | None = None  # (version, path) of the last save_state
         self._nonfinite_loss = False  # a loss since the last optim_step was NaN/inf
@@ -291,7 +298,10 @@ class LocalTrainingClient:
     @contextmanager
     def _training_mode(self, backward: bool) -> Iterator[None]:
         """Train mode (dropout, gradient checkpointing) around a backward pass that asks for it;
-        the model is back in eval mode afterwards, whatever happened."""
+        the model is back in eval mode afterwards, whatever happened. Every pass starts here, so
+        here a rollout engine that sleeps while the trainer computes is put to sleep."""
+        if self._before_compute is not None:
+            self._before_compute()
         train_mode = backward and (self._options.train_mode or self._options.gradient_checkpointing)
         if train_mode:
             self._model.train()
@@ -449,15 +459,18 @@ class LocalTrainingClient:
         """A sampling client on a snapshot of the current weights (after all queued work).
 
         The snapshot is a sampler model of this client's pool: one no live sampling client holds,
-        refreshed in place, or a new copy when every one is in use. With a name, the weights are
-        also saved for the sampler under that name.
+        refreshed in place, or a new copy when every one is in use; another rollout engine reads
+        the weights from the model itself, in a job on this client's thread. With a name, the
+        weights are also saved for the sampler under that name.
         """
         if name is not None:
             await (await self.save_weights_for_sampler(name))
+        if self._make_sampler is not None:
+            seed = self._seeds.getrandbits(63)
+            return await self._make_sampler(self._model, self._identity, self._tokenizer, seed, self._executor.submit)
+        assert self._samplers is not None
         lease = await self._executor.submit(self._samplers.snapshot)
         seed = self._seeds.getrandbits(63)
-        if self._make_sampler is not None:
-            return await self._make_sampler(lease, self._identity, self._tokenizer, seed)
         return LocalSamplingClient(
             lease, self._tokenizer, self._sampling_executor, seed, self._batch_limits, self._options.logprob_method
         )

@@ -7,8 +7,10 @@ call in flight with `EngineDied`, whose message ends with the log's last lines.
 `VllmEngine` is what sampling clients share: it starts the process on first use, starts it again
 after a death (at most `max_restarts` times; the requests the dead one was serving fail either
 way, and RL's `rollout_failure.policy: retry` rolls their groups out again), and knows which full
-weights the engine holds, loading a client's own before serving it. Every call runs on the
-backend's sampling thread, one at a time.
+weights the engine holds, loading a client's own (from shared memory) before serving it. With
+sleep mode (CUDA) it puts the engine to sleep when the trainer computes and wakes it for the next
+call: at level 2 the weights are gone and the needed version is loaded between waking the weights
+and the KV cache, as vLLM advises. Every call runs on the backend's sampling thread, one at a time.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from adapters.local.vllm_protocol import (
     GenerateRequest,
     LoraAdapter,
     ScoreRequest,
+    SharedWeights,
 )
 from kitchen.engine.errors import ConfigError
 
@@ -225,14 +228,15 @@ class EngineProcess:
             self._process.wait()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class FullWeights:
     """A version of the model's full weights a client samples with."""
 
     version: int
     """0: the weights the engine starts with (the base model); each other version is unique."""
-    write: Callable[[Path], None] | None = None
-    """Writes this version's weights to a safetensors file (None for version 0)."""
+    shared: SharedWeights | None = None
+    """Where this version's weights are (None for version 0, which the engine reloads from its
+    model directory); the segment lives while this object does."""
 
 
 BASE_WEIGHTS = FullWeights(0)
@@ -257,7 +261,8 @@ class VllmEngine:
         self._start = start
         self._transport: EngineTransport | None = None
         self._starts = 0
-        self._loaded = 0  # the full-weights version the engine holds
+        self._loaded: int | None = 0  # the full-weights version the engine holds (None: none, asleep)
+        self._asleep = False
         self._closed = False
 
     @property
@@ -273,7 +278,7 @@ class VllmEngine:
                 )
             self._starts += 1
             self._transport = self._start(self.spec, self.log_path, self._start_timeout_s)
-            self._loaded = 0
+            self._loaded, self._asleep = 0, False
         return self._transport
 
     @property
@@ -293,25 +298,47 @@ class VllmEngine:
             self._transport = None  # the next call starts a new one, if restarts are left
             raise
 
+    @property
+    def asleep(self) -> bool:
+        return self._asleep
+
     def use(self, weights: FullWeights) -> float:
-        """Make the engine hold `weights` (loading them if it holds others); the seconds spent."""
+        """Make the engine hold `weights` (loading them if it holds others, waking it if it
+        sleeps); the seconds spent."""
         self.transport  # noqa: B018 (started first: a fresh engine holds version 0)
-        if self._loaded == weights.version:
-            return 0.0
         start = time.perf_counter()
-        if weights.write is None:
-            self._call("load_weights", None)
-        else:
-            file = self.work_dir / "weights.safetensors"
-            try:
-                weights.write(file)
-                self._call("load_weights", str(file))
-            finally:
-                file.unlink(missing_ok=True)
-        self._loaded = weights.version
+        if self._asleep:
+            self._wake(weights)
+        elif self._loaded != weights.version:
+            self._load(weights)
         return time.perf_counter() - start
 
+    def _load(self, weights: FullWeights) -> None:
+        self._call("load_weights", weights.shared)
+        self._loaded = weights.version
+
+    def _wake(self, weights: FullWeights) -> None:
+        if self.spec.sleep_level == 2:  # the weights were discarded: load them before the KV cache
+            self._call("wake_up", ["weights"])
+            self._load(weights)
+            self._call("wake_up", ["kv_cache"])
+        else:
+            self._call("wake_up", None)
+            if self._loaded != weights.version:
+                self._load(weights)
+        self._asleep = False
+
+    def sleep(self) -> None:
+        """Put a running engine to sleep (sleep mode on, not asleep yet): the trainer computes next."""
+        if self.spec.sleep_level == 0 or self._transport is None or self._asleep or self._closed:
+            return
+        self._call("sleep", self.spec.sleep_level)
+        self._asleep = True
+        if self.spec.sleep_level == 2:
+            self._loaded = None
+
     def add_lora(self, adapter: LoraAdapter) -> None:
+        """Load an adapter (after `use`, which wakes the engine)."""
         self._call("add_lora", adapter)
 
     def generate(self, weights: FullWeights, requests: list[GenerateRequest]) -> list[list[Completion]]:

@@ -6,6 +6,10 @@ its end of a socket pair. The first message is the `EngineSpec`; the host answer
 time until told to stop or until the trainer's end closes (the trainer is gone: so is the engine).
 Everything vLLM logs goes to this process's stdout, which the trainer points at the run's log file.
 
+Weights arrive in shared memory (`adapters.local.vllm_weights`): the engine reloads them in place
+from views of the trainer's segment, with no file in between. Sleep mode (CUDA, `sleep_level`)
+is vLLM's own: `enable_sleep_mode` at start-up, `sleep`/`wake_up` when the trainer says.
+
 Numerics, so that RL stays on-policy: sampled tokens' logprobs are vLLM's "processed" ones (those
 of the distribution it samples from, temperature applied), prompt logprobs are the model's own.
 vLLM stops at no token unless asked (`ignore_eos`), like kitchen's sampler.
@@ -17,7 +21,6 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -29,6 +32,7 @@ from adapters.local.vllm_protocol import (
     GenerateRequest,
     LoraAdapter,
     ScoreRequest,
+    SharedWeights,
 )
 
 
@@ -53,25 +57,19 @@ def check_head_size(spec: EngineSpec) -> None:
         )
 
 
-def _weights_file(path: str) -> Iterator[tuple[str, Any]]:
-    from safetensors import safe_open
-
-    with safe_open(path, framework="pt") as weights:
-        for name in weights.keys():  # noqa: SIM118 (safe_open is not a mapping)
-            yield name, weights.get_tensor(name)
-
-
-def _reload_on_worker(worker: Any, path: str | None, tied_head: bool) -> None:
-    """Runs on each vLLM worker: reload the weights in place from a safetensors file (or, for None,
-    from the model directory the engine started with), then re-pack a tied output head.
+def _reload_on_worker(worker: Any, shared: SharedWeights | None, tied_head: bool) -> None:
+    """Runs on each vLLM worker: reload the weights in place from a shared-memory segment (or, for
+    None, from the model directory the engine started with), then re-pack a tied output head.
 
     On the CPU the output head multiplies with a packed copy of the embedding made when the model
     was loaded; a reload refreshes the embedding but, when the two are tied, not that copy, and the
     engine would silently sample from the old head."""
-    if path is None:
+    from adapters.local.vllm_weights import load_shared
+
+    if shared is None:
         worker.reload_weights(is_checkpoint_format=True)
     else:
-        worker.reload_weights(weights_iterator=_weights_file(path), is_checkpoint_format=True)
+        load_shared(shared, lambda tensors: worker.reload_weights(weights_iterator=tensors, is_checkpoint_format=True))
     if tied_head:
         model = worker.model_runner.get_model()
         head = getattr(model.lm_head, "base_layer", model.lm_head)
@@ -102,6 +100,7 @@ class EngineHost:
             logprobs_mode="processed_logprobs",
             generation_config="vllm",  # no sampling defaults from the model's generation_config.json
             enable_prefix_caching=True,
+            enable_sleep_mode=spec.sleep_level > 0,
             **lora,
         )
         config = self._llm.llm_engine.model_config
@@ -197,12 +196,24 @@ class EngineHost:
 
     # -- weights -----------------------------------------------------------------------------
 
-    def load_weights(self, path: str | None) -> float:
-        """Replace the weights with a safetensors file's (None: the starting weights) and forget
-        every cached prefix computed with the old ones; the seconds it took."""
+    def load_weights(self, shared: SharedWeights | None) -> float:
+        """Replace the weights with a shared-memory segment's (None: the starting weights) and
+        forget every cached prefix computed with the old ones; the seconds it took."""
         start = time.perf_counter()
-        self._llm.collective_rpc(_reload_on_worker, args=(path, self._spec.tied_head))
+        self._llm.collective_rpc(_reload_on_worker, args=(shared, self._spec.tied_head))
         self._llm.reset_prefix_cache()
+        return time.perf_counter() - start
+
+    def sleep(self, level: int) -> float:
+        """vLLM's sleep mode: free the KV cache, and offload (1) or discard (2) the weights."""
+        start = time.perf_counter()
+        self._llm.sleep(level=level)
+        return time.perf_counter() - start
+
+    def wake_up(self, tags: list[str] | None) -> float:
+        """Give back the memory `sleep` freed (`tags`: weights or kv_cache only; None: all)."""
+        start = time.perf_counter()
+        self._llm.wake_up(tags)
         return time.perf_counter() - start
 
     def add_lora(self, adapter: LoraAdapter) -> float:
@@ -212,7 +223,7 @@ class EngineHost:
         return time.perf_counter() - start
 
 
-CALLS = frozenset({"generate", "score", "load_weights", "add_lora"})
+CALLS = frozenset({"generate", "score", "load_weights", "add_lora", "sleep", "wake_up"})
 
 
 def failure(exc: BaseException) -> Failure:

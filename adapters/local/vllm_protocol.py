@@ -33,6 +33,9 @@ class EngineSpec:
     cuda_device: int = 0
     """CUDA: the first of the `tensor_parallel_size` GPUs the engine runs on, numbered as the trainer's
     process numbers them (`local.device`'s index): the engine shares the trainer's GPU."""
+    sleep_level: Literal[0, 1, 2] = 0
+    """CUDA: vLLM's sleep mode, entered while the trainer computes (0: never). 1 moves the weights to
+    CPU memory (LoRA engines: the base weights stay); 2 discards them (full weights are loaded anew)."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,26 @@ class EngineInfo:
     vocab_size: int
     max_model_len: int
     vllm_version: str
+
+
+@dataclass(frozen=True)
+class TensorSlot:
+    """One tensor of a shared-memory segment: its name, dtype (torch's name), shape and byte offset."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    offset: int
+
+
+@dataclass(frozen=True)
+class SharedWeights:
+    """Full weights in a POSIX shared-memory segment (`adapters.local.vllm_weights`), by their
+    Hugging Face names: what the engine loads instead of a file."""
+
+    segment: str
+    size: int
+    slots: tuple[TensorSlot, ...]
 
 
 @dataclass(frozen=True)

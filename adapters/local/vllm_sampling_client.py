@@ -1,9 +1,10 @@
 """SamplingClient on the vLLM engine: the same contract as kitchen's sampler, served by vLLM.
 
 A client is a snapshot of weights, as kitchen's are: full weights (a version the engine loads
-before serving the client, if it holds another) or the base weights with a LoRA adapter applied
-per request. Requests made in one event-loop turn go to the engine in one call, where vLLM
-batches them (and shares each prompt's prefix among its `num_samples`).
+before serving the client, if it holds another; its shared-memory segment lives as long as the
+client) or the base weights with a LoRA adapter applied per request. Requests made in one
+event-loop turn go to the engine in one call, where vLLM batches them (and shares each prompt's
+prefix among its `num_samples`).
 
 Contract, as kitchen's sampler: logprobs of the sampled tokens under the temperature-scaled
 distribution (at temperature 1 the training logprobs, up to float rounding), the token that
@@ -16,7 +17,6 @@ samples than kitchen's sampler does with the same seed.
 from __future__ import annotations
 
 import random
-from typing import Any
 
 from adapters.common.requests import check_sampling_params, check_token_ids
 from adapters.common.stop_matcher import StopMatcher
@@ -44,14 +44,12 @@ class VllmSamplingClient:
         tokenizer: Tokenizer,
         executor: SerialExecutor,
         seed: int,
-        keep_alive: Any = None,
         weight_sync_s: float | None = None,
     ) -> None:
         self._engine = engine
         self._info = info
         self._tokenizer = tokenizer
         self._lora = lora
-        self._keep_alive = keep_alive  # what the snapshot's weights live in (a model lease, an adapter dir)
         self.weight_sync_s = weight_sync_s
         """Seconds it took to move these weights into the engine, when they were new to it
         (RL reports it as `time/weight_sync`)."""

@@ -72,6 +72,13 @@ class VllmSettings(BaseModel):
         "(RL's episode.failure.policy=retry rolls their groups out again)",
     )
     start_timeout_s: float = Field(900.0, gt=0, description="how long the engine may take to start")
+    sleep: bool = Field(
+        False,
+        description="CUDA only: vLLM's sleep mode while the trainer computes (forward and backward passes): the "
+        "engine frees its KV cache and its weights (full fine-tuning: discarded, the next snapshot loads new "
+        "ones; LoRA: the base weights wait in CPU memory) and wakes for the next rollout. For synchronous RL on "
+        "one GPU; with async RL the engine would sleep and wake around every training call",
+    )
     placement: Literal["colocated", "separate"] = Field(
         "colocated",
         description="with local.num_workers > 1 the engine is a Ray actor: colocated shares the first "

@@ -9,12 +9,14 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import torch
 
+from adapters.local import LocalBackend
 from adapters.local.vllm_engine import (
+    BASE_WEIGHTS,
     EngineDied,
     EngineError,
     EngineProcess,
@@ -23,7 +25,7 @@ from adapters.local.vllm_engine import (
     engine_environment,
     log_tail,
 )
-from adapters.local.vllm_protocol import EngineInfo, EngineSpec
+from adapters.local.vllm_protocol import EngineInfo, EngineSpec, SharedWeights
 from adapters.local.vllm_samplers import engine_cpu_threads, lora_rank_limit
 from adapters.local.vllm_settings import VllmSettings
 from kitchen.engine.config.loading import load_config
@@ -155,16 +157,11 @@ def test_a_dead_engine_is_started_again_with_the_weights_reloaded_until_max_rest
         return started[-1]
 
     engine = VllmEngine(SPEC, tmp_path, max_restarts=1, start_timeout_s=1, start=start)
-
-    def write(path: Path) -> None:
-        path.write_bytes(b"weights")
-
-    version = FullWeights(7, write)
+    version = FullWeights(7, SharedWeights("psm_scripted", 64, ()))
     assert engine.pid is None
     engine.generate(version, [])
     engine.generate(version, [])
-    assert [c[0] for c in calls] == ["load_weights", "generate", "generate"]  # loaded once
-    assert not (tmp_path / "weights.safetensors").exists()  # the transfer file is gone
+    assert calls == [("load_weights", (version.shared,)), ("generate", ([],)), ("generate", ([],))]  # loaded once
     started[0].dead = True
     with pytest.raises(EngineDied):
         engine.generate(version, [])
@@ -179,3 +176,46 @@ def test_a_dead_engine_is_started_again_with_the_weights_reloaded_until_max_rest
     engine.close()
     with pytest.raises(EngineDied, match="stopped with its backend"):
         engine.generate(version, [])
+
+
+@pytest.mark.parametrize("level", [1, 2])
+def test_a_sleeping_engine_wakes_for_its_next_call_and_reloads_what_level_2_discarded(
+    tmp_path: Path, level: Literal[1, 2]
+) -> None:
+    """vLLM's sleep mode runs on CUDA only: the calls the engine gets, in order. Level 2 discards
+    the weights, so waking loads the needed version between waking the weights and the KV cache
+    (vLLM's order for a weight update); level 1 keeps them (offloaded) and reloads nothing."""
+    calls: list[tuple[str, tuple[Any, ...]]] = []
+    engine = VllmEngine(
+        replace(SPEC, device="cuda", sleep_level=level),
+        tmp_path,
+        max_restarts=0,
+        start_timeout_s=1,
+        start=lambda spec, log, timeout: ScriptedTransport(calls, pid=1),
+    )
+    engine.sleep()
+    assert calls == [] and not engine.asleep  # nothing started: nothing to put to sleep
+    trained = FullWeights(3, SharedWeights("psm_scripted", 64, ()))
+    engine.score(trained, [])
+    engine.sleep()
+    engine.sleep()  # once is enough
+    assert engine.asleep
+    engine.score(trained, [])
+    engine.score(trained, [])
+    load = ("load_weights", (trained.shared,))
+    woken = [("wake_up", (["weights"],)), load, ("wake_up", (["kv_cache"],))] if level == 2 else [("wake_up", (None,))]
+    assert calls == [load, ("score", ([],)), ("sleep", (level,)), *woken, ("score", ([],)), ("score", ([],))]
+    calls.clear()
+    engine.sleep()
+    engine.score(BASE_WEIGHTS, [])  # another version: loaded after waking, whatever the level
+    assert ("load_weights", (None,)) in calls and calls[-1] == ("score", ([],))
+    off = VllmEngine(SPEC, tmp_path, 0, 1, start=lambda spec, log, timeout: ScriptedTransport(calls, pid=2))
+    off.score(BASE_WEIGHTS, [])
+    calls.clear()
+    off.sleep()  # sleep mode off: never
+    assert calls == [] and not off.asleep
+
+
+def test_sleep_mode_is_refused_where_vllm_has_none(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"local\.vllm\.sleep: vLLM's sleep mode runs on CUDA only"):
+        LocalBackend(tmp_path, device="cpu", vllm=VllmSettings(sleep=True))
