@@ -7,7 +7,8 @@ against the same step with kitchen's own sampler.
 Without a CUDA GPU (or without vLLM) it says so and exits 0. The model is the Qwen3 architecture
 built from a config (hidden 1024, 28 layers, the tiny tokenizer), bfloat16. Sampling: every prompt
 `--samples` times at temperature 1, `--max-tokens` tokens each; HF `generate` gets the whole
-batch at once. RL step: save_weights_and_get_sampling_client (the sync), the samples, then
+batch at once. RL step (with vLLM, with vLLM in sleep mode while the trainer computes, and with
+kitchen's sampler): save_weights_and_get_sampling_client (the sync), the samples, then
 forward_backward (cross-entropy on the samples, in micro-batches of at most `--microbatch-tokens`
 padded tokens: 64 x 8 samples of ~280 tokens are ~143k tokens, whose activations in one pass
 would not fit) and optim_step; medians of `--repeats` steps after one warm-up step. Goals: vLLM
@@ -109,8 +110,10 @@ def rl_steps(
     scratch: Path,
     microbatch_tokens: int,
 ) -> dict[str, float]:
-    """Median seconds of sync, sampling and training over `repeats` steps (after a warm-up)."""
-    vllm = VllmSettings() if sampler == "vllm" else None
+    """Median seconds of sync, sampling and training over `repeats` steps (after a warm-up);
+    `sampler` is kitchen, vllm or vllm-sleep (`local.vllm.sleep`: the engine sleeps while the
+    trainer computes, and its wake-up is part of the sampling time)."""
+    vllm = None if sampler == "kitchen" else VllmSettings(sleep=sampler == "vllm-sleep")
     backend = LocalBackend(
         scratch / f"{sampler}-run" / "checkpoints",
         device="cuda",
@@ -190,13 +193,13 @@ def main() -> None:
         engine = vllm_sampling_seconds(name, prompts, args.samples, args.max_tokens, scratch)
         print(f"  vLLM {tokens / engine:8.0f} tok/s; vLLM/HF generate {hf / engine:.2f}", flush=True)
         totals = {}
-        for sampler in ("vllm", "kitchen"):
+        for sampler in ("vllm", "vllm-sleep", "kitchen"):
             parts = rl_steps(
                 name, sampler, prompts, args.samples, args.max_tokens, args.repeats, scratch, args.microbatch_tokens
             )
             totals[sampler] = sum(parts.values())
             print(
-                f"  RL step with {sampler:<8} sync {parts['sync']:.2f} s, sample {parts['sample']:.2f} s, "
+                f"  RL step with {sampler:<10} sync {parts['sync']:.2f} s, sample {parts['sample']:.2f} s, "
                 f"train {parts['train']:.2f} s, total {totals[sampler]:.2f} s",
                 flush=True,
             )

@@ -2,7 +2,7 @@
 logprobs are from the trainer's right after each sync.
 
     .venv-vllm/bin/python benchmarks/vllm_weight_sync.py [--size tiny32] [--dtypes float32,bfloat16]
-        [--steps 3] [--lr 1e-3] [--repeats 5]
+        [--steps 3] [--lr 1e-3] [--repeats 5] [--threads 1]
 
 Needs vLLM (`bash scripts/setup_vllm.sh` makes .venv-vllm); without it, it says so and exits.
 Per dtype (trainer and engine alike): one training client, then `--steps` rounds of an SFT step
@@ -12,8 +12,9 @@ training thread plus the engine's in-place reload), and the new client's samples
 samples x 16 tokens, temperature 1) scored by the trainer: `kl_sample_train_v1`/`v2` and the
 largest per-token |logprob difference|. Then the transport alone, in this process, on the same
 weights (medians of `--repeats`): the copy into a shared-memory segment against the file round
-trip the engine used before (safetensors written to, then read back from, the run directory's
-file system, where it may stay in the page cache); their ratio is the last line.
+trip the engine used before (safetensors written to, then read back from, a file in the temporary
+directory, as it was in the run directory: on a disk, though it may stay in the page cache);
+their ratio is the last line.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import platform
 import statistics
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -91,7 +93,7 @@ def engine_rounds(name: str, dtype: str, steps: int, lr: float, scratch: Path) -
         asyncio.run(backend.close())
 
 
-def transport_seconds(named: list[tuple[str, torch.Tensor]], repeats: int, scratch: Path) -> tuple[float, float]:
+def transport_seconds(named: Sequence[tuple[str, torch.Tensor]], repeats: int, scratch: Path) -> tuple[float, float]:
     """Medians: the copy into a (reused) shared-memory segment, and a safetensors file's write + read."""
     buffers = WeightBuffers(named[0][1].dtype)
     shared, files = [], []
@@ -119,12 +121,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1, help="the trainer's torch threads (local.cpu_threads)")
     args = parser.parse_args()
     if importlib.util.find_spec("vllm") is None:
         print("vLLM is not installed here: run it with .venv-vllm/bin/python (bash scripts/setup_vllm.sh makes it)")
         return
+    torch.set_num_threads(args.threads)  # the engine runs as many (local.vllm.cpu_threads' default)
     load_before = os.getloadavg()[0]
-    with tempfile.TemporaryDirectory(dir=Path.cwd()) as tmp:  # the run directory's disk, as before
+    with tempfile.TemporaryDirectory() as tmp:  # on a disk (not /dev/shm), as a run directory is
         scratch = Path(tmp)
         name = model_name(args.size, scratch)
         results = {dtype: engine_rounds(name, dtype, args.steps, args.lr, scratch) for dtype in args.dtypes.split(",")}
@@ -132,7 +136,8 @@ def main() -> None:
         shm_s, file_s = transport_seconds(named, args.repeats, scratch)
     size_mb = sum(t.numel() * t.element_size() for _, t in named) / 1e6
     print(
-        f"{args.size} ({size_mb:.1f} MB in float32), {args.steps} steps at lr {args.lr}; machine: "
+        f"{args.size} ({size_mb:.1f} MB in float32), {args.steps} steps at lr {args.lr}, {args.threads} torch "
+        f"thread(s); machine: "
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, load average {load_before:.1f} at "
         f"the start, {os.getloadavg()[0]:.1f} at the end"
     )

@@ -1,11 +1,12 @@
 """The vLLM engine against kitchen's sampler contract, on the embedded tiny32 model in float32:
 logprobs equal to the trainer's, temperature, stop strings and tokens, max tokens, seeds, `n`
-samples, prompt logprobs, weight sync after an optimizer step (tied head), bad input, and an
-engine that dies. One engine serves the module; the death test runs last."""
+samples, prompt logprobs, weight sync through shared memory after an optimizer step (tied head),
+bad input, and an engine that dies. One engine serves the module; the death test runs last."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 from collections.abc import Iterator
@@ -197,6 +198,11 @@ def test_weight_sync_after_an_optimizer_step_is_exact_with_a_tied_head(engine: E
         assert torch.allclose(torch.tensor(scored_old[2:]), old[1:], atol=1e-4)
         mismatch = await sample_and_compare(after, training, engine.prompts, 4, 12)
         assert mismatch["optim/kl_sample_train_v2"] < 1e-3
+        buffers = engine.backend._vllm.buffers  # type: ignore[union-attr]
+        held = buffers.in_use
+        del before
+        gc.collect()
+        assert buffers.in_use == held - 1  # a snapshot no client holds gives its segment back
         await training.close()
 
     run(scenario())
