@@ -2,7 +2,7 @@
 random-weight model, and one RL step (weight sync + sampling + a training step) with vLLM
 against the same step with kitchen's own sampler.
 
-    .venv-vllm/bin/python benchmarks/vllm_gpu.py [--prompts 64] [--samples 8] [--max-tokens 256]
+    .venv-vllm/bin/python benchmarks/vllm_gpu.py [--prompts 64] [--samples 8] [--max-tokens 256] [--cuda-graphs]
 
 Without a CUDA GPU (or without vLLM) it says so and exits 0. The model is the Qwen3 architecture
 built from a config (hidden 1024, 28 layers, the tiny tokenizer), bfloat16. Sampling: every prompt
@@ -109,11 +109,12 @@ def rl_steps(
     repeats: int,
     scratch: Path,
     microbatch_tokens: int,
+    cuda_graphs: bool,
 ) -> dict[str, float]:
     """Median seconds of sync, sampling and training over `repeats` steps (after a warm-up);
     `sampler` is kitchen, vllm or vllm-sleep (`local.vllm.sleep`: the engine sleeps while the
     trainer computes, and its wake-up is part of the sampling time)."""
-    vllm = None if sampler == "kitchen" else VllmSettings(sleep=sampler == "vllm-sleep")
+    vllm = None if sampler == "kitchen" else VllmSettings(sleep=sampler == "vllm-sleep", enforce_eager=not cuda_graphs)
     backend = LocalBackend(
         scratch / f"{sampler}-run" / "checkpoints",
         device="cuda",
@@ -147,10 +148,11 @@ def rl_steps(
         asyncio.run(backend.close())
 
 
-def vllm_sampling_seconds(name: str, prompts: list[list[int]], samples: int, max_tokens: int, scratch: Path) -> float:
-    backend = LocalBackend(
-        scratch / "vllm-sampling" / "checkpoints", device="cuda", dtype="bfloat16", vllm=VllmSettings()
-    )
+def vllm_sampling_seconds(
+    name: str, prompts: list[list[int]], samples: int, max_tokens: int, scratch: Path, cuda_graphs: bool
+) -> float:
+    vllm = VllmSettings(enforce_eager=not cuda_graphs)
+    backend = LocalBackend(scratch / "vllm-sampling" / "checkpoints", device="cuda", dtype="bfloat16", vllm=vllm)
     params = SamplingParams(max_tokens=max_tokens, temperature=1.0)
 
     async def run() -> float:
@@ -173,6 +175,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--microbatch-tokens", type=int, default=16384, help="local.max_tokens_per_microbatch")
+    parser.add_argument("--cuda-graphs", action="store_true", help="vLLM with CUDA graphs (enforce_eager=false)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("no CUDA GPU on this machine: this benchmark needs one (benchmarks/vllm_sampling.py is the CPU one)")
@@ -183,19 +186,29 @@ def main() -> None:
     card = torch.cuda.get_device_name()
     prompts = make_prompts(args.prompts)
     tokens = args.prompts * args.samples * args.max_tokens
-    print(f"{card}: {args.prompts} prompts x {args.samples} samples x {args.max_tokens} tokens, bfloat16", flush=True)
+    graphs = "CUDA graphs" if args.cuda_graphs else "eager"
+    shape = f"{args.prompts} prompts x {args.samples} samples x {args.max_tokens} tokens"
+    print(f"{card}: {shape}, bfloat16, vLLM {graphs}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
         name = build_model(scratch / "qwen3-530m")
         hf = hf_seconds(name, [p for p in prompts for _ in range(args.samples)], args.max_tokens)
         print(f"  HF generate {tokens / hf:8.0f} tok/s", flush=True)
         torch.cuda.empty_cache()  # HF's model is gone: its memory goes back before the engine starts
-        engine = vllm_sampling_seconds(name, prompts, args.samples, args.max_tokens, scratch)
+        engine = vllm_sampling_seconds(name, prompts, args.samples, args.max_tokens, scratch, args.cuda_graphs)
         print(f"  vLLM {tokens / engine:8.0f} tok/s; vLLM/HF generate {hf / engine:.2f}", flush=True)
         totals = {}
         for sampler in ("vllm", "vllm-sleep", "kitchen"):
             parts = rl_steps(
-                name, sampler, prompts, args.samples, args.max_tokens, args.repeats, scratch, args.microbatch_tokens
+                name,
+                sampler,
+                prompts,
+                args.samples,
+                args.max_tokens,
+                args.repeats,
+                scratch,
+                args.microbatch_tokens,
+                args.cuda_graphs,
             )
             totals[sampler] = sum(parts.values())
             print(
