@@ -329,18 +329,19 @@ def test_bfloat16_embedding_sums_its_gradient_in_float32_on_the_cpu() -> None:
     grad_BTH = (torch.randn(40, 100, hidden) * 1e-3).to(torch.bfloat16)
     initial = torch.randn(vocab, hidden).to(torch.bfloat16)
 
-    model = _with_embedding(torch.nn.Embedding(vocab, hidden, padding_idx=pad, dtype=torch.bfloat16))
+    embedding = torch.nn.Embedding(vocab, hidden, padding_idx=pad, dtype=torch.bfloat16)
+    model = _with_embedding(embedding)
     with torch.no_grad():
-        model.embedding.weight.copy_(initial)
+        embedding.weight.copy_(initial)
     assert sum_embedding_gradients_in_float32(model)
-    out = model.embedding(ids_BT)
+    out = embedding(ids_BT)
     torch.testing.assert_close(out, initial[ids_BT], rtol=0, atol=0)
     out.backward(grad_BTH)
 
     keep = (ids_BT != pad).view(-1, 1).double()
     exact = torch.zeros(vocab, hidden, dtype=torch.float64)
     exact.index_add_(0, ids_BT.view(-1), grad_BTH.view(-1, hidden).double() * keep)
-    ours = _grad(model.embedding.weight).double()
+    ours = _grad(embedding.weight).double()
     assert bool((ours[pad] == 0).all())
     ours_error = float((ours - exact).norm() / exact.norm())
     assert ours_error < 2e-3  # one rounding of the float32 sum to bfloat16
