@@ -7,6 +7,7 @@ The engine itself is tested by `tests/adapters/vllm_engine` (`bash scripts/test_
 from __future__ import annotations
 
 import importlib.util
+import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
@@ -15,6 +16,7 @@ import pytest
 import torch
 
 from adapters.local import LocalBackend
+from adapters.local.serial_executor import SerialExecutor
 from adapters.local.vllm_engine import (
     BASE_WEIGHTS,
     EngineDied,
@@ -26,7 +28,7 @@ from adapters.local.vllm_engine import (
     log_tail,
 )
 from adapters.local.vllm_protocol import EngineInfo, EngineSpec, SharedWeights
-from adapters.local.vllm_samplers import engine_cpu_threads, lora_rank_limit
+from adapters.local.vllm_samplers import VllmOptions, VllmSamplers, engine_cpu_threads, lora_rank_limit
 from adapters.local.vllm_settings import VllmSettings
 from kitchen.engine.config.loading import load_config
 from kitchen.engine.config.run import RunConfig
@@ -219,3 +221,44 @@ def test_a_sleeping_engine_wakes_for_its_next_call_and_reloads_what_level_2_disc
 def test_sleep_mode_is_refused_where_vllm_has_none(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"local\.vllm\.sleep: vLLM's sleep mode runs on CUDA only"):
         LocalBackend(tmp_path, device="cpu", vllm=VllmSettings(sleep=True))
+
+
+def test_make_room_sleeps_each_engine_on_the_sampling_thread_after_the_calls_queued_before(tmp_path: Path) -> None:
+    """A training client calls `make_room` from its own thread before computing: each engine's
+    sleep waits behind what the sampling thread already has queued (a rollout in flight ends
+    first), runs there, and `make_room` returns only once it has."""
+    calls: list[tuple[str, tuple[Any, ...]]] = []
+    threads: list[str] = []
+
+    class Recorded(ScriptedTransport):
+        def call(self, method: str, *args: Any) -> Any:
+            threads.append(threading.current_thread().name)
+            return super().call(method, *args)
+
+    executor = SerialExecutor("vllm-sampling")
+    samplers = VllmSamplers(VllmOptions(VllmSettings(), "float32", torch.device("cpu"), None, tmp_path), executor)
+    engine = VllmEngine(replace(SPEC, device="cuda", sleep_level=2), tmp_path, 0, 1, lambda *_: Recorded(calls, 1))
+    samplers._engines["scripted"] = engine
+    try:
+        gate = threading.Event()
+
+        def blocked() -> None:
+            gate.wait(timeout=60)
+
+        def rollout() -> None:  # queued before the training pass
+            engine.score(BASE_WEIGHTS, [])
+
+        executor.run_soon(blocked)
+        executor.run_soon(rollout)
+        trainer = threading.Thread(target=samplers.make_room, name="local-training")
+        trainer.start()
+        trainer.join(timeout=0.2)
+        assert trainer.is_alive() and calls == []  # waiting behind the queued calls
+        gate.set()
+        trainer.join(timeout=60)
+        assert not trainer.is_alive()
+        assert calls == [("score", ([],)), ("sleep", (2,))] and engine.asleep
+        assert all(name.startswith("vllm-sampling") for name in threads)
+    finally:
+        samplers.close()
+        executor.shutdown()
