@@ -9,25 +9,24 @@ whose parameters are the base's own tensors (shared, frozen) and whose LoRA-targ
 are `GroupedLora` wrappers. For a pass, `bind` gives every wrapper the clients' adapter layers and
 the client of each flattened position the layers see (whatever the layout: right-padded rows,
 packed rows, or the unpadded tokens of `adapters.local.unpadded_rows`). Each wrapper computes
-`base(x)` once and the clients' deltas as one grouped matmul: the tokens gathered into a
-[clients, tokens, in] stack (a view, when each client's tokens are contiguous and as many as every
-other's), two batched matmuls against the clients' stacked A and B (ranks padded with zeros to
-the largest), scaled per client and added at the tokens' places. That is a handful of operations
-per layer however many clients share the pass; a loop over clients would be four per client and
-layer, and their backward as many again. Gradients reach each client's own adapter tensors only
-(through the stacks), so the clients' optimizers stay separate.
+`base(x)` once, on every client's tokens, and each client's delta on its own tokens (a view of
+them when they are contiguous, as in a pass's rows grouped by client) by peft's own operations.
 
-Each client's delta is the one peft's LoRA `Linear` computes for it alone (`lora_B(lora_A(x)) *
-scaling`, in eval mode: no dropout), so a token's output differs from the client's own pass only
-in float rounding (the base matmul over more rows, the batched matmul's kernels: ~1e-7
-relative). Only plain LoRA on linear layers groups (`groupable`); DoRA and other variants, LoRA
-biases, and LoRA on embeddings run alone. On a GPU a segmented kernel (Punica's SGMV) would skip
-the stack's padding when the clients' token counts differ much.
+Every kernel a client's tokens see is then the one its own pass would run (row-wise in the base
+matmuls, which give a row the same result for any number of rows past a few, and the same small
+matmuls for the adapters and their weights' gradients), so a client's logprobs and gradients in a
+grouped pass are bit for bit those of its own pass where the layout is the same (equal-length rows,
+as tested), and within float rounding otherwise (the rows padded to another width). Stacking the
+clients' adapters into batched matmuls (two per layer however many clients) would round the
+weights' gradients differently (~1e-7), and Adam on a noisy loss amplifies that tenfold every step
+or two: within 20 steps the client's training is no longer its solo run. Only plain LoRA on linear
+layers groups (`groupable`); DoRA and other variants, LoRA biases, and LoRA on embeddings run alone.
 """
 
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -78,54 +77,41 @@ def groupable(model: torch.nn.Module) -> bool:
 
 @dataclass(frozen=True)
 class Routing:
-    """Where each client's tokens are among a pass's P flattened positions, as a [G, M] grid (M:
-    the most tokens any client has; shorter clients are padded with position 0)."""
+    """Where each client's tokens are among a pass's P flattened positions: one slice each when
+    the positions are grouped by client (a view of the layer's input, no copy), else one index
+    tensor each."""
 
-    clients: int
-    tokens: int
-    grid_GM: torch.Tensor | None
-    """Each grid cell's position; None when the positions are the clients' tokens in order, M
-    each (the grid is then a view of the positions)."""
-    kept_V: torch.Tensor | None
-    """The grid cells that are tokens (not padding), flattened, and the positions they are at."""
-    places_V: torch.Tensor | None
+    spans_G: list[slice] | None
+    places_G: list[torch.Tensor] | None
 
     @classmethod
     def of(cls, groups_P: torch.Tensor, clients: int) -> Routing:
-        counts = torch.bincount(groups_P, minlength=clients)
-        tokens = int(counts.max())
-        ordered = bool((groups_P[1:] >= groups_P[:-1]).all())
-        if ordered and bool((counts == tokens).all()):
-            return cls(clients, tokens, None, None, None)
-        order_P = torch.argsort(groups_P, stable=True)
-        starts = torch.cumsum(counts, 0) - counts
-        rank_P = torch.arange(groups_P.numel(), device=groups_P.device) - starts[groups_P[order_P]]
-        cells_P = groups_P[order_P] * tokens + rank_P  # each ordered position's cell
-        grid = groups_P.new_zeros(clients * tokens)
-        grid[cells_P] = order_P
-        return cls(clients, tokens, grid.view(clients, tokens), cells_P, order_P)
+        counts = torch.bincount(groups_P, minlength=clients).tolist()
+        if bool((groups_P[1:] >= groups_P[:-1]).all()):
+            ends = list(itertools.accumulate(counts))
+            return cls([slice(end - count, end) for count, end in zip(counts, ends, strict=True)], None)
+        return cls(None, [(groups_P == g).nonzero().flatten() for g in range(clients)])
 
-    def gather(self, x_PI: torch.Tensor) -> torch.Tensor:
-        if self.grid_GM is None:
-            return x_PI.view(self.clients, self.tokens, x_PI.shape[-1])
-        return x_PI.index_select(0, self.grid_GM.flatten()).view(self.clients, self.tokens, x_PI.shape[-1])
+    def take(self, x_PI: torch.Tensor, g: int) -> torch.Tensor:
+        """Client g's rows of `x_PI`, in position order."""
+        if self.spans_G is not None:
+            return x_PI[self.spans_G[g]]
+        assert self.places_G is not None
+        return x_PI.index_select(0, self.places_G[g])
 
-    def add(self, out_PO: torch.Tensor, delta_GMO: torch.Tensor) -> torch.Tensor:
-        delta_CO = delta_GMO.reshape(-1, delta_GMO.shape[-1])
-        if self.grid_GM is None:
-            return out_PO + delta_CO
-        assert self.kept_V is not None and self.places_V is not None
-        return out_PO.index_add(0, self.places_V, delta_CO.index_select(0, self.kept_V))
-
-
-@dataclass(frozen=True)
-class _Bound:
-    """What one wrapper adds in a pass: the routing and the clients' stacked adapters' parts."""
-
-    routing: Routing
-    layers_G: list[AdapterLayer | None]
-    scale_G11: torch.Tensor
-    """Each client's scale, float32."""
+    def add(self, out_PO: torch.Tensor, deltas_G: Sequence[torch.Tensor | None]) -> torch.Tensor:
+        """`out_PO` with each client's delta (a row per token; None: nothing) added at its tokens."""
+        if self.spans_G is not None:
+            parts = [
+                out_PO[span] if delta is None else out_PO[span] + delta
+                for span, delta in zip(self.spans_G, deltas_G, strict=True)
+            ]
+            return torch.cat(parts)
+        assert self.places_G is not None
+        for places, delta in zip(self.places_G, deltas_G, strict=True):
+            if delta is not None:
+                out_PO = out_PO.index_add(0, places, delta)
+        return out_PO
 
 
 class GroupedLora(torch.nn.Module):
@@ -134,30 +120,24 @@ class GroupedLora(torch.nn.Module):
     def __init__(self, base_layer: torch.nn.Linear) -> None:
         super().__init__()
         self.base_layer = base_layer
-        self.bound: _Bound | None = None
+        self.bound: tuple[Routing, list[AdapterLayer | None]] | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.base_layer(x)
-        bound = self.bound
-        if bound is None:
+        if self.bound is None:
             return out
-        rank = max(layer.weight_A.shape[0] for layer in bound.layers_G if layer is not None)
-        weight = self.base_layer.weight
-        a_G, b_G = [], []
-        for layer in bound.layers_G:
+        routing, layers_G = self.bound
+        x_PI = x.reshape(-1, x.shape[-1])
+        deltas_G: list[torch.Tensor | None] = []
+        for g, layer in enumerate(layers_G):
             if layer is None:  # a client without an adapter here adds nothing
-                a_G.append(weight.new_zeros((rank, weight.shape[1])))
-                b_G.append(weight.new_zeros((weight.shape[0], rank)))
+                deltas_G.append(None)
                 continue
-            short = rank - layer.weight_A.shape[0]
-            a_G.append(F.pad(layer.weight_A, (0, 0, 0, short)) if short else layer.weight_A)
-            b_G.append(F.pad(layer.weight_B, (0, short)) if short else layer.weight_B)
-        a_GRI, b_GOR = torch.stack(a_G), torch.stack(b_G)
-        x_GMI = bound.routing.gather(x.reshape(-1, x.shape[-1]).to(a_GRI.dtype))
-        lora_GMO = torch.bmm(torch.bmm(x_GMI, a_GRI.mT), b_GOR.mT)
-        # scaled in float32 and rounded once, as peft's `result * scaling` is
-        delta_GMO = (lora_GMO.float() * bound.scale_G11).to(out.dtype)
-        return bound.routing.add(out.reshape(-1, out.shape[-1]), delta_GMO).reshape(out.shape)
+            x_MI = routing.take(x_PI, g).to(layer.weight_A.dtype)
+            # peft's own operations (`lora_B(lora_A(x)) * scaling`): the same kernels, so the same
+            # rounding in the forward and in the weights' gradients as the client's own pass
+            deltas_G.append((F.linear(F.linear(x_MI, layer.weight_A), layer.weight_B) * layer.scaling).to(out.dtype))
+        return routing.add(out.reshape(-1, out.shape[-1]), deltas_G).reshape(out.shape)
 
 
 def shared_copy(base: torch.nn.Module) -> torch.nn.Module:
@@ -213,11 +193,7 @@ def bind(
     wrappers = [_wrapper(host, name) for name in names]
     try:
         for name, wrapper in zip(names, wrappers, strict=True):
-            layers_G = [adapters.get(name) for adapters in adapters_G]
-            scales = [0.0 if layer is None else layer.scaling for layer in layers_G]
-            device = wrapper.base_layer.weight.device
-            scale_G11 = torch.tensor(scales, dtype=torch.float32, device=device).view(-1, 1, 1)
-            wrapper.bound = _Bound(routing, layers_G, scale_G11)
+            wrapper.bound = routing, [adapters.get(name) for adapters in adapters_G]
         yield
     finally:
         for wrapper in wrappers:

@@ -213,18 +213,50 @@ def test_adapters_a_grouped_pass_cannot_apply_are_not_grouped(base: torch.nn.Mod
     assert not groupable(dora) and not groupable(embedding)
 
 
+def test_equal_length_rows_give_each_client_its_own_pass_bit_for_bit(
+    base: torch.nn.Module, clients: list[torch.nn.Module]
+) -> None:
+    """The serve benchmark's shape (each client's rows as long as every other's, no shared
+    prefix): no rounding difference at all, so training together stays its solo run step after step."""
+    rng = random.Random(5)
+    batches = [[[rng.randrange(1, 1500) for _ in range(16)] for _ in range(2)] for _ in clients]
+    alone = []
+    for model, inputs_D in zip(clients, batches, strict=True):
+        model.zero_grad(set_to_none=True)
+        scored = sequence_logprobs(model, inputs_D, _targets(inputs_D), 0)
+        _weights(scored.logprobs_D).backward()
+        alone.append((torch.cat(scored.logprobs_D).detach(), _gradients(model)))
+        model.zero_grad(set_to_none=True)
+    inputs_D = [tokens for batch in batches for tokens in batch]
+    groups = AdapterGroups(
+        shared_copy(base).eval(),
+        _adapters(clients),
+        [_head(model) for model in clients],
+        [g for g, batch in enumerate(batches) for _ in batch],
+        list(map(len, inputs_D)),
+    )
+    scored = sequence_logprobs(groups.host, inputs_D, _targets(inputs_D), 0, groups=groups)
+    torch.stack([_weights(scored.logprobs_D[2 * g : 2 * g + 2]) for g in range(len(clients))]).sum().backward()
+    for g, model in enumerate(clients):
+        assert torch.equal(torch.cat(scored.logprobs_D[2 * g : 2 * g + 2]).detach(), alone[g][0])
+        grads = _gradients(model)
+        assert grads.keys() == alone[g][1].keys()
+        assert all(torch.equal(grad, alone[g][1][name]) for name, grad in grads.items())
+        model.zero_grad(set_to_none=True)
+
+
 @given(st.lists(st.integers(0, 3), min_size=1, max_size=40), st.integers(1, 5))
-def test_routing_gathers_each_clients_positions_and_adds_back_at_them(groups: list[int], width: int) -> None:
+def test_routing_takes_each_clients_positions_and_adds_back_at_them(groups: list[int], width: int) -> None:
     groups_P = torch.tensor(groups)
     clients = max(groups) + 1
     routing = Routing.of(groups_P, clients)
     x_PI = torch.randn(len(groups), width)
-    x_GMI = routing.gather(x_PI)
+    deltas_G: list[torch.Tensor | None] = []
     for g in range(clients):
-        mine = x_PI[groups_P == g]
-        torch.testing.assert_close(x_GMI[g, : len(mine)], mine)  # in position order
-    delta_GMO = torch.randn(clients, routing.tokens, 3)
-    out = routing.add(torch.zeros(len(groups), 3), delta_GMO)
-    for g in range(clients):
+        mine = routing.take(x_PI, g)
+        torch.testing.assert_close(mine, x_PI[groups_P == g])  # in position order
+        deltas_G.append(None if g == 1 else torch.randn(len(mine), 3))
+    out = routing.add(torch.ones(len(groups), 3), deltas_G)
+    for g, delta in enumerate(deltas_G):
         places = (groups_P == g).nonzero().flatten()
-        torch.testing.assert_close(out[places], delta_GMO[g, : len(places)])
+        torch.testing.assert_close(out[places], torch.ones(len(places), 3) + (0 if delta is None else delta))
