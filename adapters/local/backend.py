@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -115,6 +116,7 @@ class LocalBackend:
         self._worker_pool = worker_pool
         self._training_clients: list[LocalTrainingClient | DistributedTrainingClient] = []
         self._lora_groups: dict[str, LoraGroup] = {}
+        self._lora_groups_lock = threading.Lock()  # clients are made on threads of their own
         self._vllm: VllmSamplers | None = None
         if vllm is not None:
             self._vllm = self._vllm_samplers(vllm, dtype, seed, lora_rank)
@@ -233,15 +235,16 @@ class LocalBackend:
         """A LoRA model on its group's shared base weights, and its lane on the group's worker (none
         for adapters a grouped pass cannot apply, or a vision-language model: those run alone)."""
         assert identity.lora_rank is not None
-        group = self._lora_groups.get(identity.base_model)
-        if group is None:
-            base = load_base_model(identity.base_model, self._dtype).to(self.device)
-            if is_vision_model(base):  # its image inputs take their own path: no grouped passes
-                return add_lora(base, identity.lora_rank, identity.seed, self._lora, identity.layers).eval(), None
-            method = self._training_options.logprob_method
-            group = self._lora_groups[identity.base_model] = LoraGroup(
-                identity.base_model, base, self._batch_limits, method
-            )
+        with self._lora_groups_lock:
+            group = self._lora_groups.get(identity.base_model)
+            if group is None:
+                base = load_base_model(identity.base_model, self._dtype).to(self.device)
+                if is_vision_model(base):  # its image inputs take their own path: no grouped passes
+                    return add_lora(base, identity.lora_rank, identity.seed, self._lora, identity.layers).eval(), None
+                method = self._training_options.logprob_method
+                group = self._lora_groups[identity.base_model] = LoraGroup(
+                    identity.base_model, base, self._batch_limits, method
+                )
         model = add_lora(group.client_base(), identity.lora_rank, identity.seed, self._lora, identity.layers)
         return model.to(self.device).eval(), group.lane() if groupable(model) else None
 

@@ -245,18 +245,20 @@ def test_equal_length_rows_give_each_client_its_own_pass_bit_for_bit(
         model.zero_grad(set_to_none=True)
 
 
-@given(st.lists(st.integers(0, 3), min_size=1, max_size=40), st.integers(1, 5))
-def test_routing_takes_each_clients_positions_and_adds_back_at_them(groups: list[int], width: int) -> None:
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=40), st.sets(st.integers(0, 3), min_size=1), st.integers(1, 5))
+def test_routing_gathers_its_members_positions_and_adds_back_at_them(
+    groups: list[int], members: set[int], width: int
+) -> None:
     groups_P = torch.tensor(groups)
-    clients = max(groups) + 1
-    routing = Routing.of(groups_P, clients)
+    routing = Routing.of(groups_P, tuple(sorted(members)))
     x_PI = torch.randn(len(groups), width)
-    deltas_G: list[torch.Tensor | None] = []
-    for g in range(clients):
-        mine = routing.take(x_PI, g)
-        torch.testing.assert_close(mine, x_PI[groups_P == g])  # in position order
-        deltas_G.append(None if g == 1 else torch.randn(len(mine), 3))
-    out = routing.add(torch.ones(len(groups), 3), deltas_G)
-    for g, delta in enumerate(deltas_G):
+    x_GMI = routing.gather(x_PI)
+    for k, g in enumerate(routing.members):
+        mine = x_PI[groups_P == g]
+        torch.testing.assert_close(x_GMI[k, : len(mine)], mine)  # in position order
+    delta_GMO = torch.randn(len(members), routing.tokens, 3)
+    out = routing.add(torch.ones(len(groups), 3), delta_GMO)
+    for g in range(4):
         places = (groups_P == g).nonzero().flatten()
-        torch.testing.assert_close(out[places], torch.ones(len(places), 3) + (0 if delta is None else delta))
+        added = delta_GMO[routing.members.index(g), : len(places)] if g in members else 0
+        torch.testing.assert_close(out[places], torch.ones(len(places), 3) + added)  # others: nothing added
