@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
@@ -26,6 +27,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from adapters.local.request_batcher import BatchLimits
+
+BATCH_WINDOW_S = 0.02
+"""How long a batch waits at most for the active lanes that have no job waiting yet: a request's
+round trip through `kitchen serve` on 127.0.0.1, with room (a pass of the tiny model takes longer)."""
+
+ACTIVE_S = 1.0
+"""A lane that submitted a batchable job this recently is expected to submit the next soon."""
 
 
 class BatchableJob(Protocol):
@@ -68,6 +76,9 @@ class SharedWorker:
     _ready: threading.Condition = field(default_factory=threading.Condition)
     _thread: threading.Thread | None = None
     _stopping: bool = False
+    window_s: float = BATCH_WINDOW_S
+    _active: dict[int, float] = field(default_factory=dict)
+    """When each lane last submitted a batchable job (by lane id)."""
     batches: list[int] = field(default_factory=list)
     """The sizes of the batches run so far (how many lanes' jobs each held): for tests and benchmarks."""
 
@@ -83,36 +94,56 @@ class SharedWorker:
                 self._thread = threading.Thread(target=self._serve, name=self.name, daemon=True)
                 self._thread.start()
             self._queue.append(entry)
+            if entry.batchable:
+                self._active[id(entry.lane)] = time.monotonic()
             self._ready.notify()
 
     def _take(self) -> list[_Queued] | None:
-        """The next job, and the jobs of other lanes batched with it; None once shut down."""
+        """The next job, and the jobs of other lanes batched with it; None once shut down. A
+        batchable job waits up to `window_s` for the lanes that submitted batchable work within
+        ACTIVE_S and have none waiting yet: the next requests of clients training in step, which
+        arrive a round trip after their last results (without the wait, a batch of all of them
+        splits into ever smaller ones)."""
         with self._ready:
             while not self._queue and not self._stopping:
                 self._ready.wait()
             if not self._queue:
                 return None
             first = self._queue.popleft()
-            taken = [first]
             if not first.batchable:
-                return taken
-            job: Any = first.job
-            rows, length = job.rows, job.length
-            seen = {id(first.lane)}
-            for entry in list(self._queue):
-                if id(entry.lane) in seen:
-                    continue
-                seen.add(id(entry.lane))  # only a lane's first waiting job may be taken early
-                other: Any = entry.job
-                if not entry.batchable or other.key != job.key:
-                    continue
-                grown_rows, grown_length = rows + other.rows, max(length, other.length)
-                if grown_rows > self.limits.max_sequences or grown_rows * grown_length > self.limits.max_tokens:
-                    continue
-                rows, length = grown_rows, grown_length
-                taken.append(entry)
-                self._queue.remove(entry)
-            return taken
+                return [first]
+            taken = [first]
+            deadline = time.monotonic() + self.window_s
+            while True:
+                closed = self._join(taken)
+                now = time.monotonic()
+                active = {lane for lane, last in self._active.items() if now - last < ACTIVE_S}
+                if not active - closed or now >= deadline or self._stopping:
+                    return taken
+                self._ready.wait(deadline - now)
+
+    def _join(self, taken: list[_Queued]) -> set[int]:
+        """Move the waiting jobs that fit into `taken` (each lane's first waiting job, batchable
+        with the first, within the limits); the lanes that cannot join any more."""
+        jobs: list[Any] = [entry.job for entry in taken]
+        job, rows, length = jobs[0], sum(j.rows for j in jobs), max(j.length for j in jobs)
+        closed = {id(entry.lane) for entry in taken}
+        for entry in list(self._queue):
+            if id(entry.lane) in closed:
+                continue
+            closed.add(id(entry.lane))  # only a lane's first waiting job may be taken early
+            other: Any = entry.job
+            if not entry.batchable or other.key != job.key:
+                continue
+            grown_rows, grown_length = rows + other.rows, max(length, other.length)
+            if grown_rows > self.limits.max_sequences or grown_rows * grown_length > self.limits.max_tokens:
+                continue
+            rows, length = grown_rows, grown_length
+            taken.append(entry)
+            self._queue.remove(entry)
+        if rows >= self.limits.max_sequences:
+            closed |= set(self._active)  # full: nobody else can join
+        return closed
 
     def _serve(self) -> None:
         while (taken := self._take()) is not None:
@@ -132,6 +163,11 @@ class SharedWorker:
                 continue
             for entry, result in zip(live, results, strict=True):
                 entry.future.set_result(result)
+
+    def forget(self, lane: Lane) -> None:
+        """`lane`'s client is gone: no batch waits for it."""
+        with self._ready:
+            self._active.pop(id(lane), None)
 
     def shutdown(self) -> None:
         """Finish the queued jobs, then stop the thread."""
@@ -183,3 +219,4 @@ class Lane:
         with self._idle:
             while self._pending:
                 self._idle.wait()
+        self._worker.forget(self)

@@ -171,3 +171,29 @@ def test_a_shut_down_worker_refuses_new_jobs(worker: SharedWorker) -> None:
 
     with pytest.raises(RuntimeError, match="shut down"):
         asyncio.run(main())
+
+
+def test_a_batch_waits_for_the_lanes_training_in_step(batches: Batches, log: list[str]) -> None:
+    """Lane b ran a batchable job a moment ago: a's next one waits for b's next (which comes within
+    the window), and the two run as one batch; a lane whose client has gone is not waited for."""
+    worker = SharedWorker("test-window", batches, BatchLimits(max_sequences=3, max_tokens=100), window_s=60.0)
+
+    async def main() -> None:
+        a, b = worker.lane(), worker.lane()
+        gate = threading.Event()
+        held = _blocked(a, gate, log)
+        first = [a.submit_batchable(Job("a1", log)), b.submit_batchable(Job("b1", log))]
+        gate.set()
+        await asyncio.gather(held, *first)
+        step = a.submit_batchable(Job("a2", log))
+        await asyncio.sleep(0.05)  # the worker has taken a2 and waits for b
+        await asyncio.gather(step, b.submit_batchable(Job("b2", log)))
+        await asyncio.to_thread(b.shutdown)
+        await asyncio.wait_for(a.submit_batchable(Job("a3", log)), timeout=30)  # b is gone: no 60 s wait
+
+    try:
+        asyncio.run(main())
+    finally:
+        worker.shutdown()
+    assert batches.batches == [["a1", "b1"], ["a2", "b2"]]
+    assert log[-1] == "a3"
