@@ -36,8 +36,12 @@ def main() -> None:
     parser.add_argument("--solo-checks", type=int, default=2, help="tenants also trained alone for the comparison")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="serve-multitenant-"))
-    base = model_name(args.model, folder)
-    server = ServerProcess(folder / "store", backend="local", extra=["local.cpu_threads=1"]).start()
+    extra = ["local.cpu_threads=1"]
+    base = args.model
+    if args.model != "tiny":  # served under its size's name (a path is not a served name)
+        (folder / "models.yaml").write_text(f"{args.model}: {model_name(args.model, folder)}\n")
+        extra += ["--models", str(folder / "models.yaml")]
+    server = ServerProcess(folder / "store", backend="local", extra=extra).start()
     assert server.process is not None
     process = psutil.Process(server.process.pid)
     rss: dict[int, int] = {}
