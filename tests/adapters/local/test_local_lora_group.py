@@ -113,3 +113,21 @@ def test_clients_that_need_their_own_passes_are_not_grouped(tmp_path: Path) -> N
         await plain.close()
 
     asyncio.run(main())
+
+
+def test_clients_made_at_once_join_one_group(tmp_path: Path) -> None:
+    """kitchen serve makes each tenant's client on a thread of its own: they still share one base."""
+
+    async def main() -> None:
+        backend = LocalBackend(tmp_path, device="cpu")
+        made = await asyncio.gather(
+            *(backend.create_lora_training_client("tiny", 4, seed, LoraLayers()) for seed in range(4))
+        )
+        assert list(backend._lora_groups) == ["tiny"]
+        shared = {p.data_ptr() for p in backend._lora_groups["tiny"].base.parameters()}
+        for client in made:
+            assert isinstance(client, LocalTrainingClient)
+            assert all(p.data_ptr() in shared for p in client._model.parameters() if not p.requires_grad)
+        await backend.close()
+
+    asyncio.run(main())
