@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,12 +12,23 @@ import torch
 
 from adapters.common.tokenizer import load_tokenizer
 from adapters.local.checkpoint_io import ModelIdentity, load_weights, read_identity
-from adapters.local.model_loading import LoraOptions, default_dtype, load_model, resolve_device
+from adapters.local.grouped_lora import groupable
+from adapters.local.lora_group import LoraGroup
+from adapters.local.model_loading import (
+    LoraOptions,
+    add_lora,
+    default_dtype,
+    load_base_model,
+    load_model,
+    resolve_device,
+)
 from adapters.local.request_batcher import DEFAULT_BATCH_LIMITS, BatchLimits
 from adapters.local.sampling_client import LocalSamplingClient
 from adapters.local.serial_executor import SerialExecutor
+from adapters.local.shared_worker import Lane
 from adapters.local.token_scoring import liger_available
 from adapters.local.training_client import LocalTrainingClient, TrainingOptions
+from adapters.local.vision import is_vision_model
 from kitchen.engine.errors import ConfigError
 from kitchen.engine.ports import SamplingClient, Tokenizer
 from train_core.losses import LOSS_SPECS, LossTable
@@ -42,7 +54,9 @@ class LocalBackend:
     directory or a Hugging Face hub id (read from the HF cache, downloaded where there is network).
     Checkpoints go under `checkpoint_dir`. All sampling clients share one worker thread and each
     training client has its own, so training and sampling overlap without blocking the event loop.
-    Sampling clients batch concurrent requests within `batch_limits`.
+    Sampling clients batch concurrent requests within `batch_limits`. LoRA training clients of one
+    base model share its weights and one worker thread, and their forward passes that wait at the
+    same time run as one batched pass (`adapters.local.lora_group`), within `batch_limits` too.
 
     With `vllm` settings, sampling clients are served by vLLM engines (`local.sampler: vllm`) in
     processes of their own, started on first use and stopped by `close`; their files (logs
@@ -100,6 +114,8 @@ class LocalBackend:
             worker_pool = WorkerPool()
         self._worker_pool = worker_pool
         self._training_clients: list[LocalTrainingClient | DistributedTrainingClient] = []
+        self._lora_groups: dict[str, LoraGroup] = {}
+        self._lora_groups_lock = threading.Lock()  # clients are made on threads of their own
         self._vllm: VllmSamplers | None = None
         if vllm is not None:
             self._vllm = self._vllm_samplers(vllm, dtype, seed, lora_rank)
@@ -194,6 +210,8 @@ class LocalBackend:
         """Let queued work finish and stop every worker thread."""
         for client in self._training_clients:
             await client.close()
+        for group in self._lora_groups.values():
+            await asyncio.to_thread(group.shutdown)
         if self._owns_worker_pool and self._worker_pool is not None:
             await asyncio.to_thread(self._worker_pool.close)
         if self._vllm is not None:
@@ -210,6 +228,31 @@ class LocalBackend:
             self._lora,
             identity.layers,
         )
+
+    def _groups_lora(self, identity: ModelIdentity) -> bool:
+        """Whether a client of `identity` joins its base model's LoRA group: a LoRA client whose
+        passes a grouped pass computes as its own (no dropout, no recomputation in the backward, no
+        compiled body, no float16 loss scaling)."""
+        options = self._training_options
+        special = options.train_mode or options.gradient_checkpointing or options.compile
+        return identity.lora_rank is not None and not special and self._dtype != torch.float16
+
+    def _lora_grouped(self, identity: ModelIdentity) -> tuple[torch.nn.Module, Lane | None]:
+        """A LoRA model on its group's shared base weights, and its lane on the group's worker (none
+        for adapters a grouped pass cannot apply, or a vision-language model: those run alone)."""
+        assert identity.lora_rank is not None
+        with self._lora_groups_lock:
+            group = self._lora_groups.get(identity.base_model)
+            if group is None:
+                base = load_base_model(identity.base_model, self._dtype).to(self.device)
+                if is_vision_model(base):  # its image inputs take their own path: no grouped passes
+                    return add_lora(base, identity.lora_rank, identity.seed, self._lora, identity.layers).eval(), None
+                method = self._training_options.logprob_method
+                group = self._lora_groups[identity.base_model] = LoraGroup(
+                    identity.base_model, base, self._batch_limits, method
+                )
+        model = add_lora(group.client_base(), identity.lora_rank, identity.seed, self._lora, identity.layers)
+        return model.to(self.device).eval(), group.lane() if groupable(model) else None
 
     def _training_client(self, identity: ModelIdentity) -> LocalTrainingClient | DistributedTrainingClient:
         client: LocalTrainingClient | DistributedTrainingClient
@@ -235,8 +278,9 @@ class LocalBackend:
             )
         else:
             make_room = self._vllm.make_room if self._vllm is not None and self._vllm.sleeps else None
+            model, lane = self._lora_grouped(identity) if self._groups_lora(identity) else (self._model(identity), None)
             client = LocalTrainingClient(
-                self._model(identity),
+                model,
                 load_tokenizer(identity.base_model),
                 identity,
                 self.checkpoint_dir,
@@ -247,6 +291,7 @@ class LocalBackend:
                 make_sampler=None if self._vllm is None else self._vllm.snapshot_client,
                 losses=self._losses,
                 before_compute=make_room,
+                lane=lane,
             )
         self._training_clients.append(client)
         return client

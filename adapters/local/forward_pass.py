@@ -32,6 +32,7 @@ from typing import Any, cast
 import torch
 
 from adapters.common.training_batch import right_pad, row_slots
+from adapters.local.grouped_lora import AdapterGroups
 from adapters.local.mixed_precision import compute_dtype
 from adapters.local.token_scoring import Entropy, LogprobMethod, output_head, score_tokens
 from adapters.local.unpadded_rows import attention_route, may_run_unpadded, run_trie, run_unpadded
@@ -145,7 +146,10 @@ wide as the tree costs at most this share of its matmuls (see `attention_break_e
 
 
 def prefix_trees(
-    inputs_D: Sequence[Sequence[int]], attention_tokens: float | None = None, unbounded: bool = False
+    inputs_D: Sequence[Sequence[int]],
+    attention_tokens: float | None = None,
+    unbounded: bool = False,
+    groups_D: Sequence[int] | None = None,
 ) -> list[PrefixTree]:
     """The sequences as prefix trees: sorting brings sequences with a common start next to each
     other (each shares the most with the one before it); one joins the tree before it when they
@@ -153,16 +157,20 @@ def prefix_trees(
     within the width where attention costs TREE_ATTENTION_SHARE of the matmuls when that is wider
     (a row's attention grows with its width, so one shared system prompt must not fold a whole
     batch into one row). `unbounded`: a shared first token is enough and trees grow without limit
-    (the batch's whole prefix trie), for attention that never sees the rows (`attend_alone`)."""
+    (the batch's whole prefix trie), for attention that never sees the rows (`attend_alone`).
+    With `groups_D` (each sequence's LoRA client in a grouped pass, `grouped_lora`), sequences of
+    different clients never share a tree: their tokens run through different adapters."""
+    group_D = groups_D if groups_D is not None else [0] * len(inputs_D)
     limit = 2 * max(len(tokens) for tokens in inputs_D)
     if attention_tokens is not None:
         limit = max(limit, min(MAX_PACKED_WIDTH, int(TREE_ATTENTION_SHARE * attention_tokens)))
     least = 1 if unbounded else MIN_SHARED_PREFIX
     trees: list[PrefixTree] = []
     previous = -1
-    for index in sorted(range(len(inputs_D)), key=lambda i: tuple(inputs_D[i])):
+    for index in sorted(range(len(inputs_D)), key=lambda i: (group_D[i], tuple(inputs_D[i]))):
         tokens = inputs_D[index]
-        shared = _shared_length(inputs_D[previous], tokens) if trees else 0
+        same_group = bool(trees) and group_D[previous] == group_D[index]
+        shared = _shared_length(inputs_D[previous], tokens) if same_group else 0
         if shared >= least and (unbounded or trees[-1].size + len(tokens) - shared <= limit):
             trees[-1].add(index, tokens, shared, previous)
         else:
@@ -196,7 +204,10 @@ def _row_cost(lengths: Sequence[int], rows: list[list[int]], attention_tokens: f
 
 
 def pack_rows(
-    inputs_D: Sequence[Sequence[int]], attention_tokens: float | None = None, unpadded: bool = False
+    inputs_D: Sequence[Sequence[int]],
+    attention_tokens: float | None = None,
+    unpadded: bool = False,
+    groups_D: Sequence[int] | None = None,
 ) -> list[list[PrefixTree]]:
     """`prefix_trees` laid into rows, first-fit by decreasing size: short sequences fill the room
     that padding would otherwise take. Rows are as wide as the largest tree, or, given
@@ -204,7 +215,7 @@ def pack_rows(
     `attention_break_even`), as wide as costs least: fewer, wider rows waste fewer slots on padding,
     but every slot attends to the whole row (at most MAX_PACKED_WIDTH). Rows that run `unpadded`
     waste nothing on padding but attention, so they stay narrow."""
-    trees = prefix_trees(inputs_D, attention_tokens)
+    trees = prefix_trees(inputs_D, attention_tokens, groups_D=groups_D)
     sizes = [tree.size for tree in trees]
     largest = max(sizes)
     best = _first_fit(sizes, largest)
@@ -274,6 +285,7 @@ def pack_sequences(
     device: torch.device,
     attention_tokens: float | None = None,
     unpadded: bool = False,
+    groups_D: Sequence[int] | None = None,
 ) -> PackedRows | None:
     """Pack the sequences by `pack_rows` (`attention_tokens`, `unpadded`: its row-width trade-off),
     or None when that saves less than MIN_PACKING_SAVING of the token slots of plain right padding
@@ -286,11 +298,11 @@ def pack_sequences(
     ends. The additive float mask (0 where a query may attend, the dtype's minimum elsewhere) works
     for every attention implementation that takes a 4D mask; pad slots form one segment, so no
     softmax row is empty (an empty one would be NaN, and NaN reaches the gradients)."""
-    rows = pack_rows(inputs_D, attention_tokens, unpadded)
+    rows = pack_rows(inputs_D, attention_tokens, unpadded, groups_D)
     row_lengths = [sum(tree.size for tree in row) for row in rows]
     alone = unpadded and attend_alone(list(map(len, inputs_D)), len(rows), max(row_lengths))
     if alone:
-        rows = [prefix_trees(inputs_D, unbounded=True)]
+        rows = [prefix_trees(inputs_D, unbounded=True, groups_D=groups_D)]
         row_lengths = [sum(tree.size for tree in rows[0])]
     work = sum(row_lengths) if unpadded else len(rows) * max(row_lengths)
     if work > (1 - MIN_PACKING_SAVING) * len(inputs_D) * max(map(len, inputs_D)):
@@ -349,7 +361,7 @@ class TrieRow:
     """Each sequence's slots, concatenated in order."""
 
 
-def trie_row(inputs_D: Sequence[Sequence[int]], device: torch.device) -> TrieRow:
+def trie_row(inputs_D: Sequence[Sequence[int]], device: torch.device, groups_D: Sequence[int] | None = None) -> TrieRow:
     """Lay `prefix_trees(unbounded=True)` out depth-first in one row: built on the cpu from Python
     lists (no [N, N] mask: FlexAttention reads `subtree_end_N`), copied to a GPU from pinned memory
     without waiting."""
@@ -357,7 +369,7 @@ def trie_row(inputs_D: Sequence[Sequence[int]], device: torch.device) -> TrieRow
     positions: list[int] = []
     subtree_end: list[int] = []
     slots_D: list[list[int]] = [[] for _ in inputs_D]
-    for tree in prefix_trees(inputs_D, unbounded=True):
+    for tree in prefix_trees(inputs_D, unbounded=True, groups_D=groups_D):
         children: list[list[int]] = [[] for _ in tree.tokens]
         for segment, parent in enumerate(tree.parents):
             if parent >= 0:
@@ -447,11 +459,17 @@ def sequence_logprobs(
     pad_id: int,
     method: LogprobMethod = "chunked",
     entropy: Entropy = "none",
+    groups: AdapterGroups | None = None,
 ) -> ScoredSequences:
     """Logprob of each sequence's target tokens (target t given inputs[: t + 1]): [L_d] each, and,
     unless `entropy` is "none", the entropy of each of those next-token distributions. Sequences are packed
     (see the module docstring) where that pays and the model attends fully; otherwise they are
-    right-padded, which needs no mask. Either way only real tokens reach the output head."""
+    right-padded, which needs no mask. Either way only real tokens reach the output head.
+
+    With `groups`, `model` is their host and the sequences are several LoRA clients'
+    (`adapters.local.grouped_lora`): no prefix is shared across clients, and each token runs
+    through its own client's adapters and output head."""
+    groups_D = None if groups is None else groups.groups_D
     device = next(model.parameters()).device
     lengths_D = [len(tokens) for tokens in inputs_D]
     targets_N = torch.tensor([t for targets in targets_D for t in targets], dtype=torch.long, device=device)
@@ -461,21 +479,21 @@ def sequence_logprobs(
         if unpadded and attention_route(model) == "flex":
             if method != "full":
                 output_head(model)  # its one-time check runs the model's own attention: before the switch
-            row = trie_row(inputs_D, device)
+            row = trie_row(inputs_D, device, groups_D)
 
             def score(inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
-                return score_tokens(model, inputs, row.slots_N, targets_N, method, entropy)
+                return score_tokens(model, inputs, row.slots_N, targets_N, method, entropy, groups)
 
             scores = run_trie(model, score, row.input_ids_N, row.position_ids_N, row.subtree_end_N)
             return _scored(scores, lengths_D, row.input_ids_N.numel(), row.input_ids_N.numel())
-        packed = pack_sequences(inputs_D, pad_id, compute_dtype(model), device, attention_tokens, unpadded)
+        packed = pack_sequences(inputs_D, pad_id, compute_dtype(model), device, attention_tokens, unpadded, groups_D)
         if packed is not None and unpadded:
-            scores = _score_unpadded(model, packed, lengths_D, targets_N, method, entropy)
+            scores = _score_unpadded(model, packed, lengths_D, targets_N, method, entropy, groups)
             return _scored(scores, lengths_D, packed.input_ids_BW.numel(), packed.filled)
     if packed is None:
         input_ids_BL = right_pad(inputs_D, pad_id, device)
         slots_N = row_slots(lengths_D, input_ids_BL.shape[1], device)
-        scores = score_tokens(model, {"input_ids": input_ids_BL}, slots_N, targets_N, method, entropy)
+        scores = score_tokens(model, {"input_ids": input_ids_BL}, slots_N, targets_N, method, entropy, groups)
         return _scored(scores, lengths_D, input_ids_BL.numel(), sum(lengths_D))
     assert packed.attention_mask_B1WW is not None  # packed for masked rows
     model_inputs = {
@@ -483,7 +501,7 @@ def sequence_logprobs(
         "position_ids": packed.position_ids_BW,
         "attention_mask": packed.attention_mask_B1WW,
     }
-    scores = score_tokens(model, model_inputs, packed.slots_N, targets_N, method, entropy)
+    scores = score_tokens(model, model_inputs, packed.slots_N, targets_N, method, entropy, groups)
     return _scored(scores, lengths_D, packed.input_ids_BW.numel(), packed.filled)
 
 
@@ -494,6 +512,7 @@ def _score_unpadded(
     targets_N: torch.Tensor,
     method: LogprobMethod,
     entropy: Entropy,
+    groups: AdapterGroups | None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`score_tokens` on the real tokens of the packed rows (`run_unpadded`)."""
     if method != "full":
@@ -504,7 +523,7 @@ def _score_unpadded(
     unpadded_N = rank_S[packed.slots_N]  # the scored tokens' places among the real ones
 
     def score(inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
-        return score_tokens(model, inputs, unpadded_N, targets_N, method, entropy)
+        return score_tokens(model, inputs, unpadded_N, targets_N, method, entropy, groups)
 
     model_inputs = {"input_ids": packed.input_ids_BW, "position_ids": packed.position_ids_BW}
     if packed.attention_mask_B1WW is not None:

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from adapters.local.grouped_lora import AdapterGroups, bind
 from adapters.local.mixed_precision import gradient_scale, is_low_precision, scale_gradient
 
 LogprobMethod = Literal["chunked", "full", "liger"]
@@ -313,23 +314,70 @@ def score_tokens(
     targets_N: torch.Tensor,
     method: LogprobMethod = "chunked",
     entropy: Entropy = "none",
+    groups: AdapterGroups | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Run the model on `model_inputs` ([B, W] rows) and score the tokens at `slots_N` (positions in
     the flattened rows) against `targets_N`: their logprobs [N] in float32, and their entropy [N]
-    unless `entropy` is "none" (else None). Pads are never scored: only the N slots reach the head."""
+    unless `entropy` is "none" (else None). Pads are never scored: only the N slots reach the head.
+
+    With `groups`, `model` is their host and the tokens are several LoRA clients' (`grouped_lora`):
+    each position runs through its client's adapters (pads: the first client's), and each client's
+    tokens through its own output head."""
     split = None if method == "full" else output_head(model)
-    if split is None:
-        logits_BWV = model(**model_inputs, use_cache=False).logits
-        return logits_scores(logits_BWV.flatten(0, 1).index_select(0, slots_N), targets_N, entropy)
-    hidden_BWH = split.body(**model_inputs, use_cache=False).last_hidden_state
+    with _bound(model_inputs, slots_N, groups):
+        if split is None:
+            logits_BWV = model(**model_inputs, use_cache=False).logits
+            return logits_scores(logits_BWV.flatten(0, 1).index_select(0, slots_N), targets_N, entropy)
+        hidden_PH = split.body(**model_inputs, use_cache=False).last_hidden_state.flatten(0, 1)
+    if groups is None:
+        return _head_scores(split.head, hidden_PH, slots_N, targets_N, method, entropy)
+    groups_N = groups.tokens(targets_N.device)
+    parts, order = [], []
+    for g, head in enumerate(groups.heads_G):
+        chosen = (groups_N == g).nonzero().flatten()
+        if chosen.numel():
+            assert head is not None  # every client of a grouped pass has a checked output head
+            parts.append(_head_scores(head, hidden_PH, slots_N[chosen], targets_N[chosen], method, entropy))
+            order.append(chosen)
+    back_N = torch.cat(order).argsort()
+    logprobs_N = torch.cat([part[0] for part in parts])[back_N]
+    if entropy == "none":
+        return logprobs_N, None
+    return logprobs_N, torch.cat([cast(torch.Tensor, part[1]) for part in parts])[back_N]
+
+
+@contextmanager
+def _bound(
+    model_inputs: Mapping[str, torch.Tensor], slots_N: torch.Tensor, groups: AdapterGroups | None
+) -> Iterator[None]:
+    """The groups' adapters bound to the positions of `model_inputs` (nothing without groups):
+    every scored slot is its sequence's client's, the pads the first client's."""
+    if groups is None:
+        yield
+        return
+    groups_P = slots_N.new_zeros(model_inputs["input_ids"].numel())
+    groups_P[slots_N] = groups.tokens(slots_N.device)
+    with bind(groups.host, groups.adapters_G, groups_P):
+        yield
+
+
+def _head_scores(
+    head: torch.nn.Module,
+    hidden_PH: torch.Tensor,
+    slots_N: torch.Tensor,
+    targets_N: torch.Tensor,
+    method: LogprobMethod,
+    entropy: Entropy,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The targets' scores from the hidden states at `slots_N`, through `head`."""
     distinct = distinct_pairs(slots_N, targets_N)
     if distinct is not None:
         slots_N, targets_N, inverse_N = distinct
-    hidden_NH = hidden_BWH.flatten(0, 1).index_select(0, slots_N)
-    if method == "liger" and entropy == "none" and isinstance(split.head, torch.nn.Linear):
-        scores: tuple[torch.Tensor, torch.Tensor | None] = liger_scores(split.head, hidden_NH, targets_N), None
+    hidden_NH = hidden_PH.index_select(0, slots_N)
+    if method == "liger" and entropy == "none" and isinstance(head, torch.nn.Linear):
+        scores: tuple[torch.Tensor, torch.Tensor | None] = liger_scores(head, hidden_NH, targets_N), None
     else:
-        scores = chunked_scores(split.head, hidden_NH, targets_N, entropy, chunk_tokens_for(_vocab(split.head)))
+        scores = chunked_scores(head, hidden_NH, targets_N, entropy, chunk_tokens_for(_vocab(head)))
     if distinct is None:
         return scores
     logprobs_U, entropy_U = scores

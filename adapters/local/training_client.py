@@ -13,6 +13,7 @@ the result is that of one big batch, up to float rounding.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import random
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -42,6 +43,8 @@ from adapters.local.forward_pass import (
     sequence_logprobs,
     vocab_size,
 )
+from adapters.local.grouped_lora import adapter_layers
+from adapters.local.lora_group import LossJob
 from adapters.local.mixed_precision import (
     LossScale,
     MasterWeights,
@@ -54,6 +57,7 @@ from adapters.local.request_batcher import DEFAULT_BATCH_LIMITS, BatchLimits
 from adapters.local.sampler_pool import SamplerPool
 from adapters.local.sampling_client import LocalSamplingClient
 from adapters.local.serial_executor import SerialExecutor
+from adapters.local.shared_worker import Lane
 from adapters.local.token_scoring import Entropy, LogprobMethod
 from adapters.local.vision import image_token_id, is_vision_model, vision_logprobs
 from kitchen.engine.errors import ConfigError, KitchenError
@@ -190,7 +194,10 @@ class LocalTrainingClient:
         make_sampler: SamplerFactory | None = None,
         losses: LossTable = LOSS_SPECS,
         before_compute: Callable[[], None] | None = None,
+        lane: Lane | None = None,
     ) -> None:
+        """With `lane` (a queue on its LoRA group's worker, `adapters.local.lora_group`), the
+        client's jobs run there, its forward passes batched with other clients' of the group."""
         options = options or TrainingOptions()
         self._before_compute = before_compute
         self._losses = losses
@@ -214,7 +221,9 @@ class LocalTrainingClient:
         self._sampling_executor = sampling_executor
         self._seeds = seeds  # the backend's stream: each sampling client gets its own seed
         self._batch_limits = batch_limits
-        self._executor = SerialExecutor("local-training")
+        self._executor: SerialExecutor | Lane = lane or SerialExecutor("local-training")
+        self._lane = lane
+        self._adapters = None if lane is None else adapter_layers(model)
         self._device = next(model.parameters()).device
         self._vocab_size = vocab_size(model)
         self._pad_id = pad_token_id(tokenizer)
@@ -248,14 +257,47 @@ class LocalTrainingClient:
     ) -> asyncio.Future[ForwardBackwardOutput]:
         """Logprobs and loss without gradients."""
         spec, parts, config = self._prepare(data, loss_fn, loss_fn_config)
-        return self._executor.submit(lambda: self._run_loss(spec, parts, config, backward=False))
+        return self._submit_loss(spec, parts, config, backward=False)
 
     async def forward_backward(
         self, data: Sequence[Datum], loss_fn: str, loss_fn_config: dict[str, float] | None = None
     ) -> asyncio.Future[ForwardBackwardOutput]:
         """Logprobs and loss; the loss's gradients are added to those already accumulated."""
         spec, parts, config = self._prepare(data, loss_fn, loss_fn_config)
-        return self._executor.submit(lambda: self._run_loss(spec, parts, config, backward=True))
+        return self._submit_loss(spec, parts, config, backward=True)
+
+    def _submit_loss(
+        self,
+        spec: LossSpec,
+        parts: list[tuple[list[int], TrainingBatch]],
+        config: dict[str, float],
+        backward: bool,
+    ) -> asyncio.Future[ForwardBackwardOutput]:
+        """Queue a built-in loss's pass: on a LoRA group's lane, one that may run together with
+        other clients' (one micro-batch, no images, no loss scaling, no engine to put to sleep first),
+        else on its own."""
+        run = functools.partial(self._run_loss, spec, parts, config, backward)
+        batch = parts[0][1]
+        alone = len(parts) > 1 or bool(batch.images) or self._loss_scale is not None
+        alone = alone or self._before_compute is not None
+        if self._lane is None or self._adapters is None or alone:
+            return self._executor.submit(run)
+        job = LossJob(
+            self._model,
+            self._adapters,
+            spec,
+            batch,
+            config,
+            backward,
+            loss_entropy(spec),
+            self._pad_id,
+            run,
+            self._mark_nonfinite,
+        )
+        return self._lane.submit_batchable(job)
+
+    def _mark_nonfinite(self) -> None:
+        self._nonfinite_loss = True
 
     async def forward_backward_custom(
         self, data: Sequence[Datum], loss_fn: CustomLossFn

@@ -68,14 +68,14 @@ def train_tenant(
 
 
 def train_together(
-    url: str, tenants: int, steps: int, on_step: Callable[[int, int], None] | None = None
+    url: str, tenants: int, steps: int, on_step: Callable[[int, int], None] | None = None, base: str = "tiny"
 ) -> list[TenantResult]:
     """Every tenant at once, each in its own thread; their results in tenant order."""
     results: list[TenantResult | BaseException | None] = [None] * tenants
 
     def run(tenant: int) -> None:
         try:
-            results[tenant] = train_tenant(url, tenant, steps, on_step=on_step)
+            results[tenant] = train_tenant(url, tenant, steps, base, on_step)
         except BaseException as exc:  # reported below, with the tenant that raised it
             results[tenant] = exc
 
