@@ -26,6 +26,7 @@ import random
 import re
 from collections.abc import Sequence
 from typing import Any
+from unittest import mock
 
 from pydantic import Field
 
@@ -113,8 +114,11 @@ ARENA_HARD_TEMPLATE = (
 ARENA_HARD_PATTERNS = (re.compile(r"\[\[([AB<>=]+)\]\]"), re.compile(r"\[([AB<>=]+)\]"))
 ARENA_HARD_WEIGHT = 3
 """arena-hard-auto `show_result.py`: a strong verdict counts this many times."""
-LABEL_SCORE = {"A>B": [1], "A>>B": [1] * 3, "A=B": [0.5], "A<<B": [0] * 3, "A<B": [0], "B>A": [0], "B>>A": [0] * 3}
-LABEL_SCORE |= {"B=A": [0.5], "B<<A": [1] * 3, "B<A": [1]}
+_STRONG = ARENA_HARD_WEIGHT
+LABEL_SCORE: dict[str, list[float]] = {
+    **{"A>B": [1.0], "A>>B": [1.0] * _STRONG, "A=B": [0.5], "A<<B": [0.0] * _STRONG, "A<B": [0.0]},
+    **{"B>A": [0.0], "B>>A": [0.0] * _STRONG, "B=A": [0.5], "B<<A": [1.0] * _STRONG, "B<A": [1.0]},
+}
 """arena-hard-auto `show_result.py`, label_to_score: the outcome for assistant A."""
 
 
@@ -147,7 +151,7 @@ class Judge:
         ]
         outputs = await asyncio.gather(*(self.sampler.compute_logprobs(tokens) for tokens, _ in examples))
         return [
-            sum(float(lp) for lp, w in zip(logprobs, weights.tolist(), strict=True) if lp is not None and w)
+            sum(float(lp) for lp, w in zip(logprobs, list(weights), strict=True) if lp is not None and w)
             for (_, weights), logprobs in zip(examples, outputs, strict=True)
         ]
 
@@ -188,15 +192,21 @@ def alpaca_judge_messages(instruction: str, output_1: str, output_2: str) -> lis
     return [Message(role="system", content=ALPACA_JUDGE_SYSTEM), Message(role="user", content=user)]
 
 
-def length_controlled(annotations: list[dict[str, Any]]) -> Estimate:
-    """AlpacaEval 2's length-controlled win rate (its GLM, fitted by its own code)."""
+def length_controlled(annotations: list[dict[str, Any]], local: str | None) -> Estimate:
+    """AlpacaEval 2's length-controlled win rate, fitted by AlpacaEval's own GLM code. Its
+    instruction difficulties (`df_gamed.csv`) come from the same place as the instructions: the
+    hub, or the local copy."""
     try:
-        from alpaca_eval.metrics import get_length_controlled_winrate
+        from alpaca_eval.metrics import glm_winrate
     except ImportError:
         raise ConfigError(
             "alpacaeval2_lc's length control needs the 'evals' extra: pip install 'kitchen[evals]'"
         ) from None
-    metrics = get_length_controlled_winrate(annotations, save_weights_dir=None, is_warn_extreme_changes=False)
+    gamed = str(hub_file("tatsu-lab/alpaca_eval", "df_gamed.csv", local))
+    with mock.patch.object(glm_winrate, "hf_hub_download", lambda *args, **kwargs: gamed):
+        metrics = glm_winrate.get_length_controlled_winrate(
+            annotations, save_weights_dir=None, is_warn_extreme_changes=False
+        )
     return Estimate(
         float(metrics["length_controlled_winrate"]) / 100, float(metrics["lc_standard_error"]) / 100, len(annotations)
     )
@@ -241,7 +251,7 @@ async def _alpacaeval(model: EvalModel, settings: JudgedSettings) -> TaskResult:
         ]
         return {
             "win_rate": mean_with_stderr([g.score for g in grades]),
-            "length_controlled_winrate": length_controlled(annotations),
+            "length_controlled_winrate": length_controlled(annotations, settings.dataset),
         }
 
     return await evaluate_generation(model, items, grade, settings, summary)
@@ -295,7 +305,7 @@ async def _arena_hard(model: EvalModel, settings: ArenaHardSettings) -> TaskResu
             game(item.record["question"], item.record["baseline"], reply, 0),
             game(item.record["question"], reply, item.record["baseline"], 1),
         )
-        if first not in LABEL_SCORE or second not in LABEL_SCORE:
+        if first is None or second is None or first not in LABEL_SCORE or second not in LABEL_SCORE:
             return Grade(False, 0.5, f"no verdict (games: {first!r}, {second!r})", None, {"outcomes": []})
         outcomes = LABEL_SCORE[second] + [1 - s for s in LABEL_SCORE[first]]
         score = sum(outcomes) / len(outcomes)
