@@ -1,6 +1,9 @@
 """`bfcl`: the Berkeley Function Calling Leaderboard's non-live AST categories (simple_python,
-multiple, parallel, parallel_multiple; gorilla-llm/Berkeley-Function-Calling-Leaderboard, the
-v4 files) in BFCL's prompting mode: its default system prompt with the functions as JSON, the
+multiple, parallel, parallel_multiple) in BFCL v4's prompting mode. The hub dataset
+(gorilla-llm/Berkeley-Function-Calling-Leaderboard) holds these categories as its v3 files
+(`BFCL_v3_simple.json` ..., `possible_answer/` beside them; v4 renamed `simple` to
+`simple_python` and ships its files in the `bfcl-eval` package); a local copy may have either
+naming. The prompt is v4's default system prompt with the functions as JSON, the
 reply read as a Python list of calls, and each call matched against the possible answers by
 BFCL's AST rules (function name; required parameters present, no unknown ones; each value of
 the documented type and among the allowed values, strings compared without spaces, punctuation
@@ -13,6 +16,7 @@ import ast
 import json
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from pydantic import Field
@@ -34,6 +38,13 @@ from train_core.renderers.messages import Message
 
 REPO = "gorilla-llm/Berkeley-Function-Calling-Leaderboard"
 CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple")
+HUB_NAMES = {
+    "simple_python": "simple",
+    "multiple": "multiple",
+    "parallel": "parallel",
+    "parallel_multiple": "parallel_multiple",
+}
+"""Each category's name in the hub repo's v3 files."""
 
 SYSTEM_PROMPT = (
     "You are an expert in composing functions."
@@ -167,7 +178,7 @@ class BfclSettings(EvalSettings):
     temperature: float = Field(0.001, ge=0, description="sampling temperature (BFCL's default 0.001)")
 
 
-def _read_lines(path: Any) -> list[dict[str, Any]]:
+def _read_lines(path: Path) -> list[dict[str, Any]]:
     rows = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if line.strip():
@@ -178,20 +189,29 @@ def _read_lines(path: Any) -> list[dict[str, Any]]:
     return rows
 
 
+def category_file(category: str, local: str | None) -> str:
+    """The file of a category: the hub's v3 name, or in a local copy the v4 name where it has it
+    (bfcl-eval's data folder), else the v3 one."""
+    if local is not None and (Path(local) / f"BFCL_v4_{category}.json").is_file():
+        return f"BFCL_v4_{category}.json"
+    return f"BFCL_v3_{HUB_NAMES[category]}.json"
+
+
 def bfcl_items(settings: BfclSettings) -> list[Item]:
     unknown = sorted(set(settings.categories) - set(CATEGORIES))
     if unknown:
         raise DataError(f"bfcl: unknown category {unknown[0]!r} (categories: {', '.join(CATEGORIES)})")
     items = []
     for category in settings.categories:
-        questions = _read_lines(hub_file(REPO, f"BFCL_v4_{category}.json", settings.dataset))
+        name = category_file(category, settings.dataset)
+        questions = _read_lines(hub_file(REPO, name, settings.dataset))
         answers = {
             row["id"]: row["ground_truth"]
-            for row in _read_lines(hub_file(REPO, f"possible_answer/BFCL_v4_{category}.json", settings.dataset))
+            for row in _read_lines(hub_file(REPO, f"possible_answer/{name}", settings.dataset))
         }
         for row in questions:
             if row["id"] not in answers:
-                raise DataError(f"BFCL_v4_{category}.json {row['id']}: no possible answer")
+                raise DataError(f"{name} {row['id']}: no possible answer")
             turn = [Message(role=m["role"], content=m["content"]) for m in row["question"][0]]
             system = system_prompt(row["function"])
             if turn and turn[0]["role"] == "system":
@@ -199,7 +219,7 @@ def bfcl_items(settings: BfclSettings) -> list[Item]:
             else:
                 turn.insert(0, Message(role="system", content=system))
             record = {"category": category, "function": row["function"], "answers": answers[row["id"]], "id": row["id"]}
-            items.append(Item(turn, record, f"BFCL_v4_{category}.json {row['id']}"))
+            items.append(Item(turn, record, f"{name} {row['id']}"))
     return items
 
 

@@ -9,11 +9,14 @@ a baseline model's published answer.
   `logprob_parser` reads them. Metrics: win_rate, and length_controlled_winrate computed by
   AlpacaEval's own GLM (`alpaca_eval.metrics.get_length_controlled_winrate`, the `evals` extra).
 - `arena_hard`: Arena-Hard-Auto v2.0 (lmarena-ai/arena-hard-auto: question.jsonl and the
-  baseline's model_answer file), its judge system prompt and template, two games per question
-  (the baseline first, then the target first), the verdict read by its patterns
-  (`[[A>>B]]` ...), strong verdicts counted three times; score = the target's mean outcome
-  against the baseline, which is what Arena-Hard's Bradley-Terry fit gives for one model and the
-  baseline, with a bootstrap standard error over questions.
+  baselines' model_answer files), judged as its `gen_judgment.py` does: each question's category
+  picks the baseline and the judge's system prompt (`JUDGE_SETTINGS`: hard prompts against
+  o3-mini with the original prompt, creative writing against Gemini 2.0 Flash with the prompt
+  that drops "generate your own answer"), two games per question (the baseline first, then the
+  target first), the verdict read by its patterns (`[[A>>B]]` ...), strong verdicts counted three
+  times, a question with a missing verdict left out; `<category>_score` = the target's mean
+  outcome against that category's baseline (what `show_result.py` reports per category), with a
+  bootstrap standard error over questions.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from kitchen.families.evaluation import (
     evaluate_generation,
     hub_file,
     mean_with_stderr,
+    require,
     strip_thinking,
 )
 from train_core.renderers.base import Renderer
@@ -106,6 +110,20 @@ ARENA_HARD_SYSTEM = (
     '[[A=B]]".'
 )
 """arena-hard-auto `utils/judge_utils.py`, OG_ARENA_HARD_PROMPT."""
+ARENA_HARD_CREATIVE_SYSTEM = ARENA_HARD_SYSTEM.replace(
+    "Begin your evaluation by generating your own answer to the prompt. You must provide your answers before "
+    "judging any answers.\n\n",
+    "",
+).replace("compare both assistants' answers with your answer.", "compare both assistants' answers.")
+"""arena-hard-auto `utils/judge_utils.py`, JUDGE_SETTINGS["creative_writing"]: the original prompt
+without the judge's own answer."""
+ARENA_HARD_JUDGING: dict[str, tuple[str, str]] = {
+    "hard_prompt": ("o3-mini-2025-01-31", ARENA_HARD_SYSTEM),
+    "coding": ("o3-mini-2025-01-31", ARENA_HARD_SYSTEM),
+    "math": ("o3-mini-2025-01-31", ARENA_HARD_SYSTEM),
+    "creative_writing": ("gemini-2.0-flash-001", ARENA_HARD_CREATIVE_SYSTEM),
+}
+"""arena-hard-auto `utils/judge_utils.py`, JUDGE_SETTINGS: a category's baseline and system prompt."""
 ARENA_HARD_TEMPLATE = (
     "<|User Prompt|>\n{QUESTION}\n\n<|The Start of Assistant A's Answer|>\n{ANSWER_A}\n<|The End of Assistant A's "
     "Answer|>\n\n<|The Start of Assistant B's Answer|>\n{ANSWER_B}\n<|The End of Assistant B's Answer|>"
@@ -267,73 +285,128 @@ def arena_verdict(judgment: str) -> str | None:
 
 
 class ArenaHardSettings(JudgedSettings):
-    baseline: str = Field("o3-mini-2025-01-31", description="the baseline whose published answers the target meets")
+    categories: list[str] = Field(
+        ["hard_prompt", "creative_writing"],
+        description="the question categories evaluated, each against its baseline: any of "
+        + ", ".join(ARENA_HARD_JUDGING),
+    )
+
+
+ARENA_HARD_REPO = "lmarena-ai/arena-hard-auto"
+ARENA_HARD_DATA = "data/arena-hard-v2.0"
+
+
+def _baseline_answers(model: str, local: str | None) -> dict[str, str]:
+    """The published answers of a baseline, by question uid (the answer, not its thinking)."""
+    path = hub_file(ARENA_HARD_REPO, f"{ARENA_HARD_DATA}/model_answer/{model}.jsonl", local)
+    answers = {}
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                row = json.loads(line)
+                content = row["messages"][-1]["content"]
+                answers[str(row["uid"])] = content["answer"] if isinstance(content, dict) else str(content)
+            except (ValueError, KeyError, IndexError, TypeError) as exc:
+                raise DataError(
+                    f"{path.name} line {n}: not an arena-hard answer ({type(exc).__name__}: {exc})"
+                ) from None
+    return answers
+
+
+def arena_hard_items(settings: ArenaHardSettings) -> list[Item]:
+    """The questions of the chosen categories, each with its category's baseline answer."""
+    unknown = sorted(set(settings.categories) - set(ARENA_HARD_JUDGING))
+    if unknown:
+        raise ConfigError(
+            f"arena_hard.categories: unknown {unknown[0]!r} (categories: {', '.join(ARENA_HARD_JUDGING)})"
+        )
+    path = hub_file(ARENA_HARD_REPO, f"{ARENA_HARD_DATA}/question.jsonl", settings.dataset)
+    questions = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                questions.append((n, json.loads(line)))
+            except ValueError as exc:
+                raise DataError(f"{path.name} line {n}: not JSON ({exc})") from None
+    baselines: dict[str, dict[str, str]] = {}
+    items = []
+    for n, question in questions:
+        require(question, ("uid", "category", "prompt"), f"{path.name} line {n}")
+        category = question["category"]
+        if category not in settings.categories:
+            continue
+        model, system = ARENA_HARD_JUDGING[category]
+        if model not in baselines:
+            baselines[model] = _baseline_answers(model, settings.dataset)
+        if question["uid"] not in baselines[model]:
+            raise DataError(f"{model}.jsonl: no answer to question {question['uid']} ({category})")
+        record = {
+            "uid": question["uid"],
+            "category": category,
+            "question": question["prompt"],
+            "baseline": baselines[model][question["uid"]],
+            "system": system,
+        }
+        items.append(Item([Message(role="user", content=question["prompt"])], record, f"question {question['uid']}"))
+    return items
+
+
+def arena_hard_outcomes(first: str | None, second: str | None) -> list[float] | None:
+    """The target's outcomes from the verdicts of the two games (`first`: the baseline is
+    assistant A; `second`: the target is), as `show_result.py` counts them; None without both."""
+    if first not in LABEL_SCORE or second not in LABEL_SCORE:
+        return None
+    return LABEL_SCORE[str(second)] + [1 - s for s in LABEL_SCORE[str(first)]]
+
+
+def bootstrap_mean(rows: Sequence[Sequence[float]], resamples: int, seed: int) -> Estimate:
+    """The mean of all outcomes, with a standard error from resampling the rows (questions)."""
+    if not rows:
+        return Estimate(float("nan"), None, 0)
+
+    def score(picked: Sequence[Sequence[float]]) -> float:
+        flat = [o for row in picked for o in row]
+        return sum(flat) / len(flat)
+
+    rng = random.Random(seed)
+    boot = [score([rows[rng.randrange(len(rows))] for _ in rows]) for _ in range(resamples)]
+    mean = sum(boot) / len(boot)
+    stderr = (sum((b - mean) ** 2 for b in boot) / (len(boot) - 1)) ** 0.5
+    return Estimate(score(rows), stderr, len(rows))
 
 
 async def _arena_hard(model: EvalModel, settings: ArenaHardSettings) -> TaskResult:
-    repo = "lmarena-ai/arena-hard-auto"
-    questions = [
-        json.loads(line)
-        for line in hub_file(repo, "data/arena-hard-v2.0/question.jsonl", settings.dataset)
-        .read_text(encoding="utf-8")
-        .splitlines()
-        if line.strip()
-    ]
-    answers_path = hub_file(repo, f"data/arena-hard-v2.0/model_answer/{settings.baseline}.jsonl", settings.dataset)
-    baseline = {}
-    for line in answers_path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            row = json.loads(line)
-            content = row["messages"][-1]["content"]
-            baseline[row["uid"]] = content["answer"] if isinstance(content, dict) else str(content)
-    items = []
-    for question in questions:
-        if question["uid"] not in baseline:
-            raise DataError(f"{answers_path.name}: no answer to question {question['uid']}")
-        record = {"uid": question["uid"], "question": question["prompt"], "baseline": baseline[question["uid"]]}
-        items.append(Item([Message(role="user", content=question["prompt"])], record, f"question {question['uid']}"))
+    items = arena_hard_items(settings)
     judge = await open_judge(model, settings, "arena_hard")
 
-    async def game(question: str, answer_a: str, answer_b: str, seed: int) -> tuple[str | None, str]:
-        user = ARENA_HARD_TEMPLATE.format(QUESTION=question, ANSWER_A=answer_a, ANSWER_B=answer_b)
-        messages = [Message(role="system", content=ARENA_HARD_SYSTEM), Message(role="user", content=user)]
-        judgment = await judge.reply(messages, settings.judge_max_tokens, seed)
-        return arena_verdict(judgment), judgment
+    async def game(record: dict[str, Any], answer_a: str, answer_b: str, seed: int) -> str | None:
+        user = ARENA_HARD_TEMPLATE.format(QUESTION=record["question"], ANSWER_A=answer_a, ANSWER_B=answer_b)
+        messages = [Message(role="system", content=record["system"]), Message(role="user", content=user)]
+        return arena_verdict(await judge.reply(messages, settings.judge_max_tokens, seed))
 
     async def grade(item: Item, reply: str) -> Grade:
-        (first, _), (second, _) = await asyncio.gather(
-            game(item.record["question"], item.record["baseline"], reply, 0),
-            game(item.record["question"], reply, item.record["baseline"], 1),
+        record = dict(item.record)
+        first, second = await asyncio.gather(
+            game(record, record["baseline"], reply, 0), game(record, reply, record["baseline"], 1)
         )
-        if first is None or second is None or first not in LABEL_SCORE or second not in LABEL_SCORE:
-            return Grade(False, 0.5, f"no verdict (games: {first!r}, {second!r})", None, {"outcomes": []})
-        outcomes = LABEL_SCORE[second] + [1 - s for s in LABEL_SCORE[first]]
+        outcomes = arena_hard_outcomes(first, second)
+        details = {"category": record["category"], "outcomes": outcomes or []}
+        if outcomes is None:
+            return Grade(False, 0.5, f"no verdict (games: {first!r}, {second!r})", None, details)
         score = sum(outcomes) / len(outcomes)
-        return Grade(
-            score > 0.5,
-            score,
-            f"verdicts {first} (baseline first), {second} (model first)",
-            None,
-            {"outcomes": outcomes},
-        )
+        return Grade(score > 0.5, score, f"verdicts {first} (baseline first), {second} (model first)", None, details)
 
     def summary(items: Sequence[Item], grades_I: Sequence[Sequence[Grade]]) -> dict[str, Estimate]:
-        per_question = [[o for g in grades for o in g.details["outcomes"]] for grades in grades_I]
-        judged = [outcomes for outcomes in per_question if outcomes]
-        if not judged:
-            return {"score": Estimate(float("nan"), None, 0)}
-
-        def score(rows: Sequence[Sequence[float]]) -> float:
-            flat = [o for row in rows for o in row]
-            return sum(flat) / len(flat)
-
-        rng = random.Random(settings.seed)
-        boot = [
-            score([judged[rng.randrange(len(judged))] for _ in judged]) for _ in range(settings.bootstrap_resamples)
-        ]
-        mean = sum(boot) / len(boot)
-        stderr = (sum((b - mean) ** 2 for b in boot) / (len(boot) - 1)) ** 0.5
-        return {"score": Estimate(score(judged), stderr, len(judged))}
+        by_category: dict[str, list[list[float]]] = {}
+        for item, grades in zip(items, grades_I, strict=True):
+            outcomes = [o for g in grades for o in g.details["outcomes"]]
+            judged = by_category.setdefault(item.record["category"], [])
+            if outcomes:
+                judged.append(outcomes)
+        return {
+            f"{category}_score": bootstrap_mean(rows, settings.bootstrap_resamples, settings.seed)
+            for category, rows in by_category.items()
+        }
 
     return await evaluate_generation(model, items, grade, settings, summary)
 

@@ -8,6 +8,7 @@ metrics are the benchmarks' own."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -270,6 +271,20 @@ def test_bfcl_system_prompt_and_ast_match() -> None:
     }
 
 
+def test_bfcl_reads_a_local_copy_with_v4_names(tmp_path: Path) -> None:
+    # bfcl-eval's data folder names the files BFCL_v4_<category>.json, with v4 ids
+    hub = snapshot("gorilla-llm/Berkeley-Function-Calling-Leaderboard")
+    for folder in ("", "possible_answer/"):
+        (tmp_path / folder).mkdir(exist_ok=True)
+        text = (hub / f"{folder}BFCL_v3_simple.json").read_text().replace('"simple_0"', '"simple_python_0"')
+        (tmp_path / f"{folder}BFCL_v4_simple_python.json").write_text(text)
+    result, _ = evaluate(
+        "bfcl", lambda p, k: "[triangle_area(base=10, height=5)]", dataset=str(tmp_path), categories=["simple_python"]
+    )
+    assert values(result)["simple_python_accuracy"] == 1.0
+    assert result.samples[0].extra["where"] == "BFCL_v4_simple_python.json simple_python_0"
+
+
 @pytest.mark.parametrize(
     ("reply", "reason"),
     [
@@ -332,18 +347,74 @@ def test_alpacaeval2_judge_prompt_win_rate_and_length_control() -> None:
     assert 0.0 <= values(result)["length_controlled_winrate"] <= 1.0
 
 
-def test_arena_hard_two_games_and_weighted_verdicts() -> None:
+CREATIVE_JUDGE = (
+    "Please act as an impartial judge and evaluate the quality of the responses provided by two AI assistants to the user prompt displayed below. You will be given assistant A's answer and assistant B's answer. Your job is to evaluate which assistant's answer is better.\n\n"
+    "When evaluating the assistants' answers, compare both assistants' answers. You must identify and correct any mistakes or inaccurate information.\n\n"
+    "Then consider if the assistant's answers are helpful, relevant, and concise. Helpful means the answer correctly responds to the prompt or follows the instructions. Note when user prompt has any ambiguity or more than one interpretation, it is more helpful and appropriate to ask for clarifications or more information from the user than providing an answer based on assumptions. Relevant means all parts of the response closely connect or are appropriate to what is being asked. Concise means the response is clear and not verbose or excessive.\n\n"
+    "Then consider the creativity and novelty of the assistant's answers when needed. Finally, identify any missing important information in the assistants' answers that would be beneficial to include when responding to the user prompt.\n\n"
+    "After providing your explanation, you must output only one of the following choices as your final verdict with a label:\n\n"
+    "1. Assistant A is significantly better: [[A>>B]]\n2. Assistant A is slightly better: [[A>B]]\n3. Tie, relatively the same: [[A=B]]\n4. Assistant B is slightly better: [[B>A]]\n5. Assistant B is significantly better: [[B>>A]]\n\n"
+    'Example output: "My final verdict is tie: [[A=B]]".'
+)
+"""arena-hard-auto `utils/judge_utils.py`, JUDGE_SETTINGS["creative_writing"]["system_prompt"]."""
+
+
+def test_arena_hard_two_games_weighted_verdicts_and_category_baselines() -> None:
     for prefers, expected in (("model", 1.0), ("baseline", 0.0)):
+        judge = _judge(prefers)
         result, _ = run(
             "arena_hard",
             "lmarena-ai/arena-hard-auto",
             lambda p, k: "MODEL ANSWER",
-            judge_sampler=_judge(prefers),
+            judge_sampler=judge,
             judge="judge-model",
             judge_renderer="role_colon",
         )
-        assert values(result)["score"] == expected, [s.reason for s in result.samples]
+        assert values(result) == {"hard_prompt_score": expected, "creative_writing_score": expected}, [
+            s.reason for s in result.samples
+        ]
+        assert result.metrics["hard_prompt_score"].n == 2 and result.metrics["creative_writing_score"].n == 1
     assert "verdicts" in result.samples[0].reason
+    # two games per question; each category's baseline answer and system prompt
+    assert len(judge.prompts) == 6
+    poem = [p for p in judge.prompts if "poem about rain" in p]
+    assert len(poem) == 2 and all("Rain taps the glass,\nthe street hums back." in p for p in poem)
+    assert all(p.startswith("System: " + CREATIVE_JUDGE + "\n") for p in poem)
+    queue = [p for p in judge.prompts if "use of a queue" in p]
+    assert all("Begin your evaluation by generating your own answer" in p for p in queue)
+    assert all("Scheduling print jobs." in p for p in queue)
+    only_hard, _ = run(
+        "arena_hard",
+        "lmarena-ai/arena-hard-auto",
+        lambda p, k: "MODEL ANSWER",
+        judge_sampler=_judge("model"),
+        judge="judge-model",
+        judge_renderer="role_colon",
+        categories=["hard_prompt"],
+    )
+    assert list(only_hard.metrics) == ["hard_prompt_score"] and len(only_hard.samples) == 2
+
+
+def test_arena_hard_question_without_a_verdict_is_left_out() -> None:
+    judge = _judge("model")
+    judge.reply = lambda p, k: (
+        "I cannot decide."
+        if "hash map" in p
+        else "[[B>>A]]"
+        if "Assistant A's Answer|>\nScheduling" in p
+        else "[[A>>B]]"
+    )
+    result, _ = run(
+        "arena_hard",
+        "lmarena-ai/arena-hard-auto",
+        lambda p, k: "MODEL ANSWER",
+        judge_sampler=judge,
+        judge="judge-model",
+        judge_renderer="role_colon",
+        categories=["hard_prompt"],
+    )
+    assert result.metrics["hard_prompt_score"].n == 1 and values(result)["hard_prompt_score"] == 1.0
+    assert result.samples[0].reason.startswith("no verdict")
 
 
 def test_judged_benchmark_without_a_judge_says_so() -> None:

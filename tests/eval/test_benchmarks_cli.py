@@ -44,6 +44,14 @@ def test_benchmark_runs_by_name_on_the_tiny_model(task: str, hf_env: dict[str, s
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     rows = [row for row in results["results"] if row["task"] == task]
-    assert rows and all(row["n"] >= 1 for row in rows), rows
-    samples = (tmp_path / "out" / "samples" / f"{task}.jsonl").read_text().splitlines()
-    assert len(samples) == rows[0]["n"] or len(samples) >= 1
+    lines = (tmp_path / "out" / "samples" / f"{task}.jsonl").read_text().splitlines()
+    samples = [json.loads(line) for line in lines]
+    # --limit 2, one sample per item: every item graded once (a fixture may hold only one)
+    assert 1 <= len(samples) <= 2 and sorted(s["item"] for s in samples) == list(range(len(samples)))
+    assert all(isinstance(s["grade"], float) and s["reason"] for s in samples), samples
+    assert rows, results["results"]
+    if task == "arena_hard":  # the tiny judge writes no verdict: such a question is left out, as upstream
+        judged = sum(not s["reason"].startswith("no verdict") for s in samples)
+        assert [row["n"] for row in rows] == [judged], rows
+    else:
+        assert all(row["n"] >= 1 for row in rows), rows

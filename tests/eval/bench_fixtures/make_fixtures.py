@@ -353,12 +353,13 @@ def main() -> None:
             ],
         ),
     }
-    for category, (functions, question, truth) in cases.items():
+    for category, (functions, question, truth) in cases.items():  # the hub repo's v3 names and ids
+        name = "simple" if category == "simple_python" else category
         jsonl(
-            bfcl / f"BFCL_v4_{category}.json",
-            [{"id": f"{category}_0", "question": [[{"role": "user", "content": question}]], "function": functions}],
+            bfcl / f"BFCL_v3_{name}.json",
+            [{"id": f"{name}_0", "question": [[{"role": "user", "content": question}]], "function": functions}],
         )
-        jsonl(bfcl / f"possible_answer/BFCL_v4_{category}.json", [{"id": f"{category}_0", "ground_truth": truth}])
+        jsonl(bfcl / f"possible_answer/BFCL_v3_{name}.json", [{"id": f"{name}_0", "ground_truth": truth}])
     alpaca = snapshot("tatsu-lab/alpaca_eval")
     alpaca_rows = [
         {
@@ -392,27 +393,37 @@ def main() -> None:
             "prompt": "Explain what a hash map is in one sentence.",
         },
         {"uid": "fixture02", "category": "hard_prompt", "subcategory": "fixture", "prompt": "Give one use of a queue."},
+        {
+            "uid": "fixture03",
+            "category": "creative_writing",
+            "subcategory": "fixture",
+            "prompt": "Write a two-line poem about rain.",
+        },
     ]
     jsonl(arena / "data/arena-hard-v2.0/question.jsonl", questions)
-    jsonl(
-        arena / "data/arena-hard-v2.0/model_answer/o3-mini-2025-01-31.jsonl",
-        [
-            {
-                "uid": q["uid"],
-                "ans_id": f"ans{n}",
-                "model": "o3-mini-2025-01-31",
-                "messages": [
-                    {"role": "user", "content": q["prompt"]},
-                    {"role": "assistant", "content": {"answer": answer}},
-                ],
-                "tstamp": 0.0,
-                "metadata": {},
-            }
-            for n, (q, answer) in enumerate(
-                zip(questions, ["A table from keys to values.", "Scheduling print jobs."], strict=True)
-            )
-        ],
-    )
+    answers = {
+        "o3-mini-2025-01-31": {"fixture01": "A table from keys to values.", "fixture02": "Scheduling print jobs."},
+        "gemini-2.0-flash-001": {"fixture03": "Rain taps the glass,\nthe street hums back."},
+    }
+    for model, by_uid in answers.items():  # each category's baseline answers its own questions
+        jsonl(
+            arena / f"data/arena-hard-v2.0/model_answer/{model}.jsonl",
+            [
+                {
+                    "uid": q["uid"],
+                    "ans_id": f"ans-{q['uid']}",
+                    "model": model,
+                    "messages": [
+                        {"role": "user", "content": q["prompt"]},
+                        {"role": "assistant", "content": {"answer": by_uid[q["uid"]]}},
+                    ],
+                    "tstamp": 0.0,
+                    "metadata": {},
+                }
+                for q in questions
+                if q["uid"] in by_uid
+            ],
+        )
 
 
 if __name__ == "__main__":
