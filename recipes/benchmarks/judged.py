@@ -210,16 +210,22 @@ def alpaca_judge_messages(instruction: str, output_1: str, output_2: str) -> lis
     return [Message(role="system", content=ALPACA_JUDGE_SYSTEM), Message(role="user", content=user)]
 
 
+ALPACA_INSTALL_HINT = "alpacaeval2_lc's length control needs the 'evals' extra: pip install 'kitchen[evals]'"
+
+
+def _glm_winrate() -> Any:
+    try:
+        from alpaca_eval.metrics import glm_winrate
+    except ImportError:
+        raise ConfigError(ALPACA_INSTALL_HINT) from None
+    return glm_winrate
+
+
 def length_controlled(annotations: list[dict[str, Any]], local: str | None) -> Estimate:
     """AlpacaEval 2's length-controlled win rate, fitted by AlpacaEval's own GLM code. Its
     instruction difficulties (`df_gamed.csv`) come from the same place as the instructions: the
     hub, or the local copy."""
-    try:
-        from alpaca_eval.metrics import glm_winrate
-    except ImportError:
-        raise ConfigError(
-            "alpacaeval2_lc's length control needs the 'evals' extra: pip install 'kitchen[evals]'"
-        ) from None
+    glm_winrate = _glm_winrate()
     gamed = str(hub_file("tatsu-lab/alpaca_eval", "df_gamed.csv", local))
     with mock.patch.object(glm_winrate, "hf_hub_download", lambda *args, **kwargs: gamed):
         metrics = glm_winrate.get_length_controlled_winrate(
@@ -231,6 +237,7 @@ def length_controlled(annotations: list[dict[str, Any]], local: str | None) -> E
 
 
 async def _alpacaeval(model: EvalModel, settings: JudgedSettings) -> TaskResult:
+    _glm_winrate()  # before any sampling: say which extra is missing
     path = hub_file("tatsu-lab/alpaca_eval", "alpaca_eval_gpt4_baseline.json", settings.dataset)
     try:
         rows = json.loads(path.read_text(encoding="utf-8"))

@@ -8,6 +8,7 @@ metrics are the benchmarks' own."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -422,3 +423,25 @@ def test_judged_benchmark_without_a_judge_says_so() -> None:
 
     with pytest.raises(ConfigError, match=r"arena_hard.judge=MODEL"):
         run("arena_hard", "lmarena-ai/arena-hard-auto", lambda p, k: "x")
+
+
+@pytest.mark.parametrize(
+    ("task", "repo", "module"),
+    [("ifeval", "google/IFEval", "if_verifiable"), ("alpacaeval2_lc", "tatsu-lab/alpaca_eval", "alpaca_eval.metrics")],
+)
+def test_a_missing_extra_is_named_before_any_sampling(
+    task: str, repo: str, module: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kitchen import ConfigError
+
+    monkeypatch.setitem(sys.modules, module, None)  # as if the package were not installed
+    replies: list[str] = []
+
+    def reply(prompt: str, k: int) -> str:
+        replies.append(prompt)
+        return "x"
+
+    judged: dict[str, Any] = {"judge": "judge-model", "judge_sampler": _judge("model")} if task != "ifeval" else {}
+    with pytest.raises(ConfigError, match=r"needs the 'evals' extra.*: pip install 'kitchen\[evals\]'"):
+        run(task, repo, reply, **judged)
+    assert replies == []

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kitchen.engine.errors import DataError
 from kitchen.engine.eval_tasks import EvalModel, EvalSettings, SampleRecord, TaskResult
 from train_core.eval_stats import Estimate, majority_vote, mean_with_stderr, pass_at_k, pass_at_k_values
 from train_core.renderers.base import Message
@@ -137,15 +138,18 @@ class Journal:
         mid-write is dropped)."""
         done: dict[int, list[tuple[str, Grade]]] = {}
         if path.is_file():
-            for line in path.read_text(encoding="utf-8").splitlines():
+            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
                 try:
                     row = json.loads(line)
                 except ValueError:
                     continue
-                grade = Grade(
-                    bool(row["correct"]), float(row["grade"]), row["reason"], row["answer"], row.get("details", {})
-                )
-                done.setdefault(int(row["item"]), []).append((row["response"], grade))
+                try:
+                    grade = Grade(
+                        bool(row["correct"]), float(row["grade"]), row["reason"], row["answer"], row.get("details", {})
+                    )
+                    done.setdefault(int(row["item"]), []).append((row["response"], grade))
+                except (KeyError, TypeError, ValueError) as exc:
+                    raise DataError(f"{path} line {n}: not a graded sample ({type(exc).__name__}: {exc})") from None
         return cls(path, task, done)
 
     def record(self, index: int, item: Item, graded: Sequence[tuple[str, Grade]]) -> None:
