@@ -2,7 +2,6 @@
 `kitchen.eval_tasks` entry points in `pyproject.toml` (kitchen imports no recipe):
 
 - `arithmetic`: the held-out addition problems of `math_rl` (same prompts, same grading);
-- `gsm8k`: GSM8K-format word problems (default the shipped sample's test split);
 - `code`: code problems run against their tests in a sandbox (default the shipped held-out set).
 
 Each grades a reply exactly as its RL environment rewards it.
@@ -27,8 +26,6 @@ from recipes.data import shipped_data
 from recipes.envs.arithmetic import eval_problems, question
 from recipes.envs.code import INSTRUCTION as CODE_INSTRUCTION
 from recipes.envs.code import grade_code, load_code_problems
-from recipes.envs.gsm8k import INSTRUCTION as GSM8K_INSTRUCTION
-from recipes.envs.gsm8k import load_word_problems
 from sandbox import SandboxKind, make_sandbox
 from train_core.renderers.messages import Message
 from train_core.rl.code_grading import extract_code
@@ -50,21 +47,6 @@ class ArithmeticSettings(EvalSettings):
 async def _arithmetic(model: EvalModel, settings: ArithmeticSettings) -> TaskResult:
     problems = eval_problems(settings.max_operand, settings.num_problems, settings.problem_seed)
     items = [Item(_user(question(p)), {"answer": str(sum(p))}, f"problem {question(p)!r}") for p in problems]
-    return await evaluate_generation(model, items, grade_math, settings)
-
-
-class Gsm8kSettings(EvalSettings):
-    dataset: str = Field(
-        default_factory=lambda: shipped_data("gsm8k_sample/test.jsonl"),
-        description="GSM8K-format JSONL: 'question', and 'answer' with the final answer after '####'",
-    )
-
-
-async def _gsm8k(model: EvalModel, settings: Gsm8kSettings) -> TaskResult:
-    items = [
-        Item(_user(p.question + GSM8K_INSTRUCTION), {"answer": p.answer}, f"{settings.dataset} problem {i + 1}")
-        for i, p in enumerate(load_word_problems(settings.dataset))
-    ]
     return await evaluate_generation(model, items, grade_math, settings)
 
 
@@ -103,5 +85,4 @@ async def _code(model: EvalModel, settings: CodeSettings) -> TaskResult:
 
 
 ARITHMETIC = EvalTask("arithmetic", "math_rl's held-out addition problems", _arithmetic, ArithmeticSettings)
-GSM8K = EvalTask("gsm8k", "GSM8K-format word problems (shipped sample by default)", _gsm8k, Gsm8kSettings)
 CODE = EvalTask("code", "code problems graded by their tests in a sandbox", _code, CodeSettings)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Literal, cast
 
 from train_core.errors import InvalidInputError
@@ -90,6 +91,35 @@ def mean_nll(logprobs_D: Sequence[torch.Tensor], weights_D: Sequence[torch.Tenso
         return float("nan")
     weighted = sum(float((lp.float() * w.float()).sum()) for lp, w in zip(logprobs_D, weights_D, strict=True))
     return -weighted / total_weight
+
+
+def scored_bytes(datum: Datum, decode: Callable[[list[int]], str]) -> int:
+    """UTF-8 bytes of the text a datum's scored targets (weight > 0) spell: each run of scored
+    tokens is decoded whole, so a character split across tokens counts once."""
+    targets, weights = datum.loss_fn_inputs["target_tokens"].data, datum.loss_fn_inputs["weights"].data
+    total, run = 0, []
+    for token, weight in zip([*targets, 0], [*weights, 0.0], strict=True):
+        if weight > 0:
+            run.append(int(token))
+        elif run:
+            total += len(decode(run).encode("utf-8"))
+            run = []
+    return total
+
+
+def sequence_nll(logprobs_D: Sequence[torch.Tensor], weights_D: Sequence[torch.Tensor]) -> list[float]:
+    """Each sequence's weighted NLL summed over its tokens, in nats."""
+    return [-float((lp.float() * w.float()).sum()) for lp, w in zip(logprobs_D, weights_D, strict=True)]
+
+
+def bits_per_byte(nll_D: Sequence[float], bytes_D: Sequence[int]) -> float:
+    """Summed NLL (`sequence_nll`) in bits per byte of the text the scored tokens spell
+    (`scored_bytes`): unlike per-token NLL it does not depend on the tokenizer, so models with
+    different vocabularies compare. NaN when the scored tokens spell no bytes."""
+    total_bytes = sum(bytes_D)
+    if total_bytes == 0:
+        return float("nan")
+    return math.fsum(nll_D) / (math.log(2) * total_bytes)
 
 
 IMAGE_TARGET = 0

@@ -24,6 +24,7 @@ from adapters.tinker.sdk_surface import SdkFuture, SdkServiceClient, SdkTraining
 from adapters.tinker.training_client import TinkerTrainingClient
 from kitchen.engine.errors import ConfigError
 from kitchen.engine.ports import Tokenizer
+from kitchen.engine.usage import TokenPrices
 from train_core.types import LoraLayers
 
 LORA_ONLY_MESSAGE = (
@@ -70,7 +71,10 @@ class TinkerBackend:
         redactor: Redactor | None = None,
         load_tokenizer: Callable[[str], Tokenizer] | None = None,
         base_url: str | None = None,
+        token_prices: TokenPrices | None = None,
     ) -> None:
+        self.token_prices = token_prices
+        """The user's price table (`tinker.prices`): runs log each step's estimated cost."""
         self._service = service_client
         self._retry = retry or RetryPolicy()
         self._redactor = redactor or Redactor()
@@ -84,6 +88,7 @@ class TinkerBackend:
         *,
         retry: RetryPolicy | None = None,
         service_client_factory: ServiceClientFactory | None = None,
+        token_prices: TokenPrices | None = None,
     ) -> TinkerBackend:
         """Check the SDK and TINKER_API_KEY first (one clear error), then build the SDK client."""
         api_key = read_api_key()
@@ -93,6 +98,7 @@ class TinkerBackend:
             retry=retry,
             redactor=Redactor(api_key),
             base_url=base_url,
+            token_prices=token_prices,
         )
 
     async def create_training_client(

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from adapters.tinker import capabilities
 from kitchen.engine.backends import BackendSpec
 from kitchen.engine.ports import ServiceBackend
+from kitchen.engine.usage import TokenPrices
 from train_core.losses import LossTable
 
 
@@ -26,6 +27,11 @@ class TinkerSettings(BaseModel):
     progress_interval_s: float = Field(
         30.0, gt=0, description="how often a request still without an answer logs what the service last said"
     )
+    prices: TokenPrices | None = Field(
+        None,
+        description="USD per million tokens ({prompt, sampled, trained}, from the service's price list for the "
+        "model): each step logs usage/cost_usd, its estimated cost",
+    )
 
 
 def create(config: Any, settings: TinkerSettings, checkpoint_dir: Path, losses: LossTable) -> ServiceBackend:
@@ -34,7 +40,7 @@ def create(config: Any, settings: TinkerSettings, checkpoint_dir: Path, losses: 
     from adapters.tinker.retry import RetryPolicy
 
     policy = RetryPolicy(request_timeout_s=settings.request_timeout_s, progress_interval_s=settings.progress_interval_s)
-    return TinkerBackend.from_env(base_url=settings.base_url, retry=policy)
+    return TinkerBackend.from_env(base_url=settings.base_url, retry=policy, token_prices=settings.prices)
 
 
 BACKEND = BackendSpec(

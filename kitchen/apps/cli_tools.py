@@ -84,6 +84,11 @@ def add_commands(commands: Any) -> None:
     evaluate.add_argument("--max-tokens", type=int, help="most tokens per reply (default: the run's, else 256)")
     evaluate.add_argument("--out", type=Path, metavar="DIR", help="results folder (default RUN_DIR/evals/<time>)")
     evaluate.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the interrupted evaluation in --out: items already graded there are not sampled again",
+    )
+    evaluate.add_argument(
         "--checkpoint",
         help="a run's checkpoint by name (default: its last, 'final' when finished), or 'best' (best_checkpoint)",
     )

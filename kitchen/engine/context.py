@@ -14,6 +14,7 @@ from kitchen.engine.errors import WiringError
 from kitchen.engine.observe.logging import make_run_logger
 from kitchen.engine.runs.checkpoints import CheckpointRecord
 from kitchen.engine.runs.metrics import MetricsRecorder
+from kitchen.engine.usage import UsageMeter
 
 
 def reduce_records(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -76,6 +77,9 @@ class Context:
         """What this run trains (`kitchen.engine.runs.rundir.fingerprint`), recorded with every checkpoint."""
         self.hooks: tuple[Any, ...] = ()
         """The run's hooks (set by the runner), for stages that start sub-runs."""
+        self.usage: UsageMeter | None = None
+        """Counts the tokens the run's backend is asked for (set where the run starts); each
+        step's counts go into its metrics row."""
         self.persisted: dict[str, TypeAdapter[Any]] = {}
         """The state keys saved with checkpoints, each with its declared type (set by the runner)."""
         self._loops: dict[str, LoopPosition] = {}

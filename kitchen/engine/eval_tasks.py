@@ -59,6 +59,8 @@ class EvalModel:
     reference, as a checkpoint path), else its base model name."""
     run_config: Mapping[str, Any] = field(default_factory=dict)
     """The config of the run that made the target (empty for a bare model)."""
+    open_tokenizer: Callable[[str], Tokenizer] | None = None
+    """The tokenizer of another model of this backend, by name (a judge's)."""
 
 
 @dataclass(frozen=True)

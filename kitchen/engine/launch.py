@@ -48,6 +48,7 @@ from kitchen.engine.runs.rundir import (
     run_lengths,
 )
 from kitchen.engine.secrets import install_logging_filter
+from kitchen.engine.usage import UsageMeter, backend_prices
 from kitchen.engine.validation import validate_recipe
 from kitchen.engine.workflow import Workflow
 
@@ -333,7 +334,9 @@ async def run_recipe_async(
         service = backend or make_backend(config, run_dir.checkpoint_dir)
         if resume is None:
             check_load_checkpoint(service, config)
-        ctx = build_context(recipe, config, run_dir, service, resume, logger)
+        meter = UsageMeter(backend_prices(service))
+        ctx = build_context(recipe, config, run_dir, meter.wrap(service), resume, logger)
+        ctx.usage = meter
         ctx.fingerprint = current
         ctx.set_commit(commit)
         observe = start_observability(recipe.name, config.logging, run_dir.path)
@@ -342,6 +345,7 @@ async def run_recipe_async(
         all_hooks = [watch, *hooks, *observe.hooks, *([ProgressHook()] if progress else [])]
         with handle_sigterm():  # buffered events reach the disk even when the run is killed
             await Runner(workflow, all_hooks).run(ctx)
+        logger.info("run.usage", **meter.totals())  # the steps' rows, and what came after the last
     finally:
         if observe is not None:
             observe.close()

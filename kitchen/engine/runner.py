@@ -385,6 +385,8 @@ class Runner:
 
     def _end_step(self, ctx: Context) -> None:
         ctx.last_step_loops = ctx.loop_positions()
+        if ctx.usage is not None:
+            ctx.metrics.record(ctx.step, ctx.usage.take_step())
         ctx.metrics.flush(through=ctx.step)
         for callback in ctx.take_step_end_callbacks():
             ctx.metrics.when_written(ctx.step, callback)  # after the row, which evals may still hold

@@ -1,5 +1,5 @@
 """What `kitchen eval` measures on a final checkpoint equals what training measured on the same
-weights and data: the supervised `eval/nll` (also through the checkpoint exported as a Hugging
+weights and data: the supervised `eval/nll` and `eval/bits_per_byte` (also through the checkpoint exported as a Hugging
 Face model folder), and DPO's held-out `eval/accuracy` and `eval/margin` (against the run's own
 frozen reference, found through its checkpoint record)."""
 
@@ -42,6 +42,7 @@ def test_nll_of_the_final_checkpoint_is_the_runs_last_eval_nll(tmp_path: Path) -
     data = shipped_data("sl_basic/test.jsonl")
     measured = evaluate([str(run), "--tasks", f"nll:{data}", "nll.max_length=64"], tmp_path / "eval")
     assert measured["nll"] == pytest.approx(last["eval/nll"], abs=1e-4)
+    assert measured["bits_per_byte"] == pytest.approx(last["eval/bits_per_byte"], abs=1e-4)
     # the same weights exported as a Hugging Face model folder are the same target
     assert main(["export", str(run), "--out", str(tmp_path / "hf")]) == 0
     exported = evaluate([str(tmp_path / "hf"), "--tasks", f"nll:{data}", "nll.max_length=64"], tmp_path / "eval_hf")

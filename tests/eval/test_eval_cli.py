@@ -82,7 +82,7 @@ def test_a_grader_that_raises(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     code, _, err = run_eval([*args, "--grader", "tests.eval.graders_for_tests:explodes"], capsys)
     assert code == 2 and "Traceback" not in err
     assert f"grader tests.eval.graders_for_tests:explodes on {data} line 1 raised ZeroDivisionError" in err
-    assert not (tmp_path / "out").exists()
+    assert not (tmp_path / "out" / "results.json").exists()  # only the plan and journal, for --resume
 
 
 def test_a_grader_returning_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -127,3 +127,41 @@ def test_a_backend_that_cannot_sample(
 def test_sampling_flags_do_not_apply_to_harness_tasks(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run_eval(["tiny", "--base", "--harness", "lm-eval", "--tasks", "x", "--samples", "4"], capsys)
     assert code == 2 and "--samples does not apply to --harness lm-eval" in err
+
+
+def test_an_interrupted_evaluation_resumes_from_its_samples(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["tiny", "--base", "--backend", "noop", "--tasks", "arithmetic", "--limit", "4"]
+    whole = tmp_path / "whole"
+    assert run_eval([*args, "--out", str(whole)], capsys)[0] == 0
+    assert json.loads((whole / "plan.json").read_text())["tasks"]["arithmetic"]["limit"] == 4
+    # an interruption after two items: their lines (one marked, to show it is reused, not
+    # sampled again) and a third line cut off mid-write, without results.json
+    cut = tmp_path / "cut"
+    (cut / "samples").mkdir(parents=True)
+    (cut / "plan.json").write_text((whole / "plan.json").read_text())
+    first, second = samples(whole, "arithmetic")[:2]
+    kept = {**first, "response": "kept from before", "grade": 0.0, "correct": False, "reason": "marked"}
+    torn = json.dumps(samples(whole, "arithmetic")[2])[:30]
+    (cut / "samples" / "arithmetic.jsonl").write_text(f"{json.dumps(kept)}\n{json.dumps(second)}\n{torn}")
+    code, _, err = run_eval([*args, "--out", str(cut), "--resume"], capsys)
+    assert code == 0, err
+    resumed = samples(cut, "arithmetic")
+    assert resumed == [kept, *samples(whole, "arithmetic")[1:]]  # the rest as an uninterrupted run has them
+    results = {row["metric"]: row for row in json.loads((cut / "results.json").read_text())["results"]}
+    assert results["accuracy"]["n"] == 4
+
+    code, _, err = run_eval([*args, "--out", str(cut), "--resume"], capsys)
+    assert code == 2 and "holds a finished evaluation" in err
+
+
+def test_resume_refuses_another_plan_and_needs_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "plan.json").write_text(json.dumps({"model": "tiny", "tasks": {"arithmetic": {"limit": 4}}}))
+    args = ["tiny", "--base", "--backend", "noop", "--tasks", "arithmetic", "--limit", "3"]
+    code, _, err = run_eval([*args, "--out", str(out), "--resume"], capsys)
+    assert code == 2 and "was started with other settings (tasks.arithmetic." in err and "Traceback" not in err
+    code, _, err = run_eval([*args, "--resume"], capsys)
+    assert code == 2 and "--resume needs --out" in err
+    code, _, err = run_eval([*args, "--out", str(out)], capsys)
+    assert code == 2 and "--resume continues an interrupted evaluation" in err

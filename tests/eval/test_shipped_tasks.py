@@ -79,18 +79,6 @@ def test_arithmetic_pass_at_k_and_majority_over_scripted_samples() -> None:
     assert len(result.samples) == 20
 
 
-def test_gsm8k_reads_the_boxed_answer() -> None:
-    problems = read(shipped_data("gsm8k_sample/test.jsonl"))
-    answers = {p["question"]: p["answer"].rsplit("####", 1)[1].strip() for p in problems}
-
-    def reply(question: str, k: int) -> str:
-        answer = answers[question.removesuffix(" Give your final answer as \\boxed{answer}.")]
-        return f"So 1 + 1 = 2, and the answer is \\boxed{{{answer}}}."
-
-    result = evaluate("gsm8k", reply)
-    assert result.metrics["accuracy"].value == 1.0 and result.metrics["accuracy"].n == len(problems)
-
-
 def test_code_runs_solutions_against_their_tests() -> None:
     problems = read(shipped_data("code/test.jsonl"))
     by_prompt = {p["problem"]: p for p in problems}

@@ -32,7 +32,7 @@ TRAIN_KEYS = (
     "num_tokens",
     "learning_rate",
 )
-EVAL_KEYS = ("eval/accuracy", "eval/margin", "eval/dpo_loss", "eval/nll", "eval/num_pairs")
+EVAL_KEYS = ("eval/accuracy", "eval/margin", "eval/dpo_loss", "eval/nll", "eval/bits_per_byte", "eval/num_pairs")
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,7 @@ def test_evaluates_every_eval_every_and_at_the_last_step(small_run: RunDir) -> N
         if "eval/accuracy" in row:
             assert all(key in row for key in EVAL_KEYS)
             assert row["eval/num_pairs"] == 100  # the shipped held-out split
-            assert row["eval/nll"] > 0
+            assert row["eval/nll"] > 0 and row["eval/bits_per_byte"] > 0
 
 
 def test_checkpoints_keep_the_reference_path(small_run: RunDir) -> None:

@@ -60,6 +60,8 @@ def test_families() -> None:
     assert family_of("num_loss_tokens") == "Other"
     assert family_of("optim/learning_rate") == "Optimizer"
     assert family_of("chosen_reward") == "Preference"
+    assert family_of("bits_per_byte", eval_only=True) == "Loss & NLL"
+    assert family_of("usage/sampled_tokens") == "Usage" and family_of("usage/cost_usd") == "Usage"
 
 
 def test_every_numeric_key_is_plotted_and_strings_are_not() -> None:

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from kitchen.apps.report.build import write_report
-from kitchen.apps.report.html import embed_json
+from kitchen.apps.report.html import embed_json, usage_facts
 from kitchen.apps.report.samples import Caps, clip, read_transcripts, spread
+from kitchen.engine.runs.metrics import read_metrics
 from tests.report.conftest import HOSTILE_ACTION, copy_run
 
 
@@ -40,6 +41,11 @@ def test_supervised_report(sl_run: Path, tmp_path: Path) -> None:
     assert page.count('<figure class="card chart"') == len(data["charts"])
     assert 'class="badge finished"' in page and "<dd>sl_basic</dd>" in page
     assert "final (step 6)" in page and '<section id="checkpoints">' in page
+    # the run's token usage summed over its steps (supervised: trained, and read by held-out evaluation)
+    rows = read_metrics(sl_run / "metrics.jsonl")
+    prompt, trained = (sum(row[f"usage/{kind}_tokens"] for row in rows) for kind in ("prompt", "trained"))
+    assert prompt > 0 and trained > 0 and "Estimated cost" not in page  # no price table
+    assert f"<dd>prompt {prompt:,.0f}, sampled 0, trained {trained:,.0f}</dd>" in page
     assert '<section id="transcripts">' not in page and '<section id="preferences">' not in page
     assert "http://" not in page.replace("http://www.w3.org/2000/svg", "") and "https://" not in page
 
@@ -138,3 +144,14 @@ def test_helpers() -> None:
     assert spread(list(range(10)), 3) == [0, 4, 9]
     assert spread([1, 2], 5) == [1, 2]
     assert clip("abcdef", 3) == "abc… [3 more characters]" and clip(None, 3) == ""
+
+
+def test_usage_facts_sum_the_steps_and_price_them_when_logged() -> None:
+    rows = [
+        {"step": 0, "usage/prompt_tokens": 1500.0, "usage/sampled_tokens": 200.0, "usage/trained_tokens": 0.0},
+        {"step": 1, "usage/prompt_tokens": 500.0, "usage/sampled_tokens": 0.0, "usage/trained_tokens": 3000.0},
+    ]
+    assert usage_facts(rows) == [("Tokens", "prompt 2,000, sampled 200, trained 3,000")]
+    priced = [{**row, "usage/cost_usd": cost} for row, cost in zip(rows, (0.25, 1.5), strict=True)]
+    assert usage_facts(priced)[1] == ("Estimated cost", "$1.75")
+    assert usage_facts([{"step": 0, "loss": 1.0}]) == []  # a run from before usage was logged

@@ -9,9 +9,12 @@ from hypothesis import strategies as st
 
 from train_core.supervised import (
     SequenceTooShortError,
+    bits_per_byte,
     datum_from_tokens_weights,
     mean_nll,
     prompt_completion_tokens,
+    scored_bytes,
+    sequence_nll,
 )
 
 
@@ -64,3 +67,35 @@ def test_mean_nll_hand_worked() -> None:
     weights = [torch.tensor([1.0, 0.0]), torch.tensor([1.0])]
     assert mean_nll(logprobs, weights) == pytest.approx(2.5)
     assert math.isnan(mean_nll([torch.tensor([-1.0])], [torch.tensor([0.0])]))
+
+
+BYTES = {1: b"a", 2: b"\xc3", 3: b"\xa9", 4: b"<eos>"}
+"""A toy byte-level vocabulary: tokens 2 and 3 together spell "\u00e9" (two UTF-8 bytes)."""
+
+
+def _decode(ids: list[int]) -> str:
+    return b"".join(BYTES[i] for i in ids).decode("utf-8", errors="replace")
+
+
+def test_scored_bytes_decodes_each_run_of_scored_tokens_whole() -> None:
+    # "a" + "\u00e9" scored, token 4 unscored: 1 + 2 bytes; decoded one token at a time the split
+    # character would count as two replacement characters (6 bytes)
+    # (a datum's targets are the tokens after the first)
+    assert scored_bytes(datum_from_tokens_weights([4, 1, 2, 3, 4], [0, 1, 1, 1, 0]), _decode) == 3
+    assert scored_bytes(datum_from_tokens_weights([1, 2, 4, 3], [0, 1, 0, 1]), _decode) == 6  # two broken halves
+    assert scored_bytes(datum_from_tokens_weights([1, 2, 3], [1, 0, 0]), _decode) == 0
+
+
+def test_bits_per_byte_hand_worked() -> None:
+    # two tokens at probability 1/2 each (one bit) spelling three bytes: 2/3 bit per byte
+    nll_D = sequence_nll([torch.tensor([-math.log(2), -math.log(2), -5.0])], [torch.tensor([1.0, 1.0, 0.0])])
+    assert nll_D == pytest.approx([2 * math.log(2)])
+    assert bits_per_byte(nll_D, [3]) == pytest.approx(2 / 3)
+    assert math.isnan(bits_per_byte(nll_D, [0]))
+
+
+@given(st.lists(st.floats(-10, 0), min_size=1, max_size=20), st.integers(1, 100))
+def test_bits_per_byte_is_mean_nll_in_bits_per_byte(logprobs: list[float], n_bytes: int) -> None:
+    logprobs_D, weights_D = [torch.tensor(logprobs)], [torch.ones(len(logprobs))]
+    expected = mean_nll(logprobs_D, weights_D) * len(logprobs) / (math.log(2) * n_bytes)
+    assert bits_per_byte(sequence_nll(logprobs_D, weights_D), [n_bytes]) == pytest.approx(expected, rel=1e-5, abs=1e-9)

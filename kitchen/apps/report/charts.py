@@ -16,7 +16,10 @@ from kitchen.apps.report.rundata import metric_value
 
 Role = Literal["train", "eval"]
 
-FAMILIES = ("Loss & NLL", "Reward", "Preference", "Environment", "KL", "Evaluation", "Optimizer", "Time", "Other")
+FAMILIES = (
+    *("Loss & NLL", "Reward", "Preference", "Environment", "KL", "Evaluation", "Optimizer", "Usage", "Time"),
+    "Other",
+)
 
 MAX_POINTS = 1000
 
@@ -59,11 +62,13 @@ def family_of(name: str, eval_only: bool = False) -> str:
         return "Evaluation" if eval_only else "Other"
     if lowered.startswith("time/"):
         return "Time"
+    if lowered.startswith("usage/"):
+        return "Usage"
     if "kl" in lowered.replace("/", "_").split("_") or lowered.startswith("kl"):
         return "KL"
     if any(part in lowered for part in _PREFERENCE):
         return "Preference"
-    if "nll" in lowered or "loss" in lowered:
+    if "nll" in lowered or "loss" in lowered or "bits_per_byte" in lowered:
         return "Loss & NLL"
     if "reward" in lowered:
         return "Reward"

@@ -15,7 +15,7 @@ from importlib import resources
 from typing import Any
 
 from kitchen.apps.report.charts import FAMILIES, Chart
-from kitchen.apps.report.rundata import RunData
+from kitchen.apps.report.rundata import RunData, metric_value
 from kitchen.apps.report.samples import PREFERENCE_EXAMPLES_DIR, TRANSCRIPTS_DIR, Caps, StepSamples
 
 
@@ -80,6 +80,24 @@ def _status_note(run: RunData, now: float) -> str:
     return ""
 
 
+def usage_facts(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """The run's token usage and estimated cost, summed over its steps' rows (none before usage
+    was logged)."""
+
+    def total(key: str) -> float | None:
+        values = [v for row in rows if (v := metric_value(row.get(key))) is not None]
+        return sum(values) if values else None
+
+    counts = [(kind, total(f"usage/{kind}_tokens")) for kind in ("prompt", "sampled", "trained")]
+    if all(count is None for _, count in counts):
+        return []
+    facts = [("Tokens", ", ".join(f"{kind} {count or 0:,.0f}" for kind, count in counts))]
+    cost = total("usage/cost_usd")
+    if cost is not None:
+        facts.append(("Estimated cost", f"${cost:,.2f}"))
+    return facts
+
+
 def _summary(run: RunData, now: float) -> str:
     last = run.checkpoints[-1] if run.checkpoints else None
     attempts = f" (attempt {run.timing.attempts})" if run.timing.attempts > 1 else ""
@@ -93,6 +111,7 @@ def _summary(run: RunData, now: float) -> str:
         ("Started", _when(run.timing.started)),
         ("Last checkpoint", f"{last.name} (step {last.step})" if last else "none"),
     ]
+    facts += usage_facts(run.rows)
     cells = "".join(f"<div><dt>{escape(k)}</dt><dd>{escape(v)}</dd></div>" for k, v in facts)
     notes = _status_note(run, now)
     if run.bad_lines:

@@ -3,7 +3,9 @@
 - `jsonl`: a JSONL of prompts (`{"prompt": ...}` or `{"messages": [...]}`, other keys reach the
   grader) answered by the model and graded by `grader` (named, or `module:function`);
 - `nll`: the per-token negative log-likelihood of a supervised file (chat `messages`, or
-  `prompt`/`completion`, or `text` records), as supervised training's `eval/nll` measures it;
+  `prompt`/`completion`, or `text` records), as supervised training's `eval/nll` measures it,
+  and the same in bits per byte of the scored text (`bits_per_byte`, comparable across
+  tokenizers);
 - `preference`: on a comparison file, how often the model's implicit reward
   `beta * (logp - logp_ref)` ranks the chosen completion above the rejected one, and the mean
   reward margin, against a reference model (the run's DPO reference, by default).
@@ -12,6 +14,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from pydantic import Field, field_validator
@@ -29,6 +32,7 @@ from train_core.preference.datums import preference_datums
 from train_core.preference.dpo import pair_sequence_logprobs
 from train_core.renderers.errors import RendererError
 from train_core.renderers.train_on_what import TrainOnWhat
+from train_core.supervised import bits_per_byte, scored_bytes, sequence_nll
 
 
 def _graders() -> dict[str, Any]:
@@ -81,22 +85,36 @@ async def _evaluate_nll(model: EvalModel, settings: NllSettings) -> TaskResult:
         raise DataError(f"{settings.dataset}: no record has a token to score (train_on_what, max_length?)")
     logprobs_D = await score_targets(model.sampler, [datum for _, datum in scored])
     weights_D = [datum.loss_fn_inputs["weights"].to_torch() for _, datum in scored]
-    nll_D = [-float((lp.float() * w.float()).sum()) for lp, w in zip(logprobs_D, weights_D, strict=True)]
+    nll_D = sequence_nll(logprobs_D, weights_D)
     tokens_D = [float(w.sum()) for w in weights_D]
+    decode = partial(model.tokenizer.decode, skip_special_tokens=True)
+    bytes_D = [scored_bytes(datum, decode) for _, datum in scored]
 
     def token_mean(indices: Any) -> float:
         return sum(nll_D[i] for i in indices) / sum(tokens_D[i] for i in indices)
 
+    def per_byte(indices: Any) -> float:
+        return bits_per_byte([nll_D[i] for i in indices], [bytes_D[i] for i in indices])
+
     everything = range(len(scored))
     stderr = bootstrap_stderr(len(scored), token_mean, settings.bootstrap_resamples, settings.seed)
+    bpb_stderr = bootstrap_stderr(len(scored), per_byte, settings.bootstrap_resamples, settings.seed)
     samples = []
-    for (record, _), nll, tokens in zip(scored, nll_D, tokens_D, strict=True):
+    for (record, _), nll, tokens, n_bytes in zip(scored, nll_D, tokens_D, bytes_D, strict=True):
         if "messages" in record:
             prompt, response = as_text(record["messages"][:-1]), str(record["messages"][-1].get("content", ""))
         else:
             prompt, response = str(record.get("prompt") or ""), str(record.get("completion") or record.get("text"))
-        samples.append(SampleRecord(prompt, response, nll / tokens, f"{tokens:g} tokens scored", {"tokens": tokens}))
-    return TaskResult({"nll": Estimate(token_mean(everything), stderr, len(scored))}, samples)
+        samples.append(
+            SampleRecord(
+                prompt, response, nll / tokens, f"{tokens:g} tokens scored", {"tokens": tokens, "bytes": n_bytes}
+            )
+        )
+    metrics = {
+        "nll": Estimate(token_mean(everything), stderr, len(scored)),
+        "bits_per_byte": Estimate(per_byte(everything), bpb_stderr, len(scored)),
+    }
+    return TaskResult(metrics, samples)
 
 
 def run_dpo_beta(run_config: Mapping[str, Any]) -> float | None:

@@ -159,6 +159,7 @@ class StartEvals(Stage):
             sampler_opener(service),
             ctx.config.model_name,
             ctx.config.model_dump(mode="json"),
+            service.get_tokenizer,
         )
         for entry in due:
             ctx.metrics.hold(ctx.step)

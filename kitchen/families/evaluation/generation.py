@@ -2,21 +2,31 @@
 accuracy, pass@k, maj@k and mean reward, each with its standard error over items.
 
 Every item's request gets its own seed, derived from the settings' seed and the item's index, so
-the same model, items and seed give the same replies whatever else is in flight.
+the same model, items and seed give the same replies whatever else is in flight. A reasoning
+model's thinking (the renderer's `thinking` field, or `<think>` spans left in the text) is never
+graded: only the answer after it is. Where a journal is open (`kitchen eval` opens one per task),
+each item's graded samples are appended to it as soon as they are in, and an item already there
+is not sampled again: an interrupted evaluation resumes where it stopped.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
+import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from kitchen.engine.errors import DataError
 from kitchen.engine.eval_tasks import EvalModel, EvalSettings, SampleRecord, TaskResult
 from train_core.eval_stats import Estimate, majority_vote, mean_with_stderr, pass_at_k, pass_at_k_values
 from train_core.renderers.base import Message
 from train_core.renderers.messages import content_parts
+from train_core.types import EncodedTextChunk
 
 
 @dataclass(frozen=True)
@@ -27,6 +37,9 @@ class Item:
     record: Mapping[str, Any] = field(default_factory=dict)
     where: str = ""
     """Where it came from, for error messages: `FILE line N`, `problem N`."""
+    prefill: str = ""
+    """Text the reply starts with, written into the prompt after the generation prompt (EvalPlus
+    opens the assistant's code block this way); the graded reply includes it."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +50,9 @@ class Grade:
     reason: str = ""
     answer: str | None = None
     """The reply's final answer in a canonical spelling, for majority voting; None: no answer."""
+    details: Mapping[str, Any] = field(default_factory=dict)
+    """Task-specific facts of the grade (per-instruction results, the reply's length), kept in
+    the samples file and read by a task's own summary."""
 
 
 ItemGrader = Callable[[Item, str], Awaitable[Grade]]
@@ -58,15 +74,31 @@ def _content_text(message: Message) -> str:
     return "".join(part.get("text", "[image]") for part in content_parts(message))
 
 
+_THINK_SPAN = re.compile(r"<think>.*?</think>", re.DOTALL)
+
+
+def strip_thinking(text: str) -> str:
+    """The answer part of a reply: `<think>...</think>` spans removed, and a reply still
+    thinking when it was cut off (an unclosed `<think>`) has none."""
+    text = _THINK_SPAN.sub("", text)
+    if "</think>" in text:  # a template that opens the span in the prompt: only the close is sampled
+        text = text.rsplit("</think>", 1)[1]
+    opened = text.find("<think>")
+    return (text if opened < 0 else text[:opened]).strip()
+
+
 async def _answer(model: EvalModel, item: Item, index: int, settings: EvalSettings) -> list[str]:
     renderer = model.renderer
     params = settings.sampling_params(item_seed(settings.seed, index), renderer.get_stop_sequences())
-    result = await model.sampler.sample(renderer.build_generation_prompt(item.prompt), settings.samples, params)
+    prompt = renderer.build_generation_prompt(item.prompt)
+    if item.prefill:
+        prompt = prompt.append(EncodedTextChunk(tuple(model.tokenizer.encode(item.prefill, add_special_tokens=False))))
+    result = await model.sampler.sample(prompt, settings.samples, params)
     replies = []
     for sequence in result.sequences:
         message, _ = renderer.parse_response(sequence.tokens)
-        content = message.get("content", "")
-        replies.append(content if isinstance(content, str) else str(content))
+        content = "".join(part.get("text", "") for part in content_parts(message))
+        replies.append(strip_thinking(item.prefill + content))
     return replies
 
 
@@ -91,31 +123,100 @@ def summarise(grades_I: Sequence[Sequence[Grade]]) -> dict[str, Estimate]:
     return metrics
 
 
+@dataclass
+class Journal:
+    """The per-sample JSONL of one task while it runs: graded samples are appended item by item,
+    and `done` holds what an earlier, interrupted run of the same task already graded."""
+
+    path: Path
+    task: str
+    done: dict[int, list[tuple[str, Grade]]] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, path: Path, task: str) -> Journal:
+        """The journal at `path`, with the items an earlier run completed (a last line cut off
+        mid-write is dropped)."""
+        done: dict[int, list[tuple[str, Grade]]] = {}
+        if path.is_file():
+            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    continue
+                try:
+                    grade = Grade(
+                        bool(row["correct"]), float(row["grade"]), row["reason"], row["answer"], row.get("details", {})
+                    )
+                    done.setdefault(int(row["item"]), []).append((row["response"], grade))
+                except (KeyError, TypeError, ValueError) as exc:
+                    raise DataError(f"{path} line {n}: not a graded sample ({type(exc).__name__}: {exc})") from None
+        return cls(path, task, done)
+
+    def record(self, index: int, item: Item, graded: Sequence[tuple[str, Grade]]) -> None:
+        with self.path.open("a", encoding="utf-8") as out:
+            out.writelines(
+                json.dumps(_sample_fields(self.task, index, k, item, reply, grade_), ensure_ascii=False) + "\n"
+                for k, (reply, grade_) in enumerate(graded)
+            )
+
+
+JOURNAL: ContextVar[Journal | None] = ContextVar("kitchen_eval_journal", default=None)
+"""The journal of the task running in this context (`kitchen eval` sets it; training does not)."""
+
+Summary = Callable[[Sequence[Item], Sequence[Sequence[Grade]]], dict[str, Estimate]]
+"""A task's own metrics from its items and their grades (default: `summarise`)."""
+
+
+def _extra(index: int, k: int, item: Item, grade_: Grade) -> dict[str, Any]:
+    extra: dict[str, Any] = {"item": index, "sample": k, "correct": grade_.correct, "answer": grade_.answer}
+    if grade_.details:
+        extra["details"] = dict(grade_.details)
+    return {**extra, "where": item.where}
+
+
+def _sample_fields(task: str, index: int, k: int, item: Item, reply: str, grade_: Grade) -> dict[str, Any]:
+    """A samples-file line (`results.sample_line`'s fields)."""
+    return {
+        "task": task,
+        "prompt": as_text(item.prompt),
+        "response": reply,
+        "grade": grade_.score,
+        "reason": grade_.reason,
+        **_extra(index, k, item, grade_),
+    }
+
+
 async def evaluate_generation(
-    model: EvalModel, items: Sequence[Item], grade: ItemGrader, settings: EvalSettings
+    model: EvalModel,
+    items: Sequence[Item],
+    grade: ItemGrader,
+    settings: EvalSettings,
+    summary: Summary | None = None,
 ) -> TaskResult:
     """Sample `settings.samples` replies per item (at most `settings.concurrency` items in flight),
-    grade every reply, and summarise."""
+    grade every reply, and summarise (`summary`, default `summarise`)."""
     items = list(items)[: settings.limit]
     if not items:
         raise ValueError("the task has no items to evaluate")
     gate = asyncio.Semaphore(settings.concurrency)
+    journal = JOURNAL.get()
 
     async def one(index: int, item: Item) -> list[tuple[str, Grade]]:
+        earlier = journal.done.get(index) if journal is not None else None
+        if earlier is not None and len(earlier) == settings.samples:
+            return earlier
         async with gate:
             replies = await _answer(model, item, index, settings)
-        return [(reply, await grade(item, reply)) for reply in replies]
+        graded = [(reply, await grade(item, reply)) for reply in replies]
+        if journal is not None:
+            journal.record(index, item, graded)
+        return graded
 
     graded_I = await asyncio.gather(*(one(i, item) for i, item in enumerate(items)))
     records = [
-        SampleRecord(
-            prompt=as_text(item.prompt),
-            response=reply,
-            grade=grade_.score,
-            reason=grade_.reason,
-            extra={"item": i, "sample": k, "correct": grade_.correct, "answer": grade_.answer, "where": item.where},
-        )
+        SampleRecord(as_text(item.prompt), reply, grade_.score, grade_.reason, _extra(i, k, item, grade_))
         for i, (item, graded) in enumerate(zip(items, graded_I, strict=True))
         for k, (reply, grade_) in enumerate(graded)
     ]
-    return TaskResult(summarise([[g for _, g in graded] for graded in graded_I]), records)
+    grades_I = [[g for _, g in graded] for graded in graded_I]
+    return TaskResult((summary or (lambda _, grades: summarise(grades)))(items, grades_I), records)

@@ -110,6 +110,7 @@ async def open_model(target: CheckpointTarget) -> AsyncIterator[EvalModel]:
             sampler_opener(backend),
             _reference(target),
             target.raw_config,
+            backend.get_tokenizer,
         )
     finally:
         await backend.close()

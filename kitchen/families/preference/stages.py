@@ -8,12 +8,13 @@ import asyncio
 import json
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kitchen.engine.config.run import RunConfig
 from kitchen.engine.context import Context
 from kitchen.engine.errors import DataError
-from kitchen.engine.ports import SamplingClient, TrainingClient
+from kitchen.engine.ports import SamplingClient, Tokenizer, TrainingClient
 from kitchen.engine.stage import Stage
 from kitchen.families.common.completers import AsyncJudge
 from kitchen.families.common.requests import score_targets
@@ -31,7 +32,7 @@ from train_core.preference.losses import PreferenceLossParams
 from train_core.preference.types import LabeledComparison
 from train_core.renderers.base import Message, Renderer
 from train_core.renderers.errors import RendererError
-from train_core.supervised import mean_nll
+from train_core.supervised import bits_per_byte, mean_nll, scored_bytes, sequence_nll
 from train_core.types import Datum, SamplingParams
 
 if TYPE_CHECKING:
@@ -210,7 +211,8 @@ class EvaluatePreferences(Stage):
     """Held-out preference metrics of the current policy against the frozen reference, with one
     forward pass (no gradients) queued after the step's update: `eval/accuracy`, `eval/margin`,
     `eval/dpo_loss`, `eval/chosen_reward`, `eval/rejected_reward`, `eval/num_pairs`, and
-    `eval/nll`, the per-token NLL of the chosen completions. The first `EXAMPLES_PER_EVAL` pairs,
+    `eval/nll`, the per-token NLL of the chosen completions (and `eval/bits_per_byte`, the same per
+    byte of their text). The first `EXAMPLES_PER_EVAL` pairs,
     with their implicit rewards, go to `preference_examples/step_NNNNNN.jsonl` (`kitchen report`
     shows them)."""
 
@@ -223,6 +225,7 @@ class EvaluatePreferences(Stage):
         eval_data: list[Datum],
         eval_reference_logprobs: list[torch.Tensor],
         eval_pair_texts: list[tuple[str, str, str]],
+        tokenizer: Tokenizer,
         data: DataSettings,
         dpo: DPOLoss,
     ) -> None:
@@ -239,6 +242,9 @@ class EvaluatePreferences(Stage):
         beta = dpo.beta
         _, metrics = dpo_loss(chosen_P, rejected_P, chosen_ref_P, rejected_ref_P, beta)
         metrics["nll"] = mean_nll(logprobs_D[0::2], weights_D[0::2])
+        decode = partial(tokenizer.decode, skip_special_tokens=True)
+        chosen_bytes = [scored_bytes(datum, decode) for datum in data_D[0::2]]
+        metrics["bits_per_byte"] = bits_per_byte(sequence_nll(logprobs_D[0::2], weights_D[0::2]), chosen_bytes)
         ctx.record({f"eval/{key}": value for key, value in metrics.items()})
         if ctx.run_dir is not None:
             chosen_reward_P = (beta * (chosen_P - chosen_ref_P)).tolist()

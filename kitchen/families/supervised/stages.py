@@ -23,7 +23,7 @@ from train_core.batching import batch_for_step
 from train_core.errors import InvalidInputError
 from train_core.renderers.base import Renderer
 from train_core.renderers.messages import STANDARD_ROLES
-from train_core.supervised import mean_nll
+from train_core.supervised import bits_per_byte, mean_nll, scored_bytes, sequence_nll
 from train_core.types import Datum
 
 MAX_REPORTED = 5
@@ -203,16 +203,24 @@ class GetSupervisedBatch(Stage):
 
 class EvaluateNLL(Stage):
     """Held-out mean NLL with a forward pass (no gradients), queued after the step's update, as
-    `metric` (default `eval/nll`)."""
+    `metric` (default `eval/nll`), and beside it the same in bits per byte of the scored text
+    (`eval/bits_per_byte`: the metric's name with `nll` so replaced), which compares across
+    tokenizers."""
 
     calls = (TrainingClient.forward,)
 
     def __init__(self, metric: str = "eval/nll", name: str | None = None) -> None:
         super().__init__(name)
         self.metric = metric
+        self.bpb_metric = metric.replace("nll", "bits_per_byte")
 
     async def run(
-        self, ctx: Context, training_client: TrainingClient, eval_data: Sequence[Datum], data: DataSettings
+        self,
+        ctx: Context,
+        training_client: TrainingClient,
+        eval_data: Sequence[Datum],
+        tokenizer: Tokenizer,
+        data: DataSettings,
     ) -> None:
         if not eval_data:
             return
@@ -221,6 +229,13 @@ class EvaluateNLL(Stage):
             await training_client.forward(eval_data[i : i + size], "cross_entropy")
             for i in range(0, len(eval_data), size)
         ]
+        decode = partial(tokenizer.decode, skip_special_tokens=True)
+        bytes_D = [scored_bytes(datum, decode) for datum in eval_data]
         logprobs_D = [out["logprobs"].to_torch() for fut in futures for out in (await fut).loss_fn_outputs]
         weights_D = [datum.loss_fn_inputs["weights"].to_torch() for datum in eval_data]
-        ctx.record({self.metric: mean_nll(logprobs_D, weights_D)})
+        ctx.record(
+            {
+                self.metric: mean_nll(logprobs_D, weights_D),
+                self.bpb_metric: bits_per_byte(sequence_nll(logprobs_D, weights_D), bytes_D),
+            }
+        )

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import sys
 import traceback
+from pathlib import Path
 
 import httpx
 import pytest
@@ -24,9 +25,12 @@ from adapters.tinker.availability import API_KEY_ENV, check_available
 from adapters.tinker.backend import TinkerBackend
 from adapters.tinker.errors import TinkerCallError
 from adapters.tinker.redaction import REDACTED
+from adapters.tinker.registration import TinkerSettings, create
 from adapters.tinker.retry import RetryPolicy
 from kitchen.engine.errors import ConfigError, StageError
+from kitchen.engine.usage import TokenPrices, backend_prices
 from tests.adapters.tinker.fake_sdk import FAST_RETRY, FakeServiceClient, make_fake_backend, service_error
+from train_core.losses import LOSS_SPECS
 from train_core.types import Datum, ModelInput, SamplingParams, TensorData
 
 BASE = "Qwen/Qwen3-8B"
@@ -222,3 +226,13 @@ def test_real_sdk_client_from_env_hides_the_key_without_any_network(monkeypatch:
     backend = tinker_adapter.TinkerBackend.from_env(base_url="https://tinker.example")
     assert PLANTED_KEY not in repr(backend) and "tinker.example" in repr(backend)
     asyncio.run(backend.close())  # no session was opened, so closing needs no request
+
+
+def test_the_price_table_of_the_config_reaches_the_backend(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv(API_KEY_ENV, PLANTED_KEY)
+    settings = TinkerSettings.model_validate({"prices": {"prompt": 0.1, "sampled": 0.3, "trained": 0.3}})
+    backend = create(None, settings, tmp_path, LOSS_SPECS)
+    assert backend_prices(backend) == TokenPrices(prompt=0.1, sampled=0.3, trained=0.3)
+    assert backend_prices(create(None, TinkerSettings(), tmp_path, LOSS_SPECS)) is None
+    with pytest.raises(ValueError, match="greater than or equal to 0"):
+        TinkerSettings.model_validate({"prices": {"prompt": -1, "sampled": 0, "trained": 0}})
