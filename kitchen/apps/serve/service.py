@@ -30,7 +30,7 @@ from tinker import types as sdk
 
 from kitchen.apps.serve import age_encryption, hf_cache, refusals
 from kitchen.apps.serve.catalog import ModelCatalog
-from kitchen.apps.serve.cross_entropy_2d import Expanded, expand_2d_targets
+from kitchen.apps.serve.cross_entropy_2d import expand_2d_targets
 from kitchen.apps.serve.errors import Conflict, Gone, NotFound, NotServed, ServeError
 from kitchen.apps.serve.futures import Entry, FutureBook, Outcome, Sequencer
 from kitchen.apps.serve.records import (
@@ -60,6 +60,7 @@ from kitchen.engine.losses import get_loss_fn
 from kitchen.engine.ports import SamplingClient, ScoresPromptDetail, SelectsLoraLayers, ServiceBackend, TrainingClient
 from train_core.errors import InvalidInputError
 from train_core.types import ForwardBackwardOutput, LoraLayers, PromptDetail, SampleResult
+from train_core.topk_targets import Expanded
 
 log = logging.getLogger("kitchen.apps.serve")
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,128}$")

@@ -1,5 +1,6 @@
-"""Distillation: on-policy (the RL workflow with a teacher-KL adjuster) and prompt distillation
-(the supervised workflow on a teacher's answers).
+"""Distillation: on-policy (the RL workflow with a teacher-KL adjuster), prompt distillation
+(the supervised workflow on a teacher's answers) and self-distillation (the RL workflow's sampling
+with a top-K cross-entropy update against the model prompted with a demonstration).
 
 The family's public names, for recipes and users' own workflows (recipes import from here, never
 from the modules below)."""
@@ -13,3 +14,8 @@ from kitchen.families.distillation.workflow import (
     on_policy_distillation_workflow_for as on_policy_distillation_workflow_for,
 )
 from kitchen.families.distillation.workflow import prompt_distillation_workflow as prompt_distillation_workflow
+from kitchen.families.distillation.self_distillation import SelfDistillationSection as SelfDistillationSection
+from kitchen.families.distillation.self_distillation import SelfDistillationSettings as SelfDistillationSettings
+from kitchen.families.distillation.self_distillation import (
+    self_distillation_workflow_for as self_distillation_workflow_for,
+)
