@@ -20,7 +20,11 @@ from dataclasses import dataclass
 from pydantic import Field
 
 from kitchen import HeldOutEval, OptimizerSettings, Recipe, SamplingSettings, Section, defaults
-from kitchen.families.distillation import SelfDistillationSection, SelfDistillationSettings, self_distillation_workflow_for
+from kitchen.families.distillation import (
+    SelfDistillationSection,
+    SelfDistillationSettings,
+    self_distillation_workflow_for,
+)
 from kitchen.families.rl import RLLoopSettings, WarmStartSettings
 from recipes.envs.arithmetic import Problem, eval_problems, problem_group, question, random_problem
 from train_core.renderers.base import Renderer
@@ -87,11 +91,16 @@ class WarmStartHabits:
             answer = sum(problem)
             if rng.random() < 0.5:
                 shown = self.sdft.demo_template.format(question=question(problem), golden_answer=answer)
-                conversations.append([Message(role="user", content=shown), Message(role="assistant", content=str(answer))])
+                conversations.append(
+                    [Message(role="user", content=shown), Message(role="assistant", content=str(answer))]
+                )
             else:
                 slip = rng.random() < self.error_rate
                 conversations.append(
-                    [Message(role="user", content=question(problem)), Message(role="assistant", content=str(answer + slip))]
+                    [
+                        Message(role="user", content=question(problem)),
+                        Message(role="assistant", content=str(answer + slip)),
+                    ]
                 )
         return conversations
 

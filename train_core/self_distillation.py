@@ -50,7 +50,9 @@ class DemonstratedGroupBuilder(EnvGroupBuilder):
     async def make_envs(self) -> Sequence[Env]:
         return await self.inner.make_envs()
 
-    async def compute_group_rewards(self, trajectories_G: Sequence[Trajectory], envs_G: Sequence[Env]) -> list[tuple[float, Metrics]]:
+    async def compute_group_rewards(
+        self, trajectories_G: Sequence[Trajectory], envs_G: Sequence[Env]
+    ) -> list[tuple[float, Metrics]]:
         return await self.inner.compute_group_rewards(trajectories_G, envs_G)
 
     def logging_tags(self) -> list[str]:
@@ -59,7 +61,9 @@ class DemonstratedGroupBuilder(EnvGroupBuilder):
     async def cleanup(self) -> None:
         await self.inner.cleanup()
 
-    def teacher_messages(self, template: str = DEFAULT_DEMO_TEMPLATE, system_prompt: str | None = None) -> list[Message]:
+    def teacher_messages(
+        self, template: str = DEFAULT_DEMO_TEMPLATE, system_prompt: str | None = None
+    ) -> list[Message]:
         """The conversation the teacher reads before the student's reply."""
         content = template.format(question=self.question, golden_answer=self.demonstration)
         system: list[Message] = [Message(role="system", content=system_prompt)] if system_prompt else []
@@ -103,7 +107,11 @@ class TopKTargets:
 
 
 def topk_target_datum(
-    datum: Datum, view: TeacherView | None, topk_rows: Sequence[Sequence[tuple[int, float]]], k: int, skip_first: int = 0
+    datum: Datum,
+    view: TeacherView | None,
+    topk_rows: Sequence[Sequence[tuple[int, float]]],
+    k: int,
+    skip_first: int = 0,
 ) -> TopKTargets:
     """`datum`'s input with [T, K] targets: at each action position after the first `skip_first`,
     the teacher's top-K tokens (from `topk_rows`, the teacher sequence's `PromptScores.topk`) with

@@ -60,6 +60,7 @@ def effort_line(budget: int) -> str:
 
 class DeepSeekV4Renderer(SpanRenderer):
     """`reasoning_budget` None is chat mode (thinking off)."""
+
     think_delimiters = (THINK.text, END_THINK.text)
 
     def __init__(

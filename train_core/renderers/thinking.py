@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from train_core.renderers.base import Renderer
 from train_core.renderers.errors import RendererError
+from train_core.renderers.tokenizer import TokenCodec
 
 
 def think_token_ids(renderer: Renderer) -> tuple[int, int]:
@@ -20,10 +21,8 @@ def think_token_ids(renderer: Renderer) -> tuple[int, int]:
             f"renderer {type(renderer).__name__} marks no think block with special tokens, so its thinking "
             "cannot be masked; train it (train_thinking: true) or use a renderer with think blocks (qwen3, ...)"
         )
-    ids = [renderer.tokenizer.convert_tokens_to_ids(token) for token in delimiters]
-    if any(not isinstance(i, int) or i < 0 for i in ids):
-        raise RendererError(f"the tokenizer has no single token for {list(delimiters)}")
-    return ids[0], ids[1]
+    codec = TokenCodec(renderer.tokenizer)
+    return codec.special_id(delimiters[0]), codec.special_id(delimiters[1])
 
 
 def mask_think_blocks(tokens: Sequence[int], weights: Sequence[float], open_id: int, close_id: int) -> list[float]:

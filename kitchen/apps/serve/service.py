@@ -59,8 +59,8 @@ from kitchen.engine.backends import BackendSpec
 from kitchen.engine.losses import get_loss_fn
 from kitchen.engine.ports import SamplingClient, ScoresPromptDetail, SelectsLoraLayers, ServiceBackend, TrainingClient
 from train_core.errors import InvalidInputError
-from train_core.types import ForwardBackwardOutput, LoraLayers, PromptDetail, SampleResult
 from train_core.topk_targets import Expanded
+from train_core.types import ForwardBackwardOutput, LoraLayers, PromptDetail, SampleResult
 
 log = logging.getLogger("kitchen.apps.serve")
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,128}$")

@@ -28,7 +28,6 @@ from kitchen.families.common.setup import CreateReferenceClient
 from kitchen.families.common.training import adam_params, guard_nonfinite, pipelined_steps
 from kitchen.families.rl.settings import RLLoopSettings, RLSettings, WarmStartSettings
 from kitchen.families.rl.setup import WarmStart
-from kitchen.families.rl.step import TrainedData
 from kitchen.families.rl.workflow import fresh_run, rl_workflow
 from train_core.batching import split_evenly
 from train_core.losses import merge_loss_metrics
@@ -55,7 +54,11 @@ MAX_TOPK = 1024
 class SelfDistillationSection(Section):
     """Config section `sdft`: the teacher's prompt and the width of its soft targets."""
 
-    topk: Count = Field(20, le=MAX_TOPK, description="teacher tokens per position distilled (K); 20 matches full-vocabulary KL in the paper's ablation")
+    topk: Count = Field(
+        20,
+        le=MAX_TOPK,
+        description="teacher tokens per position distilled (K); 20 matches full-vocabulary KL in the paper's ablation",
+    )
     skip_first_tokens: int = Field(
         3, ge=0, description="reply positions at the start of each datum given no target (the reference skips 3)"
     )
@@ -76,7 +79,9 @@ class SelfDistillationSettings(RLSettings):
     """SDFT on an RL task whose groups carry golden answers (`DemonstratedGroupBuilder`): the env's
     reward is measured, never trained on."""
 
-    sdft: SelfDistillationSection = Field(default_factory=SelfDistillationSection, description="the teacher's prompt and K")
+    sdft: SelfDistillationSection = Field(
+        default_factory=SelfDistillationSection, description="the teacher's prompt and K"
+    )
 
     @model_validator(mode="after")
     def _sync_or_async(self) -> SelfDistillationSettings:
@@ -128,7 +133,9 @@ class TeacherTopKTargets(Stage):
         # no advantages: the targets, not the rewards, are what is trained
         zeros_P = [torch.zeros(len(g.trajectories_G)) for g in trajectories_P]
         data_D, metadata_D = assemble_training_data(trajectories_P, zeros_P)
-        views_D = [teacher_view(datum, prompts_P[meta["group_idx"]]) for datum, meta in zip(data_D, metadata_D, strict=True)]
+        views_D = [
+            teacher_view(datum, prompts_P[meta["group_idx"]]) for datum, meta in zip(data_D, metadata_D, strict=True)
+        ]
         detail = PromptDetail(topk=sdft.topk)
 
         async def score(tokens: list[int]) -> list[list[tuple[int, float]]]:
@@ -220,4 +227,3 @@ def self_distillation_workflow_for(factory: RLTaskFactory, check_data: DataCheck
         )
 
     return WorkflowBuilder("self-distillation", (SelfDistillationSettings, RLLoopSettings, WarmStartSettings), build)
-
