@@ -102,7 +102,10 @@ class SearchGroupBuilder(EnvGroupBuilder):
     async def make_envs(self) -> list[ToolUseEnv]:
         ask = [Message(role="user", content=self.question.question)]
         grader = grade(self.question, self.settings.format_coef)
-        return [ToolUseEnv(self.renderer, self.toolbox, ask, grader, self.settings.max_turns) for _ in range(self.group_size)]
+        return [
+            ToolUseEnv(self.renderer, self.toolbox, ask, grader, self.settings.max_turns)
+            for _ in range(self.group_size)
+        ]
 
     def logging_tags(self) -> list[str]:
         return ["search"]
@@ -154,7 +157,9 @@ def search_task(settings: SearchSettings, config: RLSettings, renderer: Renderer
     index = SearchIndex.open(settings.corpus, settings.index_dir)
     toolbox = Toolbox([search_tool(index, settings.top_k)])
     questions = load_questions(settings.questions)
-    held_out = random.Random(f"search-eval/{config.seed}").sample(questions, min(settings.num_eval_questions, len(questions) - 1))
+    held_out = random.Random(f"search-eval/{config.seed}").sample(
+        questions, min(settings.num_eval_questions, len(questions) - 1)
+    )
     train = [q for q in questions if q not in held_out]
 
     def make(question: Question) -> EnvGroupBuilder:

@@ -13,7 +13,24 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ISLANDS = 60
-SYLLABLES = ["ab", "bel", "cor", "dun", "el", "fen", "gar", "hol", "is", "kel", "lor", "mar", "nor", "os", "pel", "quin"]
+SYLLABLES = [
+    "ab",
+    "bel",
+    "cor",
+    "dun",
+    "el",
+    "fen",
+    "gar",
+    "hol",
+    "is",
+    "kel",
+    "lor",
+    "mar",
+    "nor",
+    "os",
+    "pel",
+    "quin",
+]
 MORE = ["ra", "sen", "tor", "ul", "ven", "wy", "xan", "yor", "zel", "ith", "ora", "une", "ast", "ire", "ond", "ey"]
 EXPORTS = ["amber", "cedar", "copper", "cotton", "flax", "honey", "indigo", "marble", "pearls", "salt", "silk", "tin"]
 
