@@ -16,6 +16,7 @@ import json
 import random
 import re
 import string
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,7 +77,9 @@ def normalize(text: str) -> str:
     return " ".join(re.sub(r"\b(a|an|the)\b", " ", text).split())
 
 
-def grade(question: Question, format_coef: float):  # type: ignore[no-untyped-def]
+def grade(question: Question, format_coef: float) -> Callable[[list[Message]], tuple[float, Metrics]]:
+    """The grader of one question's episodes (see the module doc)."""
+
     def grader(messages: list[Message]) -> tuple[float, Metrics]:
         reply = messages[-1]["content"] if messages[-1]["role"] == "assistant" else ""
         _, marked, answer = reply.partition("Answer:")

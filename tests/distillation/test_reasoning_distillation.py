@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from transformers import AutoTokenizer
@@ -31,19 +32,19 @@ TRACE = {
 
 
 @pytest.fixture(scope="module")
-def tokenizer() -> object:
+def tokenizer() -> Any:
     return AutoTokenizer.from_pretrained(TINY_DIR)
 
 
-def trained_text(tokenizer: object, train_thinking: bool) -> str:
+def trained_text(tokenizer: Any, train_thinking: bool) -> str:
     renderer = get_renderer("qwen3", tokenizer)
     builder = Conversation(TrainOnWhat.LAST_ASSISTANT_MESSAGE, train_thinking=train_thinking)
     tokens, weights = builder(TRACE, tokenizer, renderer)
     assert isinstance(tokens, list)
-    return str(tokenizer.decode([t for t, w in zip(tokens, weights, strict=True) if w > 0]))  # type: ignore[attr-defined]
+    return str(tokenizer.decode([t for t, w in zip(tokens, weights, strict=True) if w > 0]))
 
 
-def test_masked_thinking_leaves_only_the_answer_trained(tokenizer: object) -> None:
+def test_masked_thinking_leaves_only_the_answer_trained(tokenizer: Any) -> None:
     whole = trained_text(tokenizer, train_thinking=True)
     assert "<think>" in whole and "Ones: 2 + 0 = 2." in whole and "42" in whole
     answer = trained_text(tokenizer, train_thinking=False)
