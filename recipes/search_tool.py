@@ -6,7 +6,9 @@ against the gold answer (tinker-cookbook's Search-R1 recipe, with BM25 in place 
 Defaults run on the embedded tiny model, offline, on CPU with `qwen3_instruct` over the shipped
 corpus of 60 invented islands (`env.corpus`, `env.questions` take yours). A warm start imitates a
 teacher who searches and answers from the result (and guesses without searching
-`env.teacher_error_rate` of the time); RL raises the held-out reward (`eval/all/reward/total`).
+`env.teacher_error_rate` of the time); the held-out reward is `eval/all/reward/total`. The tiny
+model does not learn this task yet: it cannot copy an invented name into its query or answer, so
+no episode is correct (measured in docs/tutorials/search-tool.md).
 """
 
 from __future__ import annotations
