@@ -70,6 +70,8 @@ def test_calls_go_to_the_server_and_come_back_as_results(toolset: McpToolset) ->
 def test_a_server_that_cannot_start_is_refused_by_name(tmp_path: Path) -> None:
     with pytest.raises(McpServerError, match="no-such-mcp-server"):
         McpToolset.open(McpServerSettings(command=["no-such-mcp-server"], startup_timeout_s=5))
+    with pytest.raises(McpServerError, match="no-such-mcp-server"):
+        McpToolset.open(McpServerSettings(command=["no-such-mcp-server"], url="http://127.0.0.1:9/mcp"))
     crashing = tmp_path / "crash.py"
     crashing.write_text("raise SystemExit(3)\n")
     port = free_port()

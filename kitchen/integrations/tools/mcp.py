@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import os
 import subprocess
 import threading
@@ -80,13 +81,13 @@ class McpToolset:
     def open(cls, settings: McpServerSettings) -> McpToolset:
         """Start the server, connect, list its tools; a McpServerError says what failed."""
         toolset = cls(settings)
-        if settings.url and settings.command:
-            toolset._process = subprocess.Popen(
-                settings.command, env={**os.environ, **settings.env}, stdin=subprocess.DEVNULL
-            )
-        toolset._thread.start()
         atexit.register(toolset.close)
         try:
+            if settings.url and settings.command:
+                toolset._process = subprocess.Popen(
+                    settings.command, env={**os.environ, **settings.env}, stdin=subprocess.DEVNULL
+                )
+            toolset._thread.start()
             toolset._ready.result(timeout=settings.startup_timeout_s + 5)
         except BaseException as error:
             toolset.close()
@@ -100,7 +101,10 @@ class McpToolset:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(self._session())
+        try:
+            self._loop.run_until_complete(self._session())
+        finally:
+            self._loop.close()
 
     async def _session(self) -> None:
         from mcp import Client, StdioServerParameters
@@ -156,7 +160,8 @@ class McpToolset:
         """End the session and stop the processes it started (idempotent)."""
         atexit.unregister(self.close)
         if self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._stop.set)
+            with contextlib.suppress(RuntimeError):  # the session ended meanwhile and closed its loop
+                self._loop.call_soon_threadsafe(self._stop.set)
             self._thread.join(timeout=10)
         if self._process is not None and self._process.poll() is None:
             self._process.terminate()
