@@ -4,8 +4,8 @@ holds its own settings, checked against its settings model before any work.
     kitchen run env_rl env=guess_number env.max_turns=5
 
 The shipped environments are `arithmetic`, `gsm8k` and `guess_number` (and, with the `hubs` extra,
-`verifiers` and `openenv`); a package adds its own by declaring an `EnvSpec` under the
-`kitchen.envs` entry-point group.
+`verifiers` and `openenv`; with the `mcp` extra, `mcp`: any MCP server's tools); a package adds its
+own by declaring an `EnvSpec` under the `kitchen.envs` entry-point group.
 """
 
 from __future__ import annotations

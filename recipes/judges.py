@@ -56,7 +56,16 @@ class PoliteArithmeticJudge:
         return float((difference > 0) - (difference < 0))
 
 
-JUDGES: dict[str, Callable[[], Judge]] = {"polite_arithmetic": PoliteArithmeticJudge}
+class ShorterJudge:
+    """The shorter reply wins, by characters (tinker-cookbook's `shorter` preference); equal
+    lengths tie. It reads no prompt, so it judges any data set's replies."""
+
+    def __call__(self, prompt: Sequence[Message], completion_A: Message, completion_B: Message) -> float:
+        difference = len(completion_A["content"]) - len(completion_B["content"])
+        return float((difference > 0) - (difference < 0))
+
+
+JUDGES: dict[str, Callable[[], Judge]] = {"polite_arithmetic": PoliteArithmeticJudge, "shorter": ShorterJudge}
 
 
 def check_judge_name(name: str) -> str:

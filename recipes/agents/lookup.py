@@ -1,8 +1,8 @@
 """A two-tool lookup agent, written as ordinary code against the official `openai` client: it
-answers questions about a small corpus (recipes/data/lookup) with `search` (titles that match a
-query) and `read` (a document by title). Nothing in it knows about kitchen: given any
-OpenAI-compatible `base_url` (a model server, or the rollouts' endpoint while training) it runs
-the same way."""
+answers questions about a small corpus (recipes/data/lookup) with `search` (the titles of the best
+BM25 matches of a query, from kitchen's cached `SearchIndex`) and `read` (a document by title).
+Its model calls know nothing of kitchen: given any OpenAI-compatible `base_url` (a model server,
+or the rollouts' endpoint while training) it runs the same way."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from typing import Any
 import openai
 from openai.types.chat import ChatCompletionMessageFunctionToolCall
 
+from kitchen.integrations.tools import SearchIndex
+
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "lookup" / "corpus.jsonl"
 
 TOOLS: list[Any] = [
@@ -21,7 +23,7 @@ TOOLS: list[Any] = [
         "type": "function",
         "function": {
             "name": "search",
-            "description": "Titles of the documents that mention any word of the query.",
+            "description": "Titles of the documents that best match the query.",
             "parameters": {
                 "type": "object",
                 "properties": {"query": {"type": "string", "description": "words to look for"}},
@@ -46,20 +48,22 @@ TOOLS: list[Any] = [
 
 @dataclass(frozen=True)
 class Corpus:
-    documents: dict[str, str]
+    index: SearchIndex
 
     @classmethod
     def load(cls, path: Path = CORPUS) -> Corpus:
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        return cls({row["title"]: row["text"] for row in rows})
+        return cls(SearchIndex.open(path))
+
+    @property
+    def documents(self) -> dict[str, str]:
+        return {d.title: d.text for d in self.index.documents}
 
     def search(self, query: str) -> str:
-        words = _words(query)
-        hits = [title for title, text in self.documents.items() if words & _words(f"{title} {text}")]
-        return "\n".join(hits[:3]) or "No document matches."
+        return "\n".join(d.title for d in self.index.search(query, 3)) or "No document matches."
 
     def read(self, title: str) -> str:
-        return self.documents.get(title.strip(), f"No document titled {title!r}.")
+        document = self.index.document(title)
+        return document.text if document is not None else f"No document titled {title!r}."
 
     def run(self, name: str, arguments: str) -> str:
         """A tool call's result; a bad call gets an error message, as a tool server would send."""
@@ -68,10 +72,6 @@ class Corpus:
             return self.search(str(args["query"])) if name == "search" else self.read(str(args["title"]))
         except (json.JSONDecodeError, KeyError, TypeError):
             return f"Error: bad arguments for {name}: {arguments}"
-
-
-def _words(text: str) -> set[str]:
-    return {word.strip("?.,").lower() for word in text.split() if len(word) > 2}
 
 
 async def answer(client: openai.AsyncOpenAI, model: str, question: str, corpus: Corpus, max_calls: int = 4) -> str:

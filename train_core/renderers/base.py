@@ -29,6 +29,9 @@ class Renderer(ABC):
     takes_images: bool = False
     """Whether message content may hold image parts (a vision-language format); its model inputs
     then hold image chunks."""
+    think_delimiters: tuple[str, str] | None = None
+    """The special tokens that open and close an assistant's reasoning, where the format writes it
+    between two (`train_core.renderers.thinking` masks what lies between them)."""
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer

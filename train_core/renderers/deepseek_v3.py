@@ -49,6 +49,8 @@ _TOOL_CALL_RE = re.compile(
 
 
 class DeepSeekV3Renderer(SpanRenderer):
+    think_delimiters = (THINK.text, END_THINK.text)
+
     def __init__(self, tokenizer: Tokenizer, thinking: bool = False, system_role_as_user: bool = False) -> None:
         super().__init__(tokenizer)
         self.thinking = thinking

@@ -61,6 +61,8 @@ def effort_line(budget: int) -> str:
 class DeepSeekV4Renderer(SpanRenderer):
     """`reasoning_budget` None is chat mode (thinking off)."""
 
+    think_delimiters = (THINK.text, END_THINK.text)
+
     def __init__(
         self, tokenizer: Tokenizer, reasoning_budget: int | None = 75, preserve_thinking: bool = False
     ) -> None:

@@ -67,6 +67,8 @@ _ARGUMENT_RE = re.compile(
 
 
 class Glm5_3Renderer(SpanRenderer):
+    think_delimiters = (THINK.text, END_THINK.text)
+
     def __init__(self, tokenizer: Tokenizer, reasoning_effort: ReasoningEffort = "Max") -> None:
         super().__init__(tokenizer)
         self.reasoning_effort = reasoning_effort

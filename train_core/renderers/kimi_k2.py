@@ -65,6 +65,8 @@ K2.6 thinking) or `<think></think>` (thinking off)."""
 
 
 class KimiK2Renderer(SpanRenderer):
+    think_delimiters = (THINK.text, END_THINK.text)
+
     def __init__(
         self,
         tokenizer: Tokenizer,

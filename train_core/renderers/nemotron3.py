@@ -58,6 +58,8 @@ EFFORT_SUFFIXES = {"low": "\n\n{reasoning effort: low}", "medium": "\n\n{reasoni
 
 
 class Nemotron3Renderer(SpanRenderer):
+    think_delimiters = (THINK.text, END_THINK.text)
+
     def __init__(
         self,
         tokenizer: Tokenizer,

@@ -63,6 +63,7 @@ _NAMES: dict[ThinkingMode, str] = {
 
 
 class Qwen3Renderer(SpanRenderer):
+    think_delimiters = (THINK.text, END_THINK.text)
     declares_tools = True
 
     prompt_opens_think_block = False

@@ -74,6 +74,8 @@ _PARAMETER_RE = re.compile(r"<parameter=([^>\n]+)>\n(.*?)\n</parameter>\n", re.D
 class Qwen3_5Renderer(SpanRenderer):
     """`version` "3.5" (Qwen3.5 / 3.6) or "3.8"; `reasoning_effort` only for 3.8 (default xhigh)."""
 
+    think_delimiters = (THINK.text, END_THINK.text)
+
     declares_tools = True
 
     def __init__(

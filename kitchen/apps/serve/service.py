@@ -30,7 +30,7 @@ from tinker import types as sdk
 
 from kitchen.apps.serve import age_encryption, hf_cache, refusals
 from kitchen.apps.serve.catalog import ModelCatalog
-from kitchen.apps.serve.cross_entropy_2d import Expanded, expand_2d_targets
+from kitchen.apps.serve.cross_entropy_2d import expand_2d_targets
 from kitchen.apps.serve.errors import Conflict, Gone, NotFound, NotServed, ServeError
 from kitchen.apps.serve.futures import Entry, FutureBook, Outcome, Sequencer
 from kitchen.apps.serve.records import (
@@ -59,6 +59,7 @@ from kitchen.engine.backends import BackendSpec
 from kitchen.engine.losses import get_loss_fn
 from kitchen.engine.ports import SamplingClient, ScoresPromptDetail, SelectsLoraLayers, ServiceBackend, TrainingClient
 from train_core.errors import InvalidInputError
+from train_core.topk_targets import Expanded
 from train_core.types import ForwardBackwardOutput, LoraLayers, PromptDetail, SampleResult
 
 log = logging.getLogger("kitchen.apps.serve")

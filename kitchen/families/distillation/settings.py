@@ -13,7 +13,7 @@ from kitchen.engine.config.sections import Section
 from kitchen.families.common.settings import OtherModel
 from kitchen.families.rl.algorithm_settings import AlgorithmSettings
 from kitchen.families.rl.settings import RLSettings
-from kitchen.families.supervised.settings import ChatSupervisedSettings
+from kitchen.families.supervised.settings import ChatSupervisedSettings, ConversationData
 
 
 class TeacherDataset(BaseModel):
@@ -58,7 +58,21 @@ class OnPolicyDistillationSettings(RLSettings):
         return self.datasets[index].groups_per_batch or self.rl.groups_per_batch // len(self.datasets)
 
 
-class TeacherSettings(Section):
+class AnsweringTeacher(Section):
+    """Config section `teacher` of reasoning distillation: the model whose answers to the prompts
+    become the training data, and how it answers."""
+
+    model: OtherModel = Field(
+        default_factory=lambda: OtherModel.model_validate({}), description="the model that answers; default: model_name"
+    )
+    max_tokens: Count = Field(64, description="most tokens of one teacher answer")
+    temperature: float = Field(1.0, ge=0, description="sampling temperature of the teacher's answers")
+    generated_dataset: str | None = Field(
+        None, description="a directory with train.jsonl (and eval.jsonl) from an earlier generation: skip generating"
+    )
+
+
+class TeacherSettings(AnsweringTeacher):
     """Config section `teacher` of prompt distillation: the model that answers under the system
     prompt, and how it answers."""
 
@@ -70,17 +84,28 @@ class TeacherSettings(Section):
     FLAT_PREFIX: ClassVar[str] = "teacher_"
 
     system_prompt: str = Field(..., description="what the teacher is told and the student must learn without")
-    model: OtherModel = Field(
-        default_factory=lambda: OtherModel.model_validate({}), description="the model that answers; default: model_name"
-    )
-    max_tokens: Count = Field(64, description="most tokens of one teacher answer")
-    temperature: float = Field(1.0, ge=0, description="sampling temperature of the teacher's answers")
-    generated_dataset: str | None = Field(
-        None, description="a directory with train.jsonl (and eval.jsonl) from an earlier generation: skip generating"
-    )
 
 
 class PromptDistillationSettings(ChatSupervisedSettings):
     """Fine-tune on a teacher's answers to `data.dataset`'s prompts, given without `teacher.system_prompt`."""
 
     teacher: TeacherSettings = Field(..., description="the model that answers, told the system prompt")
+
+
+class ReasoningData(ConversationData):
+    """Config section `data` of reasoning distillation: conversations whose assistant messages carry
+    their reasoning under `thinking` (or prompts, when a `teacher` writes the traces)."""
+
+    train_thinking: bool = Field(
+        True, description="train the reasoning (think blocks) of the trained messages too; false: only the answer"
+    )
+
+
+class ReasoningDistillationSettings(ChatSupervisedSettings):
+    """Fine-tune on a teacher's reasoning traces: `data.dataset` holds them, or, with `teacher`,
+    holds prompts the teacher answers (its reasoning kept) before training."""
+
+    data: ReasoningData = Field(..., description="the traces (or prompts), which messages and spans carry loss")
+    teacher: AnsweringTeacher | None = Field(
+        None, description="a model that writes the traces for data.dataset's prompts; none: the data holds traces"
+    )

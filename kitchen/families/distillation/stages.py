@@ -1,5 +1,6 @@
-"""Distillation stages: the teacher-KL advantage adjuster and its held-out twin (on-policy), and
-the teacher's answers as a data set plus the NLL floor it sets (prompt distillation)."""
+"""Distillation stages: the teacher-KL advantage adjuster and its held-out twin (on-policy), the
+teacher's answers as a data set plus the NLL floor it sets (prompt distillation), and a teacher's
+reasoning traces as a data set (reasoning distillation)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,12 @@ from kitchen.engine.stage import Persisted, Stage
 from kitchen.families.common.requests import score_targets
 from kitchen.families.common.settings import DataSettings, SamplingSettings
 from kitchen.families.common.setup import message_roles, open_other_model
-from kitchen.families.distillation.settings import OnPolicyDistillationSettings, TeacherSettings
+from kitchen.families.distillation.settings import (
+    AnsweringTeacher,
+    OnPolicyDistillationSettings,
+    ReasoningDistillationSettings,
+    TeacherSettings,
+)
 from kitchen.families.rl.algorithm_settings import AlgorithmSettings
 from kitchen.families.rl.evaluation import roll_out_held_out
 from kitchen.families.rl.settings import EpisodeSettings
@@ -195,42 +201,60 @@ class GenerateTeacherAnswers(Stage):
         data: DataSettings,
         run: RunConfig,
     ) -> TeacherAnswers:
-        if teacher.generated_dataset:
-            folder = Path(teacher.generated_dataset)
-            if not (folder / "train.jsonl").is_file():
-                raise ConfigError(f"teacher.generated_dataset {folder}: no train.jsonl there")
-        else:
-            if ctx.run_dir is None:
-                raise ConfigError("prompt distillation writes the teacher's answers to the run directory; none is set")
-            folder = ctx.run_dir / "distill"
-            for split, source in (("train", data.dataset), ("eval", data.eval_dataset)):
-                if source and not (folder / f"{split}.done").exists():
-                    out = folder / f"{split}.jsonl"
-                    client, length = teacher_client, data.max_length
-                    await generate_answers(ctx, renderer, client, teacher, length, run.seed, source, out)
-        return TeacherAnswers(
-            {
-                split: str(folder / f"{split}.jsonl")
-                for split in ("train", "eval")
-                if (folder / f"{split}.jsonl").is_file()
-            }
-        )
+        asked = Asked(teacher, teacher.system_prompt, keep_thinking=False)
+        return TeacherAnswers(await teacher_data_files(ctx, renderer, teacher_client, asked, data, run.seed))
+
+
+@dataclass(frozen=True)
+class Asked:
+    """How a teacher is asked: its settings, the system prompt it answers under (None: none), and
+    whether its reasoning is kept in the written answers."""
+
+    teacher: AnsweringTeacher
+    system_prompt: str | None
+    keep_thinking: bool
+
+
+async def teacher_data_files(
+    ctx: Context, renderer: Renderer, client: SamplingClient, asked: Asked, data: DataSettings, seed: int
+) -> dict[str, str]:
+    """The train (and eval) files of the teacher's answers: `teacher.generated_dataset`'s, or
+    generated into `RUN_DIR/distill/` for the splits not already done there."""
+    if asked.teacher.generated_dataset:
+        folder = Path(asked.teacher.generated_dataset)
+        if not (folder / "train.jsonl").is_file():
+            raise ConfigError(f"teacher.generated_dataset {folder}: no train.jsonl there")
+    else:
+        if ctx.run_dir is None:
+            raise ConfigError("distillation writes the teacher's answers to the run directory; none is set")
+        folder = ctx.run_dir / "distill"
+        for split, source in (("train", data.dataset), ("eval", data.eval_dataset)):
+            if source and not (folder / f"{split}.done").exists():
+                await generate_answers(
+                    ctx, renderer, client, asked, data.max_length, seed, source, folder / f"{split}.jsonl"
+                )
+    return {
+        split: str(folder / f"{split}.jsonl") for split in ("train", "eval") if (folder / f"{split}.jsonl").is_file()
+    }
 
 
 async def generate_answers(
     ctx: Context,
     renderer: Renderer,
     client: SamplingClient,
-    teacher: TeacherSettings,
+    asked: Asked,
     max_length: int | None,
     seed: int,
     source: str,
     out: Path,
 ) -> None:
-    """The teacher's answers to `source`'s prompts as JSONL at `out`, then its `.done` marker."""
-    split = out.stem
+    """The teacher's answers to `source`'s prompts as JSONL at `out`, then its `.done` marker;
+    each record keeps the system prompt it was asked under as `system`."""
+    split, teacher = out.stem, asked.teacher
     prompts = [cut_messages(prompt, max_length) for prompt in load_prompts(source, renderer.roles)]
-    system: Message = {"role": "system", "content": teacher.system_prompt}
+    system: list[Message] = (
+        [{"role": "system", "content": asked.system_prompt}] if asked.system_prompt is not None else []
+    )
     params = [
         SamplingParams(
             max_tokens=teacher.max_tokens,
@@ -242,7 +266,7 @@ async def generate_answers(
     ]
     results = await asyncio.gather(
         *(
-            client.sample(renderer.build_generation_prompt([system, *prompt]), 1, p)
+            client.sample(renderer.build_generation_prompt([*system, *prompt]), 1, p)
             for prompt, p in zip(prompts, params, strict=True)
         )
     )
@@ -250,11 +274,56 @@ async def generate_answers(
     for prompt, result in zip(prompts, results, strict=True):
         reply, _ = renderer.parse_response(result.sequences[0].tokens)
         answer: Message = {"role": "assistant", "content": reply["content"]}
-        lines.append(json.dumps({"messages": [*prompt, answer], "system": teacher.system_prompt}))
+        if asked.keep_thinking and reply.get("thinking"):
+            answer["thinking"] = reply["thinking"]
+        record: dict[str, Any] = {"messages": [*prompt, answer]}
+        if asked.system_prompt is not None:
+            record["system"] = asked.system_prompt
+        lines.append(json.dumps(record))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     out.with_suffix(".done").touch()
     ctx.log.info("distill.generated", split=split, records=len(lines), path=str(out))
+
+
+class GenerateTraces(Stage):
+    """Reasoning distillation's traces: `teacher`'s replies to the train (and held-out) prompts,
+    reasoning kept under `thinking`, written to `RUN_DIR/distill/{train,eval}.jsonl` as
+    `data_files` (reused on resume; `teacher.generated_dataset` reuses an earlier run's)."""
+
+    calls = (SamplingClient.sample,)
+
+    def check_inputs(self, config: Any) -> None:
+        """The local prompt sets' records and roles, or the `generated_dataset`'s conversations."""
+        teacher = config.teacher
+        roles = message_roles(config)
+        if teacher is not None and teacher.generated_dataset:
+            for split in ("train", "eval"):
+                path = Path(teacher.generated_dataset) / f"{split}.jsonl"
+                if split == "train" or path.exists():
+                    for where, record in load_located_records(str(path), required_any=(("messages",),)):
+                        try:
+                            check_messages(record["messages"], roles)
+                        except InvalidInputError as exc:
+                            raise DataError(f"{where}: {exc}") from None
+            return
+        data = section_of(config, DataSettings)
+        for source in (data.dataset, data.eval_dataset):
+            if source and not is_hub_name(source):
+                load_prompts(source, roles)
+
+    async def run(
+        self,
+        ctx: Context,
+        renderer: Renderer,
+        teacher_client: SamplingClient,
+        config: ReasoningDistillationSettings,
+        data: DataSettings,
+        run: RunConfig,
+    ) -> TeacherAnswers:
+        assert config.teacher is not None  # the workflow adds this stage only with a teacher
+        asked = Asked(config.teacher, None, keep_thinking=True)
+        return TeacherAnswers(await teacher_data_files(ctx, renderer, teacher_client, asked, data, run.seed))
 
 
 class EvaluateTeacherFloor(Stage):

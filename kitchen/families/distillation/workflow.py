@@ -5,6 +5,8 @@
   teacher's own held-out reward measured once, and the student's held-out KL to it evaluated.
 - Prompt distillation: the supervised workflow on the teacher's answers, generated (once) before
   the data is loaded.
+- Reasoning distillation: the supervised workflow on a teacher's reasoning traces (a file of them,
+  or generated once by a teacher model), its think blocks trained or masked.
 """
 
 from __future__ import annotations
@@ -13,12 +15,18 @@ from kitchen.engine.config.sections import ConfigRef
 from kitchen.engine.workflow import Node, When, Workflow, WorkflowBuilder
 from kitchen.families.common.settings import OtherModel
 from kitchen.families.common.setup import CheckTokenizerMatch, OpenOtherModel
-from kitchen.families.distillation.settings import OnPolicyDistillationSettings, TeacherSettings
+from kitchen.families.distillation.settings import (
+    AnsweringTeacher,
+    OnPolicyDistillationSettings,
+    ReasoningDistillationSettings,
+    TeacherSettings,
+)
 from kitchen.families.distillation.stages import (
     ApplyTeacherKL,
     EvaluateTeacherFloor,
     EvaluateTeacherKL,
     GenerateTeacherAnswers,
+    GenerateTraces,
     OpenTeachers,
 )
 from kitchen.families.rl.evaluation import EvaluateRewards
@@ -76,5 +84,33 @@ def prompt_distillation_workflow(messages_key: str = "messages") -> Workflow:
             GenerateTeacherAnswers(),
             EvaluateTeacherFloor(),
         ],
+        before_training=[EvaluateNLL("eval/nll_initial", name="evaluate_initial_nll")],
+    )
+
+
+REASONING_TEACHER = ConfigRef(
+    ReasoningDistillationSettings, lambda config: (config.teacher or AnsweringTeacher()).model
+)
+"""Reasoning distillation's teacher (`teacher.model`), where one writes the traces."""
+
+
+def reasoning_distillation_workflow(config: ReasoningDistillationSettings) -> Workflow:
+    """Fine-tune on reasoning traces (`data.dataset`'s, or `teacher`'s replies to its prompts,
+    generated once), the think blocks trained unless `data.train_thinking` is off; `eval/nll_initial`
+    before the first step and `eval/nll` after, over what is trained of the held-out traces."""
+    data = config.data
+    builder = Conversation(data.train_on_what, data.messages_key, train_thinking=data.train_thinking)
+    generate: list[Node] = []
+    if config.teacher is not None:
+        generate = [
+            CheckTokenizerMatch([REASONING_TEACHER]),
+            OpenOtherModel(REASONING_TEACHER, "teacher_client", "teacher_path", name="open_teacher"),
+            GenerateTraces(),
+        ]
+    return supervised_workflow(
+        builder,
+        needs_renderer=True,
+        name="reasoning_distillation",
+        prepare_data=generate,
         before_training=[EvaluateNLL("eval/nll_initial", name="evaluate_initial_nll")],
     )

@@ -17,7 +17,9 @@ Variants fill slots instead of adding flags: `setup` stages run once before RL (
 reference or teacher model), `adjust` stages rewrite the assembled datums' advantages before the
 train step (a KL penalty, a teacher's KL), `after_update` stages run after each step's update,
 `evaluators` run with the held-out reward (before the step's update), `after_training` stages
-once after the last update (e.g. a final evaluation of the trained policy). The config's
+once after the last update (e.g. a final evaluation of the trained policy), and `update`, where
+given, replaces advantages, assembly, `adjust` and the policy-gradient step with an update of
+another kind on the sampled groups (self-distillation's; sync and async modes). The config's
 `eval.tasks` run after each step's update and checkpoint (`kitchen.families.evaluation.during_training`).
 """
 
@@ -85,10 +87,13 @@ def rl_workflow(
     after_training: Sequence[Node] = (),
     check_data: DataCheck | None = None,
     dynamic_sampling: bool = False,
+    update: Sequence[Node] | None = None,
 ) -> Workflow:
     """The RL workflow for a recipe's task in `mode`, with the slots filled (see the module doc);
     `check_data` reads the recipe's data before anything starts (see `DataCheck`);
     `dynamic_sampling` adds sync mode's batch filling."""
+    if update is not None and mode == "stream_minibatch":
+        raise ValueError("an `update` slot runs in sync or async mode, not stream_minibatch")
     prepare: list[Node] = [ComputeAdvantages(), AssembleData(), *adjust]
     filled: list[Node] = [ComputeAdvantages(keys={"sampled_groups": "filled_groups"}), AssembleData(), *adjust]
     eval_due = every(HeldOutEval, lambda e: e.every, include_last=True, before_update=True)
@@ -104,8 +109,9 @@ def rl_workflow(
     step: list[Node]
     if mode == "sync":
         step = [GetEnvGroups(), evaluate, DoRollouts(), RecordRolloutMetrics(), WriteTranscripts()]
-        update = [FillInformativeBatch(), *filled] if dynamic_sampling else prepare
-        main: list[Node] = [Loop("rl", "num_steps", [*step, *update, RLTrainStep(), *finish], step=True)]
+        policy_gradient = [*([FillInformativeBatch(), *filled] if dynamic_sampling else prepare), RLTrainStep()]
+        train = policy_gradient if update is None else list(update)
+        main: list[Node] = [Loop("rl", "num_steps", [*step, *train, *finish], step=True)]
     elif mode == "stream_minibatch":
         minibatches = Loop(
             "minibatch", "stream_minibatches", [TakeMinibatch(), *prepare, SubmitMinibatch()], reduce_metrics=True
@@ -115,7 +121,8 @@ def rl_workflow(
     else:
         # the taken groups' metrics and transcripts are written while the update is in flight
         logs: list[Node] = [RecordRolloutMetrics(), WriteTranscripts()]
-        update_and_log = Parallel("update_and_log", [[*filled, RLTrainStep()], logs])
+        train = [*filled, RLTrainStep()] if update is None else list(update)
+        update_and_log = Parallel("update_and_log", [train, logs])
         trainer = Loop("rl", "num_steps", [evaluate, TakeFreshGroups(), update_and_log, *finish], step=True)
         main = [
             CreateOffPolicyQueue(),

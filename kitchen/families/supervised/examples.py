@@ -13,6 +13,7 @@ from train_core.errors import InvalidInputError
 from train_core.renderers.base import Renderer
 from train_core.renderers.errors import RendererError
 from train_core.renderers.messages import STANDARD_ROLES, Message, check_messages, has_images
+from train_core.renderers.thinking import mask_think_blocks, think_token_ids
 from train_core.renderers.train_on_what import TrainOnWhat
 from train_core.supervised import char_limit, cut_messages, datum_from_model_input, prompt_completion_tokens
 from train_core.types import Datum, ModelInput
@@ -93,6 +94,9 @@ class Conversation:
     messages_key: str = "messages"
     images: bool = False
     """Whether content may hold image parts (the run's renderer takes images: `renderer_takes_images`)."""
+    train_thinking: bool = True
+    """Whether the reasoning of trained assistant messages (their think blocks) is trained too; off,
+    only what follows it is (`train_core.renderers.thinking`)."""
 
     @property
     def required_any(self) -> tuple[tuple[str, ...], ...]:
@@ -128,6 +132,8 @@ class Conversation:
         if not renderer.takes_images and has_images(messages):
             raise RendererError(f"the messages hold images, which renderer {type(renderer).__name__} cannot render")
         model_input, weights = renderer.build_supervised_example(cut_messages(messages, max_length), train_on_what)
+        if not self.train_thinking:
+            weights = mask_think_blocks(model_input.to_ints(), weights, *think_token_ids(renderer))
         # token ids, as every builder gives them; the model input only when it holds images
         return model_input if model_input.images else model_input.to_ints(), [float(w) for w in weights]
 

@@ -43,12 +43,13 @@ class ToolResult:
 @dataclass(frozen=True)
 class Tool:
     """A callable the model may use. `arguments` is the pydantic model its calls are validated
-    against (and its schema what the model is shown); `timeout_s` bounds one call."""
+    against (and its schema what the model is shown), or, for a tool defined elsewhere (an MCP
+    server's), that JSON schema itself; `timeout_s` bounds one call."""
 
     name: str
     description: str
     fn: Callable[..., Any]
-    arguments: type[BaseModel]
+    arguments: type[BaseModel] | dict[str, Any]
     timeout_s: float = 10.0
 
     @classmethod
@@ -78,7 +79,8 @@ class Tool:
         function: dict[str, Any] = {"name": self.name}
         if self.description:
             function["description"] = self.description
-        function["parameters"] = strip_titles(self.arguments.model_json_schema())
+        schema = self.arguments if isinstance(self.arguments, dict) else self.arguments.model_json_schema()
+        function["parameters"] = strip_titles(schema)
         return ToolSpec(type="function", function=function)  # type: ignore[typeddict-item]
 
     async def call(self, arguments: dict[str, Any]) -> ToolResult:
@@ -88,27 +90,35 @@ class Tool:
         validated = self.validate(arguments)
         if isinstance(validated, str):
             return self._error(validated, start, "invalid")
-        kwargs = {key: getattr(validated, key) for key in type(validated).model_fields}
         try:
             async with asyncio.timeout(self.timeout_s):
                 if inspect.iscoroutinefunction(self.fn):
-                    value = await self.fn(**kwargs)
+                    value = await self.fn(**validated)
                 else:
                     # A thread cannot be stopped: past the timeout its answer is ignored.
-                    value = await asyncio.to_thread(self.fn, **kwargs)
+                    value = await asyncio.to_thread(self.fn, **validated)
         except TimeoutError:
             return self._error(f"{self.name} timed out after {self.timeout_s:g} s", start, "failed")
         except Exception as error:
             return self._error(f"{self.name} failed: {type(error).__name__}: {error}", start, "failed")
         return ToolResult(as_text(value), "ok", time.perf_counter() - start)
 
-    def validate(self, arguments: dict[str, Any]) -> BaseModel | str:
-        """The validated arguments, or what is wrong with them."""
+    def validate(self, arguments: dict[str, Any]) -> dict[str, Any] | str:
+        """The validated keyword arguments, or what is wrong with them."""
+        if isinstance(self.arguments, dict):
+            import jsonschema  # installed with the `mcp` extra, the only source of schema-defined tools
+
+            problems = [
+                f"{'.'.join(map(str, e.absolute_path)) or 'arguments'}: {e.message}"
+                for e in jsonschema.Draft202012Validator(self.arguments).iter_errors(arguments)
+            ]
+            return f"invalid arguments for {self.name}: {'; '.join(problems)}" if problems else dict(arguments)
         try:
-            return self.arguments.model_validate(arguments)
+            validated = self.arguments.model_validate(arguments)
         except ValidationError as error:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in error.errors())
-            return f"invalid arguments for {self.name}: {problems}"
+            problems = [f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in error.errors()]
+            return f"invalid arguments for {self.name}: {'; '.join(problems)}"
+        return {key: getattr(validated, key) for key in type(validated).model_fields}
 
     def _error(self, text: str, start: float, kind: ResultKind) -> ToolResult:
         return ToolResult(f"Error: {text}", kind, time.perf_counter() - start)

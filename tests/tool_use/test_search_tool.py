@@ -1,0 +1,127 @@
+"""Search as a tool: the BM25 index over a user corpus (built once, cached by the corpus's hash,
+rebuilt when it changes; bad corpora refused by file and line), the `search` tool, the grade, and
+the `search_tool` recipe on noop with a scripted model that searches and answers from the result:
+every episode is rewarded and the trained tokens are exactly the sampled ones."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+
+import pytest
+from test_openai_agent import Captured, trained_action_tokens
+
+from kitchen.engine.errors import DataError
+from kitchen.integrations.tools import SearchIndex, search_tool
+from kitchen.testing import run_on_noop
+from recipes.envs.search import CORPUS, QUESTIONS, Question, grade, load_questions
+from recipes.search_tool import RECIPE
+from train_core.renderers.messages import Message
+
+DOCS = [
+    {"title": "Oxhallow", "text": "Oxhallow grew rich on clocks beside the river Wend."},
+    {"title": "Pellingford", "text": "Pellingford is known for its salt market."},
+    {"title": "Brindlemoor", "text": "Brindlemoor grew rich on wool."},
+]
+
+
+def write(path: Path, rows: list[dict[str, str]]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def test_the_index_finds_the_document_that_shares_the_query_words(tmp_path: Path) -> None:
+    index = SearchIndex.open(write(tmp_path / "docs.jsonl", DOCS))
+    assert [d.title for d in index.search("which town had a salt market", 1)] == ["Pellingford"]
+    assert index.search("clocks", 3)[0].title == "Oxhallow"
+    assert index.search("zebra", 3) == []  # no shared word, no hit
+
+
+def test_the_index_is_built_once_and_rebuilt_when_the_corpus_changes(tmp_path: Path) -> None:
+    corpus = write(tmp_path / "docs.jsonl", DOCS)
+    first = SearchIndex.open(corpus)
+    assert first.folder.parent == tmp_path / ".docs.jsonl.bm25s"
+    stamp = (first.folder / "params.index.json").stat().st_mtime_ns
+    again = SearchIndex.open(corpus)
+    assert again.folder == first.folder and (again.folder / "params.index.json").stat().st_mtime_ns == stamp
+    write(corpus, [*DOCS, {"title": "Calder Vey", "text": "Calder Vey trades in amber."}])
+    changed = SearchIndex.open(corpus, tmp_path / "elsewhere")
+    assert changed.folder.parent == tmp_path / "elsewhere" and changed.folder.name != first.folder.name
+    assert changed.search("amber", 1)[0].title == "Calder Vey"
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [("not json", "line 2: not JSON"), (json.dumps({"title": "x"}), "line 2: a corpus record"),
+     (json.dumps(DOCS[0]), "line 2: title 'Oxhallow' appears twice")],
+)  # fmt: skip
+def test_a_bad_corpus_is_refused_by_file_and_line(tmp_path: Path, line: str, message: str) -> None:
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_text(json.dumps(DOCS[0]) + "\n" + line + "\n")
+    with pytest.raises(DataError, match=message):
+        SearchIndex.open(corpus)
+
+
+def test_the_search_tool_answers_with_titles_and_texts(tmp_path: Path) -> None:
+    tool = search_tool(SearchIndex.open(write(tmp_path / "docs.jsonl", DOCS)), top_k=2)
+    assert tool.spec["function"]["parameters"]["required"] == ["query"]
+    result = asyncio.run(tool.call({"query": "wool"}))
+    assert result.kind == "ok" and result.text.startswith("Brindlemoor\nBrindlemoor grew rich on wool.")
+    assert asyncio.run(tool.call({"q": "wool"})).kind == "invalid"
+
+
+def test_the_grade_reads_the_answer_after_its_marker() -> None:
+    grader = grade(Question("What is the capital of Ib?", "Lorsen", "Ib"), format_coef=0.1)
+    searched = [Message(role="user", content="q"), Message(role="tool", content="Ib", name="search")]
+    assert grader([*searched, Message(role="assistant", content="Answer: the lorsen.")])[0] == 1.0
+    assert grader([*searched, Message(role="assistant", content="Answer: Keltora")])[0] == 0.0
+    reward, parts = grader([Message(role="assistant", content="Lorsen")])
+    assert reward == pytest.approx(-0.1) and parts == {
+        "search/correct": 0.0,
+        "search/format": 0.0,
+        "search/searched": 0.0,
+    }
+
+
+def test_every_shipped_question_is_answered_by_its_document() -> None:
+    index = SearchIndex.open(CORPUS)
+    questions = load_questions(QUESTIONS)
+    assert len(questions) == 3 * len(index.documents) == 180
+    for q in questions:
+        document = index.document(q.title)
+        assert document is not None and q.answer in document.text
+        assert index.search(q.title, 2)[0].title == q.title  # searching the subject finds it first
+
+
+def scripted_model(prompt: str) -> str:
+    """search(the island the question names), then the fact after the question's key words."""
+    responses = re.findall(r"<tool_response>\n(.*?)\n</tool_response>", prompt, re.S)
+    question = prompt.split("<|im_start|>user\n", 1)[1].split("<|im_end|>", 1)[0]
+    island = re.findall(r"([A-Z][a-z]+)\?", question)[0]
+    if not responses:
+        return f'<tool_call>\n{{"name": "search", "arguments": {{"query": "{island}"}}}}\n</tool_call>'
+    text = responses[-1].split("\n\n")[0]
+    pattern = {"capital": r"capital is (\w+)", "export": r"export is (\w+)", "year": r"charted in (\d+)"}
+    key = next(k for k in pattern if k in question)
+    return "Answer: " + re.findall(pattern[key], text)[0]
+
+
+def test_the_search_tool_recipe_trains_on_exactly_what_it_sampled(tmp_path: Path) -> None:
+    captured = Captured()
+    short = ["rl.num_batches=2", "rl.group_size=2", "rl.groups_per_batch=2", "eval.every=0", "warm_start.steps=0"]
+    result = run_on_noop(RECIPE, *short, log_path=tmp_path / "run", replies=scripted_model, hooks=[captured])
+    assert result.column("env/all/reward/total") == [1.0, 1.0]
+    assert result.column("env/all/search/searched") == [1.0, 1.0]
+    episodes = 0
+    for step in captured.steps:
+        sampled = [
+            [token for turn in traj.transitions for token in turn.ac.tokens]
+            for group in step["groups"]
+            for traj in group.trajectories.trajectories_G
+        ]
+        assert all(len(traj.transitions) == 2 for g in step["groups"] for traj in g.trajectories.trajectories_G)
+        assert [trained_action_tokens(d) for d in step["data"]] == sampled  # one datum per episode
+        episodes += len(sampled)
+    assert episodes == 8
