@@ -5,9 +5,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from kitchen.engine.config.run import Count
 from kitchen.engine.config.sections import RESUME_SAFE, Section
@@ -83,9 +83,8 @@ class DPOLoss(Section):
     FLAT: ClassVar[Mapping[str, str]] = {"beta": "dpo_beta"}
 
     beta: float = Field(0.1, gt=0, description="DPO temperature: reward = beta * (logp - logp_ref)")
-    loss_type: list[PreferenceLossType] = Field(
-        ["sigmoid"],
-        min_length=1,
+    loss_type: PreferenceLossType | list[PreferenceLossType] = Field(
+        "sigmoid",
         description="one loss or a list summed with loss_weights (TRL's names: "
         + ", ".join(TRL_DPO_LOSS_TYPES)
         + "; kitchen's cdpo, simpo, orpo); each means what it means in TRL (train_core.preference.losses)",
@@ -138,18 +137,18 @@ class DPOLoss(Section):
     )
     ref_model_sync_steps: Count = Field(512, description="TR-DPO: optimizer steps between reference syncs (tau)")
 
-    @field_validator("loss_type", mode="before")
-    @classmethod
-    def _one_name_is_a_list(cls, value: Any) -> Any:
-        return [value] if isinstance(value, str) else value
+    @property
+    def loss_types(self) -> list[str]:
+        """`loss_type` as a list (one name is a list of one)."""
+        return [self.loss_type] if isinstance(self.loss_type, str) else list(self.loss_type)
 
     @model_validator(mode="after")
     def _consistent(self) -> DPOLoss:
-        if self.loss_weights is not None and len(self.loss_weights) != len(self.loss_type):
+        if self.loss_weights is not None and len(self.loss_weights) != len(self.loss_types):
             raise ValueError(
-                f"loss_weights: {len(self.loss_weights)} weights for {len(self.loss_type)} loss types; give one each"
+                f"loss_weights: {len(self.loss_weights)} weights for {len(self.loss_types)} loss types; give one each"
             )
-        if self.label_smoothing and not set(self.loss_type) & LABEL_SMOOTHING_LOSSES:
+        if self.label_smoothing and not set(self.loss_types) & LABEL_SMOOTHING_LOSSES:
             # TRL before 1.0 smoothed labels inside `sigmoid`, TRL 1.x ignores it there: rather than
             # pick one meaning silently, a ported config is asked to name the loss it means.
             raise ValueError(
@@ -162,8 +161,8 @@ class DPOLoss(Section):
 
     def objective(self) -> PreferenceObjective:
         """The loss terms and their parameters (`rpo_alpha` adds the `sft` term)."""
-        weights = self.loss_weights or [1.0] * len(self.loss_type)
-        terms = list(zip(self.loss_type, weights, strict=True))
+        weights = self.loss_weights or [1.0] * len(self.loss_types)
+        terms = list(zip(self.loss_types, weights, strict=True))
         if self.rpo_alpha is not None:
             terms.append(("sft", self.rpo_alpha))
         params = PreferenceLossParams(
