@@ -268,6 +268,9 @@ def test_losses_and_options_train_through_forward_backward_custom_on_local(tmp_p
     rows = read_metrics(run_dir.metrics)
     assert len(rows) == 2 and all(math.isfinite(row["dpo_loss"]) for row in rows)
     assert rows[0]["optim/grad_norm"] > 0
+    if "dpo.sync_ref_model=true" in options:  # a mixed reference saved after each step (TR-DPO)
+        synced = sorted(path.name for path in tmp_path.rglob("reference_0*") if path.is_dir())
+        assert synced == ["reference_000001", "reference_000002"]
 
 
 @pytest.mark.parametrize("loss_type", ["sigmoid", "ipo", "hinge", "simpo", "orpo", "discopop"])
