@@ -278,3 +278,20 @@ def test_the_rl_loss_list_derives_from_the_one_table() -> None:
     for name, spec in LOSS_SPECS.items():
         assert (name in names) == ("advantages" in spec.input_keys and is_policy_gradient(spec))
     assert "cross_entropy" not in names
+
+
+def test_sapo_on_policy_is_the_policy_gradient_and_fades_off_policy() -> None:
+    """At ratio 1 SAPO's token loss is `-2 A / tau` and its gradient the plain policy gradient
+    `-A` (the gate's slope there is tau / 4, times its 4 / tau); far from 1 the gradient fades."""
+    spec = get_loss_fn("sapo")
+    advantages = torch.tensor([1.5, -2.0], dtype=torch.float64)
+    sampled = torch.tensor([-1.0, -0.5], dtype=torch.float64)
+    logprobs = sampled.clone().requires_grad_(True)
+    loss = spec.formula(logprobs, sampled, advantages, temperature_pos=1.0, temperature_neg=1.05)
+    torch.testing.assert_close(loss.detach(), torch.tensor([-3.0, 4.0 / 1.05], dtype=torch.float64))
+    loss.sum().backward()
+    assert logprobs.grad is not None
+    torch.testing.assert_close(logprobs.grad, -advantages)
+    far = (sampled + 3.0).requires_grad_(True)
+    spec.formula(far, sampled, advantages, temperature_pos=1.0, temperature_neg=1.05).sum().backward()
+    assert far.grad is not None and bool((far.grad.abs() < 0.1 * advantages.abs()).all())
