@@ -79,7 +79,7 @@ def trl_loss(keys: dict[str, Any], case: dict[str, torch.Tensor], policy: torch.
         epsilon_high=keys["epsilon_high"],
         args=SimpleNamespace(
             use_bias_correction_kl=False,
-            delta=None,
+            delta=keys.get("delta"),
             sapo_temperature_pos=1.0,
             sapo_temperature_neg=1.05,
             steps_per_generation=1,
@@ -110,9 +110,9 @@ def trl_loss(keys: dict[str, Any], case: dict[str, torch.Tensor], policy: torch.
     return compute_loss(trainer, None, inputs)
 
 
-def kitchen_loss(preset: str, case: dict[str, torch.Tensor], policy: torch.Tensor) -> torch.Tensor:
-    """The preset's `PolicyObjective.loss` on one RL datum per row."""
-    settings = AlgorithmSettings.model_validate(ALGORITHM_PRESETS[preset].settings)
+def kitchen_loss(preset: str, case: dict[str, torch.Tensor], policy: torch.Tensor, **overrides: object) -> torch.Tensor:
+    """The preset's `PolicyObjective.loss` (with `overrides` of its keys) on one RL datum per row."""
+    settings = AlgorithmSettings.model_validate({**ALGORITHM_PRESETS[preset].settings, **overrides})
     objective = settings.policy_objective(max_tokens=WIDTH)
     data = []
     for row in range(policy.shape[0]):
@@ -153,6 +153,30 @@ def test_preset_equals_trls_loss_type(preset: str, spread: float) -> None:
         assert float((ours_in.grad - theirs_in.grad)[masked].abs().max()) <= tolerance
         assert float(theirs_in.grad[~masked].abs().max()) == 0.0 == float(ours_in.grad[~masked].abs().max())
         assert float(theirs_in.grad.abs().max()) > 0  # the loss reaches the logprobs
+
+
+@pytest.mark.parametrize("preset", ["bnpo", "dapo", "grpo"])
+def test_trls_two_sided_clip_delta_is_dual_clip(preset: str) -> None:
+    """TRL's `delta` (INTELLECT-2's two-sided clip: the ratio capped at delta) is kitchen's
+    `algorithm.clip_ratio_c` (dual clip) wherever delta > 1 + epsilon_high, as TRL recommends:
+    for a positive advantage the clip at 1 + epsilon_high binds first, for a negative one both
+    cap the loss at `-delta * A` with no gradient. `spread` 1.0 puts some ratios above 3."""
+    keys = {**TRL_LOSS_TYPES[preset], "delta": 3.0}
+    capped = 0
+    for seed in SEEDS:
+        case = _case(seed, 1.0)
+        ours_in = case["policy"].clone().requires_grad_(True)
+        theirs_in = case["policy"].clone().requires_grad_(True)
+        ours = kitchen_loss(preset, case, ours_in, clip_ratio_c=3.0)
+        theirs = trl_loss(keys, case, theirs_in)
+        ours.backward()
+        theirs.backward()
+        assert ours_in.grad is not None and theirs_in.grad is not None
+        value, reference = float(ours.detach()), float(theirs.detach())
+        assert abs(value - reference) <= TOLERANCE * max(1.0, abs(reference)), (value, reference)
+        assert float((ours_in.grad - theirs_in.grad)[case["mask"].bool()].abs().max()) <= TOLERANCE
+        capped += abs(float(trl_loss(TRL_LOSS_TYPES[preset], case, case["policy"])) - reference) > 1e-6
+    assert capped > 0  # the cap changed the loss on some batch: it was tested
 
 
 def test_every_trl_name_with_a_preset_is_checked() -> None:
