@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from trl.experimental.cpo.cpo_trainer import CPOTrainer
 from trl.experimental.orpo.orpo_trainer import ORPOTrainer
 
-from tests.rlhf.trl_dpo_harness import DPOCase, DPOSettings, compare, random_case
+from tests.rlhf.trl_dpo_harness import DPOCase, DPOSettings, compare, kitchen_loss, random_case
 from train_core.preference.losses import (
     FDIV_LOSSES,
     TRL_DPO_LOSS_TYPES,
@@ -237,3 +237,47 @@ def test_orpo_value_and_gradient_equal_trls(seed: int) -> None:
     assert ours.item() == pytest.approx(theirs.item(), rel=1e-6)
     assert ours_logits.grad is not None and theirs_logits.grad is not None
     torch.testing.assert_close(ours_logits.grad, theirs_logits.grad, rtol=1e-5, atol=1e-7)
+
+
+CPO_AS_DPO = {"sigmoid": "cdpo", "hinge": "hinge", "ipo": "ipo", "simpo": "simpo"}
+"""TRL's CPOTrainer `loss_type` -> kitchen's loss with `dpo.reference_free` (CPO is DPO without a
+reference: TRL's CPO sigmoid is label-smoothed, kitchen's `cdpo`; its ipo and simpo score
+length-averaged logprobs, as kitchen's `ipo` and `simpo` do)."""
+
+
+@pytest.mark.parametrize("cpo_alpha", [0.0, 1.0])
+@pytest.mark.parametrize("cpo_type", sorted(CPO_AS_DPO))
+def test_cpo_is_reference_free_dpo_with_the_sft_term(cpo_type: str, cpo_alpha: float) -> None:
+    """TRL's CPO loss, `mean(cpo_loss) + cpo_alpha * NLL(chosen)`, equals kitchen's DPO custom
+    loss with `dpo.reference_free` (reference logprobs 0), `dpo.loss_type: [NAME, sft]` and
+    `dpo.loss_weights: [1, cpo_alpha]`. TRL's NLL is `nn.CrossEntropyLoss` over the chosen
+    tokens, `-sum(lp) / count` of their logprobs, computed so here."""
+    eps, gamma = (0.2 if cpo_type == "sigmoid" else 0.0), 0.4
+    for seed in SEEDS:
+        case = random_case(seed, LENGTHS)
+        free = DPOCase(case.policy_RT, torch.zeros_like(case.reference_RT), case.log_sum_sq_RT, LENGTHS)
+        terms = (CPO_AS_DPO[cpo_type], "sft")
+        keys = DPOSettings(loss_type=terms, loss_weights=(1.0, cpo_alpha), label_smoothing=eps, simpo_gamma=gamma)
+        ours_RT = case.policy_RT.clone().requires_grad_(True)
+        ours = kitchen_loss(keys, free, ours_RT)
+
+        theirs_RT = case.policy_RT.clone().requires_grad_(True)
+        shift = case.mask_RL[:, 1:].double()
+        sums, lengths = (theirs_RT * shift).sum(1), case.mask_RL.sum(1).double()
+        scores = sums / lengths if cpo_type in ("ipo", "simpo") else sums
+        trainer = SimpleNamespace(
+            alpha=0.0,
+            beta=0.3,
+            label_smoothing=eps,
+            loss_type=cpo_type,
+            simpo_gamma=gamma,
+            accelerator=SimpleNamespace(device="cpu"),
+        )
+        losses, _, _ = CPO.cpo_loss(trainer, scores[: case.pairs], scores[case.pairs :])
+        nll = -sums[: case.pairs].sum() / lengths[: case.pairs].sum()
+        theirs = losses.mean() + cpo_alpha * nll  # get_batch_loss_metrics
+        ours.backward()
+        theirs.backward()
+        assert ours.item() == pytest.approx(theirs.item(), rel=1e-12, abs=1e-14)
+        assert ours_RT.grad is not None and theirs_RT.grad is not None
+        torch.testing.assert_close(ours_RT.grad, theirs_RT.grad, rtol=1e-12, atol=1e-14)

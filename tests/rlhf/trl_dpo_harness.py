@@ -71,6 +71,8 @@ class DPOSettings:
     f_divergence_type: str = "reverse_kl"
     f_alpha_divergence_coef: float = 0.5
     discopop_tau: float = 0.05
+    simpo_gamma: float = 0.5
+    """kitchen's `simpo` (TRL's CPO simpo_gamma)."""
     ld_alpha: float | None = None
     use_weighting: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
@@ -81,6 +83,7 @@ class DPOSettings:
             beta=self.beta,
             label_smoothing=self.label_smoothing,
             discopop_tau=self.discopop_tau,
+            simpo_gamma=self.simpo_gamma,
             f_divergence=self.f_divergence_type,  # type: ignore[arg-type]
             f_alpha=self.f_alpha_divergence_coef,
         )
