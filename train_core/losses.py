@@ -8,12 +8,12 @@ Notation: `logprobs_T` is the current policy's logprob of each target token (car
 `sampling_logprobs_T` the sampler's, `advantages_T` the advantage of each token,
 `ratio_T = exp(logprobs_T - sampling_logprobs_T)`.
 
-Every loss but `gspo` is a sum of per-token terms; `gspo` couples the tokens of one datum (one
-sequence) through its sequence ratio, so its spec is `per_datum` and backends hand it each datum's
+Every loss but `gspo` and `vespo` is a sum of per-token terms; those two couple the tokens of one
+datum (one sequence) through its sequence ratio, so its spec is `per_datum` and backends hand it each datum's
 length. A `LossSpec` binds a formula to the `loss_fn_inputs` keys it reads and the `loss_fn_config` keys
 it accepts; `get_loss_fn(name)` looks one up and fails loudly on unknown names, so a typo can
 never fall back to cross-entropy. What the Tinker service does not run itself is marked: a loss
-that is kitchen's own (`builtin=False`: `decoupled_ppo`) or a config key kitchen adds to a built-in
+that is kitchen's own (`builtin=False`: `decoupled_ppo`, `sapo`, `vespo`) or a config key kitchen adds to a built-in
 (`extension_keys`: ppo's dual clip); `custom_route_reasons` says when a request needs the
 `forward_backward_custom` route there. Clipping losses report how many tokens each clip held back.
 """
@@ -99,6 +99,62 @@ def cispo(
     ratio_T = _token_ratio(logprobs_T, sampling_logprobs_T)
     coefficient_T = ratio_T.clamp(clip_low_threshold, clip_high_threshold).detach()
     return -(coefficient_T * logprobs_T * advantages_T)
+
+
+def sapo(
+    logprobs_T: torch.Tensor,
+    sampling_logprobs_T: torch.Tensor,
+    advantages_T: torch.Tensor,
+    temperature_pos: float = 1.0,
+    temperature_neg: float = 1.05,
+) -> torch.Tensor:
+    """Soft Adaptive Policy Optimization (Gao et al. 2025, arXiv:2511.20347), as TRL 1.16's
+    `loss_type="sapo"` computes it: a smooth gate in place of PPO's hard clip,
+
+        -(4 / tau) * sigmoid(tau * (ratio - 1)) * A,   tau = temperature_pos where A > 0, else temperature_neg
+
+    Its gradient is the plain policy gradient's at ratio 1 and fades as the ratio leaves 1 (faster
+    for negative advantages, whose temperature is higher), so no token's gradient is cut to zero.
+    """
+    ratio_T = _token_ratio(logprobs_T, sampling_logprobs_T)
+    positive_T = (advantages_T > 0).to(ratio_T.dtype)
+    tau_T = positive_T * temperature_pos + (1.0 - positive_T) * temperature_neg
+    return -((tau_T * (ratio_T - 1.0)).sigmoid() * (4.0 / tau_T) * advantages_T)
+
+
+VESPO_LOG_WEIGHT_BOUNDS = (math.log(1e-8), 20.0)
+"""TRL's clamp on each token's log-ratio (its upper end, and minus it) and on the sequence's summed
+log weight, so one token cannot overflow the weight."""
+
+
+def vespo(
+    logprobs_T: torch.Tensor,
+    sampling_logprobs_T: torch.Tensor,
+    advantages_T: torch.Tensor,
+    sequence_ratio_mask_T: torch.Tensor,
+    k_pos: float = 2.0,
+    lambda_pos: float = 3.0,
+    k_neg: float = 3.0,
+    lambda_neg: float = 2.0,
+) -> torch.Tensor:
+    """VESPO (arXiv:2602.10693), for one sequence, as TRL 1.16's `loss_type="vespo"` computes it:
+    the policy gradient `-phi * A * lp` weighted by a gamma function of the sequence's importance
+    weight `w = exp(sum over M of (lp - q))` (M = tokens where the mask is non-zero),
+
+        phi = exp(lambda + k log w - lambda w)       (phi(1) = 1: on-policy it is the plain gradient)
+
+    with no gradient through phi; `k`, `lambda` are the `_pos` ones where A >= 0, else the `_neg`
+    ones. As TRL: each token's log-ratio clamped to [-20, 20], log w to [log 1e-8, 20], lambda at
+    least 1e-4, and a non-finite phi taken as 0."""
+    low, high = VESPO_LOG_WEIGHT_BOUNDS
+    in_ratio_T = sequence_ratio_mask_T != 0
+    drift_T = (logprobs_T.detach() - sampling_logprobs_T).clamp(-high, high)
+    log_w = (drift_T * in_ratio_T.to(drift_T.dtype)).sum().clamp(low, high)
+    nonneg_T = (advantages_T >= 0).to(drift_T.dtype)
+    k_T = nonneg_T * k_pos + (1.0 - nonneg_T) * k_neg
+    lambda_T = (nonneg_T * lambda_pos + (1.0 - nonneg_T) * lambda_neg).clamp(min=1e-4)
+    phi_T = (lambda_T + k_T * log_w - lambda_T * log_w.exp()).exp().nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
+    return -(phi_T * advantages_T * logprobs_T)
 
 
 def dro(
@@ -398,6 +454,9 @@ def _check_clip_range(name: str, config: Mapping[str, float]) -> None:
         raise InvalidInputError(f"loss {name!r}: clip_low_threshold {low} is above clip_high_threshold {high}")
     if config.get("clip_ratio_c", math.inf) <= 1.0:
         raise InvalidInputError(f"loss {name!r}: clip_ratio_c (dual clip) must be > 1, got {config['clip_ratio_c']}")
+    for key in ("temperature_pos", "temperature_neg"):
+        if config.get(key, 1.0) <= 0.0:
+            raise InvalidInputError(f"loss {name!r}: {key} must be > 0, got {config[key]}")
     if config.get("behaviour_weight_cap", math.inf) <= 0.0:
         raise InvalidInputError(
             f"loss {name!r}: behaviour_weight_cap must be > 0, got {config['behaviour_weight_cap']}"
@@ -437,6 +496,10 @@ PPO = LossSpec(
 )
 CISPO = LossSpec("cispo", cispo, _RL_INPUTS, scaled_by="advantages")
 DRO = LossSpec("dro", dro, _RL_INPUTS)
+SAPO = LossSpec("sapo", sapo, _RL_INPUTS, scaled_by="advantages", builtin=False)
+VESPO = LossSpec(
+    "vespo", vespo, (*_RL_INPUTS, SEQUENCE_RATIO_MASK), per_datum=True, scaled_by="advantages", builtin=False
+)
 GSPO = LossSpec(
     "gspo",
     gspo,
@@ -455,7 +518,7 @@ DECOUPLED_PPO = LossSpec(
 )
 
 LOSS_SPECS: dict[str, LossSpec] = {
-    spec.name: spec for spec in (CROSS_ENTROPY, IMPORTANCE_SAMPLING, PPO, CISPO, DRO, GSPO, DECOUPLED_PPO)
+    spec.name: spec for spec in (CROSS_ENTROPY, IMPORTANCE_SAMPLING, PPO, CISPO, DRO, GSPO, DECOUPLED_PPO, SAPO, VESPO)
 }
 """The losses by name: the built-ins, then those registered (`register_loss`). kitchen registers
 each `kitchen.losses` entry point here; the built-ins' entry points name these same objects."""

@@ -34,7 +34,7 @@ import torch
 from adapters.common.training_batch import right_pad, row_slots
 from adapters.local.grouped_lora import AdapterGroups
 from adapters.local.mixed_precision import compute_dtype
-from adapters.local.token_scoring import Entropy, LogprobMethod, output_head, score_tokens
+from adapters.local.token_scoring import Entropy, LogprobMethod, log_softmax_f32, output_head, score_tokens
 from adapters.local.unpadded_rows import attention_route, may_run_unpadded, run_trie, run_unpadded
 from kitchen.engine.ports import Tokenizer
 
@@ -503,6 +503,20 @@ def sequence_logprobs(
     }
     scores = score_tokens(model, model_inputs, packed.slots_N, targets_N, method, entropy, groups)
     return _scored(scores, lengths_D, packed.input_ids_BW.numel(), packed.filled)
+
+
+@torch.no_grad()
+def log_sum_squared_probs(model: torch.nn.Module, inputs_D: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+    """Each input position's `log sum_v p_v^2` [L_d] (the next-token distribution's collision
+    probability, for WPO's weights), in float32 through `log_softmax_f32`: a separate pass without
+    gradients, one sequence at a time so its whole logits stay [L_d, V]. Only the losses that ask
+    for it pay this second forward."""
+    device = next(model.parameters()).device
+    sums_D = []
+    for tokens in inputs_D:
+        logits_LV = model(input_ids=torch.tensor([list(tokens)], device=device), use_cache=False).logits[0]
+        sums_D.append(torch.logsumexp(2.0 * log_softmax_f32(logits_LV), dim=-1))
+    return sums_D
 
 
 def _score_unpadded(

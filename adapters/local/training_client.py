@@ -39,6 +39,7 @@ from adapters.local.checkpoint_io import (
 from adapters.local.forward_pass import (
     ScoredSequences,
     check_scoring_paths,
+    log_sum_squared_probs,
     pad_token_id,
     sequence_logprobs,
     vocab_size,
@@ -146,8 +147,18 @@ def loss_entropy(spec: LossSpec) -> Entropy:
 def reads_entropy(loss_fn: CustomLossFn) -> bool:
     """Whether a custom loss takes the policy's per-token entropies (`entropy_D`, with gradients,
     computed in the same pass as the logprobs) besides `(data, logprobs_D)`."""
+    return _takes(loss_fn, "entropy_D")
+
+
+def reads_log_sum_sq_probs(loss_fn: CustomLossFn) -> bool:
+    """Whether a custom loss takes each target position's `log sum_v p_v^2` under the policy
+    (`log_sum_sq_probs_D`, no gradient: WPO's weights, `train_core.preference.losses.wpo_weights`)."""
+    return _takes(loss_fn, "log_sum_sq_probs_D")
+
+
+def _takes(loss_fn: CustomLossFn, parameter: str) -> bool:
     try:
-        return "entropy_D" in inspect.signature(loss_fn).parameters
+        return parameter in inspect.signature(loss_fn).parameters
     except (TypeError, ValueError):  # a callable without a signature
         return False
 
@@ -157,10 +168,11 @@ def backward_custom_loss(
     data: Sequence[Datum],
     logprobs_D: list[torch.Tensor],
     entropy_D: list[torch.Tensor] | None = None,
+    log_sum_sq_probs_D: list[torch.Tensor] | None = None,
 ) -> tuple[dict[str, float], bool]:
-    """`loss_fn(data, logprobs_D)` (with `entropy_D=` when given), checked and differentiated (the
-    gradients flow to whatever the logprobs were computed from): its metrics with `loss:sum`, and
-    whether the loss was finite.
+    """`loss_fn(data, logprobs_D)` (with `entropy_D=` and `log_sum_sq_probs_D=` when given),
+    checked and differentiated (the gradients flow to whatever the logprobs were computed from):
+    its metrics with `loss:sum`, and whether the loss was finite.
 
     Also `surrogate_loss:sum`, the loss linearised at these logprobs, `sum(logprob * dC/dlogprob)`:
     what the Tinker service reports for a custom loss (its backward is a cross-entropy weighted by
@@ -168,8 +180,10 @@ def backward_custom_loss(
     for logprobs_T in logprobs_D:
         if logprobs_T.requires_grad and not logprobs_T.is_leaf:
             logprobs_T.retain_grad()
-    call: Any = loss_fn  # `entropy_D` is beyond the port's CustomLossFn type: only `reads_entropy` losses get it
-    loss, metrics = call(data, logprobs_D) if entropy_D is None else call(data, logprobs_D, entropy_D=entropy_D)
+    # beyond the port's CustomLossFn type: only losses that name them (`reads_entropy`, ...) get them
+    extras = {"entropy_D": entropy_D, "log_sum_sq_probs_D": log_sum_sq_probs_D}
+    call: Any = loss_fn
+    loss, metrics = call(data, logprobs_D, **{key: value for key, value in extras.items() if value is not None})
     if not (isinstance(loss, torch.Tensor) and loss.dim() == 0 and loss.requires_grad):
         raise KitchenError("a custom loss must return a scalar tensor computed from the logprobs it was given")
     loss.backward()
@@ -393,10 +407,15 @@ class LocalTrainingClient:
         """A custom loss sees every datum's logprobs at once (it may couple them, as DPO's pairs
         do), so it is never split into micro-batches. The backward runs in the forward's mode: a
         gradient-checkpointed layer recomputes its forward then, dropout included."""
+        log_sum_sq_D = None
+        if reads_log_sum_sq_probs(loss_fn):
+            if batch.images:
+                raise KitchenError("a custom loss that reads log_sum_sq_probs_D (WPO) takes text-only data")
+            log_sum_sq_D = log_sum_squared_probs(self._model, [row.tolist() for row in batch.split(batch.input_ids_BL)])
         with self._training_mode(backward=True), scaled_gradients(self._loss_scale):
             scored = self._score(batch, "grad" if reads_entropy(loss_fn) else "none")
             logprobs_D = scored.logprobs_D
-            metrics, finite = backward_custom_loss(loss_fn, data, logprobs_D, scored.entropy_D)
+            metrics, finite = backward_custom_loss(loss_fn, data, logprobs_D, scored.entropy_D, log_sum_sq_D)
         self._nonfinite_loss |= not finite
         metrics["padding_fraction:mean"] = 1.0 - scored.filled / scored.slots
         return ForwardBackwardOutput([{"logprobs": TensorData.from_torch(lp)} for lp in logprobs_D], metrics)
@@ -467,6 +486,28 @@ class LocalTrainingClient:
         """Weights and metadata under `<checkpoint_dir>/sampler_weights/<name>`."""
         path = checkpoint_path(self._checkpoint_dir, "sampler", name)
         return self._executor.submit(lambda: self._save(path, "sampler"))
+
+    async def save_mixed_weights_for_sampler(self, name: str, other_path: str, alpha: float) -> asyncio.Future[str]:
+        """`alpha * current + (1 - alpha) * saved` (the sampler checkpoint at `other_path`), parameter
+        by parameter at master precision, saved for the sampler as `name` (TR-DPO's soft reference
+        update). Full weights only: mixing LoRA's two factors separately is not mixing their
+        product, so a LoRA client refuses (as TRL refuses TR-DPO with PEFT)."""
+        if self._identity.lora_rank is not None:
+            raise ConfigError("mixing weights (dpo.ref_model_mixup_alpha < 1) needs full fine-tuning, not LoRA")
+        if not 0.0 < alpha <= 1.0:
+            raise ConfigError(f"weight mixing alpha must be in (0, 1], got {alpha}")
+        other = Path(other_path)
+        require_same_model(other, self._identity)
+        path = checkpoint_path(self._checkpoint_dir, "sampler", name)
+
+        def mixed() -> dict[str, torch.Tensor]:
+            saved = read_weights(other)
+            return {
+                key: alpha * value + (1.0 - alpha) * saved[key].to(value.dtype)
+                for key, value in self._masters.state().items()
+            }
+
+        return self._executor.submit(lambda: str(write_checkpoint(path, mixed, self._identity, "sampler", None)))
 
     def _save(self, path: Path, kind: CheckpointKind) -> str:
         optimizer = self._optimizer.state_dict() if kind == "state" else None

@@ -145,6 +145,15 @@ class SelectsLoraLayers(Protocol):
     ) -> TrainingClient: ...
 
 
+@runtime_checkable
+class MixesSamplerWeights(Protocol):
+    """A training client that can save, for the sampler, a mix of its current weights and saved
+    sampler weights: `alpha * current + (1 - alpha) * saved`, parameter by parameter (TR-DPO's
+    soft reference update). Optional: a hard update (alpha 1) needs only `save_weights_for_sampler`."""
+
+    async def save_mixed_weights_for_sampler(self, name: str, other_path: str, alpha: float) -> Awaitable[str]: ...
+
+
 def _protocol_methods(protocol: type) -> list[str]:
     return [name for name in vars(protocol) if not name.startswith("_") and callable(getattr(protocol, name))]
 

@@ -19,7 +19,8 @@ def probed_top_level_modules() -> set[str]:
 
 
 def test_the_probe_finds_the_optional_packages() -> None:
-    assert {"vllm", "ray", "trl"} <= probed_top_level_modules()
+    # (trl is no longer probed: it is in the test extra and its parity tests import it outright)
+    assert {"vllm", "ray"} <= probed_top_level_modules()
 
 
 def test_no_test_folder_is_named_like_a_probed_package() -> None:

@@ -206,6 +206,14 @@ def test_a_0_2_run_still_refuses_a_changed_setting_by_its_new_name(tmp_path: Pat
     assert [row["step"] for row in read_metrics(run_dir / "metrics.jsonl")][-1] == 7
 
 
+def test_a_key_added_since_a_run_was_recorded_counts_only_away_from_its_default(tmp_path: Path) -> None:
+    """The 0.2 dpo run records no `dpo.ld_alpha` (added later): at its default the run resumes
+    (the test above), set to anything else the resume is refused, naming it."""
+    run_dir = _legacy_run(tmp_path, "dpo")
+    with pytest.raises(ConfigError, match=r"dpo\.ld_alpha: '<unset>' -> 0\.5"):
+        _resume("dpo", run_dir, "data.max_steps=6", "dpo.ld_alpha=0.5")
+
+
 def test_kitchen_eval_reads_a_0_2_run_s_flat_sampling_keys(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run_dir = _legacy_run(tmp_path, "math_rl")
     assert main(["eval", str(run_dir), "--tasks", "arithmetic", "--limit", "2", "--samples", "1"]) == 0

@@ -54,8 +54,9 @@ def test_every_preset_builds_what_it_configures(name: str) -> None:
     advantages = compute_advantages(groups, config.advantage_estimator, options)
     assert all(bool(torch.isfinite(a).all()) and float(a.abs().sum()) > 0 for a in advantages)
     objective = config.policy_objective(MAX_TOKENS)
-    # Only GRPO's KL term in the loss needs the custom route; the rest run the service's built-ins.
-    assert bool(objective.custom_route_reasons(service=True)) == (name == "grpo")
+    # Only GRPO's KL term in the loss and SAPO's and VESPO's losses (kitchen's own) need the
+    # custom route; the rest run the service's built-ins.
+    assert bool(objective.custom_route_reasons(service=True)) == (name in ("grpo", "sapo", "vespo"))
     if config.dynamic_sampling is not None:
         assert trajectory_batch_fill(GROUPS_PER_BATCH, config.dynamic_sampling.max_rounds).missing() > 0
     if config.overlong_buffer is not None:

@@ -125,7 +125,7 @@ def test_loss_of_concatenated_datums_is_the_sum_of_their_losses(
         _, q, adv = tokens
         if name == "cross_entropy":
             return {"weights": adv}
-        if name == "gspo":
+        if name in ("gspo", "vespo"):
             return {"logprobs": q, "advantages": adv, "sequence_ratio_mask": [1.0] * len(q)}
         if name == "decoupled_ppo":
             return {"logprobs": q, "proximal_logprobs": [x - 0.1 for x in q], "advantages": adv}
@@ -278,3 +278,40 @@ def test_the_rl_loss_list_derives_from_the_one_table() -> None:
     for name, spec in LOSS_SPECS.items():
         assert (name in names) == ("advantages" in spec.input_keys and is_policy_gradient(spec))
     assert "cross_entropy" not in names
+
+
+def test_sapo_on_policy_is_the_policy_gradient_and_fades_off_policy() -> None:
+    """At ratio 1 SAPO's token loss is `-2 A / tau` and its gradient the plain policy gradient
+    `-A` (the gate's slope there is tau / 4, times its 4 / tau); far from 1 the gradient fades."""
+    spec = get_loss_fn("sapo")
+    advantages = torch.tensor([1.5, -2.0], dtype=torch.float64)
+    sampled = torch.tensor([-1.0, -0.5], dtype=torch.float64)
+    logprobs = sampled.clone().requires_grad_(True)
+    loss = spec.formula(logprobs, sampled, advantages, temperature_pos=1.0, temperature_neg=1.05)
+    torch.testing.assert_close(loss.detach(), torch.tensor([-3.0, 4.0 / 1.05], dtype=torch.float64))
+    loss.sum().backward()
+    assert logprobs.grad is not None
+    torch.testing.assert_close(logprobs.grad, -advantages)
+    far = (sampled + 3.0).requires_grad_(True)
+    spec.formula(far, sampled, advantages, temperature_pos=1.0, temperature_neg=1.05).sum().backward()
+    assert far.grad is not None and bool((far.grad.abs() < 0.1 * advantages.abs()).all())
+
+
+def test_vespo_on_policy_is_the_policy_gradient_and_its_weight_is_a_gamma_function() -> None:
+    """At w = 1 VESPO's weight is 1 (the plain policy gradient `-A`); off-policy it is
+    `exp(lambda + k log w - lambda w)` with the advantage sign's k and lambda, and no gradient."""
+    spec = get_loss_fn("vespo")
+    sampled = torch.tensor([-1.0, -0.5, -2.0], dtype=torch.float64)
+    mask = torch.tensor([1.0, 1.0, 0.0], dtype=torch.float64)
+    for advantage, (k, lam) in ((1.5, (2.0, 3.0)), (-2.0, (3.0, 2.0))):
+        advantages = advantage * mask
+        on = sampled.clone().requires_grad_(True)
+        spec.formula(on, sampled, advantages, mask).sum().backward()
+        assert on.grad is not None
+        torch.testing.assert_close(on.grad, -advantages)
+        off = (sampled + torch.tensor([0.2, 0.3, 5.0], dtype=torch.float64)).requires_grad_(True)
+        spec.formula(off, sampled, advantages, mask).sum().backward()
+        log_w = 0.5  # the masked token's drift does not count
+        phi = math.exp(lam + k * log_w - lam * math.exp(log_w))
+        assert off.grad is not None
+        torch.testing.assert_close(off.grad, -phi * advantages)

@@ -268,4 +268,4 @@ def test_what_needs_the_custom_route_on_the_tinker_service() -> None:
     assert get_loss_fn("decoupled_ppo").custom_route_reasons(None) == [
         "loss 'decoupled_ppo' is kitchen's own, not a Tinker built-in"
     ]
-    assert frozenset(LOSS_SPECS) - BUILTIN_LOSS_NAMES == {"decoupled_ppo"}
+    assert frozenset(LOSS_SPECS) - BUILTIN_LOSS_NAMES == {"decoupled_ppo", "sapo", "vespo"}

@@ -22,10 +22,11 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
 
 from kitchen.engine.config.renames import translate_fingerprint
 from kitchen.engine.config.run import RunConfig
-from kitchen.engine.config.sections import choices_of, model_of, resume_role
+from kitchen.engine.config.sections import choices_of, fields_at, model_of, resume_role
 from kitchen.engine.errors import ConfigError, RunDirError, run_dir_gone
 from kitchen.engine.hooks import Hooks
 from kitchen.engine.runs.checkpoints import CheckpointRecord, read_records
@@ -277,6 +278,15 @@ def fingerprint_changes(
     return changes
 
 
+def holds_default(config_cls: type[BaseModel], key: str, value: Any) -> bool:
+    """Whether the dotted `key` holds its field's default: a key added after a run was recorded
+    changes nothing there at its default (a new key's default keeps the old behaviour)."""
+    found = fields_at(config_cls, tuple(key.split(".")))
+    return bool(found) and all(
+        to_jsonable_python(field.get_default(call_default_factory=True)) == value for _, field in found
+    )
+
+
 def check_resume_fingerprint(
     record: CheckpointRecord, config: RunConfig, recipe: str | None = None, complete: bool = False
 ) -> None:
@@ -288,7 +298,11 @@ def check_resume_fingerprint(
     allowed = config.resume_allow_changes  # in the current layout (`RunConfig` renames 0.2 keys)
     recorded = recorded_fingerprint(record, config)
     current = fingerprint(config, recipe if RECIPE_KEY in recorded else None)
-    changes = fingerprint_changes(recorded, current, allowed)
+    changes = [
+        (key, old, new)
+        for key, old, new in fingerprint_changes(recorded, current, allowed)
+        if not (key not in recorded and holds_default(type(config), key, new))
+    ]
     if not changes:
         return
     parts = [f"{key}: {_short(old)} -> {_short(new)}" for key, old, new in changes]

@@ -15,9 +15,14 @@ from kitchen.families.evaluation.during_training import finish_evals, start_eval
 
 
 def pipelined_training(
-    step: Sequence[Node], evaluators: Sequence[Node], step_metrics: StepMetrics = supervised_step_metrics
+    step: Sequence[Node],
+    evaluators: Sequence[Node],
+    step_metrics: StepMetrics = supervised_step_metrics,
+    after_step: Sequence[Node] = (),
 ) -> list[Node]:
     """The workflow's steps from the loop on: `step` makes and submits each step's update;
+    `after_step` nodes run next, before the evaluations and checkpoints (a `When` there that
+    needs the step's update applied awaits it first: `CollectTrainStep(keep=0, ...)`);
     `evaluators` run every `eval.every` steps and at the last."""
     return [
         Loop(
@@ -27,6 +32,7 @@ def pipelined_training(
             body=[
                 *step,
                 CollectTrainStep(keep=1, step_metrics=step_metrics),
+                *after_step,
                 When("eval", every(HeldOutEval, lambda e: e.every, include_last=True), list(evaluators)),
                 When(
                     "checkpoint",

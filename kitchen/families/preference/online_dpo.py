@@ -34,7 +34,8 @@ from kitchen.families.common.training import CollectTrainStep, InFlight, Pending
 from kitchen.families.preference.judges import ProvideJudge
 from kitchen.families.preference.reward_model import check_comparison_files, read_comparisons
 from kitchen.families.preference.settings import ComparisonData, DPOLoss
-from kitchen.families.preference.stages import ComputeReferenceLogprobs, EvaluateWinRate, Judge, SubmitDPOStep
+from kitchen.families.preference.stages import ComputeDPOReferenceLogprobs, EvaluateWinRate, Judge, SubmitDPOStep
+from kitchen.families.preference.workflow import reference_sync
 from kitchen.families.supervised.stages import Batch
 from train_core.batching import batch_for_step
 from train_core.renderers.base import Message, Renderer
@@ -182,9 +183,10 @@ def online_dpo_workflow(judge: Judge | None = None, judge_setup: Sequence[Node] 
                 step=True,
                 body=[
                     SampleJudgedPairs(),
-                    ComputeReferenceLogprobs(),
+                    ComputeDPOReferenceLogprobs(),
                     SubmitOnlineDPOStep(),
                     CollectTrainStep(keep=0, step_metrics=loss_fn_metrics),
+                    reference_sync(),
                     When("eval", every(HeldOutEval, lambda e: e.every, include_last=True), [EvaluateWinRate()]),
                     When("checkpoint", every(CheckpointSettings, lambda c: c.save_every), [SaveCheckpoint()]),
                 ],

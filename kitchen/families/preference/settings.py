@@ -19,7 +19,15 @@ from kitchen.families.common.settings import (
     TrainingSettings,
 )
 from train_core.preference.datasets import Layout
-from train_core.preference.losses import LABEL_SMOOTHING_LOSSES, PreferenceLossType
+from train_core.preference.losses import (
+    FDIV_LOSSES,
+    LABEL_SMOOTHING_LOSSES,
+    TRL_DPO_LOSS_TYPES,
+    FDivergence,
+    PreferenceLossParams,
+    PreferenceLossType,
+    PreferenceObjective,
+)
 
 
 class ComparisonFiles(Section):
@@ -68,32 +76,115 @@ class JudgeEvalSettings(Section):
 
 
 class DPOLoss(Section):
-    """Config section `dpo`: the DPO loss and its variants' parameters (`train_core.preference.losses`)."""
+    """Config section `dpo`: the preference loss (one `loss_type`, or several summed with
+    `loss_weights`), its variants' parameters and the reference model's handling; every key named
+    as TRL's `DPOConfig` names it means what it means there (`train_core.preference.losses`)."""
 
     FLAT: ClassVar[Mapping[str, str]] = {"beta": "dpo_beta"}
 
     beta: float = Field(0.1, gt=0, description="DPO temperature: reward = beta * (logp - logp_ref)")
-    loss_type: PreferenceLossType = Field(
+    loss_type: PreferenceLossType | list[PreferenceLossType] = Field(
         "sigmoid",
-        description="sigmoid (DPO) | cdpo (conservative DPO) | robust (rDPO) | ipo (on length-averaged logprobs) | "
-        "hinge | simpo | orpo; each name means what it means in TRL (train_core.preference.losses)",
+        description="one loss or a list summed with loss_weights (TRL's names: "
+        + ", ".join(TRL_DPO_LOSS_TYPES)
+        + "; kitchen's cdpo, simpo, orpo); each means what it means in TRL (train_core.preference.losses)",
+    )
+    loss_weights: list[float] | None = Field(
+        None, description="one weight per loss_type (TRL's loss_weights, e.g. MPO's [0.8, 0.2, 1.0]); default 1 each"
     )
     label_smoothing: float = Field(
-        0.0, ge=0, lt=0.5, description="cdpo and robust: the assumed rate of flipped preference labels"
+        0.0,
+        ge=0,
+        lt=0.5,
+        description="cdpo, robust, aot, aot_unpaired: the assumed rate of flipped labels; exo_pair: its epsilon",
     )
+    f_divergence_type: FDivergence = Field(
+        "reverse_kl",
+        description="f-DPO's divergence (reverse_kl = DPO, forward_kl, js_divergence, alpha_divergence) for the "
+        "losses on the chosen-rejected difference: " + ", ".join(sorted(FDIV_LOSSES)),
+    )
+    f_alpha_divergence_coef: float = Field(0.5, description="alpha_divergence: its alpha")
+    discopop_tau: float = Field(0.05, gt=0, description="discopop: the temperature of its log-ratio modulation")
     simpo_gamma: float = Field(0.5, description="simpo: the target reward margin")
     orpo_lambda: float = Field(0.1, ge=0, description="orpo: weight of the odds-ratio term")
+    rpo_alpha: float | None = Field(
+        None,
+        ge=0,
+        description="RPO (TRL < 1.0's rpo_alpha): adds the chosen completions' NLL (loss_type sft) with this weight",
+    )
+    ld_alpha: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="LD-DPO: a longer completion's tokens past the shorter one's length count this much (1 = plain)",
+    )
+    use_weighting: bool = Field(
+        False,
+        description="WPO: weigh each pair by the policy's aligned probability of both completions (local backend)",
+    )
+    reference_free: bool = Field(
+        False, description="score against a uniform reference (its logprobs 0) instead of the frozen initial policy"
+    )
+    sync_ref_model: bool = Field(
+        False, description="TR-DPO: move the reference towards the policy every ref_model_sync_steps steps"
+    )
+    ref_model_mixup_alpha: float = Field(
+        0.6,
+        gt=0,
+        le=1,
+        description="TR-DPO: reference = alpha * policy + (1 - alpha) * reference at each sync (1 = hard update; "
+        "below 1 needs a backend that mixes weights: local)",
+    )
+    ref_model_sync_steps: Count = Field(512, description="TR-DPO: optimizer steps between reference syncs (tau)")
+
+    @property
+    def loss_types(self) -> list[str]:
+        """`loss_type` as a list (one name is a list of one)."""
+        return [self.loss_type] if isinstance(self.loss_type, str) else list(self.loss_type)
 
     @model_validator(mode="after")
-    def _label_smoothing_has_a_reader(self) -> DPOLoss:
-        """TRL before 1.0 smoothed labels inside `sigmoid`, TRL 1.x ignores it there: rather than
-        pick one meaning silently, a ported config is asked to name the loss it means."""
-        if self.label_smoothing and self.loss_type not in LABEL_SMOOTHING_LOSSES:
+    def _consistent(self) -> DPOLoss:
+        if self.loss_weights is not None and len(self.loss_weights) != len(self.loss_types):
             raise ValueError(
-                f"label_smoothing: loss_type {self.loss_type!r} does not read it; use dpo.loss_type=cdpo "
-                "(conservative DPO, label-smoothed sigmoid) or dpo.loss_type=robust (rDPO)"
+                f"loss_weights: {len(self.loss_weights)} weights for {len(self.loss_types)} loss types; give one each"
             )
+        if self.label_smoothing and not set(self.loss_types) & LABEL_SMOOTHING_LOSSES:
+            # TRL before 1.0 smoothed labels inside `sigmoid`, TRL 1.x ignores it there: rather than
+            # pick one meaning silently, a ported config is asked to name the loss it means.
+            raise ValueError(
+                f"label_smoothing: loss_type {self.loss_type} does not read it; use dpo.loss_type=cdpo "
+                "(conservative DPO, label-smoothed sigmoid) or dpo.loss_type=robust (rDPO), or "
+                f"{', '.join(sorted(LABEL_SMOOTHING_LOSSES - {'cdpo', 'robust'}))}"
+            )
+        self.objective()  # train_core checks the combination (a ValueError: a field error here)
         return self
+
+    def objective(self) -> PreferenceObjective:
+        """The loss terms and their parameters (`rpo_alpha` adds the `sft` term)."""
+        weights = self.loss_weights or [1.0] * len(self.loss_types)
+        terms = list(zip(self.loss_types, weights, strict=True))
+        if self.rpo_alpha is not None:
+            terms.append(("sft", self.rpo_alpha))
+        params = PreferenceLossParams(
+            beta=self.beta,
+            label_smoothing=self.label_smoothing,
+            simpo_gamma=self.simpo_gamma,
+            orpo_lambda=self.orpo_lambda,
+            discopop_tau=self.discopop_tau,
+            f_divergence=self.f_divergence_type,
+            f_alpha=self.f_alpha_divergence_coef,
+        )
+        return PreferenceObjective(tuple(terms), params, self.use_weighting)
+
+    @property
+    def scores_reference(self) -> bool:
+        """Whether the loss reads the reference model's logprobs (else they are zeros, unscored)."""
+        return not self.reference_free and self.objective().uses_reference
+
+    @property
+    def reference_sync_steps(self) -> int:
+        """TR-DPO's sync period; 0 = never."""
+        return self.ref_model_sync_steps if self.sync_ref_model else 0
 
 
 class KTOLoss(Section):

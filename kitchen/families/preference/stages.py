@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from kitchen.engine.config.run import RunConfig
 from kitchen.engine.context import Context
-from kitchen.engine.errors import DataError
-from kitchen.engine.ports import SamplingClient, Tokenizer, TrainingClient
+from kitchen.engine.errors import DataError, StageError
+from kitchen.engine.ports import MixesSamplerWeights, SamplingClient, ServiceBackend, Tokenizer, TrainingClient
 from kitchen.engine.stage import Stage
 from kitchen.families.common.completers import AsyncJudge
 from kitchen.families.common.requests import score_targets
 from kitchen.families.common.settings import DataSettings, OptimizerSettings
+from kitchen.families.common.setup import ReferenceOut
 from kitchen.families.common.training import InFlight, PendingStep, submit_step
 from kitchen.families.preference.reward_model import check_comparison_files, comparison_records
 from kitchen.families.preference.settings import ComparisonData, DPOLoss, WinRateSettings
@@ -28,7 +29,6 @@ from train_core.preference.datasets import Layout, SkipReport, load_comparisons
 from train_core.preference.datums import preference_datums
 from train_core.preference.dpo import dpo_loss, make_dpo_custom_loss, pair_sequence_logprobs
 from train_core.preference.evaluation import win_rate_both_orderings
-from train_core.preference.losses import PreferenceLossParams
 from train_core.preference.types import LabeledComparison
 from train_core.renderers.base import Message, Renderer
 from train_core.renderers.errors import RendererError
@@ -172,10 +172,58 @@ class ComputeReferenceLogprobs(Stage):
         return ReferenceLogprobs(await score_targets(reference_client, batch))
 
 
+class ComputeDPOReferenceLogprobs(ComputeReferenceLogprobs):
+    """`ComputeReferenceLogprobs` for a DPO loss: zeros, without a call, when the loss reads no
+    reference (`dpo.reference_free`, or only reference-free losses such as simpo and orpo)."""
+
+    async def run(  # type: ignore[override]
+        self, reference_client: SamplingClient, batch: list[Datum], dpo: DPOLoss
+    ) -> ReferenceLogprobs:
+        if dpo.scores_reference:
+            return await super().run(reference_client, batch)
+        import torch
+
+        return ReferenceLogprobs([torch.zeros(len(d.loss_fn_inputs["target_tokens"].data)) for d in batch])
+
+
+class SyncReferenceModel(Stage):
+    """TR-DPO's reference update (Gorbatovski et al. 2024, arXiv:2404.09656; TRL's
+    `sync_ref_model`): every `dpo.ref_model_sync_steps` steps, after the step's update, the
+    reference becomes `alpha * policy + (1 - alpha) * reference` (`dpo.ref_model_mixup_alpha`;
+    1 is the hard update, a copy of the policy), saved for the sampler and reopened as
+    `reference_client`, its path persisted so a resumed run scores against it. A mix below 1
+    needs a training client that mixes weights (`MixesSamplerWeights`: the local backend's)."""
+
+    calls = (TrainingClient.save_weights_for_sampler, ServiceBackend.create_sampling_client)
+
+    async def run(
+        self,
+        ctx: Context,
+        service: ServiceBackend,
+        training_client: TrainingClient,
+        reference_path: str,
+        dpo: DPOLoss,
+    ) -> ReferenceOut:
+        name = f"reference_{ctx.step + 1:06d}"
+        alpha = dpo.ref_model_mixup_alpha
+        if alpha == 1.0:
+            path = await (await training_client.save_weights_for_sampler(name))
+        elif isinstance(training_client, MixesSamplerWeights):
+            path = await (await training_client.save_mixed_weights_for_sampler(name, reference_path, alpha))
+        else:
+            raise StageError(
+                f"dpo.ref_model_mixup_alpha {alpha}: this backend's training client cannot mix weights; "
+                "use 1.0 (the hard update) or the local backend"
+            )
+        client = await service.create_sampling_client(model_path=path)
+        ctx.log.info("reference.synced", step=ctx.step + 1, alpha=alpha, path=path)
+        return ReferenceOut(client, path)
+
+
 class SubmitDPOStep(Stage):
-    """Submit the DPO forward-backward (one forward through the custom loss of `loss_type` against
-    the batch's reference logprobs) and the optimizer step with the scheduled learning rate; do
-    not wait. (The reference-free `simpo` and `orpo` ignore the reference logprobs.)"""
+    """Submit the DPO forward-backward (one forward through the custom loss of the `dpo` section's
+    objective against the batch's reference logprobs) and the optimizer step with the scheduled
+    learning rate; do not wait."""
 
     calls = (TrainingClient.forward_backward_custom, TrainingClient.optim_step)
 
@@ -189,10 +237,7 @@ class SubmitDPOStep(Stage):
         optimizer: OptimizerSettings,
         inflight: Sequence[PendingStep] = (),
     ) -> InFlight:
-        loss_params = PreferenceLossParams(
-            label_smoothing=dpo.label_smoothing, simpo_gamma=dpo.simpo_gamma, orpo_lambda=dpo.orpo_lambda
-        )
-        loss_fn = make_dpo_custom_loss(batch_reference_logprobs, dpo.beta, dpo.loss_type, loss_params)
+        loss_fn = make_dpo_custom_loss(batch_reference_logprobs, dpo.objective(), dpo.ld_alpha)
         return await submit_step(ctx, training_client, batch, loss_fn, optimizer, inflight)
 
 

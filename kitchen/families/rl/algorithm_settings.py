@@ -110,7 +110,8 @@ class AlgorithmSettings(Section):
     )
     loss_fn: str = Field(
         "importance_sampling",
-        description="policy-gradient loss: importance_sampling, ppo, cispo, dro, gspo, or a plugin's (kitchen.losses)",
+        description="policy-gradient loss: importance_sampling, ppo, cispo, dro, gspo, sapo, vespo, decoupled_ppo, "
+        "or a plugin's (kitchen.losses)",
     )
     loss_fn_config: dict[str, float] | None = Field(None, description="e.g. ppo/gspo clip thresholds, dro beta")
     advantage_estimator: str = Field(

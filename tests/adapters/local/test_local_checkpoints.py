@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 
 from adapters.local import LocalBackend
 from kitchen.engine.errors import ConfigError
-from kitchen.engine.ports import SamplingClient, TrainingClient
+from kitchen.engine.ports import MixesSamplerWeights, SamplingClient, TrainingClient
 from train_core.types import AdamParams, Datum, ModelInput
 
 ADAM = AdamParams(learning_rate=1e-2)
@@ -138,3 +138,35 @@ def test_bad_checkpoint_paths_names_and_mismatches_are_config_errors(
             await backend.create_sampling_client()
 
     asyncio.run(run())
+
+
+def test_mixed_sampler_weights_are_the_parameterwise_mix(backend: LocalBackend, sl_batch: list[Datum]) -> None:
+    """TR-DPO's soft reference update: `alpha * current + (1 - alpha) * saved`, every parameter."""
+
+    async def run() -> tuple[Path, Path, Path]:
+        client = await backend.create_training_client("tiny", lora_rank=None)
+        assert isinstance(client, MixesSamplerWeights)
+        before = Path(await (await client.save_weights_for_sampler("before")))
+        await _train(client, sl_batch, 2)
+        after = Path(await (await client.save_weights_for_sampler("after")))
+        mixed = Path(await (await client.save_mixed_weights_for_sampler("mixed", str(before), 0.25)))
+        return before, after, mixed
+
+    before, after, mixed = (load_file(p / "weights.safetensors") for p in asyncio.run(run()))
+    assert before.keys() == after.keys() == mixed.keys()
+    moved = max(float((after[k] - before[k]).abs().max()) for k in before)
+    assert moved > 1e-4  # training changed the weights, so the mix is not trivially either
+    for key in before:
+        expected = 0.25 * after[key] + 0.75 * before[key]
+        assert float((mixed[key] - expected).abs().max()) <= 1e-6 * (1.0 + float(expected.abs().max()))
+
+
+def test_mixing_lora_weights_is_refused(backend: LocalBackend) -> None:
+    async def run() -> None:
+        client = await backend.create_training_client("tiny", lora_rank=2)
+        assert isinstance(client, MixesSamplerWeights)
+        path = await (await client.save_weights_for_sampler("before"))
+        await client.save_mixed_weights_for_sampler("mixed", path, 0.5)
+
+    with pytest.raises(ConfigError, match="LoRA"):
+        asyncio.run(run())

@@ -274,6 +274,36 @@ def test_a_custom_loss_that_takes_entropy_gets_it_with_gradients(backend: LocalB
     assert [len(e) for e in seen[0]] == [d.model_input.length for d in sl_batch]
 
 
+def test_a_custom_loss_that_takes_log_sum_sq_probs_gets_each_positions_collision_probability(
+    backend: LocalBackend, sl_batch: list[Datum]
+) -> None:
+    """WPO's input: `log_sum_sq_probs_D` is each position's `log sum_v p_v^2` under the policy
+    (checked against the model's whole distribution), without gradients, beside the logprobs."""
+    seen: list[list[torch.Tensor]] = []
+
+    def wpo_like(
+        data: Sequence[Datum], logprobs_D: list[torch.Tensor], log_sum_sq_probs_D: list[torch.Tensor] | None = None
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        assert log_sum_sq_probs_D is not None
+        seen.append(log_sum_sq_probs_D)
+        return -torch.cat(logprobs_D).sum(), {}
+
+    async def run() -> None:
+        client = await backend.create_training_client("tiny")
+        await (await client.forward_backward_custom(sl_batch, wpo_like))
+
+    asyncio.run(run())
+    model = load_base_model("tiny", torch.float32)
+    assert len(seen[0]) == len(sl_batch)
+    for datum, got in zip(sl_batch, seen[0], strict=True):
+        assert not got.requires_grad
+        with torch.no_grad():
+            logits_LV = model(input_ids=torch.tensor([datum.model_input.to_ints()]), use_cache=False).logits[0]
+        probs_LV = torch.softmax(logits_LV.double(), -1)
+        expected = (probs_LV**2).sum(-1).log()
+        torch.testing.assert_close(got.double(), expected, rtol=0, atol=1e-5)
+
+
 def test_liger_is_refused_where_it_cannot_run(tmp_path: Path) -> None:
     """Liger's kernels are Triton on CUDA: on a CPU the setting fails at once, naming itself. (The
     Liger path itself cannot be tested on this project's GPU-less machines.)"""

@@ -11,8 +11,11 @@ from hypothesis import strategies as st
 
 from train_core.preference.datums import preference_datums
 from train_core.preference.dpo import dpo_loss, make_dpo_custom_loss, pair_sequence_logprobs
+from train_core.preference.losses import PreferenceLossParams, PreferenceObjective
 from train_core.preference.types import Comparison, LabeledComparison
 from train_core.renderers.base import Message, Renderer
+
+DPO_01 = PreferenceObjective(params=PreferenceLossParams(beta=0.1))
 
 LN2 = math.log(2.0)
 
@@ -159,7 +162,7 @@ def test_custom_loss_on_real_datums_matches_dpo_loss_and_only_trains_completions
     ref_D = [-torch.rand(n, generator=generator) * 5 for n in lengths]
     weights_D = [d.loss_fn_inputs["weights"].to_torch() for d in data]
 
-    loss, metrics = make_dpo_custom_loss(ref_D, beta=0.1)(data, policy_D)
+    loss, metrics = make_dpo_custom_loss(ref_D, DPO_01)(data, policy_D)
     loss.backward()
 
     def seq(values: torch.Tensor, weights: torch.Tensor) -> float:
@@ -190,7 +193,7 @@ def test_custom_loss_is_ln2_at_step_one(role_colon: Renderer) -> None:
     )
     generator = torch.Generator().manual_seed(1)
     logprobs_D = [-torch.rand(len(d.loss_fn_inputs["target_tokens"].data), generator=generator) for d in data]
-    loss, metrics = make_dpo_custom_loss([lp.clone() for lp in logprobs_D], beta=0.1)(data, logprobs_D)
+    loss, metrics = make_dpo_custom_loss([lp.clone() for lp in logprobs_D], DPO_01)(data, logprobs_D)
     assert abs(loss.item() - LN2) < 1e-6
     assert abs(metrics["dpo_loss"] - LN2) < 1e-6
 
@@ -199,4 +202,4 @@ def test_custom_loss_rejects_a_reference_of_the_wrong_size(role_colon: Renderer)
     data = preference_datums([_labeled("Hi?", "Hello.", "Go away.")], role_colon, max_length=None)
     logprobs_D = [torch.zeros(len(d.loss_fn_inputs["target_tokens"].data)) for d in data]
     with pytest.raises(ValueError, match="reference"):
-        make_dpo_custom_loss(logprobs_D[:1], beta=0.1)(data, logprobs_D)
+        make_dpo_custom_loss(logprobs_D[:1], DPO_01)(data, logprobs_D)
