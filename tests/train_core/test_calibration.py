@@ -64,8 +64,15 @@ def test_a_worked_example() -> None:
     assert bin_index(1.0, 10) == 9 and bin_index(0.0, 10) == 0
 
 
-@pytest.mark.parametrize(("ps", "os", "message"), [([], [], "no forecasts"), ([1.2], [1.0], r"\[0, 1\]"),
-                                                   ([0.5], [0.5], "0 or 1"), ([0.5], [1.0, 0.0], "2 outcomes")])
+@pytest.mark.parametrize(
+    ("ps", "os", "message"),
+    [
+        ([], [], "no forecasts"),
+        ([1.2], [1.0], r"\[0, 1\]"),
+        ([0.5], [0.5], "0 or 1"),
+        ([0.5], [1.0, 0.0], "2 outcomes"),
+    ],
+)
 def test_bad_input_is_named(ps: list[float], os: list[float], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         calibration(ps, os)

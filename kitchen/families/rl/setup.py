@@ -69,12 +69,12 @@ class OpenTaskModels(Stage):
         self, ctx: Context, rl_task: RLTask, service: ServiceBackend, tokenizer: Tokenizer, run: RunConfig
     ) -> None:
         for slot in rl_task.models:
-            if slot.model_name and slot.model_name != run.model_name:
-                if not same_tokenizer(tokenizer, service.get_tokenizer(slot.model_name)):
-                    raise ConfigError(
-                        f"the {slot.role} model {slot.model_name!r} has a different tokenizer from model_name "
-                        f"{run.model_name!r}; the environment renders its prompts with the run's renderer"
-                    )
+            other = slot.model_name
+            if other and other != run.model_name and not same_tokenizer(tokenizer, service.get_tokenizer(other)):
+                raise ConfigError(
+                    f"the {slot.role} model {other!r} has a different tokenizer from model_name "
+                    f"{run.model_name!r}; the environment renders its prompts with the run's renderer"
+                )
             model = OtherModel(model_name=slot.model_name, checkpoint=slot.checkpoint)
             client, path = await open_other_model(service, model, run.model_name)
             slot.bind(client)

@@ -1,0 +1,233 @@
+"""Decisions: a prompt with lettered choices and a target probability distribution over them; the
+policy answers one letter, and training moves its distribution over the choices toward the target.
+
+The policy's probability of its answer is read from its own logprobs (the sum over the sampled
+reply's tokens), and each reply is rewarded `log target[c] - log p(reply)`: its expectation under
+the policy is `-KL(p || target)`, so policy-gradient training on it minimises that KL, whose
+only minimum is `p = target` (an entropy-regularised objective: a plain reward such as `target[c]`
+would instead push all mass onto the likeliest choice). A reply that names no choice counts as a
+choice of probability `env.floor`. Logged per group: `kl_to_target` (the sampled estimate of
+`KL(p || target)`, the mean of `log p - log target`), `tv_to_target` (total variation between the
+group's choice frequencies and the target) and `valid_choice`.
+
+Records (JSONL): `{"prompt": "...", "choices": ["...", ...], "target": [p, ...]}` (targets
+summing to 1); an optional `completion` is a warm-start demonstration (default: a uniformly
+drawn letter, which teaches the answer format and starts from the uniform distribution).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import string
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import Field
+
+from kitchen import DataError, build_all
+from kitchen.families.rl import EnvSettings, EnvSpec, RLSettings
+from recipes.data import shipped_data
+from train_core.renderers.base import Renderer
+from train_core.renderers.messages import Message
+from train_core.rl.task import RLTask
+from train_core.rl.types import Action, Env, EnvGroupBuilder, Metrics, RLDataset, StepResult, Trajectory
+from train_core.types import ModelInput, StopCondition
+
+LABELS = string.ascii_uppercase
+
+
+@dataclass(frozen=True)
+class Decision:
+    prompt: str
+    choices: tuple[str, ...]
+    target: tuple[float, ...]
+
+    @property
+    def labels(self) -> str:
+        return LABELS[: len(self.choices)]
+
+    def question(self) -> str:
+        lines = [f"{label}) {choice}" for label, choice in zip(self.labels, self.choices, strict=True)]
+        return "\n".join([self.prompt, *lines, "Answer with one letter."])
+
+
+def decision(where: str, record: Any) -> Decision:
+    """One record; a bad one is a DataError naming `where` (file and line)."""
+    if not isinstance(record, dict) or not isinstance(record.get("prompt"), str):
+        raise DataError(f"{where}: expected an object with a string 'prompt', 'choices' and 'target'")
+    choices, target = record.get("choices"), record.get("target")
+    if (
+        not isinstance(choices, list)
+        or not 2 <= len(choices) <= len(LABELS)
+        or not all(isinstance(c, str) for c in choices)
+    ):
+        raise DataError(f"{where}: 'choices' must be a list of 2 to {len(LABELS)} strings")
+    if (
+        not isinstance(target, list)
+        or len(target) != len(choices)
+        or not all(isinstance(t, int | float) and not isinstance(t, bool) and t >= 0 for t in target)
+    ):
+        raise DataError(f"{where}: 'target' must hold one probability >= 0 per choice ({len(choices)})")
+    if not math.isclose(sum(target), 1.0, abs_tol=1e-6):
+        raise DataError(f"{where}: 'target' must sum to 1, got {sum(target):g}")
+    return Decision(record["prompt"], tuple(choices), tuple(float(t) for t in target))
+
+
+def load_decisions(path: str) -> Sequence[Decision]:
+    decisions = build_all(path, decision)
+    if len(decisions) == 0:
+        raise DataError(f"{path}: no records")
+    return decisions
+
+
+def read_choice(text: str, labels: str) -> int | None:
+    """The index of the choice a reply names: its letter alone, or `X)` / `X.` before any text."""
+    stripped = text.strip()
+    if len(stripped) >= 1 and stripped[0] in labels and (len(stripped) == 1 or stripped[1] in ").: \n"):
+        return labels.index(stripped[0])
+    return None
+
+
+class DecisionEnv(Env):
+    """One prompt, one letter; rewarded with the group (it needs the reply's logprob)."""
+
+    def __init__(self, item: Decision, renderer: Renderer) -> None:
+        self.item, self.renderer = item, renderer
+        self.choice: int | None = None
+
+    async def initial_observation(self) -> tuple[ModelInput, StopCondition]:
+        prompt = self.renderer.build_generation_prompt([Message(role="user", content=self.item.question())])
+        return prompt, self.renderer.get_stop_sequences()
+
+    async def step(self, action: Action) -> StepResult:
+        message, _ = self.renderer.parse_response(action)
+        self.choice = read_choice(message["content"], self.item.labels)
+        return StepResult(
+            reward=0.0,
+            episode_done=True,
+            next_observation=ModelInput.empty(),
+            next_stop_condition=self.renderer.get_stop_sequences(),
+            metrics={"valid_choice": float(self.choice is not None)},
+            parse_ok=self.choice is not None,
+        )
+
+
+def reply_logprob(trajectory: Trajectory) -> float:
+    """The policy's log-probability of its reply, from the sampler's logprobs of its tokens."""
+    return math.fsum(trajectory.transitions[-1].ac.logprobs)
+
+
+def total_variation(counts: Counter[int], n: int, target: Sequence[float]) -> float:
+    return 0.5 * sum(abs(counts.get(i, 0) / n - t) for i, t in enumerate(target))
+
+
+@dataclass(frozen=True)
+class DecisionGroup(EnvGroupBuilder):
+    """`group_size` replies to one prompt, each rewarded `log target - log p` (module doc)."""
+
+    item: Decision
+    renderer: Renderer
+    group_size: int
+    floor: float
+    tag: str = "decisions"
+
+    async def make_envs(self) -> list[DecisionEnv]:
+        return [DecisionEnv(self.item, self.renderer) for _ in range(self.group_size)]
+
+    async def compute_group_rewards(
+        self, trajectories_G: Sequence[Trajectory], envs_G: Sequence[Env]
+    ) -> list[tuple[float, Metrics]]:
+        choices = [env.choice if isinstance(env, DecisionEnv) else None for env in envs_G]
+        rewards = []
+        for trajectory, choice in zip(trajectories_G, choices, strict=True):
+            target = self.item.target[choice] if choice is not None else 0.0
+            rewards.append(math.log(max(target, self.floor)) - reply_logprob(trajectory))
+        counts = Counter(c for c in choices if c is not None)
+        group: Metrics = {
+            "kl_to_target": -sum(rewards) / len(rewards),
+            "tv_to_target": total_variation(counts, len(choices), self.item.target),
+        }
+        return [(reward, dict(group)) for reward in rewards]
+
+    def logging_tags(self) -> list[str]:
+        return [self.tag]
+
+
+@dataclass(frozen=True)
+class DecisionDataset(RLDataset):
+    """Batches of `groups_per_batch` prompts, a seeded shuffle per pass over the records."""
+
+    items: Sequence[Decision]
+    renderer: Renderer
+    num_batches: int
+    groups_per_batch: int
+    group_size: int
+    floor: float
+    seed: int
+
+    def get_batch(self, index: int) -> list[EnvGroupBuilder]:
+        out: list[EnvGroupBuilder] = []
+        for position in range(index * self.groups_per_batch, (index + 1) * self.groups_per_batch):
+            epoch, offset = divmod(position, len(self.items))
+            order = list(range(len(self.items)))
+            random.Random(f"decisions/{self.seed}/{epoch}").shuffle(order)
+            out.append(DecisionGroup(self.items[order[offset]], self.renderer, self.group_size, self.floor))
+        return out
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+
+@dataclass(frozen=True)
+class UniformChoices:
+    """Warm-start demonstrations: each prompt answered with a uniformly drawn letter."""
+
+    items: Sequence[Decision]
+
+    def __call__(self, rng: random.Random, count: int) -> list[list[Message]]:
+        out = []
+        for _ in range(count):
+            item = rng.choice(self.items)
+            reply = rng.choice(item.labels)
+            out.append([Message(role="user", content=item.question()), Message(role="assistant", content=reply)])
+        return out
+
+
+DEFAULT_DATA = shipped_data("decisions/choices.jsonl")
+
+
+class DecisionsSettings(EnvSettings):
+    name: Literal["decisions"] = Field("decisions", description="a distribution over lettered choices")
+    dataset: str = Field(DEFAULT_DATA, description="records: prompt, choices, target (JSONL)")
+    eval_dataset: str | None = Field(None, description="held-out records; none = the training records")
+    floor: float = Field(0.01, gt=0, lt=1, description="the target probability a reply naming no choice is scored with")
+
+
+def check_files(settings: DecisionsSettings, roles: frozenset[str]) -> None:
+    for path in (settings.dataset, settings.eval_dataset):
+        if path:
+            load_decisions(path)
+
+
+def build_task(settings: DecisionsSettings, config: RLSettings, renderer: Renderer) -> RLTask:
+    items = load_decisions(settings.dataset)
+    held_out = load_decisions(settings.eval_dataset) if settings.eval_dataset else items
+    rl = config.rl
+    return RLTask(
+        train=DecisionDataset(
+            items, renderer, rl.num_batches, rl.groups_per_batch, rl.group_size, settings.floor, config.seed
+        ),
+        eval_builders=[DecisionGroup(item, renderer, rl.group_size, settings.floor) for item in held_out],
+        demonstrations=UniformChoices(items),
+    )
+
+
+ENV = EnvSpec(
+    "a distribution over lettered choices, trained toward a target distribution",
+    DecisionsSettings,
+    build_task,
+    check_files,
+)
