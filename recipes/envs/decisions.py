@@ -1,14 +1,18 @@
 """Decisions: a prompt with lettered choices and a target probability distribution over them; the
 policy answers one letter, and training moves its distribution over the choices toward the target.
 
-The policy's probability of its answer is read from its own logprobs (the sum over the sampled
-reply's tokens), and each reply is rewarded `log target[c] - log p(reply)`: its expectation under
-the policy is `-KL(p || target)`, so policy-gradient training on it minimises that KL, whose
-only minimum is `p = target` (an entropy-regularised objective: a plain reward such as `target[c]`
-would instead push all mass onto the likeliest choice). A reply that names no choice counts as a
-choice of probability `env.floor`. Logged per group: `kl_to_target` (the sampled estimate of
-`KL(p || target)`, the mean of `log p - log target`), `tv_to_target` (total variation between the
-group's choice frequencies and the target) and `valid_choice`.
+Each choice has one reply, its letter as the renderer writes an assistant message (e.g. ` A`
+then the end of turn); the policy's probability of a choice is read from its own logprobs of that
+reply's letter tokens, and a reply naming choice `c` is rewarded `log target[c] - log p(reply)`: over
+the replies that name a choice, its expectation under the policy is `-KL(p || target)`, so
+policy-gradient training on it minimises that KL, whose only minimum is `p = target` (an
+entropy-regularised objective: a plain reward such as `target[c]` would instead push all mass
+onto the likeliest choice). Any other reply (another spelling included: its probability would not be the
+choice's) gets the fixed reward `log env.floor`, with no `-log p` term: otherwise rare garbage
+replies would earn an unbounded bonus. Logged per
+group: `kl_to_target` (the sampled estimate of `KL(p || target)` over the replies that name a
+choice), `tv_to_target` (total variation between the group's choice frequencies and the
+target) and `valid_choice`.
 
 Records (JSONL): `{"prompt": "...", "choices": ["...", ...], "target": [p, ...]}` (targets
 summing to 1); an optional `completion` is a warm-start demonstration (default: a uniformly
@@ -32,6 +36,7 @@ from kitchen.families.rl import EnvSettings, EnvSpec, RLSettings
 from recipes.data import shipped_data
 from train_core.renderers.base import Renderer
 from train_core.renderers.messages import Message
+from train_core.renderers.train_on_what import TrainOnWhat
 from train_core.rl.task import RLTask
 from train_core.rl.types import Action, Env, EnvGroupBuilder, Metrics, RLDataset, StepResult, Trajectory
 from train_core.types import ModelInput, StopCondition
@@ -83,19 +88,41 @@ def load_decisions(path: str) -> Sequence[Decision]:
     return decisions
 
 
-def read_choice(text: str, labels: str) -> int | None:
-    """The index of the choice a reply names: its letter alone, or `X)` / `X.` before any text."""
-    stripped = text.strip()
-    if len(stripped) >= 1 and stripped[0] in labels and (len(stripped) == 1 or stripped[1] in ").: \n"):
-        return labels.index(stripped[0])
+def choice_replies(renderer: Renderer, labels: str) -> list[list[int]]:
+    """Each label's reply tokens as the renderer writes an assistant message holding just the
+    label, without the end of turn (the suffix every label's reply shares)."""
+    replies = []
+    for label in labels:
+        tokens, weights = renderer.build_supervised_example(
+            [Message(role="user", content="?"), Message(role="assistant", content=label)],
+            TrainOnWhat.LAST_ASSISTANT_MESSAGE,
+        )
+        replies.append([t for t, w in zip(tokens.to_ints(), weights, strict=True) if w > 0])
+    shared = 0
+    while shared < min(map(len, replies)) - 1 and len({tuple(r[len(r) - shared - 1 :]) for r in replies}) == 1:
+        shared += 1
+    return [reply[: len(reply) - shared] for reply in replies]
+
+
+def read_choice(action: Sequence[int], replies: Sequence[Sequence[int]]) -> int | None:
+    """The choice whose reply the action begins with (what follows it is the end of turn, or
+    cut by `max_tokens`), or None."""
+    for index, reply in enumerate(replies):
+        if list(action[: len(reply)]) == list(reply):
+            return index
     return None
+
+
+def choice_logprob(trajectory: Trajectory, reply_length: int) -> float:
+    """The policy's log-probability of the chosen reply, from the sampler's logprobs of its tokens."""
+    return math.fsum(trajectory.transitions[-1].ac.logprobs[:reply_length])
 
 
 class DecisionEnv(Env):
     """One prompt, one letter; rewarded with the group (it needs the reply's logprob)."""
 
-    def __init__(self, item: Decision, renderer: Renderer) -> None:
-        self.item, self.renderer = item, renderer
+    def __init__(self, item: Decision, renderer: Renderer, replies: Sequence[Sequence[int]]) -> None:
+        self.item, self.renderer, self.replies = item, renderer, replies
         self.choice: int | None = None
 
     async def initial_observation(self) -> tuple[ModelInput, StopCondition]:
@@ -103,8 +130,7 @@ class DecisionEnv(Env):
         return prompt, self.renderer.get_stop_sequences()
 
     async def step(self, action: Action) -> StepResult:
-        message, _ = self.renderer.parse_response(action)
-        self.choice = read_choice(message["content"], self.item.labels)
+        self.choice = read_choice(action, self.replies)
         return StepResult(
             reward=0.0,
             episode_done=True,
@@ -113,11 +139,6 @@ class DecisionEnv(Env):
             metrics={"valid_choice": float(self.choice is not None)},
             parse_ok=self.choice is not None,
         )
-
-
-def reply_logprob(trajectory: Trajectory) -> float:
-    """The policy's log-probability of its reply, from the sampler's logprobs of its tokens."""
-    return math.fsum(trajectory.transitions[-1].ac.logprobs)
 
 
 def total_variation(counts: Counter[int], n: int, target: Sequence[float]) -> float:
@@ -135,21 +156,27 @@ class DecisionGroup(EnvGroupBuilder):
     tag: str = "decisions"
 
     async def make_envs(self) -> list[DecisionEnv]:
-        return [DecisionEnv(self.item, self.renderer) for _ in range(self.group_size)]
+        replies = choice_replies(self.renderer, self.item.labels)
+        return [DecisionEnv(self.item, self.renderer, replies) for _ in range(self.group_size)]
 
     async def compute_group_rewards(
         self, trajectories_G: Sequence[Trajectory], envs_G: Sequence[Env]
     ) -> list[tuple[float, Metrics]]:
+        replies = choice_replies(self.renderer, self.item.labels)
         choices = [env.choice if isinstance(env, DecisionEnv) else None for env in envs_G]
-        rewards = []
+        rewards, gaps = [], []
         for trajectory, choice in zip(trajectories_G, choices, strict=True):
-            target = self.item.target[choice] if choice is not None else 0.0
-            rewards.append(math.log(max(target, self.floor)) - reply_logprob(trajectory))
+            if choice is None:
+                rewards.append(math.log(self.floor))
+                continue
+            logprob = choice_logprob(trajectory, len(replies[choice]))
+            gap = math.log(max(self.item.target[choice], self.floor)) - logprob
+            rewards.append(gap)
+            gaps.append(gap)
         counts = Counter(c for c in choices if c is not None)
-        group: Metrics = {
-            "kl_to_target": -sum(rewards) / len(rewards),
-            "tv_to_target": total_variation(counts, len(choices), self.item.target),
-        }
+        group: Metrics = {"tv_to_target": total_variation(counts, len(choices), self.item.target)}
+        if gaps:
+            group["kl_to_target"] = -sum(gaps) / len(gaps)
         return [(reward, dict(group)) for reward in rewards]
 
     def logging_tags(self) -> list[str]:
@@ -203,7 +230,12 @@ class DecisionsSettings(EnvSettings):
     name: Literal["decisions"] = Field("decisions", description="a distribution over lettered choices")
     dataset: str = Field(DEFAULT_DATA, description="records: prompt, choices, target (JSONL)")
     eval_dataset: str | None = Field(None, description="held-out records; none = the training records")
-    floor: float = Field(0.01, gt=0, lt=1, description="the target probability a reply naming no choice is scored with")
+    floor: float = Field(
+        0.01,
+        gt=0,
+        lt=1,
+        description="a reply naming no choice is rewarded log(floor); also the least target probability scored",
+    )
 
 
 def check_files(settings: DecisionsSettings, roles: frozenset[str]) -> None:

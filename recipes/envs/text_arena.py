@@ -23,6 +23,7 @@ the last moves and the board) as one user message and answers with a move such a
 from __future__ import annotations
 
 import asyncio
+import difflib
 import random
 import re
 from collections.abc import Callable
@@ -57,10 +58,9 @@ def check_game(game: str) -> None:
     """A registered textarena game id, else a ConfigError naming it."""
     registry = textarena().envs.registration.ENV_REGISTRY
     if game not in registry:
-        close = [name for name in registry if name.lower().startswith(game.split("-")[0].lower())][:5]
-        raise ConfigError(
-            f"env.game {game!r} is not a textarena game{'; did you mean ' + ', '.join(close) if close else ''}"
-        )
+        close = difflib.get_close_matches(game, list(registry), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise ConfigError(f"env.game {game!r} is not a textarena game{hint}")
 
 
 def listed_moves(observation: str) -> list[str]:
@@ -204,7 +204,7 @@ class SeatEnv(Env):
             "draw": float(outcome == 0),
             "seat": float(self.seat),
         }
-        return StepResult(reward + outcome, True, ModelInput.empty(), stop, metrics, parsed and not invalid)
+        return StepResult(reward + outcome, True, ModelInput.empty(), stop, metrics, parsed)
 
 
 @dataclass(frozen=True)
