@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import Field
@@ -80,6 +80,8 @@ class Game:
     secret: str
     nouns: tuple[str, ...]
     max_turns: int
+    answers: dict[str, bool] = field(default_factory=dict, hash=False)
+    """The list's answers for the secret (for the `answer_as_listed` metric)."""
 
     def intro(self) -> Message:
         return Message(role="user", content=INTRO.format(nouns=", ".join(self.nouns)))
@@ -113,6 +115,9 @@ class TwentyQuestionsEnv(Env):
             answer = await self.ask(text)
             self.messages.append(Message(role="user", content=answer))
             metrics = {"clear_answer": float(answer != UNCLEAR)}
+            listed = self.game.answers.get(text.strip())
+            if listed is not None:  # a question of the list: did the answerer answer as the list does?
+                metrics["answer_as_listed"] = float(answer == ("Yes." if listed else "No."))
             return StepResult(0.0, False, self.renderer.build_generation_prompt(self.messages), stop, metrics, parsed)
         won = guess == self.game.secret
         metrics = {"won": float(won), "guessed": float(guess is not None), "questions": float(self.turns - 1)}
@@ -212,11 +217,13 @@ def check_nouns(settings: TwentyQuestionsSettings, roles: frozenset[str]) -> Non
 def build_task(settings: TwentyQuestionsSettings, config: RLSettings, renderer: Renderer) -> RLTask:
     nouns = load_nouns(settings.nouns)
     names = tuple(n.noun for n in nouns)
+    answers = {n.noun: n.answers for n in nouns}
     answerer = ModelSlot("answerer", settings.answerer.model_name, settings.answerer.checkpoint)
     params = SamplingParams(max_tokens=settings.answerer_max_tokens, temperature=settings.answerer_temperature)
 
     def group(secret: str) -> GameGroup:
-        return GameGroup(Game(secret, names, settings.max_turns), renderer, answerer, params, config.rl.group_size)
+        game = Game(secret, names, settings.max_turns, answers[secret])
+        return GameGroup(game, renderer, answerer, params, config.rl.group_size)
 
     return RLTask(
         train=GameDataset(group, names, config.rl.num_batches, config.rl.groups_per_batch, config.seed),

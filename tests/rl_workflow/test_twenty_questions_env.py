@@ -107,6 +107,7 @@ def test_a_player_who_hears_true_answers_wins_every_game(kitchen_run: Callable[.
     for row in run.metrics:
         assert row["eval/all/won"] == 1.0 and row["env/all/won"] == 1.0
         assert row["eval/all/questions"] == len(QUESTIONS) and row["eval/all/clear_answer"] == 1.0
+        assert row["eval/all/answer_as_listed"] == 1.0
         assert row["eval/all/total_episodes"] == 2 * len(NOUNS)
 
 
@@ -114,7 +115,7 @@ def test_the_answerer_is_a_model_the_env_asks(kitchen_run: Callable[..., RunResu
     run = kitchen_run(
         "twenty_questions", *SHORT, "sampling.max_tokens=16", replies=scripted(lambda secret, question: "Perhaps.")
     )
-    assert all(row["eval/all/clear_answer"] == 0.0 for row in run.metrics)
+    assert all(row["eval/all/clear_answer"] == 0.0 and row["eval/all/answer_as_listed"] == 0.0 for row in run.metrics)
     assert run.metrics[-1]["eval/all/won"] < 1.0  # no answers: the policy cannot tell the nouns apart
     calls = run.backend.calls  # type: ignore[attr-defined]
     opened = [c.summary["base_model"] for c in calls if c.method == "create_sampling_client"]
