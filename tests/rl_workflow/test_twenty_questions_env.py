@@ -80,7 +80,8 @@ def scripted(answerer: Callable[[str, str], str]) -> Callable[[str], str]:
         heard = re.findall(r"(Yes\.|No\.|" + re.escape(UNCLEAR) + ")", prompt.split("then guess it")[-1])
         if len(heard) < len(QUESTIONS):
             return QUESTIONS[len(heard)]
-        fits = [n for n in NOUNS if all(("Yes." if n.answers[q] else "No.") == h for q, h in zip(QUESTIONS, heard))]
+        heard_as = {q: h for q, h in zip(QUESTIONS, heard, strict=True)}
+        fits = [n for n in NOUNS if all(("Yes." if n.answers[q] else "No.") == h for q, h in heard_as.items())]
         return f"Is it a {fits[0].noun if fits else NAMES[0]}?"
 
     return reply
