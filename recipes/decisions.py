@@ -5,8 +5,9 @@ value is `-KL(p || target)` (see `recipes.envs.decisions`). Logged: `env/all/kl_
 on the prompts again every `eval.every` steps, `eval/all/kl_to_target` and `eval/all/tv_to_target`.
 
 Defaults run on the embedded tiny model, offline, on CPU, on the shipped prompts
-(`recipes/data/decisions/choices.jsonl`): a warm start on uniformly drawn letters teaches the
-answer format, then RL moves each prompt's distribution toward its target.
+(`recipes/data/decisions/choices.jsonl`): a warm start imitating a teacher who answers from
+the target half of the time (else uniformly) teaches the answer format and that the prompts
+differ; RL moves each prompt's distribution the rest of the way toward its target.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from recipes.envs.decisions import ENV, DecisionsSettings
     sampling=SamplingSettings(max_tokens=2),
     rl=RLLoopSettings(group_size=16, groups_per_batch=8, num_batches=30),
     eval=HeldOutEval(every=10),
-    warm_start=WarmStartSettings(steps=50),
+    warm_start=WarmStartSettings(steps=200),
 )
 class Config(RLSettings):
     env: DecisionsSettings = Field(default_factory=DecisionsSettings, description="the prompts and their targets")

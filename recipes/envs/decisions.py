@@ -15,8 +15,8 @@ choice), `tv_to_target` (total variation between the group's choice frequencies 
 target) and `valid_choice`.
 
 Records (JSONL): `{"prompt": "...", "choices": ["...", ...], "target": [p, ...]}` (targets
-summing to 1); an optional `completion` is a warm-start demonstration (default: a uniformly
-drawn letter, which teaches the answer format and starts from the uniform distribution).
+summing to 1). The warm start imitates a teacher who answers from the target half of the time
+(`env.teacher_target_share`) and uniformly otherwise.
 """
 
 from __future__ import annotations
@@ -209,16 +209,23 @@ class DecisionDataset(RLDataset):
 
 
 @dataclass(frozen=True)
-class UniformChoices:
-    """Warm-start demonstrations: each prompt answered with a uniformly drawn letter."""
+class TeacherChoices:
+    """Warm-start demonstrations: each prompt answered with a letter drawn from its target
+    `target_share` of the time, else uniformly. The imitating model learns the answer format and
+    that the prompts differ, and starts between the uniform and the target distribution; RL,
+    rewarded toward the target, closes the rest."""
 
     items: Sequence[Decision]
+    target_share: float
 
     def __call__(self, rng: random.Random, count: int) -> list[list[Message]]:
         out = []
         for _ in range(count):
             item = rng.choice(self.items)
-            reply = rng.choice(item.labels)
+            if rng.random() < self.target_share:
+                reply = rng.choices(item.labels, weights=item.target)[0]
+            else:
+                reply = rng.choice(item.labels)
             out.append([Message(role="user", content=item.question()), Message(role="assistant", content=reply)])
         return out
 
@@ -235,6 +242,9 @@ class DecisionsSettings(EnvSettings):
         gt=0,
         lt=1,
         description="a reply naming no choice is rewarded log(floor); also the least target probability scored",
+    )
+    teacher_target_share: float = Field(
+        0.5, ge=0, le=1, description="share of warm-start answers drawn from the target (the rest: uniform)"
     )
 
 
@@ -253,7 +263,7 @@ def build_task(settings: DecisionsSettings, config: RLSettings, renderer: Render
             items, renderer, rl.num_batches, rl.groups_per_batch, rl.group_size, settings.floor, config.seed
         ),
         eval_builders=[DecisionGroup(item, renderer, rl.group_size, settings.floor) for item in held_out],
-        demonstrations=UniformChoices(items),
+        demonstrations=TeacherChoices(items, settings.teacher_target_share),
     )
 
 

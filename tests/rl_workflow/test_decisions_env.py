@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import random
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from recipes.envs.decisions import (
     DEFAULT_DATA,
     Decision,
     DecisionGroup,
+    TeacherChoices,
     choice_replies,
     load_decisions,
     read_choice,
@@ -91,6 +94,14 @@ def test_the_shipped_records_load_and_a_bad_target_is_named_by_file_and_line(tmp
     path.write_text(json.dumps(good) + "\n" + json.dumps({**good, "target": [0.5, 0.6]}) + "\n")
     with pytest.raises(DataError, match=r"choices.jsonl.*2.*sum to 1"):
         load_decisions(str(path))
+
+
+@pytest.mark.parametrize("share", [0.0, 0.5, 1.0])
+def test_the_teacher_answers_from_the_target_at_its_share_else_uniformly(share: float) -> None:
+    demos = TeacherChoices([ITEM], share)(random.Random(0), 3000)
+    counts = Counter(reply["content"] for _, reply in demos)
+    for label, target in zip(ITEM.labels, ITEM.target, strict=True):
+        assert counts[label] / len(demos) == pytest.approx(share * target + (1 - share) / 3, abs=0.03)
 
 
 SHORT = ("rl.num_batches=2", "warm_start.steps=2", "eval.every=1", "rl.groups_per_batch=2", "rl.group_size=4")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -31,15 +31,17 @@ R = renderer()
 GAME = "TicTacToe-v0-train"
 
 
-def scripted(choose: Callable[[str, list[str]], str]) -> Callable[[ModelInput, StopCondition], object]:
+def scripted(
+    choose: Callable[[str, list[str]], str],
+) -> Callable[[ModelInput, StopCondition], Awaitable[TokensWithLogprobs]]:
     """A policy that reads the observation's text and answers `choose(observation, listed moves)`."""
 
     async def policy(ob: ModelInput, stop: StopCondition) -> TokensWithLogprobs:
-        text = R.tokenizer.decode(ob.to_ints())
+        text = str(R.tokenizer.decode(ob.to_ints()))
         tokens = reply_tokens(R, choose(text, listed_moves(text)))
         return TokensWithLogprobs(tokens, [0.0] * len(tokens))
 
-    return policy  # type: ignore[return-value]
+    return policy
 
 
 def lowest(text: str, moves: list[str]) -> str:
@@ -64,7 +66,7 @@ def test_self_play_coordinates_both_seats_and_is_zero_sum() -> None:
     seat0, seat1 = group.trajectories_G
     assert len(seat0.transitions) == 4 and len(seat1.transitions) == 3
     assert seat0.transitions[-1].metrics["won"] == 1.0 and seat1.transitions[-1].metrics["lost"] == 1.0
-    assert "'[0]'" not in R.tokenizer.decode(seat1.transitions[0].ob.to_ints()).split("Available Moves")[-1]
+    assert "'[0]'" not in str(R.tokenizer.decode(seat1.transitions[0].ob.to_ints())).split("Available Moves")[-1]
 
 
 def test_an_invalid_move_is_counted_penalised_and_retried() -> None:

@@ -21,7 +21,7 @@ ANSWERER_DIR = Path(__file__).resolve().parent / "answerer"
 
 def conversations() -> list[dict[str, object]]:
     """One conversation per (secret, question): the answerer's prompt and the list's answer."""
-    out = []
+    out: list[dict[str, object]] = []
     for noun in load_nouns(DEFAULT_NOUNS):
         for question, answer in noun.answers.items():
             reply = {"role": "assistant", "content": "Yes." if answer else "No."}

@@ -1,0 +1,39 @@
+"""Acceptance: `kitchen run decisions` with its defaults (embedded tiny model, offline, CPU) moves
+the policy's distributions toward the targets: the sampled reward (minus the estimated
+KL(p || target), over every prompt's group) of the last 5 RL steps beats the first 5's by at least
+REWARD_GAIN in every one of three seeds, and by twice that on average; the held-out total
+variation to the target does not grow.
+
+Measured with the defaults (seed 0, 2026-11-28): sampled reward -0.248 -> -0.127, held-out
+estimated KL 0.261 -> 0.116, total variation 0.268 -> 0.195."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kitchen.engine.runs.metrics import read_metrics
+from tests.helpers import run_cli
+
+REWARD_GAIN = 0.04
+
+
+@pytest.mark.slow
+@pytest.mark.acceptance
+def test_decisions_defaults_move_toward_the_targets_over_seeds(tmp_path: Path) -> None:
+    gains = []
+    for seed in (0, 1, 2):
+        log_path = tmp_path / f"seed{seed}"
+        result = run_cli("run", "decisions", f"log_path={log_path}", f"seed={seed}")
+        assert result.returncode == 0, result.stderr
+        rows = read_metrics(log_path / "metrics.jsonl")
+        rewards = [row["env/all/reward/total"] for row in rows]
+        assert len(rewards) == 30
+        first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
+        assert last - first >= REWARD_GAIN, f"seed {seed}: sampled reward {first:.3f} -> {last:.3f}"
+        evals = [row for row in rows if "eval/all/tv_to_target" in row]
+        assert evals[-1]["eval/all/tv_to_target"] <= evals[0]["eval/all/tv_to_target"], f"seed {seed}"
+        assert evals[-1]["eval/all/valid_choice"] >= 0.95
+        gains.append(last - first)
+    assert sum(gains) / len(gains) >= 2 * REWARD_GAIN, f"reward gains {gains}"
