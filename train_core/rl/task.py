@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from train_core.renderers.base import Renderer
 from train_core.renderers.messages import Message
 from train_core.renderers.train_on_what import TrainOnWhat
+from train_core.rl.model_slot import ModelSlot
 from train_core.rl.types import EnvGroupBuilder, RLDataset
 
 
@@ -34,6 +35,9 @@ class RLTask:
     as warnings, so they reach stderr and the report."""
     notes: Sequence[str] = ()
     """What the user may want to know (how the sandbox bounds a program): logged as info events."""
+    models: Sequence[ModelSlot] = ()
+    """Other models the envs sample from (an opponent, an answerer, a grader): the run opens each
+    and binds it before the first rollout."""
 
 
 RLTaskFactory = Callable[[Any, Renderer], RLTask]

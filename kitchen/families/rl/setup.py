@@ -1,5 +1,5 @@
-"""Before the RL steps: the recipe's task (envs, held-out set, demonstrations), and the optional
-supervised warm start on its demonstrations."""
+"""Before the RL steps: the recipe's task (envs, held-out set, demonstrations), the other models
+its envs sample from, and the optional supervised warm start on its demonstrations."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from kitchen.engine.config.run import RunConfig
 from kitchen.engine.context import Context
 from kitchen.engine.errors import ConfigError, DataError
 from kitchen.engine.hooks import report_progress
-from kitchen.engine.ports import ServiceBackend, TrainingClient
+from kitchen.engine.ports import ServiceBackend, Tokenizer, TrainingClient
 from kitchen.engine.stage import Stage
-from kitchen.families.common.settings import OptimizerSettings
-from kitchen.families.common.setup import TrainingClientOut, message_roles
+from kitchen.families.common.settings import OptimizerSettings, OtherModel
+from kitchen.families.common.setup import TrainingClientOut, message_roles, open_other_model, same_tokenizer
 from kitchen.families.common.training import adam_params, train_in_chunks
 from kitchen.families.rl.settings import RLSettings, WarmStartSettings
 from train_core.renderers.base import Renderer
@@ -55,6 +55,30 @@ class BuildRLTask(Stage):
             ctx.log.info("rl_task.note", message=note)
         ctx.log.info("rl_task.built", batches=len(task.train), eval_groups=len(task.eval_builders))
         return Task(task, config.rl.num_batches)
+
+
+class OpenTaskModels(Stage):
+    """Open the other models the task's envs sample from (`RLTask.models`: an opponent, an
+    answerer, a grader) and bind each to its slot, before the first rollout. The envs render
+    their prompts with the run's renderer, so a model named by another `model_name` must share
+    the trained model's tokenizer (refused by the slot's role otherwise)."""
+
+    calls = (ServiceBackend.create_sampling_client, ServiceBackend.get_tokenizer)
+
+    async def run(
+        self, ctx: Context, rl_task: RLTask, service: ServiceBackend, tokenizer: Tokenizer, run: RunConfig
+    ) -> None:
+        for slot in rl_task.models:
+            other = slot.model_name
+            if other and other != run.model_name and not same_tokenizer(tokenizer, service.get_tokenizer(other)):
+                raise ConfigError(
+                    f"the {slot.role} model {other!r} has a different tokenizer from model_name "
+                    f"{run.model_name!r}; the environment renders its prompts with the run's renderer"
+                )
+            model = OtherModel(model_name=slot.model_name, checkpoint=slot.checkpoint)
+            client, path = await open_other_model(service, model, run.model_name)
+            slot.bind(client)
+            ctx.log.info("model_client.ready", client=slot.role, path=path)
 
 
 def demonstration_data(task: RLTask, renderer: Renderer, rng: random.Random, count: int) -> list[Datum]:

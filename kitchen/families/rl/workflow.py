@@ -50,7 +50,7 @@ from kitchen.families.rl.async_mode import (
 from kitchen.families.rl.dynamic_sampling import FillInformativeBatch
 from kitchen.families.rl.evaluation import EvaluateRewards
 from kitchen.families.rl.settings import RLLoopSettings, RLMode, RLSettings, WarmStartSettings
-from kitchen.families.rl.setup import BuildRLTask, WarmStart
+from kitchen.families.rl.setup import BuildRLTask, OpenTaskModels, WarmStart
 from kitchen.families.rl.step import (
     AddReferenceLogprobs,
     ApplyKLPenalty,
@@ -134,6 +134,7 @@ def rl_workflow(
             GetTokenizer(),
             MakeRenderer(),
             BuildRLTask(factory, check_data),
+            OpenTaskModels(),
             CreateTrainingClient(),
             PlanUpdate(),
             *setup,
