@@ -1,15 +1,18 @@
 """Acceptance (multi-turn): `kitchen run guess_number` with its defaults (embedded tiny model,
-offline, CPU) learns: the evaluated win rate (every secret, 8 games each) rises by at least 0.1,
-and the sampled win rate of the last 5 RL steps does not fall below the first 5's.
+offline, CPU) learns at every one of three seeds: the evaluated win rate (every secret,
+`env.eval_games` games each) rises by at least 0.1, the mean rise over the seeds is at least
+twice that, and the sampled win rate of the last 5 RL steps does not fall below the first 5's.
 
-Measured with the defaults (2026-11-25): evaluated 0.625 -> 0.825, sampled 0.72 -> 0.77. The
-sampled rate of 5 steps is the noisier signal: float rounding alone (the chunked scoring of the
-final hidden states against the whole logits) moves it by several points."""
+The three runs go side by side (one torch thread each, the embedded model's default). Measured
+with the defaults (2026-11-28, 2 CPU cores): evaluated win rate 0.703 -> 0.934, 0.759 -> 0.963,
+0.675 -> 0.909 at seeds 0, 1, 2 (gains 0.23, 0.20, 0.23; mean 0.22)."""
 
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,23 +20,47 @@ from kitchen.engine.runs.metrics import read_metrics
 from tests.helpers import run_cli
 
 EVAL_GAIN = 0.1
+SEEDS = (0, 1, 2)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, tuple[Path, list[dict[str, Any]]]]:
+    def run(seed: int) -> tuple[Path, list[dict[str, Any]]]:
+        log_path = tmp_path_factory.mktemp(f"guess_number_seed{seed}")
+        result = run_cli("run", "guess_number", f"log_path={log_path}", f"seed={seed}")
+        assert result.returncode == 0, result.stderr
+        return log_path, read_metrics(log_path / "metrics.jsonl")
+
+    with ThreadPoolExecutor(len(SEEDS)) as pool:
+        return dict(zip(SEEDS, pool.map(run, SEEDS), strict=True))
+
+
+def eval_gain(rows: list[dict[str, Any]]) -> float:
+    evals = [row["eval/all/won"] for row in rows if "eval/all/won" in row]
+    return evals[-1] - evals[0]
 
 
 @pytest.mark.slow
 @pytest.mark.acceptance
-def test_guess_number_defaults_learn(tmp_path: Path) -> None:
-    result = run_cli("run", "guess_number", f"log_path={tmp_path}")
-    assert result.returncode == 0, result.stderr
-    rows = read_metrics(tmp_path / "metrics.jsonl")
+@pytest.mark.parametrize("seed", SEEDS)
+def test_guess_number_defaults_learn(runs: dict[int, tuple[Path, list[dict[str, Any]]]], seed: int) -> None:
+    log_path, rows = runs[seed]
     rewards = [row["env/all/reward/total"] for row in rows]
-    assert len(rewards) == 60
+    assert len(rewards) == 80
     first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
     assert last >= first, f"sampled win rate went from {first:.3f} to {last:.3f}"
     evals = [row["eval/all/won"] for row in rows if "eval/all/won" in row]
-    assert evals[-1] - evals[0] >= EVAL_GAIN, f"evaluated win rate went {evals}"
+    assert eval_gain(rows) >= EVAL_GAIN, f"evaluated win rate went {evals}"
     assert rows[0]["optim/kl_sample_train_v2"] < 1e-3
     assert all(row["env/all/turns_per_episode"] > 1 for row in rows)
-    games = [json.loads(line) for line in (tmp_path / "rollouts" / "step_000059.jsonl").read_text().splitlines()]
+    games = [json.loads(line) for line in (log_path / "rollouts" / "step_000079.jsonl").read_text().splitlines()]
     assert any(
         len(game["turns"]) > 1 and game["turns"][1]["observation"].rstrip().endswith("Assistant:") for game in games
     )
+
+
+@pytest.mark.slow
+@pytest.mark.acceptance
+def test_guess_number_mean_gain_is_twice_the_threshold(runs: dict[int, tuple[Path, list[dict[str, Any]]]]) -> None:
+    gains = [eval_gain(rows) for _, rows in runs.values()]
+    assert sum(gains) / len(gains) >= 2 * EVAL_GAIN, f"evaluated win-rate gains per seed: {gains}"
