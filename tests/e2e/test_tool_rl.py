@@ -10,6 +10,10 @@ of 0.1 is ~1.7 of them for one seed, and a mean of 0.2 over three seeds ~5.7 (a 
 nothing passes one seed ~5% of the time and the mean practically never). The reward is the tool
 bonus (0.5) per accepted call plus 1 per exact answer, and the tiny model does not learn to copy
 the result (`correct` stays ~0), so its threshold is half the valid-call one.
+
+Measured with the defaults (2026-11-28, 2 torch threads): valid-call rate 0.525 -> 0.745, 0.493
+-> 0.788, 0.368 -> 0.768 (mean gain 0.305); reward +0.108, +0.155, +0.171 (mean 0.145). The three
+runs took 16.5 minutes at once on 2 cores at load ~17 (other jobs).
 """
 
 from __future__ import annotations
