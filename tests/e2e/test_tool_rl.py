@@ -13,7 +13,9 @@ the result (`correct` stays ~0), so its threshold is half the valid-call one.
 
 Measured with the defaults (2026-11-28, 2 torch threads): valid-call rate 0.525 -> 0.745, 0.493
 -> 0.788, 0.368 -> 0.768 (mean gain 0.305); reward +0.108, +0.155, +0.171 (mean 0.145). The three
-runs took 16.5 minutes at once on 2 cores at load ~17 (other jobs).
+runs took 16.5 minutes at once on 2 cores at load ~17 (other jobs). At 1 thread
+(`local.cpu_threads=1`, other trajectories): 0.525 -> 0.741, 0.493 -> 0.827, 0.365 -> 0.739
+(mean gain 0.308), reward +0.116, +0.169, +0.156; 6 minutes at once at load ~8.
 """
 
 from __future__ import annotations
