@@ -2,8 +2,11 @@
 
 "What is 48 * 91?": the policy should call `calculator(expression="48 * 91")`, read the result
 from the tool message, and answer with it. Reward: 1 when the final answer's last number is the
-exact result, plus `tool_bonus` for a call the calculator accepted (shaping, so a model that
-cannot yet copy numbers still learns from its calls). Problems are a pure function of (seed,
+exact result, plus `tool_bonus` times the share of the episode's call attempts (calls, and
+replies that could not be parsed) the calculator accepted: shaping, so a model that cannot yet
+copy numbers still learns from its calls, and one that pays for a retry after an invalid call,
+so more attempts do not buy the bonus (with a flat bonus for any accepted call the tiny model
+learned to retry and its valid-call rate fell; issue 42). Problems are a pure function of (seed,
 batch index).
 
 The demonstrations come from a sloppy teacher: with probability `error_rate` its call passes
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 from pydantic import Field
 
 from kitchen import Section
-from kitchen.integrations.tools import Toolbox, ToolUseEnv, tool
+from kitchen.integrations.tools import PARSE_ERROR_MESSAGE, Toolbox, ToolUseEnv, tool
 from train_core.renderers.base import Renderer
 from train_core.renderers.messages import Message, ToolCall
 from train_core.rl.math_grading import extract_last_number
@@ -87,15 +90,20 @@ def random_problem(rng: random.Random, digits: int) -> Problem:
 
 def grade(problem: Problem, tool_bonus: float = 0.0) -> Callable[[list[Message]], tuple[float, dict[str, float]]]:
     """`correct` (1 when the final message is an answer, no call, whose last number is the exact
-    result) plus `tool_bonus` when the episode made a calculator call the tool accepted."""
+    result) plus `tool_bonus` times the share of call attempts the tool accepted (`accepted`);
+    `used_calculator` is 1 when any was."""
 
     def grader(messages: list[Message]) -> tuple[float, dict[str, float]]:
         last = messages[-1]
         number = extract_last_number(last["content"]) if last["role"] == "assistant" else None
         answered = last["role"] == "assistant" and not last.get("tool_calls")
         correct = float(answered and number is not None and number.replace(",", "") == str(problem.answer))
-        used = float(any(m["role"] == "tool" and not m["content"].startswith("Error:") for m in messages))
-        return correct + tool_bonus * used, {"correct": correct, "used_calculator": used}
+        results = [m["content"] for m in messages if m["role"] == "tool"]
+        unparsed = sum(m["role"] == "user" and m["content"] == PARSE_ERROR_MESSAGE for m in messages)
+        accepted = sum(not text.startswith("Error:") for text in results)
+        share = accepted / (len(results) + unparsed) if results or unparsed else 0.0
+        metrics = {"correct": correct, "used_calculator": float(accepted > 0), "accepted": share}
+        return correct + tool_bonus * share, metrics
 
     return grader
 
@@ -203,5 +211,8 @@ class CalculatorSettings(Section):
         0.4, ge=0, le=1, description="share of warm-start episodes whose call is invalid (then a guess)"
     )
     tool_bonus: float = Field(
-        0.5, ge=0, description="reward for an episode whose calculator call was accepted, on top of 1 for the answer"
+        0.5,
+        ge=0,
+        description="reward for an episode whose calculator calls were all accepted (a share of it for some), "
+        "on top of 1 for the answer",
     )

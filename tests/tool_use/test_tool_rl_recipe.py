@@ -11,7 +11,7 @@ from transformers import AutoTokenizer
 
 from adapters.common.tiny import TINY_DIR
 from kitchen.apps.cli import main
-from kitchen.integrations.tools import Toolbox
+from kitchen.integrations.tools import PARSE_ERROR_MESSAGE, Toolbox
 from recipes.envs.calculator import Problem, TeacherEpisodes, calculator, grade
 from train_core.renderers import Message, get_renderer
 
@@ -27,24 +27,37 @@ def test_the_calculator_refuses_anything_else(expression: str) -> None:
     assert result.kind == "failed" and result.text.startswith("Error: calculator failed: ValueError")
 
 
-def test_the_grade_is_the_exact_answer_plus_a_bonus_for_an_accepted_call() -> None:
+def test_the_grade_is_the_exact_answer_plus_a_bonus_for_the_share_of_calls_accepted() -> None:
     grader = grade(Problem(48, "*", 91), tool_bonus=0.5)
     question = Message(role="user", content="What is 48 * 91?")
-    accepted = [question, Message(role="assistant", content=""), Message(role="tool", content="4368")]
-    rejected = [question, Message(role="assistant", content=""), Message(role="tool", content="Error: invalid")]
+    call = Message(role="assistant", content="")
+    accepted = [question, call, Message(role="tool", content="4368")]
+    rejected = [question, call, Message(role="tool", content="Error: invalid")]
+    unparsed = [
+        question,
+        Message(role="assistant", content="<tool_call>{"),
+        Message(role="user", content=PARSE_ERROR_MESSAGE),
+    ]
     assert grader([*accepted, Message(role="assistant", content="4368")]) == (
         1.5,
-        {"correct": 1.0, "used_calculator": 1.0},
+        {"correct": 1.0, "used_calculator": 1.0, "accepted": 1.0},
     )
     assert grader([*rejected, Message(role="assistant", content="4368")]) == (
         1.0,
-        {"correct": 1.0, "used_calculator": 0.0},
+        {"correct": 1.0, "used_calculator": 0.0, "accepted": 0.0},
     )
     assert grader([*accepted, Message(role="assistant", content="4369")]) == (
         0.5,
-        {"correct": 0.0, "used_calculator": 1.0},
+        {"correct": 0.0, "used_calculator": 1.0, "accepted": 1.0},
     )
     assert grader(accepted)[0] == 0.5  # out of turns after the call: no answer
+    # a retry after an invalid or unreadable call earns half the bonus: more attempts do not buy it
+    assert grader([*rejected, *accepted[1:], Message(role="assistant", content="1")])[0] == 0.25
+    assert grader([*unparsed, *accepted[1:], Message(role="assistant", content="1")])[0] == 0.25
+    assert grader([question, Message(role="assistant", content="4368")]) == (
+        1.0,
+        {"correct": 1.0, "used_calculator": 0.0, "accepted": 0.0},
+    )
 
 
 def test_the_teacher_slips_with_an_invalid_call_then_guesses() -> None:

@@ -2,12 +2,13 @@
 retrieval over a user corpus (a cached BM25 index and its `search` tool), and any MCP server's
 tools (`McpToolset`)."""
 
-from kitchen.integrations.tools.env import Toolbox, ToolUseEnv
+from kitchen.integrations.tools.env import PARSE_ERROR_MESSAGE, Toolbox, ToolUseEnv
 from kitchen.integrations.tools.mcp import McpServerError, McpServerSettings, McpToolError, McpToolset
 from kitchen.integrations.tools.search import Document, SearchIndex, search_tool
 from kitchen.integrations.tools.tool import Tool, ToolResult, tool
 
 __all__ = [
+    "PARSE_ERROR_MESSAGE",
     "Document",
     "McpServerError",
     "McpServerSettings",
