@@ -19,14 +19,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from train_core.renderers.messages import Message
 from train_core.rl.kl_penalty import logprob_input
 from train_core.rl.types import Env, EnvGroupBuilder, Metrics, Trajectory
 from train_core.topk_targets import TARGETS, WEIGHTS
 from train_core.types import Datum, TensorData
+
+if TYPE_CHECKING:  # torch loads where the math runs: the recipe (and `kitchen ls`) import this module
+    import torch
 
 DEFAULT_DEMO_TEMPLATE = (
     "{question}\n\n"
@@ -84,6 +86,8 @@ def teacher_view(datum: Datum, teacher_prompt: Sequence[int]) -> TeacherView | N
     """The student's reply (everything from its first action token, later observations included,
     so a multi-turn datum keeps its context) after the teacher's prompt; None for a datum with no
     action token."""
+    import torch
+
     mask_T = datum.loss_fn_inputs["mask"].to_torch()
     actions = torch.nonzero(mask_T > 0)
     if actions.numel() == 0:
@@ -116,6 +120,8 @@ def topk_target_datum(
     """`datum`'s input with [T, K] targets: at each action position after the first `skip_first`,
     the teacher's top-K tokens (from `topk_rows`, the teacher sequence's `PromptScores.topk`) with
     their probabilities renormalised over the K as weights; elsewhere target -1 and weight 0."""
+    import torch
+
     length = datum.model_input.length
     targets_TK = torch.full((length, k), -1, dtype=torch.long)
     weights_TK = torch.zeros((length, k), dtype=torch.float32)
@@ -141,6 +147,7 @@ def topk_forward_kl(targets: Sequence[TopKTargets], logprobs_D: Sequence[torch.T
     """Mean over target positions of KL(q || p) restricted to the teacher's top-K: the
     cross-entropy `-sum_k q_k log p_k` less the teacher's entropy, from the student's [T, K]
     logprobs of the targets (NaN at padded cells) as a forward pass returned them."""
+
     positions = sum(t.positions for t in targets)
     if positions == 0:
         return math.nan

@@ -13,11 +13,13 @@ SDK's 2-D targets) and by self-distillation (the teacher's top-K as soft targets
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from train_core.errors import InvalidInputError
 from train_core.types import Datum, ForwardBackwardOutput, TensorData
+
+if TYPE_CHECKING:  # imported where used: recipes import this module through SDFT without torch
+    import torch
 
 TARGETS, WEIGHTS = "target_tokens", "weights"
 
@@ -34,6 +36,8 @@ class Expanded:
 
     def regroup(self, output: ForwardBackwardOutput) -> ForwardBackwardOutput:
         """The outputs of the original datums: a [T, K] datum's fields stacked into [T, K]."""
+        import torch
+
         rows: list[dict[str, TensorData]] = []
         for (first, count, grid), padded in zip(self.spans, self.padded, strict=True):
             parts = output.loss_fn_outputs[first : first + count]
@@ -53,6 +57,7 @@ class Expanded:
 def expand_2d_targets(data: list[Datum], loss_fn: str) -> Expanded | None:
     """`data` with every [T, K] cross-entropy datum split into K; None when none is [T, K]. A grid
     under another loss, or one whose weights do not match it, is an InvalidInputError."""
+
     if not any(len(d.loss_fn_inputs[TARGETS].shape) == 2 for d in data if TARGETS in d.loss_fn_inputs):
         return None
     if loss_fn != "cross_entropy":

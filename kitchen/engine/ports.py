@@ -158,12 +158,33 @@ def _protocol_methods(protocol: type) -> list[str]:
     return [name for name in vars(protocol) if not name.startswith("_") and callable(getattr(protocol, name))]
 
 
+OPTIONAL_PORTS: dict[type, type] = {
+    ScoresPromptDetail: SamplingClient,
+    FollowsWeightUpdates: SamplingClient,
+    MixesSamplerWeights: TrainingClient,
+    SelectsLoraLayers: ServiceBackend,
+}
+"""Each optional capability and the port whose clients may have it: a call to it is that port's."""
+
+_CALL_NAMES: dict[str, str] = {
+    f"{protocol.__name__}.{method}": f"{OPTIONAL_PORTS.get(protocol, protocol).__name__}.{method}"
+    for protocol in (ServiceBackend, TrainingClient, SamplingClient, *OPTIONAL_PORTS)
+    for method in _protocol_methods(protocol)
+}
+
 PORT_CALLS: frozenset[str] = frozenset(
     f"{protocol.__name__}.{method}"
     for protocol in (ServiceBackend, TrainingClient, SamplingClient)
     for method in _protocol_methods(protocol)
 )
-"""Every backend call a stage may declare in `calls`."""
+"""Every call of the three ports (a backend runs these; the optional capabilities' are beside them)."""
+
+
+def port_call_name(qualname: str) -> str | None:
+    """`<Port>.<method>` of a port method's qualified name (an optional capability's method is
+    named by its port: `ScoresPromptDetail.score_prompt` is `SamplingClient.score_prompt`)."""
+    return _CALL_NAMES.get(qualname)
+
 
 PORT_TYPES: dict[type, str] = {ServiceBackend: "service"}
 """The ports a run binds, by the protocol a stage's `run` parameter is annotated with."""

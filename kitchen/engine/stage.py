@@ -42,7 +42,7 @@ from typing import Annotated, Any, ClassVar, Generic, TypeVar, get_args, get_ori
 from pydantic import BaseModel
 
 from kitchen.engine.errors import WiringError
-from kitchen.engine.ports import PORT_CALLS, PORT_TYPES
+from kitchen.engine.ports import PORT_TYPES, port_call_name
 from kitchen.engine.typecompat import Deferred, LenientNames, strip_annotated
 
 T = TypeVar("T")
@@ -168,10 +168,10 @@ def _hints(target: Any, owner: type, *namespaces: dict[str, Any]) -> dict[str, A
 
 
 def _call_name(method: Callable[..., Any], owner: type) -> str:
-    name = getattr(method, "__qualname__", "")
-    if name not in PORT_CALLS:
+    name = port_call_name(getattr(method, "__qualname__", ""))
+    if name is None:
         raise WiringError(f"stage class {owner.__name__} declares {method!r} in `calls`, which is no port method")
-    return str(name)
+    return name
 
 
 def _is_settings(tp: Any) -> bool:

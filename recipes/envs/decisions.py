@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from kitchen import DataError, build_all
+from kitchen import RESUME_SAFE, DataError, build_all
 from kitchen.families.rl import EnvSettings, EnvSpec, RLSettings
 from recipes.data import shipped_data
 from train_core.renderers.base import Renderer
@@ -236,7 +236,7 @@ DEFAULT_DATA = shipped_data("decisions/choices.jsonl")
 class DecisionsSettings(EnvSettings):
     name: Literal["decisions"] = Field("decisions", description="a distribution over lettered choices")
     dataset: str = Field(DEFAULT_DATA, description="records: prompt, choices, target (JSONL)")
-    eval_dataset: str | None = Field(None, description="held-out records; none = the training records")
+    eval_dataset: str | None = Field(None, description="held-out records; none = the training records", json_schema_extra=RESUME_SAFE)
     floor: float = Field(
         0.01,
         gt=0,

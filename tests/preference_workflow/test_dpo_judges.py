@@ -61,5 +61,5 @@ def test_judge_refuses_other_questions() -> None:
 
 
 def test_unknown_judge_name() -> None:
-    with pytest.raises(ConfigError, match=re.escape("unknown judge 'gpt' (available: polite_arithmetic)")):
+    with pytest.raises(ConfigError, match=re.escape("unknown judge 'gpt' (available: polite_arithmetic, shorter)")):
         get_judge("gpt")

@@ -13,7 +13,6 @@ import asyncio
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 
-import torch
 from pydantic import Field, model_validator
 
 from kitchen.engine.config.run import Count, RunConfig
@@ -102,7 +101,7 @@ class TeacherTopKTargets(Stage):
     at every reply position, renormalised, as the datum's [T, K] targets. Logs
     `sdft/teacher_entropy` (mean per target position) and `sdft/positions`."""
 
-    # `score_prompt` is an optional port (`ScoresPromptDetail`), checked on the client when it runs
+    calls = (ScoresPromptDetail.score_prompt,)  # an optional capability, checked on the client when it runs
 
     async def run(
         self,
@@ -131,6 +130,8 @@ class TeacherTopKTargets(Stage):
         ]
         trajectories_P = [group.trajectories for group in sampled_groups]
         # no advantages: the targets, not the rewards, are what is trained
+        import torch  # here, not at the top: `kitchen ls` and `keys` import recipes without torch
+
         zeros_P = [torch.zeros(len(g.trajectories_G)) for g in trajectories_P]
         data_D, metadata_D = assemble_training_data(trajectories_P, zeros_P)
         views_D = [
