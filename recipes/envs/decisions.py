@@ -236,7 +236,9 @@ DEFAULT_DATA = shipped_data("decisions/choices.jsonl")
 class DecisionsSettings(EnvSettings):
     name: Literal["decisions"] = Field("decisions", description="a distribution over lettered choices")
     dataset: str = Field(DEFAULT_DATA, description="records: prompt, choices, target (JSONL)")
-    eval_dataset: str | None = Field(None, description="held-out records; none = the training records", json_schema_extra=RESUME_SAFE)
+    eval_dataset: str | None = Field(
+        None, description="held-out records; none = the training records", json_schema_extra=RESUME_SAFE
+    )
     floor: float = Field(
         0.01,
         gt=0,

@@ -187,7 +187,9 @@ def load_questions(path: str) -> Sequence[Question]:
 class ForecastingSettings(EnvSettings):
     name: Literal["forecasting"] = Field("forecasting", description="yes/no questions answered with a probability")
     dataset: str | None = Field(None, description="resolved questions (JSONL: question, outcome); none = generated")
-    eval_dataset: str | None = Field(None, description="held-out resolved questions; none = generated", json_schema_extra=RESUME_SAFE)
+    eval_dataset: str | None = Field(
+        None, description="held-out resolved questions; none = generated", json_schema_extra=RESUME_SAFE
+    )
     bag_size: int = Field(4, ge=1, le=100, description="generated questions: marbles in the bag")
     num_eval_questions: int = Field(200, ge=1, description="generated held-out questions")
     num_bins: int = Field(10, ge=1, le=100, description="probability bins of the calibration metrics")
