@@ -27,6 +27,7 @@ SUPPORTED_CALLS: frozenset[str] = frozenset(
         "TrainingClient.get_tokenizer",
         "SamplingClient.sample",
         "SamplingClient.compute_logprobs",
+        "SamplingClient.score_prompt",  # optional (ScoresPromptDetail): top-k prompt logprobs only
     }
 )
 

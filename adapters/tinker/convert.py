@@ -24,6 +24,7 @@ from train_core.types import (
     ModelInput,
     ModelInputChunk,
     OptimStepOutput,
+    PromptScores,
     SampleResult,
     SamplingParams,
     StopCondition,
@@ -140,6 +141,16 @@ def sample_result_from_sdk(response: sdk.SampleResponse) -> SampleResult:
 def prompt_logprobs_from_sdk(logprobs: Sequence[float | None]) -> list[float | None]:
     """The SDK's prompt logprobs as plain floats; None where it computed none (the first token)."""
     return [None if lp is None else float(lp) for lp in logprobs]
+
+
+def prompt_scores_from_sdk(response: sdk.SampleResponse) -> PromptScores:
+    """A sample response's prompt logprobs and top-k prompt logprobs as `PromptScores` (whose rows
+    start at the prompt's second token; the SDK's first row, for the first token, is empty)."""
+    rows = response.topk_prompt_logprobs or []
+    return PromptScores(
+        logprobs=prompt_logprobs_from_sdk(response.prompt_logprobs or []),
+        topk=[[(int(token), float(lp)) for token, lp in (row or [])] for row in rows[1:]],
+    )
 
 
 def forward_backward_output_from_sdk(output: sdk.ForwardBackwardOutput) -> ForwardBackwardOutput:

@@ -6,14 +6,15 @@ from adapters.tinker.calls import submit
 from adapters.tinker.convert import (
     model_input_to_sdk,
     prompt_logprobs_from_sdk,
+    prompt_scores_from_sdk,
     sample_result_from_sdk,
     sampling_params_to_sdk,
 )
 from adapters.tinker.redaction import Redactor
 from adapters.tinker.retry import RetryPolicy
 from adapters.tinker.sdk_surface import SdkSamplingClient
-from kitchen.engine.errors import DataError
-from train_core.types import ModelInput, SampleResult, SamplingParams
+from kitchen.engine.errors import ConfigError, DataError
+from train_core.types import ModelInput, PromptDetail, PromptScores, SampleResult, SamplingParams
 
 
 def _non_empty(prompt: ModelInput, call: str) -> ModelInput:
@@ -52,6 +53,27 @@ class TinkerSamplingClient:
             "compute_logprobs",
             lambda: self._sdk.compute_logprobs(sdk_prompt),
             prompt_logprobs_from_sdk,
+            self._redactor,
+            self._policy,
+        )
+
+    async def score_prompt(self, prompt: ModelInput, detail: PromptDetail) -> PromptScores:
+        """The prompt's logprobs and its top-k at each position, from one sample request that asks
+        for them (one token sampled, unused). Target and alternative-token grids are not asked
+        through this adapter."""
+        if detail.targets is not None or detail.alt_k:
+            raise ConfigError(
+                "score_prompt: the tinker backend reports top-k prompt logprobs only, not target or "
+                "alternative-token grids; use backend=local"
+            )
+        sdk_prompt = model_input_to_sdk(_non_empty(prompt, "score_prompt"))
+        sdk_params = sampling_params_to_sdk(SamplingParams(max_tokens=1, seed=detail.seed))
+        return await submit(
+            "score_prompt",
+            lambda: self._sdk.sample(
+                sdk_prompt, 1, sdk_params, include_prompt_logprobs=True, topk_prompt_logprobs=detail.topk
+            ),
+            prompt_scores_from_sdk,
             self._redactor,
             self._policy,
         )

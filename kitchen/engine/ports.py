@@ -180,6 +180,10 @@ PORT_CALLS: frozenset[str] = frozenset(
 """Every call of the three ports (a backend runs these; the optional capabilities' are beside them)."""
 
 
+OPTIONAL_CALLS: frozenset[str] = frozenset(_CALL_NAMES.values()) - PORT_CALLS
+"""The optional capabilities' calls, named by their port (a backend's spec may list them)."""
+
+
 def port_call_name(qualname: str) -> str | None:
     """`<Port>.<method>` of a port method's qualified name (an optional capability's method is
     named by its port: `ScoresPromptDetail.score_prompt` is `SamplingClient.score_prompt`)."""
