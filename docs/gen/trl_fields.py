@@ -44,6 +44,7 @@ DISTRIBUTED = "distribution is `local.num_workers` (FSDP2 over Ray actors), see 
 EVAL_LOOP = "kitchen's held-out evaluation computes its own metrics every `eval.every` steps"
 NO_DROPOUT = "kitchen always trains with dropout off (the model stays in eval mode), as `True` does"
 NOT_YET = "not supported yet"
+PACK = "the local backend always packs a batch's sequences into shared rows, each seeing only itself"
 RL_BATCH = "RL batches are `rl.groups_per_batch` prompts x `rl.group_size` samples"
 
 
@@ -113,7 +114,7 @@ tf32 | - | {HF_RUNTIME}
 local_rank | - | {DISTRIBUTED}
 ddp_backend | - | {DISTRIBUTED}
 debug | - | `kitchen --debug` shows tracebacks; no torch debug modes
-dataloader_drop_last | - | kitchen keeps every record; the last batch of an epoch may be smaller
+dataloader_drop_last | - | supervised and preference steps take full batches only, as `True` does
 eval_steps | eval.every |
 dataloader_num_workers | - | kitchen reads and tokenizes records in the training process
 dataloader_prefetch_factor | - | kitchen reads and tokenizes records in the training process
@@ -160,7 +161,7 @@ hub_always_push | - | {HUB}
 hub_revision | - | {HUB}
 gradient_checkpointing | local.gradient_checkpointing |
 gradient_checkpointing_kwargs | - | {HF_RUNTIME}
-activation_checkpointing | local.gradient_checkpointing | the same recomputation, for the FSDP2 workers too
+activation_checkpointing | local.gradient_checkpointing | kitchen's one activation-recomputation switch
 activation_checkpointing_kwargs | - | {HF_RUNTIME}
 include_for_metrics | - | {EVAL_LOOP}
 eval_do_concat_batches | - | {EVAL_LOOP}
@@ -169,7 +170,7 @@ full_determinism | - | runs with the same seed are reproducible on CPU; no cuDNN
 torch_compile | local.compile |
 torch_compile_backend | - | `local.compile` uses torch's default backend
 torch_compile_mode | - | `local.compile` uses torch's default mode
-include_num_input_tokens_seen | - | kitchen logs the step's token counts in metrics.jsonl
+include_num_input_tokens_seen | - | kitchen logs each step's trained tokens (`num_tokens`) in metrics.jsonl
 neftune_noise_alpha | - | {NOT_YET}
 batch_eval_metrics | - | {EVAL_LOOP}
 eval_on_start | - | {NOT_YET}: evaluation runs at step `eval.every` and at the end
@@ -190,13 +191,13 @@ model_init_kwargs | - | {kwargs}
 trust_remote_code | - | {NOT_YET}: the local backend loads models without remote code
 router_aux_loss_coef | - | {NOT_YET}: no mixture-of-experts router loss
 dataset_num_proc | - | kitchen tokenizes in the training process
-pad_to_multiple_of | - | the local backend packs rows without padding where it can
+pad_to_multiple_of | - | {PACK}; no padding to a multiple
 activation_offloading | - | {NOT_YET}
 """
 
 
 def _shared(trl_class: str, *fields: str) -> list[Row]:
-    text = _SHARED.format(kwargs=NO_MODEL_KWARGS, NOT_YET=NOT_YET)
+    text = _SHARED.format(kwargs=NO_MODEL_KWARGS, NOT_YET=NOT_YET, PACK=PACK)
     return [row for row in _rows(trl_class, text) if row.field in fields]
 
 
@@ -214,11 +215,10 @@ eos_token | - | the renderer (or the tokenizer) ends each reply
 max_length | data.max_length |
 truncation_mode | - | records longer than `data.max_length` are cut at the end, as `keep_start`
 shuffle_dataset | - | kitchen always shuffles, each epoch, with `seed`
-packing | - | {NOT_YET}: the local backend concatenates a batch's rows without padding (as `padding_free`), not
-    packing to a fixed length
-packing_strategy | - | {NOT_YET}
-padding_free | - | the local backend always runs unpadded rows where the model allows
-eval_packing | - | {NOT_YET}
+packing | - | {PACK} (a prefix shared by several sequences runs once), so there is no switch
+packing_strategy | - | kitchen's packing has one strategy (a prefix tree per batch)
+padding_free | - | {PACK}
+eval_packing | - | held-out batches are packed the same way
 completion_only_loss | - | prompt-completion records never train the prompt
 assistant_only_loss | chat_sl:data.train_on_what | conversations train `all_assistant_messages`,
     `last_assistant_message`, ...
@@ -233,9 +233,9 @@ _DPO = _shared("DPOConfig", *_COMMON, "router_aux_loss_coef", "activation_offloa
 disable_dropout | - | {NO_DROPOUT}
 max_length | data.max_length |
 truncation_mode | - | pairs longer than `data.max_length` are cut at the end, as `keep_start`
-padding_free | - | the local backend always runs unpadded rows where the model allows
-precompute_ref_log_probs | - | kitchen always scores the reference once per batch from the frozen starting weights
-    (no second model in memory)
+padding_free | - | {PACK}
+precompute_ref_log_probs | - | kitchen scores each step's batch with the frozen reference (the starting weights);
+    precomputing over the whole data set is {NOT_YET}
 precompute_ref_batch_size | - | see `precompute_ref_log_probs`
 loss_type | dpo.loss_type | TRL's 15 names (one or a list), plus kitchen's `cdpo`, `simpo`, `orpo`; equal to TRL's
     computation (tests/rlhf)
@@ -266,7 +266,7 @@ max_steps | rl.num_batches |
 disable_dropout | - | {NO_DROPOUT}
 cast_lm_head_to_fp32 | - | `local.dtype` applies to the whole model; {NOT_YET} for the head alone
 num_generations | rl.group_size |
-num_generations_eval | - | held-out evaluation samples one reply per prompt
+num_generations_eval | - | held-out prompts are answered `rl.group_size` times too; no separate count
 max_completion_length | sampling.max_tokens |
 ds3_gather_for_generation | - | {DISTRIBUTED}; no DeepSpeed
 shuffle_dataset | - | prompts are always shuffled with `seed`
@@ -356,7 +356,8 @@ _KTO = _shared("KTOConfig", *_COMMON, "router_aux_loss_coef", "activation_offloa
     f"""
 disable_dropout | - | {NO_DROPOUT}
 max_length | data.max_length |
-precompute_ref_log_probs | - | kitchen always scores the reference once per batch from the frozen starting weights
+precompute_ref_log_probs | - | kitchen scores each step's batch with the frozen reference (the starting weights);
+    precomputing over the whole data set is {NOT_YET}
 precompute_ref_batch_size | - | see `precompute_ref_log_probs`
 loss_type | - | `kto` only; `apo_zero_unpaired` is {NOT_YET}
 beta | kto.beta |
@@ -387,7 +388,11 @@ _GKD = _rows(
 per_device_train_batch_size | rl.groups_per_batch | {RL_BATCH}
 num_train_epochs | - | on-policy steps are counted in `rl.num_batches`
 max_steps | rl.num_batches |
-max_length | episode.max_context_tokens |
+max_length | episode.max_context_tokens | a prompt longer than this ends its episode unsampled; replies stop at
+    `sampling.max_tokens` (TRL cuts the sequence instead)
+truncation_mode | - | see `max_length`
+completion_only_loss | - | only the student's sampled replies are trained
+loss_type | - | the distillation loss replaces SFT's: see `beta`
 dataset_text_field | datasets | each prompt set of `datasets` names its prompts and its teacher
 chat_template_path | renderer | kitchen's chat template is a renderer, not a Jinja file
 assistant_only_loss | - | only the student's sampled replies are trained
