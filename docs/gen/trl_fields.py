@@ -271,7 +271,7 @@ max_completion_length | sampling.max_tokens |
 ds3_gather_for_generation | - | {DISTRIBUTED}; no DeepSpeed
 shuffle_dataset | - | prompts are always shuffled with `seed`
 generation_batch_size | - | {RL_BATCH}, all sampled at once
-steps_per_generation | rl.stream_minibatch.num_minibatches | splits one sampled batch into optimizer steps
+steps_per_generation | rl.num_substeps | optimizer steps per sampled batch, each on its own share of the batch
 temperature | sampling.temperature |
 top_p | - | {NOT_YET} in training rollouts
 top_k | - | {NOT_YET} in training rollouts
@@ -295,7 +295,8 @@ vllm_max_model_length | local.vllm.max_model_len |
 vllm_tensor_parallel_size | local.vllm.tensor_parallel_size |
 beta | algorithm.kl_loss_coef | KL to the reference in the loss, `algorithm.kl_loss_estimator: k3` as TRL;
     `algorithm.kl_penalty_coef` puts it in the reward instead
-num_iterations | rl.num_substeps |
+num_iterations | - | {NOT_YET}: each sample is trained on once; `rl.num_substeps` (TRL's `steps_per_generation`)
+    splits a batch into several optimizer steps, the later ones off-policy
 epsilon | algorithm.clip_ratio_low | with `algorithm.loss_fn: ppo`
 delta | algorithm.clip_ratio_c | kitchen's dual clip: the same loss and gradient as TRL's two-sided clip for `delta`
     > 1 + `epsilon_high`
