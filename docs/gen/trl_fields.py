@@ -81,7 +81,7 @@ torch_empty_cache_steps | - | {HF_RUNTIME}
 learning_rate | optimizer.learning_rate | kitchen's defaults are per recipe, not TRL's
 weight_decay | optimizer.weight_decay |
 adam_beta1 | optimizer.adam_beta1 |
-adam_beta2 | optimizer.adam_beta2 |
+adam_beta2 | optimizer.adam_beta2 | kitchen's default is 0.95 (TRL's 0.999)
 adam_epsilon | optimizer.adam_eps |
 max_grad_norm | optimizer.grad_clip_norm | kitchen's default 0 disables clipping (TRL's is 1.0)
 num_train_epochs | data.num_epochs |
