@@ -187,7 +187,10 @@ class WorkerGroup:
         self.broken: str | None = None
         self._stopped = False
         resources = {"num_gpus": 1, "num_cpus": 1} if shape.use_cuda else {"num_cpus": 0}
-        actor = ray.remote(**resources)(TrainingWorker)
+        # SPREAD: one worker per node where the cluster has the nodes (a preference, not a constraint:
+        # with fewer nodes, workers share them); CPU workers reserve nothing, so Ray would otherwise
+        # leave them wherever it happens to start them
+        actor = ray.remote(**resources)(TrainingWorker).options(scheduling_strategy="SPREAD")
         size = shape.options.num_workers
         self._workers = [
             actor.remote(
