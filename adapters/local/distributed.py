@@ -164,6 +164,26 @@ def worker_runtime_env() -> dict[str, Any]:
     return {"env_vars": {"PYTHONPATH": path}}
 
 
+CPU_WORKER_SHARE = 0.001
+"""Ray CPUs a CPU worker reserves: next to nothing (its torch threads are `local.cpu_threads`), but
+a placement group's bundle needs some resource to be placed by."""
+
+
+def spread_placement(ray: Any, size: int, use_cuda: bool, timeout_s: float) -> Any:
+    """A placement group of one bundle per worker with the SPREAD strategy: on a cluster with as
+    many nodes as workers, one worker per node; with fewer, they share (a preference, not a
+    constraint). Ray's per-actor SPREAD strategy left both workers on one node of two in a test."""
+    bundle = {"GPU": 1.0, "CPU": 1.0} if use_cuda else {"CPU": CPU_WORKER_SHARE}
+    group = ray.util.placement_group([bundle] * size, strategy="SPREAD")
+    if not group.wait(timeout_seconds=timeout_s):
+        ray.util.remove_placement_group(group)
+        raise WorkerFailure(
+            f"distributed training: Ray could not place {size} workers ({bundle} each) within {timeout_s:g} s; "
+            "the cluster's free resources: " + str(ray.available_resources())
+        )
+    return group
+
+
 @dataclass(frozen=True)
 class WorkerShape:
     """What a worker group is started with: groups of one shape serve any model interchangeably."""
@@ -186,11 +206,16 @@ class WorkerGroup:
         self._ray = ray = ensure_ray(shape.options.ray_address)
         self.broken: str | None = None
         self._stopped = False
-        resources = {"num_gpus": 1, "num_cpus": 1} if shape.use_cuda else {"num_cpus": 0}
-        actor = ray.remote(**resources)(TrainingWorker)
         size = shape.options.num_workers
+        self._placement = spread_placement(ray, size, shape.use_cuda, shape.options.timeout_s)
+        resources = {"num_gpus": 1, "num_cpus": 1} if shape.use_cuda else {"num_cpus": CPU_WORKER_SHARE}
+        actor = ray.remote(**resources)(TrainingWorker)
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy  # Ray is optional
+
         self._workers = [
-            actor.remote(
+            actor.options(
+                scheduling_strategy=PlacementGroupSchedulingStrategy(self._placement, placement_group_bundle_index=rank)
+            ).remote(
                 rank,
                 size,
                 shape.dtype,
@@ -259,6 +284,7 @@ class WorkerGroup:
                 self._ray.get([w.close.remote() for w in self._workers], timeout=30)
         for worker in self._workers:
             self._ray.kill(worker)
+        self._ray.util.remove_placement_group(self._placement)
 
 
 class WorkerPool:

@@ -22,9 +22,11 @@ from adapters.local.checkpoint_io import read_weights
 from adapters.local.distributed import (
     DistributedOptions,
     DistributedTrainingClient,
+    WorkerFailure,
     WorkerPool,
     ensure_ray,
     split_by_tokens,
+    spread_placement,
 )
 from adapters.local.distributed_worker import FAULT_ENV
 from kitchen.apps.cli import main
@@ -125,6 +127,15 @@ def test_split_by_tokens_is_contiguous_balanced_and_covers_every_datum() -> None
     assert split_by_tokens([1, 1, 1, 20], 2) == [range(0, 3), range(3, 4)]
     assert split_by_tokens([10, 1, 1, 1], 2) == [range(0, 1), range(1, 4)]
     assert split_by_tokens([3], 2) == [range(0, 1), range(1, 1)]
+
+
+def test_workers_ray_cannot_place_fail_in_time_naming_the_free_resources() -> None:
+    ray = ensure_ray(None)
+    before = len(ray.util.placement_group_table())
+    with pytest.raises(WorkerFailure, match=r"could not place 2 workers .*'GPU': 1.0.* free resources: \{"):
+        spread_placement(ray, 2, use_cuda=True, timeout_s=1.0)  # this Ray has no GPU
+    states = [group["state"] for group in ray.util.placement_group_table().values()]
+    assert len(states) == before + 1 and states[-1] == "REMOVED"
 
 
 @pytest.mark.parametrize("lora_rank", [None, 4])
