@@ -12,6 +12,7 @@ import re
 import socket
 import sys
 from collections.abc import Iterator
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,20 @@ from kitchen.integrations.tools.mcp import McpServerError, McpServerSettings, Mc
 from kitchen.testing import run_on_noop
 
 SERVER = Path(__file__).with_name("toy_mcp_server.py")
+
+
+def mcp_major() -> int:
+    try:
+        return int(version("mcp").split(".")[0])
+    except PackageNotFoundError:
+        return 0
+
+
+# The MCP tools are written on the mcp 2.x client; the hubs extra (verifiers 0.3, openenv-core's
+# fastmcp) pins mcp<2, and CI installs it after the test extra, so there these tests cannot run.
+needs_mcp_2 = pytest.mark.skipif(
+    mcp_major() < 2, reason="mcp 2.x is not installed (the hubs extra pins mcp<2: scripts/setup_hubs.sh)"
+)
 
 
 def free_port() -> int:
@@ -48,6 +63,7 @@ def toolset(request: pytest.FixtureRequest) -> Iterator[McpToolset]:
     opened.close()
 
 
+@needs_mcp_2
 def test_the_servers_tools_are_declared_with_their_own_schemas(toolset: McpToolset) -> None:
     specs = {tool.spec["function"]["name"]: tool.spec["function"] for tool in toolset.tools}
     assert sorted(specs) == ["add", "broken", "capital"]
@@ -56,6 +72,7 @@ def test_the_servers_tools_are_declared_with_their_own_schemas(toolset: McpTools
     assert specs["add"]["parameters"]["properties"]["a"]["type"] == "integer"
 
 
+@needs_mcp_2
 def test_calls_go_to_the_server_and_come_back_as_results(toolset: McpToolset) -> None:
     tools = {tool.name: tool for tool in toolset.tools}
     added = asyncio.run(tools["add"].call({"a": 1234, "b": 4321}))
@@ -67,6 +84,7 @@ def test_calls_go_to_the_server_and_come_back_as_results(toolset: McpToolset) ->
     assert failed.kind == "failed" and failed.text.startswith("Error: broken failed")
 
 
+@needs_mcp_2
 def test_a_server_that_cannot_start_is_refused_by_name(tmp_path: Path) -> None:
     with pytest.raises(McpServerError, match="no-such-mcp-server"):
         McpToolset.open(McpServerSettings(command=["no-such-mcp-server"], startup_timeout_s=5))
@@ -81,6 +99,12 @@ def test_a_server_that_cannot_start_is_refused_by_name(tmp_path: Path) -> None:
         McpToolset.open(McpServerSettings())
 
 
+@pytest.mark.skipif(mcp_major() >= 2, reason="mcp 2.x is installed: the tests above use it")
+def test_an_older_mcp_is_refused_with_the_fix() -> None:
+    with pytest.raises(McpServerError, match=re.escape("pip install 'mcp>=2.3'")):
+        McpToolset.open(stdio())
+
+
 def scripted_model(prompt: str) -> str:
     """Calls `capital` with the island the question names, then answers with the result."""
     responses = re.findall(r"<tool_response>\n(.*?)\n</tool_response>", prompt, re.S)
@@ -90,6 +114,7 @@ def scripted_model(prompt: str) -> str:
     return f'<tool_call>\n{{"name": "capital", "arguments": {{"island": "{island}"}}}}\n</tool_call>'
 
 
+@needs_mcp_2
 def test_env_rl_runs_on_the_servers_tools(tmp_path: Path) -> None:
     tasks = tmp_path / "tasks.jsonl"
     rows = [{"prompt": "What is the capital of Belyoron?", "answer": "Keltora"},

@@ -107,14 +107,19 @@ class McpToolset:
             self._loop.close()
 
     async def _session(self) -> None:
-        from mcp import Client, StdioServerParameters
-
         settings = self.settings
-        target: Any = settings.url
-        if not settings.url:
-            command, *args = settings.command
-            target = StdioServerParameters(command=command, args=args, env=settings.env or None)
         try:
+            try:
+                from mcp import Client, StdioServerParameters
+            except ImportError:
+                raise McpServerError(
+                    "MCP tools need the mcp 2.x client (pip install 'mcp>=2.3'); this environment has an older "
+                    "mcp (the hubs extra's verifiers 0.3 and openenv-core's fastmcp pin mcp<2)"
+                ) from None
+            target: Any = settings.url
+            if not settings.url:
+                command, *args = settings.command
+                target = StdioServerParameters(command=command, args=args, env=settings.env or None)
             if self._process is not None:
                 await asyncio.wait_for(self._endpoint_up(), settings.startup_timeout_s)
             async with Client(target, read_timeout_seconds=settings.call_timeout_s) as client:
