@@ -20,6 +20,8 @@ from pydantic import Field
 from kitchen import Section
 from kitchen.families.rl import RLLoopSettings, RLSettings
 from recipes.agents.lookup import CORPUS, TOOLS, Corpus, answer
+from recipes.envs.search import Question
+from recipes.envs.search import load_questions as read_questions
 from train_core.renderers.base import Renderer
 from train_core.renderers.messages import Message, ToolCall
 from train_core.rl.task import RLTask
@@ -41,15 +43,9 @@ class LookupSettings(Section):
     )
 
 
-@dataclass(frozen=True)
-class Question:
-    question: str
-    answer: str
-    title: str
-
-
 def load_questions(path: Path = QUESTIONS) -> list[Question]:
-    return [Question(**json.loads(line)) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    """The shipped questions (search_tool's format and loader)."""
+    return read_questions(str(path))
 
 
 def lookup_agent(corpus: Corpus, max_calls: int) -> Any:
