@@ -47,21 +47,12 @@ from adapters.local.forward_pass import sequence_logprobs  # noqa: E402
 from adapters.local.model_loading import LoraOptions, add_lora, use_cuda_device  # noqa: E402
 from adapters.local.serial_executor import SerialExecutor  # noqa: E402
 from adapters.local.training_client import LocalTrainingClient, TrainingOptions  # noqa: E402
+from benchmarks._models import QWEN3_0_6B as BENCH_QWEN3_0_6B  # noqa: E402
 from benchmarks._models import peak_bf16_tflops, training_flops_per_token  # noqa: E402
 from train_core.losses import CROSS_ENTROPY  # noqa: E402
 from train_core.types import AdamParams, Datum, ModelInput, SamplingParams, TensorData  # noqa: E402
 
-QWEN3_0_6B = {
-    "hidden_size": 1024,
-    "intermediate_size": 3072,
-    "num_hidden_layers": 28,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "vocab_size": 151_936,
-    "max_position_embeddings": 8192,
-    "tie_word_embeddings": True,
-}
+QWEN3_0_6B = {**BENCH_QWEN3_0_6B, "tie_word_embeddings": True}
 QWEN3_1_7B = {
     "hidden_size": 2048,
     "intermediate_size": 6144,
