@@ -110,7 +110,8 @@ class McpToolset:
         settings = self.settings
         try:
             try:
-                from mcp import Client, StdioServerParameters
+                # mcp<2 (which the hubs extra installs) has no Client: the ignore covers that environment
+                from mcp import Client, StdioServerParameters  # type: ignore[attr-defined,unused-ignore]
             except ImportError:
                 raise McpServerError(
                     "MCP tools need the mcp 2.x client (pip install 'mcp>=2.3'); this environment has an older "
