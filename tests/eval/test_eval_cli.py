@@ -88,7 +88,7 @@ def test_a_grader_that_raises(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 def test_a_grader_returning_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = tmp_path / "p.jsonl"
     data.write_text('{"prompt": "hi"}\n')
-    args = ["tiny", "--base", "--backend", "noop", "--tasks", str(data)]
+    args = ["tiny", "--base", "--backend", "noop", "--tasks", str(data), "--out", str(tmp_path / "out")]
     code, _, err = run_eval([*args, "--grader", "tests.eval.graders_for_tests:returns_text"], capsys)
     assert code == 2 and "returned str 'yes'; a grade is a bool, a number or a dict" in err
 
