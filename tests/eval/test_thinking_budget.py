@@ -166,9 +166,9 @@ THINKING = ["--renderer", "deepseekv3_thinking", "--limit", "1"]
     ],
 )
 def test_bad_budgets_are_config_errors_naming_the_key(
-    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+    args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, err = run_eval(args, capsys)
+    code, err = run_eval([*args, "--out", str(tmp_path / "out")], capsys)
     assert code == 2 and message in err and "Traceback" not in err
 
 
