@@ -5,10 +5,10 @@ Every item's request gets its own seed, derived from the settings' seed and the 
 the same model, items and seed give the same replies whatever else is in flight. A reasoning
 model's thinking (the renderer's `thinking` field, or `<think>` spans left in the text) is never
 graded: only the answer after it is. With `thinking_budget` set, a reply thinks at most that many
-tokens (budget forcing: `thinking_budget`) and each sample records its token accounting. Where a journal is open
-(`kitchen eval` opens one per task), each item's graded samples are appended to it as soon as
-they are in, and an item already there is not sampled again: an interrupted evaluation resumes
-where it stopped.
+tokens (budget forcing, `kitchen.families.evaluation.thinking_budget`) and each sample records its
+token accounting. Where a journal is open (`kitchen eval` opens one per task), each item's graded
+samples are appended to it as soon as they are in, and an item already there is not sampled
+again: an interrupted evaluation resumes where it stopped.
 """
 
 from __future__ import annotations
