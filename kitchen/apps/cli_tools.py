@@ -82,6 +82,12 @@ def add_commands(commands: Any) -> None:
     evaluate.add_argument("--seed", type=int, help="sampling seed (default 0): same seed, same samples")
     evaluate.add_argument("--temperature", type=float, help="sampling temperature (default: the run's, else 1.0)")
     evaluate.add_argument("--max-tokens", type=int, help="most tokens per reply (default: the run's, else 256)")
+    evaluate.add_argument(
+        "--thinking-budget",
+        type=int,
+        metavar="N",
+        help="most thinking tokens per reply, part of --max-tokens: thinking still going is closed (default: none)",
+    )
     evaluate.add_argument("--out", type=Path, metavar="DIR", help="results folder (default RUN_DIR/evals/<time>)")
     evaluate.add_argument(
         "--resume",

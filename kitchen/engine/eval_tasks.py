@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kitchen.engine.plugins import ExtensionPoint, own_recipes_package
 from kitchen.engine.ports import SamplingClient, Tokenizer
@@ -37,6 +37,21 @@ class EvalSettings(BaseModel):
     temperature: float = Field(1.0, ge=0, description="sampling temperature (0: greedy)")
     max_tokens: int = Field(256, ge=1, description="most tokens sampled per reply")
     concurrency: int = Field(64, ge=1, description="items whose requests are in flight at once")
+    thinking_budget: int | None = Field(
+        None,
+        ge=1,
+        description="most thinking tokens of a reasoning model's reply, part of max_tokens: a reply still "
+        "thinking then has its think block closed and answers in the rest (default: no budget)",
+    )
+
+    @model_validator(mode="after")
+    def _budget_leaves_room_to_answer(self) -> EvalSettings:
+        if self.thinking_budget is not None and self.thinking_budget >= self.max_tokens:
+            raise ValueError(
+                f"thinking_budget ({self.thinking_budget}) must be below max_tokens ({self.max_tokens}): "
+                "the answer is written in the tokens the thinking leaves"
+            )
+        return self
 
     def sampling_params(self, seed: int, stop: Any) -> SamplingParams:
         return SamplingParams(max_tokens=self.max_tokens, temperature=self.temperature, seed=seed, stop=stop)

@@ -55,3 +55,26 @@ def test_benchmark_runs_by_name_on_the_tiny_model(task: str, hf_env: dict[str, s
         assert [row["n"] for row in rows] == [judged], rows
     else:
         assert all(row["n"] >= 1 for row in rows), rows
+
+
+@pytest.mark.slow
+def test_a_benchmark_with_a_thinking_budget_on_the_tiny_model(hf_env: dict[str, str], tmp_path: Path) -> None:
+    """math500 on the tiny model, whose deepseekv3_thinking prompt opens a think block: no reply
+    thinks more than the budget, and each is still graded."""
+    args = ["--tasks", "math500", "--limit", "2", "--samples", "2", "--max-tokens", "16", "--thinking-budget", "6"]
+    args += ["--renderer", "deepseekv3_thinking", "--out", str(tmp_path / "out")]
+    done = subprocess.run(
+        [sys.executable, "-m", "kitchen", "eval", "tiny", "--base", *args],
+        env={**os.environ, **hf_env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = (tmp_path / "out" / "samples" / "math500.jsonl").read_text().splitlines()
+    samples = [json.loads(line) for line in lines]
+    assert len(samples) == 4
+    assert all(s["thinking_tokens"] <= 6 and s["tokens"] <= 16 and s["reason"] for s in samples), samples
+    assert all(s["thinking_tokens"] == 6 for s in samples if s["budget_forced"])
+    metrics = {row["metric"] for row in json.loads((tmp_path / "out" / "results.json").read_text())["results"]}
+    assert {"accuracy", "thinking_tokens", "budget_forced", "tokens"} <= metrics

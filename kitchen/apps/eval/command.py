@@ -37,8 +37,8 @@ from kitchen.families.evaluation.results import (
     write_results,
 )
 
-SHARED_FLAGS = ("limit", "samples", "seed", "temperature", "max_tokens")
-HARNESS_IGNORES = ("grader", "samples", "temperature", "max_tokens")
+SHARED_FLAGS = ("limit", "samples", "seed", "temperature", "max_tokens", "thinking_budget")
+HARNESS_IGNORES = ("grader", "samples", "temperature", "max_tokens", "thinking_budget")
 RUN_SAMPLING_KEYS = ("temperature", "max_tokens")
 """Settings a run's config supplies when the command line does not: evaluate as it sampled."""
 PLAN_FILE = "plan.json"

@@ -51,6 +51,9 @@ class TrainingEval(BaseModel):
     seed: int | None = Field(None, description="sampling seed; default the task's (0): every evaluation samples alike")
     temperature: float | None = Field(None, ge=0, description="sampling temperature; default the run's, else 1.0")
     max_tokens: int | None = Field(None, ge=1, description="most tokens per reply; default the run's, else 256")
+    thinking_budget: int | None = Field(
+        None, ge=1, description="most thinking tokens per reply, part of max_tokens (set both); default none"
+    )
     settings: dict[str, Any] = Field(
         default_factory=dict,
         description="the task's own settings (dataset, grader, max_operand, ...), as kitchen eval's TASK.key=value",
@@ -62,7 +65,7 @@ class TrainingEval(BaseModel):
 
     def shared(self) -> dict[str, Any]:
         """The sampling settings given here (None: left to the task or the run)."""
-        keys = ("limit", "samples", "seed", "temperature", "max_tokens")
+        keys = ("limit", "samples", "seed", "temperature", "max_tokens", "thinking_budget")
         return {key: getattr(self, key) for key in keys if getattr(self, key) is not None}
 
     def task_settings(self, run_defaults: dict[str, Any]) -> Any:
@@ -89,6 +92,11 @@ class TrainingEval(BaseModel):
 
     @model_validator(mode="after")
     def _task_and_settings(self) -> TrainingEval:
+        budgeted = self.thinking_budget is not None or "thinking_budget" in self.settings
+        if budgeted and self.max_tokens is None and "max_tokens" not in self.settings:
+            raise ValueError(
+                f"eval task {self.label!r}: thinking_budget is a part of max_tokens: set max_tokens beside it"
+            )
         self.task_settings({})
         return self
 
@@ -111,7 +119,7 @@ class EvalSchedule(Section):
     tasks: list[TrainingEval] = Field(
         default_factory=list,
         description="eval tasks run during training: [{task, every, limit, samples, temperature, max_tokens, "
-        "settings}], logged as eval/<task>/<metric>",
+        "thinking_budget, settings}], logged as eval/<task>/<metric>",
     )
     best_checkpoint: BestCheckpoint | None = Field(
         None,
