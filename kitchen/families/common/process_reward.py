@@ -11,8 +11,8 @@ from pydantic import Field, model_validator
 
 from kitchen.engine.config.sections import Section
 from kitchen.engine.errors import ConfigError
-from kitchen.engine.ports import Tokenizer
 from train_core.preference.process_reward import StepLimits, StepwiseExample, tokenize_stepwise
+from train_core.renderers.tokenizer import Tokenizer
 
 LABEL_TOKENS = ("+", "-")
 """The default label tokens (`prm.label_tokens`): the step is right / wrong."""
