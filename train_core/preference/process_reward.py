@@ -180,11 +180,6 @@ def process_reward_metrics(margins_E: Sequence[torch.Tensor]) -> dict[str, float
     }
 
 
-def step_label_positions(labels: Sequence[int]) -> list[int]:
-    """The positions that carry a step's label."""
-    return [i for i, label in enumerate(labels) if label != IGNORE]
-
-
 def step_probability(logprob_pos: float, logprob_neg: float) -> float:
     """P(step correct) under the two-class head: `sigmoid(log p(pos) - log p(neg))`."""
     margin = logprob_pos - logprob_neg
