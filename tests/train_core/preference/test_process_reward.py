@@ -79,10 +79,11 @@ def test_label_positions_on_the_tiny_tokenizer_are_the_separator_tokens_after_th
         return list(tokenizer.encode(text, add_special_tokens=False))
 
     example = StepwiseExample("Count up by one from 3.", ["3 + 1 = 4", "4 + 1 = 6", "6 + 1 = 7"], [True, False, True])
-    ids, labels = tokenize_stepwise(example, encode, tokenizer.bos_token_id, "\n", NO_LIMITS)
+    bos = getattr(tokenizer, "bos_token_id", None)
+    ids, labels = tokenize_stepwise(example, encode, bos, "\n", NO_LIMITS)
     newline = encode("\n")
     assert len(newline) == 1
-    prompt_len = len(encode(example.prompt)) + (tokenizer.bos_token_id is not None)
+    prompt_len = len(encode(example.prompt)) + (bos is not None)
     separators = [i for i, token in enumerate(ids) if token == newline[0] and i >= prompt_len]
     assert [i for i, label in enumerate(labels) if label != IGNORE] == separators
     assert [labels[i] for i in separators] == [1, 0, 1]
