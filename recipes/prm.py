@@ -22,10 +22,10 @@ from recipes.data import shipped_data
         batch_size=16,
         num_epochs=10,
         max_length=64,
-        max_steps=150,
+        max_steps=120,
     ),
     optimizer=OptimizerSettings(learning_rate=1e-3),
-    eval=HeldOutEval(every=50),
+    eval=HeldOutEval(every=40),
 )
 class Config(ProcessRewardSettings):
     pass
