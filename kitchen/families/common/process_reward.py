@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pydantic import Field, model_validator
 
 from kitchen.engine.config.sections import Section
-from kitchen.engine.errors import ConfigError
+from kitchen.families.common.setup import single_token_ids
 from train_core.preference.process_reward import StepLimits, StepwiseExample, tokenize_stepwise
 from train_core.renderers.tokenizer import Tokenizer
 
@@ -41,17 +41,7 @@ class ProcessRewardHead(Section):
 
 def label_token_ids(tokenizer: Tokenizer, texts: Sequence[str]) -> tuple[int, int]:
     """The ids of the two label tokens; each must encode to exactly one token."""
-    ids = []
-    for text in texts:
-        encoded = tokenizer.encode(text, add_special_tokens=False)
-        if len(encoded) != 1:
-            raise ConfigError(
-                f"prm.label_tokens: {text!r} is {len(encoded)} tokens for this tokenizer; give single tokens"
-            )
-        ids.append(encoded[0])
-    if ids[0] == ids[1]:
-        raise ConfigError(f"prm.label_tokens: {texts[0]!r} and {texts[1]!r} are the same token")
-    return ids[0], ids[1]
+    return single_token_ids(tokenizer, texts, "prm.label_tokens")
 
 
 class StepTokenizer:
