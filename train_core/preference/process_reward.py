@@ -98,7 +98,7 @@ def tokenize_stepwise(
     if bos_token_id is not None:
         prompt_ids = [bos_token_id, *prompt_ids]
     if limits.max_prompt_length is not None:
-        prompt_ids = prompt_ids[-limits.max_prompt_length :] if limits.max_prompt_length > 0 else []
+        prompt_ids = prompt_ids[-limits.max_prompt_length :]  # as TRL slices: 0 keeps all (config: >= 1)
     if limits.max_completion_length is not None:
         completion_ids = completion_ids[: limits.max_completion_length]
         labels = labels[: limits.max_completion_length]

@@ -24,7 +24,7 @@ class ProcessRewardHead(Section):
 
     step_separator: str = Field("\n", min_length=1, description="TRL's step_separator: appended to every step")
     train_on_last_step_only: bool = Field(False, description="TRL's: train on the last step's label only")
-    max_prompt_length: int | None = Field(512, ge=0, description="prompt tokens kept (cut from the left)")
+    max_prompt_length: int | None = Field(512, ge=1, description="prompt tokens kept (cut from the left)")
     max_completion_length: int | None = Field(
         None, ge=1, description="step tokens kept (cut from the right); none = all"
     )

@@ -2,10 +2,11 @@
 TRL `PRMTrainer.tokenize_row`'s label positions and truncation rules, the label-token datums, the
 two-class loss and its metrics, and the step aggregations.
 
-TRL 1.16 (the installed test extra) no longer ships `PRMTrainer` (it left with the experimental
-trainers' clean-up), so its tokenisation is pinned here by its documented rules on a character
-tokenizer, where every position can be counted by hand, and on the tiny model's tokenizer
-against the separator's positions."""
+TRL 1.16 (the installed test extra) no longer ships `PRMTrainer` (0.19.1 was checked to have
+it), so its tokenisation is pinned here by its rules on a character tokenizer, where every
+position can be counted by hand, and on the tiny model's tokenizer against the separator's
+positions. (Checked once outside the suite: equal to TRL 0.19.1's `tokenize_row` on 2,400 cases
+of the shipped data with random limits, separators, BOS and `train_on_last_step_only`.)"""
 
 from __future__ import annotations
 
@@ -66,6 +67,8 @@ def test_train_on_last_step_only_keeps_the_last_label() -> None:
 def test_truncation_cuts_the_prompt_from_the_left_then_completion_and_whole_from_the_right() -> None:
     ids, labels = tokenize_stepwise(EXAMPLE, chars, 1, "|", StepLimits(None, 2, None))
     assert ids[:2] == chars("Qq")  # bos and nothing else dropped: the prompt's last 2 tokens
+    ids, _ = tokenize_stepwise(EXAMPLE, chars, 1, "|", StepLimits(None, 0, None))
+    assert ids[:3] == [1, *chars("Qq")]  # TRL slices prompt_ids[-0:]: 0 keeps it all (config refuses 0)
     ids, labels = tokenize_stepwise(EXAMPLE, chars, 1, "|", StepLimits(None, None, 5))
     assert ids == [1, *chars("Qqab|cd")] and labels[-1] == IGNORE  # the second step lost its label
     ids, labels = tokenize_stepwise(EXAMPLE, chars, 1, "|", StepLimits(6, None, None))
