@@ -106,7 +106,9 @@ class LoadStepwiseData(Stage):
         count = len(train) // DATUMS_PER_EXAMPLE
         num_steps = data.num_steps(count, "usable records", data.dataset, unit=" records")
         held_out = datums(data.eval_dataset, data.eval_split, False) if data.eval_dataset else []
-        ctx.log.info("data.loaded", train_records=count, eval_records=len(held_out) // 2, num_steps=num_steps)
+        ctx.log.info(
+            "data.loaded", train_records=count, eval_records=len(held_out) // DATUMS_PER_EXAMPLE, num_steps=num_steps
+        )
         return StepwiseData(train, held_out, num_steps)
 
 
