@@ -23,6 +23,7 @@ SMOKE_OVERRIDES: dict[str, list[str]] = {
     "dpo": ["data.max_steps=4", "checkpoint.save_every=2", "eval.every=2", "data.batch_size=4", "data.max_length=64"],
     "kto": ["data.max_steps=4", "checkpoint.save_every=2", "eval.every=2", "data.batch_size=4", "data.max_length=64"],
     "rm": ["data.max_steps=4", "checkpoint.save_every=2", "eval.every=2", "data.batch_size=4", "data.max_length=64"],
+    "prm": ["data.max_steps=4", "checkpoint.save_every=2", "eval.every=2", "data.batch_size=4"],
     "online_dpo": [
         "data.max_steps=3",
         "checkpoint.save_every=2",

@@ -192,6 +192,20 @@ class CheckTokenizerMatch(Stage):
                 )
 
 
+def single_token_ids(tokenizer: Any, texts: Sequence[str], key: str) -> tuple[int, int]:
+    """The ids of two different strings that must each encode to exactly one token (a reward
+    model's score tokens, a process reward model's label tokens), else a ConfigError naming `key`."""
+    ids = []
+    for text in texts:
+        encoded = tokenizer.encode(text, add_special_tokens=False)
+        if len(encoded) != 1:
+            raise ConfigError(f"{key}: {text!r} is {len(encoded)} tokens for this tokenizer; give single tokens")
+        ids.append(encoded[0])
+    if ids[0] == ids[1]:
+        raise ConfigError(f"{key}: {texts[0]!r} and {texts[1]!r} are the same token")
+    return ids[0], ids[1]
+
+
 def same_tokenizer(a: Any, b: Any) -> bool:
     """Same vocabulary (token -> id) where the tokenizers expose it, else the same encodings of a
     probe text."""

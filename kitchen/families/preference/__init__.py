@@ -1,5 +1,5 @@
-"""Preference learning: DPO and its variants, online DPO, KTO, Bradley-Terry reward models, learned
-pairwise judges and the judges runs use, with their settings sections and workflows.
+"""Preference learning: DPO and its variants, online DPO, KTO, Bradley-Terry and process reward
+models, learned pairwise judges and the judges runs use, with their settings sections and workflows.
 
 The family's public names, for recipes and users' own workflows (recipes import from here, never
 from the modules below)."""
@@ -12,6 +12,8 @@ from kitchen.families.preference.judges import ProvideJudge as ProvideJudge
 from kitchen.families.preference.judges import judge_setup as judge_setup
 from kitchen.families.preference.kto import kto_workflow as kto_workflow
 from kitchen.families.preference.online_dpo import online_dpo_workflow as online_dpo_workflow
+from kitchen.families.preference.process_reward import ProcessRewardSettings as ProcessRewardSettings
+from kitchen.families.preference.process_reward import process_reward_workflow as process_reward_workflow
 from kitchen.families.preference.reward_model import EvaluatePreferenceModel as EvaluatePreferenceModel
 from kitchen.families.preference.reward_model import WriteComparisonConversations as WriteComparisonConversations
 from kitchen.families.preference.reward_model import check_comparison_files as check_comparison_files

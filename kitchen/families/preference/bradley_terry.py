@@ -11,12 +11,18 @@ from typing import Any
 
 from kitchen.engine.config.run import RunConfig
 from kitchen.engine.context import Context
-from kitchen.engine.errors import ConfigError, DataError
+from kitchen.engine.errors import DataError
 from kitchen.engine.ports import Tokenizer, TrainingClient
 from kitchen.engine.stage import Stage
 from kitchen.engine.workflow import Workflow
 from kitchen.families.common.settings import DataSettings, OptimizerSettings
-from kitchen.families.common.setup import CloseBackend, CreateTrainingClient, GetTokenizer, MakeRenderer
+from kitchen.families.common.setup import (
+    CloseBackend,
+    CreateTrainingClient,
+    GetTokenizer,
+    MakeRenderer,
+    single_token_ids,
+)
 from kitchen.families.common.train_loop import pipelined_training
 from kitchen.families.common.training import InFlight, PendingStep, loss_fn_metrics, submit_step
 from kitchen.families.preference.reward_model import check_comparison_files
@@ -39,15 +45,7 @@ DATUMS_PER_PAIR = 4
 
 def score_token_ids(tokenizer: Tokenizer, texts: Sequence[str]) -> tuple[int, int]:
     """The ids of the two score tokens; each must encode to exactly one token."""
-    ids = []
-    for text in texts:
-        encoded = tokenizer.encode(text, add_special_tokens=False)
-        if len(encoded) != 1:
-            raise ConfigError(f"score_tokens: {text!r} is {len(encoded)} tokens for this tokenizer; give single tokens")
-        ids.append(encoded[0])
-    if ids[0] == ids[1]:
-        raise ConfigError(f"score_tokens: {texts[0]!r} and {texts[1]!r} are the same token")
-    return ids[0], ids[1]
+    return single_token_ids(tokenizer, texts, "score_tokens")
 
 
 @dataclass(frozen=True)

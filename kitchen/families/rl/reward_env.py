@@ -2,7 +2,9 @@
 reward functions named as `module:function` or by a registered name (TRL's `reward_funcs`,
 `kitchen.families.rl.rewards`): each prompt is answered `group_size` times and each reply scored by
 `fn(prompt, completion, record)`; scores are numbers, or dicts of named numbers summed with
-`reward_weights`. Runs in every RL mode; the `reward_fn_rl` recipe trains on it, `env_rl` too.
+`reward_weights`; with `process_reward`, a trained PRM's step-by-step score too
+(`kitchen.families.rl.process_reward`). Runs in every RL mode; the `reward_fn_rl` recipe trains
+on it, `env_rl` too.
 
 Records: `{"prompt": "..."}` (one user message), `{"prompt": [{role, content}, ...]}` or
 `{"messages": [...]}` (chat format); any other keys (e.g. a reference `answer`) reach the reward
@@ -25,6 +27,7 @@ from kitchen.engine.config.sections import RESUME_SAFE
 from kitchen.engine.errors import DataError
 from kitchen.engine.runs.datasets import is_hub_name, load_located_records, prompt_key, prompt_messages
 from kitchen.families.rl.envs import EnvSettings, EnvSpec
+from kitchen.families.rl.process_reward import SCORE_NAME, ProcessRewardFn, ProcessRewardScorer, process_reward_slot
 from kitchen.families.rl.rewards import Completion, RewardFn, resolve_reward_fns, score_group, weighted_total
 from kitchen.families.rl.settings import RLSettings
 from train_core.renderers.base import Renderer
@@ -44,7 +47,11 @@ class RewardFnSettings(EnvSettings):
     )
     split: str = Field("train", description="hub datasets: the split to read")
     reward_fn: list[str] = Field(
-        ..., description="reward functions: registered names (kitchen.rewards) or module:function; one, or a list"
+        default_factory=list,
+        description="reward functions: registered names (kitchen.rewards) or module:function; one, or a list",
+    )
+    process_reward: ProcessRewardFn | None = Field(
+        None, description="also score each reply step by step with a trained process reward model (prm)"
     )
     reward_weights: dict[str, float] = Field(default_factory=dict, description="weight of each named score (default 1)")
 
@@ -56,16 +63,16 @@ class RewardFnSettings(EnvSettings):
     @field_validator("reward_fn")
     @classmethod
     def _importable(cls, specs: list[str], info: ValidationInfo) -> list[str]:
-        if not specs:
-            raise ValueError("name at least one reward function (module:function)")
         resolve_reward_fns(specs, config_dir(info))  # a ValueError names what cannot be imported
         return specs
 
     @model_validator(mode="after")
     def _weights_name_scores(self) -> RewardFnSettings:
+        if not self.reward_fn and self.process_reward is None:
+            raise ValueError("reward_fn: name at least one reward function (module:function), or set process_reward")
         fns = resolve_reward_fns(self.reward_fn)
         if all(not _returns_dict(fn) for fn in fns):
-            names = {fn.name for fn in fns}
+            names = {fn.name for fn in fns} | ({SCORE_NAME} if self.process_reward else set())
             unknown = sorted(set(self.reward_weights) - names)
             if unknown:
                 raise ValueError(f"reward_weights names {unknown[0]!r}; the reward functions are {sorted(names)}")
@@ -234,6 +241,11 @@ class CompletionDemonstrations:
 
 def build_task(settings: RewardFnSettings, config: RLSettings, renderer: Renderer) -> RLTask:
     fns = resolve_reward_fns(settings.reward_fn)
+    models = []
+    if settings.process_reward is not None:
+        slot = process_reward_slot(settings.process_reward)
+        fns.append(RewardFn(SCORE_NAME, ProcessRewardScorer(slot, renderer.tokenizer, settings.process_reward)))
+        models.append(slot)
     weights = dict(settings.reward_weights)
     train = load_prompt_records(settings.dataset, settings.split, renderer.roles)
 
@@ -248,6 +260,7 @@ def build_task(settings: RewardFnSettings, config: RLSettings, renderer: Rendere
         train=PromptDataset(train, group("prompts"), config.rl.groups_per_batch, config.seed),
         eval_builders=[group("eval")(item) for item in held_out],
         demonstrations=CompletionDemonstrations(demos) if demos is not None else None,
+        models=models,
     )
 
 
