@@ -237,8 +237,8 @@ padding_free | - | {PACK}
 precompute_ref_log_probs | - | kitchen scores each step's batch with the frozen reference (the starting weights);
     precomputing over the whole data set is {NOT_YET}
 precompute_ref_batch_size | - | see `precompute_ref_log_probs`
-loss_type | dpo.loss_type | TRL's 15 names (one or a list), plus kitchen's `cdpo`, `simpo`, `orpo`; equal to TRL's
-    computation (tests/rlhf)
+loss_type | dpo.loss_type | TRL's 15 names (one or a list), plus kitchen's `cdpo`, `simpo`, `orpo` and CPO's
+    `alphapo` (`dpo.alphapo_alpha`); equal to TRL's computation (tests/rlhf)
 loss_weights | dpo.loss_weights |
 ld_alpha | dpo.ld_alpha |
 f_divergence_type | dpo.f_divergence_type |
