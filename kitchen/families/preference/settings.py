@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -194,13 +194,25 @@ class DPOLoss(Section):
 
 
 class KTOLoss(Section):
-    """Config section `kto`: the KTO loss (`train_core.preference.kto`)."""
+    """Config section `kto`: the loss on unpaired desirable / undesirable examples, KTO
+    (`train_core.preference.kto`) or BCO (`train_core.preference.bco`)."""
 
     FLAT: ClassVar[Mapping[str, str]] = {"beta": "kto_beta"}
 
-    beta: float = Field(0.1, gt=0, description="KTO temperature: reward = beta * (logp - logp_ref)")
-    desirable_weight: float = Field(1.0, gt=0, description="weight of the desirable examples' losses")
-    undesirable_weight: float = Field(1.0, gt=0, description="weight of the undesirable examples' losses")
+    loss_type: Literal["kto", "bco"] = Field(
+        "kto",
+        description="kto (TRL's KTOTrainer) or bco (TRL's BCOTrainer: a binary classifier on beta * log-ratio "
+        "shifted by the running mean of the rewards; no underlying-distribution matching)",
+    )
+    beta: float = Field(0.1, gt=0, description="temperature: reward = beta * (logp - logp_ref)")
+    desirable_weight: float = Field(1.0, gt=0, description="kto: weight of the desirable examples' losses")
+    undesirable_weight: float = Field(1.0, gt=0, description="kto: weight of the undesirable examples' losses")
+
+    @model_validator(mode="after")
+    def _weights_are_ktos(self) -> KTOLoss:
+        if self.loss_type == "bco" and (self.desirable_weight, self.undesirable_weight) != (1.0, 1.0):
+            raise ValueError("desirable_weight / undesirable_weight are KTO's; BCO (loss_type bco) does not read them")
+        return self
 
 
 SCORE_TOKENS = (" good", " bad")
