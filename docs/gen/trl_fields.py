@@ -360,7 +360,8 @@ max_length | data.max_length |
 precompute_ref_log_probs | - | kitchen scores each step's batch with the frozen reference (the starting weights);
     precomputing over the whole data set is {NOT_YET}
 precompute_ref_batch_size | - | see `precompute_ref_log_probs`
-loss_type | - | `kto` only; `apo_zero_unpaired` is {NOT_YET}
+loss_type | kto.loss_type | `kto`; `apo_zero_unpaired` is {NOT_YET}; kitchen's `bco` is TRL's `BCOTrainer` (TRL 0.x)
+    on the same data
 beta | kto.beta |
 desirable_weight | kto.desirable_weight |
 undesirable_weight | kto.undesirable_weight |
