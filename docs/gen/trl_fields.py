@@ -320,7 +320,8 @@ mask_truncated_completions | algorithm.overlong_filter | cut replies leave the l
 sync_ref_model | - | {NOT_YET} for RL (the `dpo` recipe has it)
 ref_model_mixup_alpha | - | {NOT_YET} for RL (the `dpo` recipe has it)
 ref_model_sync_steps | - | {NOT_YET} for RL (the `dpo` recipe has it)
-top_entropy_quantile | - | {NOT_YET}
+top_entropy_quantile | algorithm.top_entropy_quantile | local backend (it needs the policy's per-token entropies);
+    equal to TRL's mask and loss, except that kitchen takes the quantile in the entropies' dtype (TRL: float32)
 entropy_coef | algorithm.entropy_coeff | local backend; aggregated as the policy loss is
     (`algorithm.loss_aggregation`), where TRL always takes the per-token mean
 use_adaptive_entropy | - | {NOT_YET}
