@@ -1,6 +1,7 @@
 """kto: Kahneman-Tversky Optimization on unpaired examples, each completion labelled desirable or
 undesirable (TRL's `{"prompt", "completion", "label"}` records), or on comparison files split
-into one desirable and one undesirable example per comparison.
+into one desirable and one undesirable example per comparison; `kto.loss_type: bco` trains BCO
+(TRL's BCOTrainer) on the same data instead.
 
 Defaults train the embedded tiny model on the shipped `polite_arithmetic` comparisons, unpaired,
 offline on two CPU cores.
@@ -27,7 +28,7 @@ class Config(KTOSettings):
 
 RECIPE = Recipe(
     name="kto",
-    description="KTO: preference learning from unpaired desirable / undesirable examples",
+    description="KTO (or BCO): preference learning from unpaired desirable / undesirable examples",
     config_cls=Config,
-    workflow=lambda config: kto_workflow(),
+    workflow=lambda config: kto_workflow(config.kto.loss_type),
 )

@@ -300,13 +300,14 @@ def merge_loss_metrics(parts: Sequence[Mapping[str, float]]) -> dict[str, float]
 
 ACTION_TOKENS_KEY = "loss/action_tokens:sum"
 """Tokens under the action mask: the denominator of the KL and entropy means (custom route)."""
-_MEANS_OVER_ACTIONS = ("loss/kl:sum", "loss/entropy:sum")
+_MEANS_OVER_ACTIONS = ("loss/kl:sum", "loss/entropy:sum", "loss/high_entropy_tokens:sum")
 
 
 def loss_ratios(metrics: Mapping[str, float]) -> dict[str, float]:
     """What summed loss counts mean: `loss/clipfrac_low|high|dual`, the share of policy tokens each
     clip held back (for a clipping loss), and `loss/kl`, `loss/entropy`, means over action tokens
-    (when the loss had those terms). Empty when `metrics` holds none of the counts."""
+    (when the loss had those terms), and `loss/high_entropy_tokens`, the share of action tokens
+    `top_entropy_quantile` kept. Empty when `metrics` holds none of the counts."""
     ratios: dict[str, float] = {}
     if POLICY_TOKENS_KEY in metrics:
         tokens = max(metrics[POLICY_TOKENS_KEY], 1.0)

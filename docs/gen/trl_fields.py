@@ -237,8 +237,8 @@ padding_free | - | {PACK}
 precompute_ref_log_probs | - | kitchen scores each step's batch with the frozen reference (the starting weights);
     precomputing over the whole data set is {NOT_YET}
 precompute_ref_batch_size | - | see `precompute_ref_log_probs`
-loss_type | dpo.loss_type | TRL's 15 names (one or a list), plus kitchen's `cdpo`, `simpo`, `orpo`; equal to TRL's
-    computation (tests/rlhf)
+loss_type | dpo.loss_type | TRL's 15 names (one or a list), plus kitchen's `cdpo`, `simpo`, `orpo` and CPO's
+    `alphapo` (`dpo.alphapo_alpha`); equal to TRL's computation (tests/rlhf)
 loss_weights | dpo.loss_weights |
 ld_alpha | dpo.ld_alpha |
 f_divergence_type | dpo.f_divergence_type |
@@ -320,7 +320,8 @@ mask_truncated_completions | algorithm.overlong_filter | cut replies leave the l
 sync_ref_model | - | {NOT_YET} for RL (the `dpo` recipe has it)
 ref_model_mixup_alpha | - | {NOT_YET} for RL (the `dpo` recipe has it)
 ref_model_sync_steps | - | {NOT_YET} for RL (the `dpo` recipe has it)
-top_entropy_quantile | - | {NOT_YET}
+top_entropy_quantile | algorithm.top_entropy_quantile | local backend (it needs the policy's per-token entropies);
+    equal to TRL's mask and loss, except that kitchen takes the quantile in the entropies' dtype (TRL: float32)
 entropy_coef | algorithm.entropy_coeff | local backend; aggregated as the policy loss is
     (`algorithm.loss_aggregation`), where TRL always takes the per-token mean
 use_adaptive_entropy | - | {NOT_YET}
@@ -360,7 +361,8 @@ max_length | data.max_length |
 precompute_ref_log_probs | - | kitchen scores each step's batch with the frozen reference (the starting weights);
     precomputing over the whole data set is {NOT_YET}
 precompute_ref_batch_size | - | see `precompute_ref_log_probs`
-loss_type | - | `kto` only; `apo_zero_unpaired` is {NOT_YET}
+loss_type | kto.loss_type | `kto`; `apo_zero_unpaired` is {NOT_YET}; kitchen's `bco` is TRL's `BCOTrainer` (TRL 0.x)
+    on the same data
 beta | kto.beta |
 desirable_weight | kto.desirable_weight |
 undesirable_weight | kto.undesirable_weight |

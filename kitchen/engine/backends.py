@@ -80,14 +80,19 @@ class BackendSpec:
         return self.create(config, settings, checkpoint_dir, loss_table())
 
     def problems(
-        self, calls: Collection[str], loss_fns: Collection[str], lora_rank: int | None, entropy_bonus: bool = False
+        self,
+        calls: Collection[str],
+        loss_fns: Collection[str],
+        lora_rank: int | None,
+        entropy_keys: Collection[str] = (),
     ) -> list[str]:
-        """What this backend cannot run of a workflow's calls and losses, one line each."""
+        """What this backend cannot run of a workflow's calls and losses, one line each
+        (`entropy_keys`: the config keys whose loss terms need per-token entropies)."""
         found = []
-        if entropy_bonus and not self.custom_loss_entropy:
+        if entropy_keys and not self.custom_loss_entropy:
             found.append(
-                f"entropy_coeff: backend {self.name!r} does not hand a custom loss the policy's per-token "
-                "entropies, which an entropy bonus needs (the local backend does)"
+                f"{', '.join(entropy_keys)}: backend {self.name!r} does not hand a custom loss the policy's "
+                "per-token entropies, which an entropy bonus or entropy masking needs (the local backend does)"
             )
         if self.supported_calls is not None:
             found += [f"it does not support {call}" for call in sorted(set(calls) - self.supported_calls)]

@@ -21,7 +21,7 @@ def backend_problems(workflow: Workflow, config: RunConfig) -> list[str]:
         for call in stage.spec.calls
         if spec.supported_calls is not None and call not in spec.supported_calls
     ]
-    return problems + spec.problems([], config.builtin_loss_fns(), config.lora_rank, config.entropy_bonus())
+    return problems + spec.problems([], config.builtin_loss_fns(), config.lora_rank, config.entropy_keys())
 
 
 def validate_recipe(recipe: Recipe, config: RunConfig) -> Workflow:

@@ -157,3 +157,9 @@ def test_decoupled_ppo_trains_async_around_the_proximal_policy(kitchen_run: Run)
     assert {summary["loss_fn"] for _, summary in trained_calls(run)} == {"decoupled_ppo"}
     assert len([call for call in run.calls if call.method == "forward"]) == 2
     assert all("loss/clipfrac_high" in row for row in run.metrics)
+
+
+def test_entropy_masking_is_refused_before_any_work_where_the_backend_cannot_run_it(kitchen_run: Run) -> None:
+    refusal = r"algorithm\.top_entropy_quantile: backend 'noop' does not hand a custom loss"
+    with pytest.raises(ConfigError, match=refusal):
+        kitchen_run(TOY_RECIPE, "algorithm.top_entropy_quantile=0.2", *FAST)

@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from trl.trainer.grpo_trainer import GRPOTrainer
 
 from kitchen.families.rl.algorithm_settings import AlgorithmSettings
@@ -65,14 +67,21 @@ def _case(seed: int, spread: float) -> dict[str, torch.Tensor]:
     return {"mask": mask, "old": old, "reference": reference, "policy": policy, "advantages": advantages}
 
 
-def trl_loss(keys: dict[str, Any], case: dict[str, torch.Tensor], policy: torch.Tensor) -> torch.Tensor:
-    """TRL 1.16's `GRPOTrainer._compute_loss` (one process, no accumulation, train mode)."""
+def trl_loss(
+    keys: dict[str, Any],
+    case: dict[str, torch.Tensor],
+    policy: torch.Tensor,
+    entropies: torch.Tensor | None = None,
+    top_entropy_quantile: float = 1.0,
+) -> torch.Tensor:
+    """TRL 1.16's `GRPOTrainer._compute_loss` (one process, no accumulation, train mode), its
+    policy's per-token entropies `entropies` (default 0)."""
     rows = policy.shape[0]
-    zeros = torch.zeros_like(policy)
+    entropy = torch.zeros_like(policy) if entropies is None else entropies
     trainer = SimpleNamespace(
-        _get_per_token_logps_and_entropies=lambda *args, **kwargs: (policy, zeros, None),
+        _get_per_token_logps_and_entropies=lambda *args, **kwargs: (policy, entropy, None),
         get_gamma_weights=GRPOTrainer.get_gamma_weights,  # a static method of TRL's
-        top_entropy_quantile=1.0,
+        top_entropy_quantile=top_entropy_quantile,
         off_policy_mask_threshold=None,
         importance_sampling_level=keys.get("importance_sampling_level", "token"),
         beta=keys.get("beta", 0.0),
@@ -96,7 +105,11 @@ def trl_loss(keys: dict[str, Any], case: dict[str, torch.Tensor], policy: torch.
         current_gradient_accumulation_steps=1,
         max_completion_length=WIDTH,
         accelerator=SimpleNamespace(
-            num_processes=1, gather=lambda t: t, gather_for_metrics=lambda t: t, reduce=lambda t, reduction: t
+            num_processes=1,
+            gather=lambda t: t,
+            gather_for_metrics=lambda t: t,
+            reduce=lambda t, reduction: t,
+            pad_across_processes=lambda t, dim, pad_index: t,
         ),
         aux_loss_enabled=False,
         _entropy_bonus_enabled=False,
@@ -112,12 +125,21 @@ def trl_loss(keys: dict[str, Any], case: dict[str, torch.Tensor], policy: torch.
         "ref_per_token_logps": case["reference"],
         "num_items_in_batch": case["mask"].sum(),
     }
+    high_entropy_mask: Any = GRPOTrainer.get_high_entropy_mask
+    trainer.get_high_entropy_mask = lambda *args: high_entropy_mask(trainer, *args)
     compute_loss: Any = GRPOTrainer._compute_loss  # on a stand-in trainer (module doc)
     return compute_loss(trainer, None, inputs)
 
 
-def kitchen_loss(preset: str, case: dict[str, torch.Tensor], policy: torch.Tensor, **overrides: object) -> torch.Tensor:
-    """The preset's `PolicyObjective.loss` (with `overrides` of its keys) on one RL datum per row."""
+def kitchen_loss(
+    preset: str,
+    case: dict[str, torch.Tensor],
+    policy: torch.Tensor,
+    entropies: torch.Tensor | None = None,
+    **overrides: object,
+) -> torch.Tensor:
+    """The preset's `PolicyObjective.loss` (with `overrides` of its keys) on one RL datum per row,
+    with the rows of `entropies` as its per-token entropies when given."""
     settings = AlgorithmSettings.model_validate({**ALGORITHM_PRESETS[preset].settings, **overrides})
     objective = settings.policy_objective(max_tokens=WIDTH)
     data = []
@@ -135,7 +157,7 @@ def kitchen_loss(preset: str, case: dict[str, torch.Tensor], policy: torch.Tenso
                 },
             )
         )
-    loss, _ = objective.loss(data, list(policy))
+    loss, _ = objective.loss(data, list(policy), None if entropies is None else list(entropies))
     return loss
 
 
@@ -189,3 +211,92 @@ def test_every_trl_name_with_a_preset_is_checked() -> None:
     """Every TRL loss_type name is a preset, and each is in the table above."""
     trl_names = {"grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"}
     assert trl_names <= set(ALGORITHM_PRESETS) and trl_names == set(TRL_LOSS_TYPES) - {"gspo"}
+
+
+def _entropies(seed: int, ties: bool) -> torch.Tensor:
+    """Per-token entropies in [0, 3), float32 as the local backend computes them (TRL takes the
+    quantile in float32: `train_core.rl.entropy_mask`); with `ties`, rounded to 0.5 so that many
+    tokens share the quantile's value; padding positions hold large values that must not count."""
+    generator = torch.Generator().manual_seed(seed + 100)
+    entropy = torch.rand(len(LENGTHS), WIDTH, generator=generator, dtype=torch.float64) * 3
+    entropy = (entropy * 2).floor() / 2 if ties else entropy
+    mask = _case(seed, 0.3)["mask"]
+    return torch.where(mask.bool(), entropy, torch.full_like(entropy, 50.0)).float()
+
+
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("rho", [0.0, 0.2, 0.5, 0.8, 1.0])
+def test_high_entropy_mask_equals_trls(rho: float, ties: bool) -> None:
+    """`train_core.rl.entropy_mask.high_entropy_mask` is TRL's `get_high_entropy_mask` at
+    threshold `1 - rho`, bit for bit: ties at the quantile, padding that must not count, an empty
+    batch."""
+    from train_core.rl.entropy_mask import high_entropy_mask
+
+    trainer: Any = SimpleNamespace(accelerator=SimpleNamespace(pad_across_processes=lambda t, dim, pad_index: t))
+    trainer.accelerator.gather = lambda t: t
+    for seed in SEEDS:
+        entropy, mask = _entropies(seed, ties), _case(seed, 0.3)["mask"]
+        theirs = GRPOTrainer.get_high_entropy_mask(trainer, entropy, mask, 1 - rho)
+        ours = torch.stack(high_entropy_mask(list(entropy), list(mask), rho))
+        assert torch.equal(ours, theirs)
+        kept = int(ours.sum())
+        assert 0 < kept <= int(mask.sum()) and not ours[~mask.bool()].any()
+    empty = torch.zeros(len(LENGTHS), WIDTH, dtype=torch.float64)
+    theirs = GRPOTrainer.get_high_entropy_mask(trainer, _entropies(0, ties), empty, 1 - rho)
+    assert torch.equal(torch.stack(high_entropy_mask(list(_entropies(0, ties)), list(empty), rho)), theirs)
+    assert not theirs.any()
+
+
+@pytest.mark.parametrize("rho", [0.0, 0.2, 0.5])
+@pytest.mark.parametrize("preset", ["grpo", "dapo", "dr_grpo"])
+def test_top_entropy_quantile_equals_trls(preset: str, rho: float) -> None:
+    """The whole objective with `algorithm.top_entropy_quantile` against TRL's `_compute_loss`
+    with `top_entropy_quantile` (grpo's KL term included, which neither masks), value and
+    gradient."""
+    for seed in SEEDS:
+        case = _case(seed, 0.3)
+        entropy = _entropies(seed, ties=seed == 2)
+        ours_in = case["policy"].clone().requires_grad_(True)
+        theirs_in = case["policy"].clone().requires_grad_(True)
+        ours = kitchen_loss(preset, case, ours_in, entropy, top_entropy_quantile=rho)
+        theirs = trl_loss(TRL_LOSS_TYPES[preset], case, theirs_in, entropy, rho)
+        ours.backward()
+        theirs.backward()
+        assert ours_in.grad is not None and theirs_in.grad is not None
+        value, reference = float(ours.detach()), float(theirs.detach())
+        assert abs(value - reference) <= TOLERANCE * max(1.0, abs(reference)), (value, reference)
+        assert float((ours_in.grad - theirs_in.grad).abs().max()) <= TOLERANCE
+        unmasked = float(trl_loss(TRL_LOSS_TYPES[preset], case, case["policy"]))
+        assert abs(unmasked - reference) > 1e-9  # the mask changed the loss: it was tested
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=st.integers(1, 5),
+    width=st.integers(1, 12),
+    rho=st.floats(0.0, 1.0),
+    levels=st.integers(1, 8),
+    seed=st.integers(0, 2**20),
+    keep_rate=st.floats(0.0, 1.0),
+)
+def test_any_high_entropy_mask_equals_trls(
+    rows: int, width: int, rho: float, levels: int, seed: int, keep_rate: float
+) -> None:
+    """Property: on any float32 entropies (`levels` distinct values, so ties are common) and any
+    padding mask, the mask is TRL's, and keeps a top-rho share of the action tokens: at least
+    one when any exists, and no padding."""
+    from train_core.rl.entropy_mask import high_entropy_mask
+
+    generator = torch.Generator().manual_seed(seed)
+    entropy = (torch.randint(0, levels, (rows, width), generator=generator) * 0.37).float()
+    mask = (torch.rand(rows, width, generator=generator) < keep_rate).float()
+    trainer: Any = SimpleNamespace(accelerator=SimpleNamespace(pad_across_processes=lambda t, dim, pad_index: t))
+    trainer.accelerator.gather = lambda t: t
+    theirs = GRPOTrainer.get_high_entropy_mask(trainer, entropy, mask, 1 - rho)
+    ours = torch.stack(high_entropy_mask(list(entropy), list(mask), rho))
+    assert torch.equal(ours, theirs)
+    assert not ours[mask == 0].any()
+    actions = int(mask.sum())
+    assert (int(ours.sum()) >= 1) == (actions > 0)
+    if actions:
+        assert int(ours.sum()) >= rho * actions - 1  # at least the top-rho share (ties only add)

@@ -105,3 +105,12 @@ def test_sequence_level_gspo_trains_on_the_local_backend(tmp_path: Path, loss_fn
     rows = run_local(tmp_path, "rl.num_batches=2", "turns=2", f"algorithm.loss_fn={loss_fn}")
     assert [row["step"] for row in rows] == [0, 1]
     assert rows[0]["optim/kl_sample_train_v2"] < 1e-3
+
+
+def test_top_entropy_quantile_trains_the_high_entropy_share_of_tokens(tmp_path: Path) -> None:
+    """TRL's `top_entropy_quantile` as `algorithm.top_entropy_quantile`: the custom route, with
+    the share of action tokens kept (`loss/high_entropy_tokens`) about rho."""
+    rows = run_local(tmp_path, "rl.num_batches=2", "algorithm.top_entropy_quantile=0.2")
+    assert [row["step"] for row in rows] == [0, 1]
+    for row in rows:
+        assert 0.2 <= row["loss/high_entropy_tokens"] < 0.5, row["loss/high_entropy_tokens"]

@@ -44,7 +44,7 @@ does kitchen). With `s_c`, `s_r` those scores and `d = s_c - s_r`:
   kitchen's is 0.
 - `sigmoid_norm`: DPO on length-averaged scores, `-log sigma(beta (s_c / nc - s_r / nr))`.
 
-kitchen's own names (TRL's CPO/ORPO trainers compute them):
+Names beyond `DPOConfig`'s (TRL's CPO/ORPO trainers compute them; `alphapo` is the CPO trainer's name):
 
 - `cdpo` (conservative DPO, Mitchell 2023; TRL's label-smoothed CPO `sigmoid`):
   `(1 - eps) (-log sigma(beta d)) + eps (-log sigma(-beta d))`.
@@ -55,6 +55,14 @@ kitchen's own names (TRL's CPO/ORPO trainers compute them):
   exp(a))` with `a` the mean per-token logprob of y. The NLL is the paper's per-pair token mean;
   TRL takes one token mean over the whole batch's chosen tokens, which is the same number when
   the chosen completions are equally long.
+- `alphapo` (AlphaPO, Gupta et al. 2025, arXiv:2501.03884; TRL 1.16's `CPOConfig(loss_type="alphapo",
+  alpha=...)`, which is CPO's `simpo` with the AlphaPO reward): SimPO on the rewards
+  `u(y) = (1 - p(y)^(-alpha)) / alpha` of the length-averaged probability `p(y) = exp(l / n)`,
+  `(1 - eps) (-log sigma(x)) + eps (-log sigma(-x))` with `x = beta (u_c - u_r) - gamma`
+  (gamma = `simpo_gamma`, alpha = `alphapo_alpha`, eps = `label_smoothing`, which TRL's CPO
+  `simpo` reads). alpha = 0 is the limit `u = l / n`: `simpo` (as TRL switches on `alpha != 0`).
+  kitchen computes `1 - p^(-alpha)` as `-expm1(-alpha l / n)`: the same number, except that for
+  |alpha| below ~1e-3 TRL's subtraction cancels to a few significant bits and kitchen's does not.
 
 WPO (`use_weighting`, Zhou et al. 2024, eq. 2 with TRL's aligned weights) multiplies every pair's
 loss, in every term, by `w_c w_r`, `w = exp(mean over the completion of (lp_t - log sum_v p_v^2))`
@@ -91,13 +99,14 @@ PreferenceLossType = Literal[
     "cdpo",
     "simpo",
     "orpo",
+    "alphapo",
 ]
 TRL_DPO_LOSS_TYPES: tuple[str, ...] = get_args(PreferenceLossType)[:15]
 """The 15 `DPOConfig.loss_type` values of TRL 1.16, in its order."""
 
 FDivergence = Literal["reverse_kl", "forward_kl", "js_divergence", "alpha_divergence"]
 
-LABEL_SMOOTHING_LOSSES: frozenset[str] = frozenset({"cdpo", "robust", "exo_pair", "aot", "aot_unpaired"})
+LABEL_SMOOTHING_LOSSES: frozenset[str] = frozenset({"cdpo", "robust", "exo_pair", "aot", "aot_unpaired", "alphapo"})
 """The losses that read `label_smoothing`."""
 FDIV_LOSSES: frozenset[str] = frozenset(
     {"sigmoid", "sigmoid_norm", "hinge", "ipo", "exo_pair", "robust", "discopop", "sft", "cdpo"}
@@ -154,6 +163,8 @@ class PreferenceLossParams:
     f_divergence: FDivergence = "reverse_kl"
     f_alpha: float = 0.5
     """alpha_divergence's alpha (TRL's `f_alpha_divergence_coef`)."""
+    alphapo_alpha: float = 0.0
+    """alphapo's reward shape (TRL's CPO `alpha`); 0 = SimPO's log-probability reward."""
 
 
 ALPHA_EXP_BOUND = 80.0
@@ -287,6 +298,22 @@ def simpo_loss(b: PairBatch, p: PreferenceLossParams) -> torch.Tensor:
     return -F.logsigmoid(p.beta * b.chosen / b.chosen_len - p.beta * b.rejected / b.rejected_len - p.simpo_gamma)
 
 
+def alphapo_reward(summed_logprob: torch.Tensor, length: torch.Tensor, alpha: float) -> torch.Tensor:
+    """AlphaPO's reward of a completion, `(1 - p^(-alpha)) / alpha` of its length-averaged
+    probability `p = exp(l / n)`; at alpha = 0, its limit `l / n`."""
+    mean_logprob = summed_logprob / length
+    if alpha == 0.0:
+        return mean_logprob
+    return -(-alpha * mean_logprob).expm1() / alpha
+
+
+def alphapo_loss(b: PairBatch, p: PreferenceLossParams) -> torch.Tensor:
+    margin_P = alphapo_reward(b.chosen, b.chosen_len, p.alphapo_alpha) - alphapo_reward(
+        b.rejected, b.rejected_len, p.alphapo_alpha
+    )
+    return _smoothed_sigmoid(p.beta * margin_P - p.simpo_gamma, p.label_smoothing)
+
+
 def _log_odds(mean_logprob: torch.Tensor) -> torch.Tensor:
     """log(q / (1 - q)) for q = exp(mean_logprob) < 1, computed stably."""
     import torch
@@ -332,6 +359,7 @@ PREFERENCE_LOSSES: dict[str, PreferenceLossSpec] = {
         PreferenceLossSpec("cdpo", cdpo_loss, True, "conservative DPO, Mitchell 2023; TRL's CPO sigmoid"),
         PreferenceLossSpec("simpo", simpo_loss, False, "SimPO, Meng et al. 2024 (arXiv:2405.14734), eq. 6"),
         PreferenceLossSpec("orpo", orpo_loss, False, "ORPO, Hong et al. 2024 (arXiv:2403.07691), eqs. 6-7"),
+        PreferenceLossSpec("alphapo", alphapo_loss, False, "AlphaPO, Gupta et al. 2025 (arXiv:2501.03884); TRL's CPO"),
     )
 }
 

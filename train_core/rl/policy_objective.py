@@ -37,6 +37,8 @@ loss does not get (`forward_backward_custom` gives only the target tokens' logpr
 service linearises the custom loss in them): its custom loss takes `entropy_D=`, per-token
 entropies with gradients that the local backend computes in the same forward pass (and hands to
 any custom loss with that parameter); a backend that does not is refused when the loss runs.
+`top_entropy_quantile` (TRL's rho, `train_core.rl.entropy_mask`) needs them too: it keeps the
+policy term (and the entropy bonus) only on the batch's high-entropy action tokens.
 
 The off-policy correction, for the sampler and the trainer disagreeing (bf16 against fp32,
 another inference engine, stale weights in async mode) instead of pretending their logprobs are
@@ -77,6 +79,7 @@ from train_core.losses import (
     merge_loss_metrics,
 )
 from train_core.rl.data_processing import action_token_logprobs, remove_mask
+from train_core.rl.entropy_mask import check_quantile, high_entropy_mask
 from train_core.rl.kl_estimators import kl_estimate, kl_estimator_name
 from train_core.rl.types import Metrics
 from train_core.types import Datum, ForwardBackwardOutput, OptimStepOutput, TensorData
@@ -190,6 +193,8 @@ class PolicyObjective:
     entropy_coeff: float = 0.0
     minibatches: int = 1
     """The optimizer step's datums come in this many parts (see the module doc)."""
+    top_entropy_quantile: float = 1.0
+    """TRL's rho: the policy term counts only on the top-rho entropy quantile of action tokens (1 = all)."""
 
     def __post_init__(self) -> None:
         get_loss_fn(self.loss_fn).resolve_config(self.loss_fn_config)
@@ -201,6 +206,10 @@ class PolicyObjective:
             raise InvalidInputError(
                 f"kl_coef and entropy_coeff must be >= 0, got {self.kl_coef} and {self.entropy_coeff}"
             )
+        try:
+            check_quantile(self.top_entropy_quantile)
+        except ValueError as exc:
+            raise InvalidInputError(str(exc)) from None
         if get_loss_fn(self.loss_fn).scaled_by is None and self.aggregation != "token_sum":
             raise InvalidInputError(
                 f"loss {self.loss_fn!r} has a term that does not scale with the advantage, so it only "
@@ -216,7 +225,21 @@ class PolicyObjective:
             reasons.append(f"a KL term in the loss (kl_coef {self.kl_coef}, estimator {self.kl_estimator})")
         if self.entropy_coeff > 0:
             reasons.append(f"an entropy bonus (entropy_coeff {self.entropy_coeff})")
+        if self.top_entropy_quantile < 1:
+            reasons.append(f"high-entropy token masking (top_entropy_quantile {self.top_entropy_quantile})")
         return reasons
+
+    @property
+    def entropy_keys(self) -> list[str]:
+        """The settings that need the policy's per-token entropies (empty: none does)."""
+        return [
+            key
+            for key, on in (
+                ("entropy_coeff", self.entropy_coeff > 0),
+                ("top_entropy_quantile", self.top_entropy_quantile < 1),
+            )
+            if on
+        ]
 
     @property
     def part_weight(self) -> float:
@@ -244,11 +267,15 @@ class PolicyObjective:
         `loss_ratios`). The datums keep their `mask` (and `reference_logprobs` for a KL term)."""
         import torch
 
-        if self.entropy_coeff > 0 and entropy_D is None:
-            raise InvalidInputError("entropy_coeff > 0 needs the policy's per-token entropy (entropy_D)")
+        if self.entropy_keys and entropy_D is None:
+            raise InvalidInputError(f"{', '.join(self.entropy_keys)} needs the policy's per-token entropy (entropy_D)")
         spec = get_loss_fn(self.loss_fn)
         masks_D = [datum.loss_fn_inputs["mask"].to_torch().double() for datum in data_D]
         scales_D = self.token_scales(data_D)
+        keep_D: list[torch.Tensor] | None = None
+        if self.top_entropy_quantile < 1:
+            assert entropy_D is not None  # checked above
+            keep_D = high_entropy_mask(entropy_D, masks_D, self.top_entropy_quantile)
         total = torch.zeros((), dtype=torch.float64)
         parts: list[dict[str, float]] = []
         kl_sum = entropy_sum = 0.0
@@ -256,6 +283,8 @@ class PolicyObjective:
             lp_T = logprobs_T.double()
             inputs = _loss_inputs(datum, spec.input_keys, f"datum {index}: loss {self.loss_fn!r}")
             terms_T = spec.token_losses(lp_T, inputs, self.loss_fn_config)
+            if keep_D is not None:  # the policy term only: the KL term covers every action token
+                terms_T = torch.where(keep_D[index], terms_T, torch.zeros_like(terms_T))
             parts.append(spec.metrics(lp_T, inputs, self.loss_fn_config))
             action_T = masks_D[index] > 0
             if self.kl_coef > 0:
@@ -266,6 +295,8 @@ class PolicyObjective:
             if self.entropy_coeff > 0:
                 assert entropy_D is not None  # checked above
                 entropy_T = entropy_D[index].double()
+                if keep_D is not None:  # the bonus acts on the tokens the policy term keeps (TRL)
+                    entropy_T = torch.where(keep_D[index], entropy_T, torch.zeros_like(entropy_T))
                 terms_T = terms_T - self.entropy_coeff * entropy_T
                 entropy_sum += float(entropy_T.detach()[action_T].sum())
             scale_T = scales_D[index]
@@ -276,19 +307,22 @@ class PolicyObjective:
             sums["loss/kl:sum"] = kl_sum
         if self.entropy_coeff > 0:
             sums["loss/entropy:sum"] = entropy_sum
+        if keep_D is not None:
+            sums["loss/high_entropy_tokens:sum"] = float(sum(float(keep_T.sum()) for keep_T in keep_D))
         return total, merge_loss_metrics([*parts, sums])
 
     def custom_loss_fn(self) -> CustomLoss:
         """The objective as a `forward_backward_custom` loss `(data, logprobs_D) -> (loss, metrics)`;
-        with an entropy bonus it also takes `entropy_D=` (the local backend hands it over)."""
-        if self.entropy_coeff > 0:
+        with an entropy bonus or entropy masking it also takes `entropy_D=` (the local backend
+        hands it over)."""
+        if self.entropy_keys:
 
             def with_entropy(
                 data_D: Sequence[Datum], logprobs_D: list[torch.Tensor], entropy_D: list[torch.Tensor] | None = None
             ) -> tuple[torch.Tensor, dict[str, float]]:
                 if entropy_D is None:
                     raise InvalidInputError(
-                        f"entropy_coeff {self.entropy_coeff}: this backend's forward_backward_custom does not "
+                        f"{', '.join(self.entropy_keys)}: this backend's forward_backward_custom does not "
                         "hand the loss per-token entropies (entropy_D); the local backend does"
                     )
                 return self.loss(data_D, logprobs_D, entropy_D)

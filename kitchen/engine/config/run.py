@@ -125,9 +125,10 @@ class RunConfig(BaseModel):
         validate` checks the backend runs (RL's policy loss, unless its custom route takes it)."""
         return []
 
-    def entropy_bonus(self) -> bool:
-        """Whether the loss has an entropy term (a backend must compute token entropies)."""
-        return False
+    def entropy_keys(self) -> list[str]:
+        """The config keys whose loss terms need the policy's per-token entropies (an entropy
+        bonus, entropy masking), which a backend must compute; empty: none. None here."""
+        return []
 
     def resolved_summary(self) -> list[str]:
         """Lines `kitchen show` prints after the workflow: values resolved from several keys (e.g.

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -87,7 +87,8 @@ class DPOLoss(Section):
         "sigmoid",
         description="one loss or a list summed with loss_weights (TRL's names: "
         + ", ".join(TRL_DPO_LOSS_TYPES)
-        + "; kitchen's cdpo, simpo, orpo); each means what it means in TRL (train_core.preference.losses)",
+        + "; kitchen's cdpo, simpo, orpo; TRL's CPO alphapo); each means what it means in TRL "
+        "(train_core.preference.losses)",
     )
     loss_weights: list[float] | None = Field(
         None, description="one weight per loss_type (TRL's loss_weights, e.g. MPO's [0.8, 0.2, 1.0]); default 1 each"
@@ -96,7 +97,8 @@ class DPOLoss(Section):
         0.0,
         ge=0,
         lt=0.5,
-        description="cdpo, robust, aot, aot_unpaired: the assumed rate of flipped labels; exo_pair: its epsilon",
+        description="cdpo, robust, aot, aot_unpaired, alphapo: the assumed rate of flipped labels; exo_pair: its "
+        "epsilon",
     )
     f_divergence_type: FDivergence = Field(
         "reverse_kl",
@@ -107,6 +109,9 @@ class DPOLoss(Section):
     discopop_tau: float = Field(0.05, gt=0, description="discopop: the temperature of its log-ratio modulation")
     simpo_gamma: float = Field(0.5, description="simpo: the target reward margin")
     orpo_lambda: float = Field(0.1, ge=0, description="orpo: weight of the odds-ratio term")
+    alphapo_alpha: float = Field(
+        0.0, description="alphapo: the reward shape alpha (TRL's CPO alpha; 0 = simpo's log-probability reward)"
+    )
     rpo_alpha: float | None = Field(
         None,
         ge=0,
@@ -170,6 +175,7 @@ class DPOLoss(Section):
             label_smoothing=self.label_smoothing,
             simpo_gamma=self.simpo_gamma,
             orpo_lambda=self.orpo_lambda,
+            alphapo_alpha=self.alphapo_alpha,
             discopop_tau=self.discopop_tau,
             f_divergence=self.f_divergence_type,
             f_alpha=self.f_alpha_divergence_coef,
@@ -188,13 +194,25 @@ class DPOLoss(Section):
 
 
 class KTOLoss(Section):
-    """Config section `kto`: the KTO loss (`train_core.preference.kto`)."""
+    """Config section `kto`: the loss on unpaired desirable / undesirable examples, KTO
+    (`train_core.preference.kto`) or BCO (`train_core.preference.bco`)."""
 
     FLAT: ClassVar[Mapping[str, str]] = {"beta": "kto_beta"}
 
-    beta: float = Field(0.1, gt=0, description="KTO temperature: reward = beta * (logp - logp_ref)")
-    desirable_weight: float = Field(1.0, gt=0, description="weight of the desirable examples' losses")
-    undesirable_weight: float = Field(1.0, gt=0, description="weight of the undesirable examples' losses")
+    loss_type: Literal["kto", "bco"] = Field(
+        "kto",
+        description="kto (TRL's KTOTrainer) or bco (TRL's BCOTrainer: a binary classifier on beta * log-ratio "
+        "shifted by the running mean of the rewards; no underlying-distribution matching)",
+    )
+    beta: float = Field(0.1, gt=0, description="temperature: reward = beta * (logp - logp_ref)")
+    desirable_weight: float = Field(1.0, gt=0, description="kto: weight of the desirable examples' losses")
+    undesirable_weight: float = Field(1.0, gt=0, description="kto: weight of the undesirable examples' losses")
+
+    @model_validator(mode="after")
+    def _weights_are_ktos(self) -> KTOLoss:
+        if self.loss_type == "bco" and (self.desirable_weight, self.undesirable_weight) != (1.0, 1.0):
+            raise ValueError("desirable_weight / undesirable_weight are KTO's; BCO (loss_type bco) does not read them")
+        return self
 
 
 SCORE_TOKENS = (" good", " bad")

@@ -151,6 +151,13 @@ class AlgorithmSettings(Section):
         None, gt=1, description="dual-clip PPO's cap on negative-advantage tokens (loss_fn_config clip_ratio_c)"
     )
     entropy_coeff: float = Field(0.0, ge=0, description="entropy bonus in the loss; needs the local backend")
+    top_entropy_quantile: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="TRL's rho: the policy loss only on action tokens whose entropy is in the batch's top rho "
+        "quantile (0.2 in the paper; 1 = every token); needs the local backend",
+    )
     dynamic_sampling: DynamicSampling | None = Field(None, description="DAPO's dynamic sampling; unset = off")
     overlong_buffer: OverlongBuffer | None = Field(None, description="DAPO's soft overlong punishment; unset = off")
     overlong_filter: bool = Field(False, description="leave replies cut at sampling.max_tokens out of the loss")
@@ -235,6 +242,7 @@ class AlgorithmSettings(Section):
             self.kl_loss_estimator,
             self.entropy_coeff,
             minibatches,
+            self.top_entropy_quantile,
         )
 
     def custom_route_reasons(self, backend: str, max_tokens: int) -> list[str]:

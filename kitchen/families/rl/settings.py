@@ -216,8 +216,8 @@ class RLSettings(TrainingSettings, RendererSettings):
         backend runs)."""
         return [] if self.custom_route_reasons() else [self.algorithm.loss_fn]
 
-    def entropy_bonus(self) -> bool:
-        return self.algorithm.entropy_coeff > 0
+    def entropy_keys(self) -> list[str]:
+        return [f"algorithm.{key}" for key in self.algorithm.policy_objective(self.sampling.max_tokens).entropy_keys]
 
     def resolved_summary(self) -> list[str]:
         """The RL algorithm as it will run: the preset (if any) and every algorithm key's value,

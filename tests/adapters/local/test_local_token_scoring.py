@@ -23,6 +23,9 @@ from adapters.local.prompt_scoring import ScoreRequest, score_prompts
 from adapters.local.token_scoring import Entropy, chunked_scores, logits_scores, output_head
 from adapters.local.training_client import TrainingOptions
 from kitchen.engine.errors import ConfigError
+from tests.adapters.local.conftest import shifted
+from train_core.rl.entropy_mask import high_entropy_mask
+from train_core.rl.policy_objective import PolicyObjective
 from train_core.types import AdamParams, Datum
 
 ENTROPIES: tuple[Entropy, ...] = ("none", "value", "grad")
@@ -309,3 +312,51 @@ def test_liger_is_refused_where_it_cannot_run(tmp_path: Path) -> None:
     Liger path itself cannot be tested on this project's GPU-less machines.)"""
     with pytest.raises(ConfigError, match=r"local\.logprob_method=liger needs a CUDA device"):
         LocalBackend(tmp_path, device="cpu", training=TrainingOptions(logprob_method="liger"))
+
+
+def test_top_entropy_quantile_trains_only_the_high_entropy_tokens(
+    backend: LocalBackend, token_lists: list[list[int]]
+) -> None:
+    """`top_entropy_quantile` on the tiny model: the objective's mask comes from the entropies of
+    the same forward pass, and the action tokens it leaves out get exactly zero gradient while the
+    kept ones get some (an unclipped loss, no KL or entropy term, which would reach every action
+    token)."""
+    objective = PolicyObjective("importance_sampling", aggregation="token_mean", top_entropy_quantile=0.3)
+    data = []
+    for index, tokens in enumerate(token_lists):
+        n = len(tokens) - 1
+        data.append(
+            shifted(
+                tokens,
+                logprobs=[-7.0] * n,
+                advantages=[1.0 if index % 2 == 0 else -1.0] * n,
+                mask=[float(i >= 2) for i in range(n)],
+            )
+        )
+    seen: dict[str, list[torch.Tensor]] = {}
+
+    def loss_fn(
+        data_D: Sequence[Datum], logprobs_D: list[torch.Tensor], entropy_D: list[torch.Tensor] | None = None
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        for logprobs_T in logprobs_D:
+            logprobs_T.retain_grad()
+        seen["logprobs"], seen["entropy"] = logprobs_D, [e.detach() for e in entropy_D or []]
+        return objective.loss(data_D, logprobs_D, entropy_D)
+
+    async def run() -> dict[str, float]:
+        client = await backend.create_training_client("tiny")
+        return (await (await client.forward_backward_custom(data, loss_fn))).metrics
+
+    metrics = asyncio.run(run())
+    masks_D = [datum.loss_fn_inputs["mask"].to_torch() for datum in data]
+    keep_D = high_entropy_mask(seen["entropy"], masks_D, 0.3)
+    kept = sum(int(keep_T.sum()) for keep_T in keep_D)
+    actions = sum(int((mask_T > 0).sum()) for mask_T in masks_D)
+    assert 0.3 * actions - 1 <= kept < actions
+    for logprobs_T, keep_T, mask_T in zip(seen["logprobs"], keep_D, masks_D, strict=True):
+        assert logprobs_T.grad is not None
+        left_out = (mask_T > 0) & ~keep_T
+        assert not logprobs_T.grad[left_out].any()
+        if keep_T.any():
+            assert float(logprobs_T.grad[keep_T].abs().min()) > 0.0
+    assert any(key.startswith("loss/high_entropy_tokens") for key in metrics), metrics
