@@ -4,17 +4,20 @@
 The cookbook loads the tokenizer itself from `model_name`, so the model is named by a local
 folder: kitchen's embedded tiny model (`adapters/common/tiny`), mapped to `tiny` in the server's
 models file. Its renderer is given explicitly (`renderer_name=role_colon`: the cookbook picks one
-from hub names only). The data are offline: `chat_sl` trains on the conversations file the
-cookbook ships, `math_rl` on its generated arithmetic problems; `math_rl`'s default loss,
-`stable_reinforce`, needs sampling-time data only the Tinker service records, so the run names
-`importance_sampling` (kitchen serve refuses `stable_reinforce` with a 400 naming the losses it
-runs).
+from hub names only). Recipes that take no renderer run on the hub name they default to, which
+the models file maps to the tiny model too: serve writes its tokenizer into the HF cache the
+recipe reads offline. The data are offline: small files in the formats the recipes read, and
+hub datasets the recipes load by name laid out as `datasets` cache entries (`hub_dataset`).
+`math_rl`'s default loss, `stable_reinforce`, needs sampling-time data only the Tinker service
+records, so the runs name `importance_sampling` (kitchen serve refuses `stable_reinforce` with a
+400 naming the losses it runs).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import subprocess
 import sys
@@ -23,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.eval.hf_offline import prepare
 from tests.serve.server_process import API_KEY, ROOT, ServerProcess
 
 COOKBOOK = importlib.util.find_spec("tinker_cookbook") is not None
@@ -31,27 +35,69 @@ pytestmark = [
     pytest.mark.skipif(not COOKBOOK, reason="tinker-cookbook is not installed (bash scripts/setup_cookbook.sh)"),
 ]
 TINY = ROOT / "adapters" / "common" / "tiny"
+HUB_BASE = "Qwen/Qwen3.5-9B-Base"
+"""`sl_loop`'s and `rl_loop`'s default model (they take no renderer_name; the cookbook recommends
+role_colon for it), served as the tiny model."""
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     folder = tmp_path_factory.mktemp("cookbook_serve")
     models = folder / "models.yaml"
-    models.write_text(f"{TINY}: tiny\n", encoding="utf-8")
+    models.write_text(f"{TINY}: tiny\n{HUB_BASE}: tiny\n", encoding="utf-8")
     process = ServerProcess(folder / "store", backend="local", extra=["--models", str(models)]).start()
     yield process
     process.stop()
 
 
-def run_cookbook(module: str, server: ServerProcess, log_path: Path, *args: str) -> list[dict[str, float]]:
-    """`python -m tinker_cookbook.<module> ARGS` against the server, offline; its metrics rows."""
+def run_cookbook(
+    module: str,
+    server: ServerProcess,
+    log_path: Path,
+    *args: str,
+    model: str = str(TINY),
+    renderer: str | None = "role_colon",
+    datasets_cache: Path | None = None,
+) -> list[dict[str, float]]:
+    """`python -m tinker_cookbook.<module> ARGS` against the server, offline (the server's HF cache;
+    `datasets_cache` for hub datasets); its metrics rows. `renderer=None` for recipes without one."""
     env = {**os.environ, "TINKER_API_KEY": API_KEY, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    command = [sys.executable, "-m", f"tinker_cookbook.{module}", f"base_url={server.url}", f"model_name={TINY}"]
-    command += ["renderer_name=role_colon", f"log_path={log_path}", "behavior_if_log_dir_exists=delete", *args]
+    env["HF_HUB_CACHE"] = str(server.hf_cache)
+    if datasets_cache is not None:
+        env["HF_DATASETS_CACHE"] = str(datasets_cache)
+    command = [sys.executable, "-m", f"tinker_cookbook.{module}", f"base_url={server.url}", f"model_name={model}"]
+    command += [f"log_path={log_path}", *args]
+    if renderer is not None:
+        command += [f"renderer_name={renderer}", "behavior_if_log_dir_exists=delete"]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800, check=False)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     lines = (log_path / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
     return [json.loads(line) for line in lines if line.strip()]
+
+
+def finite(rows: list[dict[str, float]], key: str) -> list[float]:
+    """Every row's `key` (rows without it skipped), each checked finite."""
+    values = [row[key] for row in rows if key in row]
+    assert values and all(math.isfinite(value) for value in values), (key, rows[-1:])
+    return values
+
+
+def hub_dataset(root: Path, repo: str, splits: dict[str, list[dict[str, object]]], config: str = "default") -> Path:
+    """`splits`' rows as hub dataset `repo` (parquet files in a snapshot) prepared into the `datasets`
+    cache `root/datasets`, as a first online `load_dataset(repo, config)` leaves it; that cache."""
+    import datasets
+
+    snapshot = root / "hub" / ("datasets--" + repo.replace("/", "--")) / "snapshots" / ("0" * 40)
+    (snapshot / config).mkdir(parents=True)
+    card = ["---", "configs:", f"- config_name: {config}", "  data_files:"]
+    for split, rows in splits.items():
+        datasets.Dataset.from_list(rows).to_parquet(str(snapshot / config / f"{split}-00000-of-00001.parquet"))
+        card += [f"  - split: {split}", f"    path: {config}/{split}-*"]
+    (snapshot / "README.md").write_text("\n".join([*card, "---", ""]), encoding="utf-8")
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text(snapshot.name, encoding="utf-8")
+    prepare(repo, config, root / "hub", root / "datasets")
+    return root / "datasets"
 
 
 def test_the_cookbooks_chat_sl_recipe_trains_through_kitchen_serve(server: ServerProcess, tmp_path: Path) -> None:
@@ -92,3 +138,58 @@ def test_the_cookbooks_math_rl_recipe_runs_through_kitchen_serve(server: ServerP
     rewards = [row["env/all/reward/total"] for row in rows if "env/all/reward/total" in row]
     assert len(rewards) == 100  # the recipe's 100 batches of generated problems, every one trained
     assert all(key in rows[0] for key in ("optim/kl_sample_train_v1", "env/all/correct"))
+
+
+def chats(count: int) -> list[dict[str, object]]:
+    """`count` short user/assistant conversations in the hub's `messages` format (no_robots)."""
+    return [
+        {
+            "prompt": f"Name a number after {i}.",
+            "messages": [
+                {"role": "user", "content": f"Name a number after {i}."},
+                {"role": "assistant", "content": f"The number after {i} is {i + 1}."},
+            ],
+        }
+        for i in range(count)
+    ]
+
+
+def test_the_cookbooks_sl_loop_trains_two_steps_through_kitchen_serve(server: ServerProcess, tmp_path: Path) -> None:
+    cache = hub_dataset(tmp_path, "HuggingFaceH4/no_robots", {"train": chats(8), "test": chats(2)})
+    rows = run_cookbook(
+        "recipes.sl_loop",
+        server,
+        tmp_path / "sl_loop",
+        "batch_size=4",
+        "max_length=128",
+        "lora_rank=8",
+        "save_every=0",
+        "ttl_seconds=None",
+        model=HUB_BASE,
+        renderer=None,
+        datasets_cache=cache,
+    )
+    assert [row["step"] for row in rows if "train_mean_nll" in row] == [0, 1]
+    assert all(nll > 0 for nll in finite(rows, "train_mean_nll"))
+
+
+def test_the_cookbooks_rl_loop_runs_two_steps_through_kitchen_serve(server: ServerProcess, tmp_path: Path) -> None:
+    problems = [{"question": f"What is {i} + 1?", "answer": f"{i} + 1 = {i + 1}\n#### {i + 1}"} for i in range(4)]
+    cache = hub_dataset(tmp_path, "openai/gsm8k", {"train": problems, "test": problems[:1]}, config="main")
+    rows = run_cookbook(
+        "recipes.rl_loop",
+        server,
+        tmp_path / "rl_loop",
+        "batch_size=2",
+        "group_size=2",
+        "max_tokens=8",
+        "lora_rank=8",
+        "loss_fn=importance_sampling",
+        "save_every=0",
+        "ttl_seconds=None",
+        model=HUB_BASE,
+        renderer=None,
+        datasets_cache=cache,
+    )
+    assert [row["step"] for row in rows if "reward/total" in row] == [0, 1]
+    assert all(0.0 <= reward <= 1.0 for reward in finite(rows, "reward/total"))
