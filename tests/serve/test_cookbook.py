@@ -193,3 +193,29 @@ def test_the_cookbooks_rl_loop_runs_two_steps_through_kitchen_serve(server: Serv
     )
     assert [row["step"] for row in rows if "reward/total" in row] == [0, 1]
     assert all(0.0 <= reward <= 1.0 for reward in finite(rows, "reward/total"))
+
+
+def test_the_cookbooks_sdft_recipe_runs_two_steps_through_kitchen_serve(server: ServerProcess, tmp_path: Path) -> None:
+    import datasets
+
+    rows = [{"prompt": chat["prompt"], "golden_response": [chat["messages"][1]["content"]]} for chat in chats(10)]  # type: ignore[index]
+    datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "toolalpaca"))
+    metrics = run_cookbook(
+        "recipes.sdft.train",
+        server,
+        tmp_path / "sdft",
+        "dataset=toolalpaca",
+        f"toolalpaca_data_path={tmp_path / 'toolalpaca'}",
+        "lora_rank=8",
+        "groups_per_batch=2",
+        "max_tokens=8",
+        "topk=4",
+        "max_steps=2",
+        "eval_every=0",
+        "save_every=0",
+    )
+    # Top-K (forward KL) distillation: the teacher's top-4 prompt logprobs on every completion token
+    # became [T, 4] cross-entropy targets, trained in each of the 2 steps.
+    assert [row["step"] for row in metrics if "sdft/total_completion_tokens" in row] == [0, 1]
+    assert finite(metrics, "sdft/num_datums") == [2.0, 2.0]
+    assert all(0.0 <= entropy <= math.log(4) + 1e-6 for entropy in finite(metrics, "sdft/mean_teacher_entropy"))
