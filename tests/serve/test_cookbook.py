@@ -38,13 +38,16 @@ TINY = ROOT / "adapters" / "common" / "tiny"
 HUB_BASE = "Qwen/Qwen3.5-9B-Base"
 """`sl_loop`'s and `rl_loop`'s default model (they take no renderer_name; the cookbook recommends
 role_colon for it), served as the tiny model."""
+TEACHERS = ("Qwen/Qwen3.5-9B", "Qwen/Qwen3.6-27B", "Qwen/Qwen3.5-397B-A17B")
+"""The distillation recipes' default teachers (on-policy; multi-teacher's DeepMath and Tulu 3 ones),
+served as the tiny model too."""
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     folder = tmp_path_factory.mktemp("cookbook_serve")
     models = folder / "models.yaml"
-    models.write_text(f"{TINY}: tiny\n{HUB_BASE}: tiny\n", encoding="utf-8")
+    models.write_text("".join(f"{name}: tiny\n" for name in (TINY, HUB_BASE, *TEACHERS)), encoding="utf-8")
     process = ServerProcess(folder / "store", backend="local", extra=["--models", str(models)]).start()
     yield process
     process.stop()
@@ -219,3 +222,82 @@ def test_the_cookbooks_sdft_recipe_runs_two_steps_through_kitchen_serve(server: 
     assert [row["step"] for row in metrics if "sdft/total_completion_tokens" in row] == [0, 1]
     assert finite(metrics, "sdft/num_datums") == [2.0, 2.0]
     assert all(0.0 <= entropy <= math.log(4) + 1e-6 for entropy in finite(metrics, "sdft/mean_teacher_entropy"))
+
+
+def test_the_cookbooks_off_policy_reasoning_distillation_trains_two_steps_through_kitchen_serve(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    traces = [
+        {"conversations": [{"from": "human", "value": f"What is {i} + 1?"}, {"from": "gpt", "value": f"{i + 1}"}]}
+        for i in range(4)
+    ]
+    cache = hub_dataset(tmp_path, "open-thoughts/OpenThoughts3-1.2M", {"train": traces})  # read streaming
+    rows = run_cookbook(
+        "recipes.distillation.off_policy_reasoning",
+        server,
+        tmp_path / "off_policy",
+        "lora_rank=8",
+        "batch_size=2",
+        "max_length=128",
+        "buffer_size=4",
+        "max_prompts=4",
+        "max_steps=2",
+        "eval_every=0",
+        "save_every=0",
+        datasets_cache=cache,
+    )
+    assert [row["step"] for row in rows if "train_mean_nll" in row] == [0, 1]
+    assert all(nll > 0 for nll in finite(rows, "train_mean_nll"))
+
+
+def prompt_datasets(root: Path) -> Path:
+    """DeepMath's and Tulu 3's prompts (the on-policy distillation datasets) in one `datasets` cache."""
+    hub_dataset(root, "zwhe99/DeepMath-103K", {"train": [{"question": f"What is {i} + 1?"} for i in range(4)]})
+    chat = [{"messages": chat["messages"]} for chat in chats(4)]
+    return hub_dataset(root, "allenai/tulu-3-sft-mixture", {"train": chat})
+
+
+def test_the_cookbooks_on_policy_distillation_runs_two_steps_through_kitchen_serve(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    rows = run_cookbook(
+        "recipes.distillation.on_policy_distillation",
+        server,
+        tmp_path / "on_policy",
+        f"teacher_model={TEACHERS[0]}",
+        "dataset=deepmath",
+        "lora_rank=8",
+        "group_size=2",
+        "groups_per_batch=2",
+        "max_tokens=8",
+        "max_steps=2",
+        "eval_every=0",
+        "save_every=0",
+        datasets_cache=prompt_datasets(tmp_path),
+    )
+    assert [row["step"] for row in rows if "teacher_kl" in row] == [0, 1]
+    finite(rows, "teacher_kl")
+
+
+def test_the_cookbooks_multi_teacher_distillation_runs_two_steps_through_kitchen_serve(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    rows = run_cookbook(
+        "recipes.distillation.on_policy_multi_teacher",
+        server,
+        tmp_path / "multi_teacher",
+        f"deepmath_teacher_model={TEACHERS[1]}",
+        f"tulu3_teacher_model={TEACHERS[2]}",
+        "deepmath_groups_per_batch=1",
+        "tulu3_groups_per_batch=1",
+        "lora_rank=8",
+        "group_size=2",
+        "max_tokens=8",
+        "max_steps=2",
+        "eval_every=0",
+        "save_every=0",
+        datasets_cache=prompt_datasets(tmp_path),
+    )
+    assert [row["step"] for row in rows if "teacher_kl" in row] == [0, 1]
+    for dataset in (0, 1):  # each teacher scored its own dataset's rollouts in both steps
+        assert len(finite(rows, f"teacher_kl/dataset_{dataset}")) == 2
