@@ -24,6 +24,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import datasets
 import pytest
 
 from tests.eval.hf_offline import prepare
@@ -38,16 +39,25 @@ TINY = ROOT / "adapters" / "common" / "tiny"
 HUB_BASE = "Qwen/Qwen3.5-9B-Base"
 """`sl_loop`'s and `rl_loop`'s default model (they take no renderer_name; the cookbook recommends
 role_colon for it), served as the tiny model."""
-TEACHERS = ("Qwen/Qwen3.5-9B", "Qwen/Qwen3.6-27B", "Qwen/Qwen3.5-397B-A17B")
-"""The distillation recipes' default teachers (on-policy; multi-teacher's DeepMath and Tulu 3 ones),
-served as the tiny model too."""
+TEACHERS = ("Qwen/Qwen3.5-9B", "Qwen/Qwen3.6-27B")
+"""The distillation recipes' default teachers (on-policy, and twenty_questions' answerer;
+multi-teacher's DeepMath one), served as the tiny model too."""
+PLAYER = "Qwen/Qwen3.5-4B"
+"""twenty_questions' default player model (its answerer is TEACHERS[0], a second served name)."""
+PROMPT_DISTILLED = "Qwen/Qwen3.6-35B-A3B"
+"""prompt_distillation's default model."""
+VISION = "Qwen/Qwen3.5-397B-A17B"
+"""vlm_classifier's default model (a vision-language model), served as tiny-vl; multi-teacher's
+Tulu 3 teacher by default too, which tiny-vl's language model serves as well (tiny-vl's tokenizer
+is tiny's with the vision tokens appended, so the student's token ids mean the same to it)."""
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     folder = tmp_path_factory.mktemp("cookbook_serve")
     models = folder / "models.yaml"
-    models.write_text("".join(f"{name}: tiny\n" for name in (TINY, HUB_BASE, *TEACHERS)), encoding="utf-8")
+    served = [f"{name}: tiny\n" for name in (TINY, HUB_BASE, *TEACHERS, PLAYER, PROMPT_DISTILLED)]
+    models.write_text("".join([*served, f"{VISION}: tiny-vl\n"]), encoding="utf-8")
     process = ServerProcess(folder / "store", backend="local", extra=["--models", str(models)]).start()
     yield process
     process.stop()
@@ -61,20 +71,26 @@ def run_cookbook(
     model: str = str(TINY),
     renderer: str | None = "role_colon",
     datasets_cache: Path | None = None,
+    base_url_argument: bool = True,
+    log_option: str = "log_path",
 ) -> list[dict[str, float]]:
     """`python -m tinker_cookbook.<module> ARGS` against the server, offline (the server's HF cache;
-    `datasets_cache` for hub datasets); its metrics rows. `renderer=None` for recipes without one."""
+    `datasets_cache` for hub datasets); its metrics rows. `renderer=None` for recipes without one;
+    recipes without a `base_url` option find the server by the SDK's TINKER_BASE_URL; `log_option`
+    names the recipe's log folder option (the metrics are found under it)."""
     env = {**os.environ, "TINKER_API_KEY": API_KEY, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    env["HF_HUB_CACHE"] = str(server.hf_cache)
+    env |= {"HF_HUB_CACHE": str(server.hf_cache), "TINKER_BASE_URL": server.url}
     if datasets_cache is not None:
         env["HF_DATASETS_CACHE"] = str(datasets_cache)
-    command = [sys.executable, "-m", f"tinker_cookbook.{module}", f"base_url={server.url}", f"model_name={model}"]
-    command += [f"log_path={log_path}", *args]
+    command = [sys.executable, "-m", f"tinker_cookbook.{module}", f"model_name={model}", f"{log_option}={log_path}", *args]
+    if base_url_argument:
+        command.append(f"base_url={server.url}")
     if renderer is not None:
         command += [f"renderer_name={renderer}", "behavior_if_log_dir_exists=delete"]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800, check=False)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    lines = (log_path / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    (metrics,) = log_path.rglob("metrics.jsonl")
+    lines = metrics.read_text(encoding="utf-8").splitlines()
     return [json.loads(line) for line in lines if line.strip()]
 
 
@@ -85,16 +101,21 @@ def finite(rows: list[dict[str, float]], key: str) -> list[float]:
     return values
 
 
-def hub_dataset(root: Path, repo: str, splits: dict[str, list[dict[str, object]]], config: str = "default") -> Path:
-    """`splits`' rows as hub dataset `repo` (parquet files in a snapshot) prepared into the `datasets`
-    cache `root/datasets`, as a first online `load_dataset(repo, config)` leaves it; that cache."""
-    import datasets
-
+def hub_dataset(
+    root: Path,
+    repo: str,
+    splits: dict[str, list[dict[str, object]]],
+    config: str = "default",
+    features: datasets.Features | None = None,
+) -> Path:
+    """`splits`' rows (typed by `features` where given) as hub dataset `repo` (parquet files in a
+    snapshot) prepared into the `datasets` cache `root/datasets`, as a first online
+    `load_dataset(repo, config)` leaves it; that cache."""
     snapshot = root / "hub" / ("datasets--" + repo.replace("/", "--")) / "snapshots" / ("0" * 40)
     (snapshot / config).mkdir(parents=True)
     card = ["---", "configs:", f"- config_name: {config}", "  data_files:"]
     for split, rows in splits.items():
-        datasets.Dataset.from_list(rows).to_parquet(str(snapshot / config / f"{split}-00000-of-00001.parquet"))
+        datasets.Dataset.from_list(rows, features=features).to_parquet(str(snapshot / config / f"{split}-00000-of-00001.parquet"))
         card += [f"  - split: {split}", f"    path: {config}/{split}-*"]
     (snapshot / "README.md").write_text("\n".join([*card, "---", ""]), encoding="utf-8")
     (snapshot.parents[1] / "refs").mkdir()
@@ -199,8 +220,6 @@ def test_the_cookbooks_rl_loop_runs_two_steps_through_kitchen_serve(server: Serv
 
 
 def test_the_cookbooks_sdft_recipe_runs_two_steps_through_kitchen_serve(server: ServerProcess, tmp_path: Path) -> None:
-    import datasets
-
     rows = [{"prompt": chat["prompt"], "golden_response": [chat["messages"][1]["content"]]} for chat in chats(10)]  # type: ignore[index]
     datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "toolalpaca"))
     metrics = run_cookbook(
@@ -287,7 +306,7 @@ def test_the_cookbooks_multi_teacher_distillation_runs_two_steps_through_kitchen
         server,
         tmp_path / "multi_teacher",
         f"deepmath_teacher_model={TEACHERS[1]}",
-        f"tulu3_teacher_model={TEACHERS[2]}",
+        f"tulu3_teacher_model={VISION}",
         "deepmath_groups_per_batch=1",
         "tulu3_groups_per_batch=1",
         "lora_rank=8",
@@ -301,3 +320,93 @@ def test_the_cookbooks_multi_teacher_distillation_runs_two_steps_through_kitchen
     assert [row["step"] for row in rows if "teacher_kl" in row] == [0, 1]
     for dataset in (0, 1):  # each teacher scored its own dataset's rollouts in both steps
         assert len(finite(rows, f"teacher_kl/dataset_{dataset}")) == 2
+
+
+def test_the_cookbooks_prompt_distillation_trains_two_steps_through_kitchen_serve(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    # The file `prompt_distillation.create_data` writes: each sentence with the teacher's label.
+    labelled = [("The weather is nice today.", "en"), ("Il fait beau aujourd'hui.", "fr")] * 4
+    data = tmp_path / "prompt_distillation_lang.jsonl"
+    lines = [{"messages": [{"role": "user", "content": text}, {"role": "assistant", "content": label}]} for text, label in labelled]
+    data.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    rows = run_cookbook(
+        "recipes.prompt_distillation.train",
+        server,
+        tmp_path / "prompt_distillation",
+        f"file_path={data}",
+        "lora_rank=8",
+        "batch_size=4",
+        "max_length=128",
+        "num_epochs=1",
+        "eval_every=0",
+        "save_every=0",
+        model=PROMPT_DISTILLED,
+        renderer=None,
+    )
+    assert [row["step"] for row in rows if "train_mean_nll" in row] == [0, 1]
+    assert all(nll > 0 for nll in finite(rows, "train_mean_nll"))
+
+
+def test_the_cookbooks_twenty_questions_runs_two_steps_through_kitchen_serve(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    rows = run_cookbook(
+        "recipes.multiplayer_rl.twenty_questions.train",
+        server,
+        tmp_path / "twenty_questions",
+        "batch_size=2",
+        "group_size=2",
+        "max_tokens=8",
+        "max_steps=2",
+        "eval_every=0",
+        "save_every=0",
+        model=PLAYER,
+        renderer=None,
+        base_url_argument=False,  # the recipe has no base_url option: TINKER_BASE_URL
+    )
+    assert [row["step"] for row in rows if "env/all/reward/total" in row] == [0, 1]
+    assert all(turns >= 1 for turns in finite(rows, "env/all/turns_per_episode"))
+
+
+def photos(count: int) -> list[dict[str, object]]:
+    """`count` small PNG photos, labelled by their colour (caltech101's image/label columns)."""
+    import io
+
+    from PIL import Image
+
+    rows: list[dict[str, object]] = []
+    for i in range(count):
+        buffer = io.BytesIO()
+        Image.new("RGB", (48, 32), ((255, 0, 0), (0, 0, 255))[i % 2]).save(buffer, format="PNG")
+        rows.append({"image": {"bytes": buffer.getvalue(), "path": None}, "label": i % 2})
+    return rows
+
+
+def test_the_cookbooks_vlm_classifier_trains_two_steps_through_kitchen_serve(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=["red", "blue"])})
+    splits = {"train": photos(4), "test": photos(2)}
+    cache = hub_dataset(tmp_path, "dpdl-benchmark/caltech101", splits, features=features)
+    rows = run_cookbook(
+        "recipes.vlm_classifier.train",
+        server,
+        tmp_path / "vlm_classifier",
+        "lora_rank=8",
+        "batch_size=2",
+        "num_epochs=1",
+        "max_length=512",
+        "eval_every=0",
+        "save_every=0",
+        "infrequent_eval_every=0",
+        "run_sampling_evaluator=False",
+        "behavior_if_log_dir_exists=delete",
+        model=VISION,
+        renderer=None,
+        datasets_cache=cache,
+        log_option="experiment_dir",
+    )
+    # Each step trained on 2 photos (image chunks through serve into tiny-vl's vision encoder).
+    assert [row["step"] for row in rows if "train_mean_nll" in row] == [0, 1]
+    assert all(nll > 0 for nll in finite(rows, "train_mean_nll"))
