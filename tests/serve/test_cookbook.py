@@ -21,7 +21,7 @@ import math
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import datasets
@@ -82,7 +82,8 @@ def run_cookbook(
     env |= {"HF_HUB_CACHE": str(server.hf_cache), "TINKER_BASE_URL": server.url}
     if datasets_cache is not None:
         env["HF_DATASETS_CACHE"] = str(datasets_cache)
-    command = [sys.executable, "-m", f"tinker_cookbook.{module}", f"model_name={model}", f"{log_option}={log_path}", *args]
+    command = [sys.executable, "-m", f"tinker_cookbook.{module}", f"model_name={model}", f"{log_option}={log_path}"]
+    command += args
     if base_url_argument:
         command.append(f"base_url={server.url}")
     if renderer is not None:
@@ -104,7 +105,7 @@ def finite(rows: list[dict[str, float]], key: str) -> list[float]:
 def hub_dataset(
     root: Path,
     repo: str,
-    splits: dict[str, list[dict[str, object]]],
+    splits: Mapping[str, Sequence[Mapping[str, object]]],
     config: str = "default",
     features: datasets.Features | None = None,
 ) -> Path:
@@ -115,7 +116,8 @@ def hub_dataset(
     (snapshot / config).mkdir(parents=True)
     card = ["---", "configs:", f"- config_name: {config}", "  data_files:"]
     for split, rows in splits.items():
-        datasets.Dataset.from_list(rows, features=features).to_parquet(str(snapshot / config / f"{split}-00000-of-00001.parquet"))
+        parquet = snapshot / config / f"{split}-00000-of-00001.parquet"
+        datasets.Dataset.from_list([dict(row) for row in rows], features=features).to_parquet(str(parquet))
         card += [f"  - split: {split}", f"    path: {config}/{split}-*"]
     (snapshot / "README.md").write_text("\n".join([*card, "---", ""]), encoding="utf-8")
     (snapshot.parents[1] / "refs").mkdir()
@@ -328,8 +330,8 @@ def test_the_cookbooks_prompt_distillation_trains_two_steps_through_kitchen_serv
     # The file `prompt_distillation.create_data` writes: each sentence with the teacher's label.
     labelled = [("The weather is nice today.", "en"), ("Il fait beau aujourd'hui.", "fr")] * 4
     data = tmp_path / "prompt_distillation_lang.jsonl"
-    lines = [{"messages": [{"role": "user", "content": text}, {"role": "assistant", "content": label}]} for text, label in labelled]
-    data.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    chat = [[{"role": "user", "content": text}, {"role": "assistant", "content": label}] for text, label in labelled]
+    data.write_text("".join(json.dumps({"messages": messages}) + "\n" for messages in chat), encoding="utf-8")
     rows = run_cookbook(
         "recipes.prompt_distillation.train",
         server,
