@@ -4,9 +4,10 @@
 The cookbook loads the tokenizer itself from `model_name`, so the model is named by a local
 folder: kitchen's embedded tiny model (`adapters/common/tiny`), mapped to `tiny` in the server's
 models file. Its renderer is given explicitly (`renderer_name=role_colon`: the cookbook picks one
-from hub names only). Recipes that take no renderer run on the hub name they default to, which
-the models file maps to the tiny model too: serve writes its tokenizer into the HF cache the
-recipe reads offline. The data are offline: small files in the formats the recipes read, and
+from hub names only). Recipes that take no renderer, or default to one made for their default
+model, run on the hub name they default to, which the models file maps to the tiny model (tiny-vl
+for the vision recipe): serve writes its tokenizer, config and image processor into the HF cache
+the recipe reads offline. The data are offline: small files in the formats the recipes read, and
 hub datasets the recipes load by name laid out as `datasets` cache entries (`hub_dataset`).
 `math_rl`'s default loss, `stable_reinforce`, needs sampling-time data only the Tinker service
 records, so the runs name `importance_sampling` (kitchen serve refuses `stable_reinforce` with a
@@ -75,7 +76,7 @@ def run_cookbook(
     log_option: str = "log_path",
 ) -> list[dict[str, float]]:
     """`python -m tinker_cookbook.<module> ARGS` against the server, offline (the server's HF cache;
-    `datasets_cache` for hub datasets); its metrics rows. `renderer=None` for recipes without one;
+    `datasets_cache` for hub datasets); its metrics rows. `renderer=None` keeps the recipe's own;
     recipes without a `base_url` option find the server by the SDK's TINKER_BASE_URL; `log_option`
     names the recipe's log folder option (the metrics are found under it)."""
     env = {**os.environ, "TINKER_API_KEY": API_KEY, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
