@@ -26,6 +26,10 @@ def load_tokenizer(base_model: str) -> Tokenizer:
         tokenizer = AutoTokenizer.from_pretrained(model_dir(base_model))
         if base_model == TINY_VL_MODEL_NAME:  # ids 1500.. of tiny's 1500-token vocabulary
             tokenizer.add_special_tokens({"additional_special_tokens": list(VISION_TOKENS)})
+        if base_model in EMBEDDED_MODELS:
+            # The model's own folder (its config, tiny-vl's image processor), not the shared
+            # tokenizer's: serve publishes those files beside the tokenizer under a served name.
+            tokenizer.name_or_path = str(EMBEDDED_MODELS[base_model])
         # transformers' decode is wider than the port's (it also takes batches), hence the cast.
         return cast(Tokenizer, tokenizer)
     except OSError as exc:

@@ -29,7 +29,8 @@ def snapshot(repo: str, hub: Path = FIXTURES) -> Path:
     return entry / "snapshots" / (entry / "refs" / "main").read_text().strip()
 
 
-def _prepare(repo: str, config: str, hub: Path, cache: Path) -> None:
+def prepare(repo: str, config: str, hub: Path, cache: Path) -> None:
+    """The `datasets` cache entry under `cache` of `repo`/`config`, built from its snapshot in `hub`."""
     from datasets.load import dataset_module_factory, get_dataset_builder_class
     from datasets.naming import camelcase_to_snakecase
 
@@ -52,7 +53,7 @@ def offline_hf(root: Path) -> dict[str, str]:
     shutil.copytree(FIXTURES, hub)
     for repo, configs in DATASETS.items():
         for config in configs:
-            _prepare(repo, config, hub, cache)
+            prepare(repo, config, hub, cache)
     return {
         "HF_HUB_CACHE": str(hub),
         "HF_DATASETS_CACHE": str(cache),

@@ -2,10 +2,11 @@
 finds them offline.
 
 The SDK's `SamplingClient.get_tokenizer()` (and tinker-cookbook's renderers) load the tokenizer
-by model name alone, from the hub. For a name the server serves that is not a local folder, the
-server writes the served model's tokenizer files and config into the HF cache of the machine
-it runs on (`HF_HUB_CACHE`, default `~/.cache/huggingface/hub`) as a snapshot of that repo id,
-which `HF_HUB_OFFLINE=1` programs on this machine then read. A name already in the cache is left
+by model name alone, from the hub (the cookbook's VLM recipes its image processor too). For a name
+the server serves that is not a local folder, the server writes the served model's tokenizer
+files, config and image processor (`_KEPT`) into the HF cache of the machine it runs on
+(`HF_HUB_CACHE`, default `~/.cache/huggingface/hub`) as a snapshot of that repo id, which
+`HF_HUB_OFFLINE=1` programs on this machine then read. A name already in the cache is left
 alone (the real hub files win), as are local folders and names that are not repo ids.
 """
 
@@ -18,7 +19,9 @@ from pathlib import Path
 
 log = logging.getLogger("kitchen.apps.serve")
 
-_KEPT = ("config.json",)
+_KEPT = ("config.json", "preprocessor_config.json")
+"""The model's files published beside its tokenizer: its config, and a vision-language model's image
+processor (`AutoImageProcessor.from_pretrained(name)`, which the cookbook's VLM recipes call)."""
 
 
 def _repo_folder(cache: Path, name: str) -> Path:
@@ -32,7 +35,7 @@ def cached(cache: Path, name: str) -> bool:
 
 
 def publish(cache: Path, name: str, tokenizer_dir: Path, config_dir: Path | None) -> bool:
-    """Write `tokenizer_dir`'s files (and `config_dir`'s config.json) as repo `name`'s `main`
+    """Write `tokenizer_dir`'s files (and `config_dir`'s `_KEPT` files) as repo `name`'s `main`
     snapshot, unless the cache has it already; whether it wrote."""
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
