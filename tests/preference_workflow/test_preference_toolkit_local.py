@@ -26,9 +26,11 @@ from kitchen.families.common.completers import RewardModelJudge
 from kitchen.families.preference.bradley_terry import score_token_ids
 from kitchen.families.preference.online_dpo import online_dpo_workflow
 from kitchen.families.preference.reward_model import read_comparisons
+from kitchen.families.preference.xpo import xpo_workflow
 from recipes.data import shipped_data
 from recipes.online_dpo import Config as OnlineDPOConfig
 from recipes.rm import Config as RMConfig
+from recipes.xpo import Config as XPOConfig
 from train_core.preference.bradley_terry import conversation_tokens
 from train_core.preference.types import LabeledComparison
 from train_core.renderers.base import Message, Renderer
@@ -153,3 +155,23 @@ def test_online_dpo_learns_what_its_judge_prefers(tmp_path: Path) -> None:
     first, last = sum(sampled[: 4 * prompts]) / (4 * prompts), sum(sampled[-4 * prompts :]) / (4 * prompts)
     assert last > first + 0.3, f"preferred tokens per reply {first:.2f} -> {last:.2f}"
     assert rows[-1]["eval/win_rate"] > 0.5 + 2 * rows[-1]["eval/win_rate_stderr"]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_xpo_learns_what_its_judge_prefers(tmp_path: Path, seed: int) -> None:
+    """XPO's pairs are one policy and one reference completion: the mean count of the judged pairs
+    rises only through the policy's half, and the policy ends up beating the reference. Measured
+    (2 CPU cores): counts +0.38 to +0.61, win rates 0.66 to 0.81 (stderr 0.05 to 0.07), ~10 s a seed."""
+    judge = TokenRangeJudge()
+    recipe = Recipe("xpo_token_range", "test", XPOConfig, lambda config: xpo_workflow(judge))
+    steps, prompts = 16, 16
+    run = _run(
+        recipe, tmp_path / "xpo", f"seed={seed}", f"data.max_steps={steps}", f"eval.every={steps}",
+        f"data.batch_size={prompts}", "sampling.max_tokens=8", "optimizer.learning_rate=1e-2", "win_rate.prompts=32",
+        "win_rate.max_tokens=8",
+    )  # fmt: skip
+    rows = read_metrics(run.metrics)
+    sampled = judge.mean_counts[: steps * prompts]
+    first, last = sum(sampled[: 4 * prompts]) / (4 * prompts), sum(sampled[-4 * prompts :]) / (4 * prompts)
+    assert last > first + 0.2, f"preferred tokens per reply {first:.2f} -> {last:.2f}"
+    assert rows[-1]["eval/win_rate"] > 0.6, rows[-1]

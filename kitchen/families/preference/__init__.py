@@ -1,5 +1,7 @@
 """Preference learning: DPO and its variants, online DPO, KTO, Bradley-Terry and process reward
 models, learned pairwise judges and the judges runs use, with their settings sections and workflows.
+"""Preference learning: DPO and its variants, online DPO and XPO, KTO, Bradley-Terry reward models, learned
+pairwise judges and the judges runs use, with their settings sections and workflows.
 
 The family's public names, for recipes and users' own workflows (recipes import from here, never
 from the modules below)."""
@@ -33,3 +35,6 @@ from kitchen.families.preference.settings import WinRateSettings as WinRateSetti
 from kitchen.families.preference.stages import EvaluateWinRate as EvaluateWinRate
 from kitchen.families.preference.stages import Judge as Judge
 from kitchen.families.preference.workflow import preference_workflow as preference_workflow
+from kitchen.families.preference.xpo import XPOLoss as XPOLoss
+from kitchen.families.preference.xpo import XPOSettings as XPOSettings
+from kitchen.families.preference.xpo import xpo_workflow as xpo_workflow
