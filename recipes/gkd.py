@@ -24,6 +24,7 @@ from recipes.data import shipped_data
 from recipes.envs.arithmetic import AdditionDemonstrations, Problem, problem_group, question
 from train_core.gkd import CompletionGroupBuilder
 from train_core.renderers.base import Renderer
+from train_core.renderers.messages import Message
 from train_core.rl.task import RLTask
 from train_core.rl.types import EnvGroupBuilder, RLDataset
 
@@ -36,7 +37,7 @@ class AdditionData(Section):
     out, and the student's warm start."""
 
     max_operand: int = Field(4, ge=1, description="operands are drawn from [0, max_operand]")
-    num_held_out: int = Field(5, ge=1, description="problems kept out of training (the eval/gkd_jsd set)")
+    num_held_out: int = Field(8, ge=1, description="problems kept out of training (the eval/gkd_jsd set)")
     teacher_error_rate: float = Field(
         0.4, ge=0, le=1, description="the student's warm start: share of demonstrations that are off by one"
     )
@@ -64,7 +65,7 @@ def split_problems(config: Config) -> tuple[list[Problem], list[Problem]]:
 
 def example(problem: Problem, renderer: Renderer, group_size: int, tag: str) -> CompletionGroupBuilder:
     """A problem with its correct sum as the data set's completion."""
-    prompt = ({"role": "user", "content": question(problem)},)
+    prompt = (Message(role="user", content=question(problem)),)
     return CompletionGroupBuilder(problem_group(problem, renderer, group_size, 0.0, tag), prompt, str(sum(problem)))
 
 
@@ -94,7 +95,7 @@ def build_task(config: Config, renderer: Renderer) -> RLTask:
 
 RECIPE = Recipe(
     name="gkd",
-    description="generalized knowledge distillation: generalized JSD to a teacher on student, teacher or data completions",
+    description="generalized knowledge distillation: generalized JSD to a teacher on mixed completion sources",
     config_cls=Config,
     workflow=gkd_workflow_for(build_task),
 )

@@ -41,6 +41,7 @@ from train_core.gkd import (
     topk_teacher_targets,
 )
 from train_core.renderers.base import Renderer
+from train_core.renderers.messages import Message
 from train_core.rl.data_processing import assemble_training_data
 from train_core.rl.kl_penalty import logprob_input
 from train_core.rl.policy_objective import optim_step_metrics
@@ -75,7 +76,7 @@ class GKDSettings(RLSettings):
     @model_validator(mode="after")
     def _sync_only(self) -> GKDSettings:
         if self.rl.mode != "sync":
-            raise ValueError(f"rl: GKD trains in sync mode (its batches' sources are drawn per step), got {self.rl.mode}")
+            raise ValueError(f"rl: GKD trains in sync mode (each batch's source is drawn per step), got {self.rl.mode}")
         return self
 
 
@@ -114,7 +115,7 @@ def check_scores_prompt_detail(client: SamplingClient) -> ScoresPromptDetail:
 
 def dataset_sequence(renderer: Renderer, builder: CompletionGroupBuilder) -> tuple[list[int], list[float]]:
     """The data-set example's tokens and, per target, whether it is part of the completion."""
-    messages = [*builder.prompt, {"role": "assistant", "content": builder.completion}]
+    messages = [*builder.prompt, Message(role="assistant", content=builder.completion)]
     tokens, weights = renderer.build_supervised_example(messages)
     return tokens.to_ints(), [float(w) for w in weights[1:]]
 
@@ -137,7 +138,8 @@ class GKDBatch(Stage):
     completions; each with the teacher's top-K at its completion positions. Logs
     `gkd/on_policy`, `gkd/teacher_generated` (0 or 1) and `gkd/positions`."""
 
-    calls = (SamplingClient.sample,)  # and score_prompt, an optional capability checked when it runs
+    # score_prompt: an optional capability, checked on the client when it runs
+    calls = (SamplingClient.sample, ScoresPromptDetail.score_prompt)
 
     async def run(
         self,
@@ -159,9 +161,7 @@ class GKDBatch(Stage):
         data_D, _ = assemble_training_data(trajectories_P, zeros_P)
         sequences: list[tuple[list[int], list[float]]]
         if source == "student":
-            sequences = [
-                (logprob_input(d).to_ints(), d.loss_fn_inputs["mask"].to_torch().tolist()) for d in data_D
-            ]
+            sequences = [(logprob_input(d).to_ints(), d.loss_fn_inputs["mask"].to_torch().tolist()) for d in data_D]
         elif source == "teacher":
             sequences = await teacher_replies(teacher_client, renderer, builders, sampling, run.seed, ctx.step)
         else:
@@ -241,7 +241,7 @@ class EvaluateGKD(Stage):
     """The student's generalized JSD (at `gkd.beta`, on the teacher's top-K) to the teacher on the
     held-out groups' data-set completions, `eval/gkd_jsd`: fixed sequences, so steps compare."""
 
-    calls = (TrainingClient.forward,)
+    calls = (TrainingClient.forward, ScoresPromptDetail.score_prompt)
 
     async def run(
         self,
@@ -256,7 +256,8 @@ class EvaluateGKD(Stage):
         if not builders:
             return
         sequences = [dataset_sequence(renderer, builder) for builder in builders]
-        targets = [t for t in await score_topk(check_scores_prompt_detail(teacher_client), sequences, gkd.topk) if t.positions]
+        scored = await score_topk(check_scores_prompt_detail(teacher_client), sequences, gkd.topk)
+        targets = [t for t in scored if t.positions]
         expanded = expand_2d_targets([t.datum for t in targets], "cross_entropy")
         assert expanded is not None
         output = await (await training_client.forward(expanded.data, "cross_entropy"))
