@@ -13,6 +13,7 @@ rewards are logged); a batch whose source is the teacher or the data set trains 
 from __future__ import annotations
 
 import asyncio
+import random
 from dataclasses import dataclass
 
 from pydantic import Field, model_validator
@@ -192,7 +193,7 @@ async def teacher_replies(
         SamplingParams(
             max_tokens=sampling.max_tokens,
             temperature=sampling.temperature,
-            seed=hash((seed, "gkd", step, index)) & 0x7FFFFFFF,
+            seed=random.Random(f"gkd-teacher/{seed}/{step}/{index}").getrandbits(31),
             stop=renderer.get_stop_sequences(),
         )
         for index in range(len(prompts))
@@ -259,7 +260,8 @@ class EvaluateGKD(Stage):
         scored = await score_topk(check_scores_prompt_detail(teacher_client), sequences, gkd.topk)
         targets = [t for t in scored if t.positions]
         expanded = expand_2d_targets([t.datum for t in targets], "cross_entropy")
-        assert expanded is not None
+        if expanded is None:  # no held-out completion had a position to compare
+            return
         output = await (await training_client.forward(expanded.data, "cross_entropy"))
         logprobs_D = [row["logprobs"].to_torch() for row in output.loss_fn_outputs]
         value, _ = topk_jsd(targets, student_topk_logprobs(expanded, logprobs_D), gkd.beta)
