@@ -32,7 +32,7 @@ RECIPES: dict[str, str] = {
     "GRPOConfig": "reward_fn_rl",
     "KTOConfig": "kto",
     "RewardConfig": "rm",
-    "GKDConfig": "distill_on_policy",
+    "GKDConfig": "gkd",
 }
 # The base classes whose rows the configs above inherit (TRL's own `_BaseConfig` adds no field).
 BASES = ("TrainingArguments",)
@@ -384,32 +384,34 @@ pad_token | - | the tokenizer's own; rows are unpadded
 """,
 )
 
-# GKDConfig inherits SFTConfig: the SFT rows whose keys `distill_on_policy` lacks are overridden.
+# GKDConfig inherits SFTConfig: the SFT rows whose keys `gkd` lacks are overridden.
 _GKD = _rows(
     "GKDConfig",
     f"""
-per_device_train_batch_size | rl.groups_per_batch | {RL_BATCH}
-num_train_epochs | - | on-policy steps are counted in `rl.num_batches`
+per_device_train_batch_size | rl.groups_per_batch | prompts per step: one completion each from the data set or the
+    teacher, `rl.group_size` from the student
+num_train_epochs | - | GKD steps are counted in `rl.num_batches`
 max_steps | rl.num_batches |
 max_length | episode.max_context_tokens | a prompt longer than this ends its episode unsampled; replies stop at
     `sampling.max_tokens` (TRL cuts the sequence instead)
 truncation_mode | - | see `max_length`
-completion_only_loss | - | only the student's sampled replies are trained
-loss_type | - | the distillation loss replaces SFT's: see `beta`
-dataset_text_field | datasets | each prompt set of `datasets` names its prompts and its teacher
+completion_only_loss | - | only completion positions are trained, as TRL's labels mask the prompt
+loss_type | - | the generalized JSD replaces SFT's loss: see `beta`
+dataset_text_field | - | a GKD task's groups carry their prompt and the data set's completion
+    (`train_core.gkd.CompletionGroupBuilder`); the shipped recipe's are addition problems with their sums
 chat_template_path | renderer | kitchen's chat template is a renderer, not a Jinja file
-assistant_only_loss | - | only the student's sampled replies are trained
-temperature | sampling.temperature |
-lmbda | - | kitchen's `distill_on_policy` is always on-policy (TRL's `lmbda=1`); `distill_reasoning` trains on
-    teacher outputs (off-policy); a mix is {NOT_YET}
-beta | - | kitchen's loss is the sampled per-token reverse KL (teacher logprob minus student logprob as the
-    advantage, `algorithm.kl_penalty_coef`), close to TRL's `beta=1` but estimated on the sampled tokens, not over
-    the vocabulary; the generalized JSD is {NOT_YET}
+assistant_only_loss | - | only completion positions are trained
+temperature | sampling.temperature | the student's (and with `seq_kd` the teacher's) sampling temperature, as in
+    TRL; the divergence runs at temperature 1, as TRL's trainer calls it
+lmbda | gkd.lmbda | drawn per batch from (`seed`, step), as TRL's `random() <= lmbda` per training step
+beta | gkd.beta | TRL's generalized JSD, equal to `GKDTrainer.generalized_jsd_loss` (tests/distillation), taken
+    over the teacher's top-`gkd.topk` tokens with both distributions renormalised there (the backends' ports
+    carry a teacher's top-K logprobs, not its full-vocabulary logits)
 max_new_tokens | sampling.max_tokens |
-teacher_model_name_or_path | datasets | each prompt set's `teacher.model_name` or `teacher.checkpoint`
+teacher_model_name_or_path | gkd.teacher.model_name gkd.teacher.checkpoint | a base model or kitchen sampler weights
 teacher_model_init_kwargs | - | {NO_MODEL_KWARGS}
 disable_dropout | - | {NO_DROPOUT}
-seq_kd | - | the `distill_reasoning` recipe is sequence-level KD (SFT on the teacher's outputs)
+seq_kd | gkd.seq_kd | the batches not on-policy train on the teacher's samples
 """,
 )
 

@@ -116,6 +116,14 @@ SMOKE_OVERRIDES: dict[str, list[str]] = {
         "eval.every=2",
         "data.batch_size=8",
     ],
+    "gkd": [
+        "gkd.teacher.checkpoint=null",
+        "rl.num_batches=3",
+        "warm_start.steps=2",
+        "eval.every=2",
+        "rl.groups_per_batch=4",
+        "gkd.topk=4",
+    ],
     "sdft": ["rl.num_batches=3", "warm_start.steps=2", "eval.every=2", "rl.groups_per_batch=4", "sdft.topk=4"],
     "distill_reasoning": ["data.max_steps=2", "checkpoint.save_every=2", "eval.every=2"],
     "search_tool": [

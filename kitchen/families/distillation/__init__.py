@@ -1,11 +1,15 @@
 """Distillation: on-policy (the RL workflow with a teacher-KL adjuster), prompt distillation
 (the supervised workflow on a teacher's answers), reasoning distillation (the supervised workflow
-on a teacher's reasoning traces, thinking trained or masked) and self-distillation (the RL workflow's sampling
+on a teacher's reasoning traces, thinking trained or masked), GKD (the RL workflow's sampling with a generalized-JSD
+update on student, teacher or data-set completions) and self-distillation (the RL workflow's sampling
 with a top-K cross-entropy update against the model prompted with a demonstration).
 
 The family's public names, for recipes and users' own workflows (recipes import from here, never
 from the modules below)."""
 
+from kitchen.families.distillation.gkd import GKDSection as GKDSection
+from kitchen.families.distillation.gkd import GKDSettings as GKDSettings
+from kitchen.families.distillation.gkd import gkd_workflow_for as gkd_workflow_for
 from kitchen.families.distillation.self_distillation import SelfDistillationSection as SelfDistillationSection
 from kitchen.families.distillation.self_distillation import SelfDistillationSettings as SelfDistillationSettings
 from kitchen.families.distillation.self_distillation import (

@@ -1,7 +1,6 @@
-"""Preference learning: DPO and its variants, online DPO, KTO, Bradley-Terry and process reward
-models, learned pairwise judges and the judges runs use, with their settings sections and workflows.
-"""Preference learning: DPO and its variants, online DPO and XPO, KTO, Bradley-Terry reward models, learned
-pairwise judges and the judges runs use, with their settings sections and workflows.
+"""Preference learning: DPO and its variants, online DPO and XPO, KTO, Bradley-Terry and process
+reward models, learned pairwise judges and the judges runs use, with their settings sections and
+workflows.
 
 The family's public names, for recipes and users' own workflows (recipes import from here, never
 from the modules below)."""
