@@ -49,8 +49,6 @@ class RubricRecord:
 
 def rubric_record(where: str, record: Any) -> RubricRecord:
     """One record; a bad one is a DataError naming `where` (file and line) and the key."""
-    if not isinstance(record, dict):
-        raise DataError(f"{where}: expected a Feedback-Collection object, got {type(record).__name__}")
     for key in REQUIRED_KEYS:
         if not isinstance(record.get(key), str) or not record[key].strip():
             raise DataError(f"{where}: '{key}' must be a non-empty string (Feedback-Collection format)")

@@ -189,35 +189,41 @@ class RubricGrader:
         self.rule = RULE_GRADERS[settings.rule] if settings.rule is not None else None
         self.params = SamplingParams(max_tokens=settings.max_tokens, temperature=settings.temperature)
         self.specials = special_strings(renderer)
-        self._grades: OrderedDict[GradingItem, asyncio.Task[Grade]] = OrderedDict()
+        self._grades: OrderedDict[GradingItem, Grade] = OrderedDict()
+        self._asked: dict[GradingItem, asyncio.Task[Grade]] = {}
+        """Items being graded now: a second request for one waits for the first's grade."""
         self.calls = 0
         """Grader outputs produced (model samples or rule calls): one per distinct item."""
 
     async def grade(self, items: Sequence[GradingItem]) -> list[tuple[Grade, bool]]:
         """Each item's grade, and whether it was already graded or asked for (cached: no call).
         The new items are asked for together, in one loop turn."""
-        seen: list[bool] = []
-        tasks: list[asyncio.Task[Grade]] = []
+        cached: list[bool] = []
+        waiting: dict[GradingItem, asyncio.Task[Grade]] = {}
         for item in items:
-            task = self._grades.get(item)
-            seen.append(task is not None)
-            if task is None:
-                task = self._grades[item] = asyncio.ensure_future(self._ask(item))
-                if len(self._grades) > self.cache_size:
-                    self._grades.popitem(last=False)
-            else:
+            cached.append(item in self._grades or item in self._asked or item in waiting)
+            if item in self._grades:
                 self._grades.move_to_end(item)
-            tasks.append(task)
-        try:
-            grades = await asyncio.gather(*tasks)
-        except BaseException:
-            for item, task in zip(items, tasks, strict=True):
-                if task.done() and not task.cancelled() and task.exception() is not None:
-                    self._grades.pop(item, None)
-            raise
-        return list(zip(grades, seen, strict=True))
+            elif item not in waiting:
+                waiting[item] = self._asked.get(item) or asyncio.ensure_future(self._ask(item))
+                self._asked[item] = waiting[item]
+        answered = dict(zip(waiting, await asyncio.gather(*waiting.values()), strict=True))
+        return [
+            (answered[item] if item in answered else self._grades[item], seen)
+            for item, seen in zip(items, cached, strict=True)
+        ]
 
     async def _ask(self, item: GradingItem) -> Grade:
+        try:
+            grade = await self._output(item)
+        finally:
+            del self._asked[item]
+        self._grades[item] = grade
+        if len(self._grades) > self.cache_size:
+            self._grades.popitem(last=False)
+        return grade
+
+    async def _output(self, item: GradingItem) -> Grade:
         self.calls += 1
         if self.rule is not None:
             output = self.rule(item)
