@@ -199,19 +199,18 @@ class RubricGrader:
         """Each item's grade, and whether it was already graded or asked for (cached: no call).
         The new items are asked for together, in one loop turn."""
         cached: list[bool] = []
+        known: dict[GradingItem, Grade] = {}
         waiting: dict[GradingItem, asyncio.Task[Grade]] = {}
         for item in items:
             cached.append(item in self._grades or item in self._asked or item in waiting)
             if item in self._grades:
+                known[item] = self._grades[item]  # held here: the cache may drop it while we wait
                 self._grades.move_to_end(item)
             elif item not in waiting:
                 waiting[item] = self._asked.get(item) or asyncio.ensure_future(self._ask(item))
                 self._asked[item] = waiting[item]
-        answered = dict(zip(waiting, await asyncio.gather(*waiting.values()), strict=True))
-        return [
-            (answered[item] if item in answered else self._grades[item], seen)
-            for item, seen in zip(items, cached, strict=True)
-        ]
+        known.update(zip(waiting, await asyncio.gather(*waiting.values()), strict=True))
+        return [(known[item], seen) for item, seen in zip(items, cached, strict=True)]
 
     async def _ask(self, item: GradingItem) -> Grade:
         try:

@@ -170,6 +170,18 @@ def test_the_cache_keeps_the_most_recent_grades() -> None:
     assert sampler.calls == 4  # A, B, C, then B again (evicted by C; A stayed recent)
 
 
+def test_a_cached_grade_dropped_while_a_request_waits_is_still_answered() -> None:
+    graded, sampler = grader(quote_honouring_grader, cache_size=1)
+
+    async def run() -> list[list[tuple[Grade, bool]]]:
+        await graded.grade([item("Yellow.")])
+        # while "Green." is graded, the other request's grades push "Yellow." out of the cache
+        return list(await asyncio.gather(graded.grade([item("Yellow."), item("Green.")]), graded.grade([item("Red.")])))
+
+    first, _ = asyncio.run(run())
+    assert [(g.score, cached) for g, cached in first] == [(5, True), (2, False)] and sampler.calls == 3
+
+
 def test_the_rule_grader_gives_the_shipped_responses_their_scores() -> None:
     graded = 0
     for prompt in PROMPTS:
