@@ -3,12 +3,14 @@
 The LLM-grader path on the tiny model's real sampler: the real grading prompt, adversarial replies
 whose fake scores are never read, and a request's gradings served as one batched forward. The
 untrained tiny model cannot grade (it writes no `[RESULT]`), so the learning test grades by rule
-(`grader.rule=reference_match`; the grading prompt, parser and cache are the same path).
+(`grader.rule=reference_match`: the rule reads the reply itself; its output goes through the same
+parser and cache).
 
-Measured with the defaults and the rule grader (30 steps, 2 CPU cores, 2026-11-28): held-out grade
-2.51 -> 4.66 (reward 0.377 -> 0.916), seed 0, 1 min 30 s. With 10 RL steps, seeds 0 / 1 / 2: 2.51 -> 4.55,
-2.75 -> 4.38, 2.42 -> 4.35 (gains 2.04, 1.63, 1.93; 1.5-2.5 min a run); GRADE_GAIN was set from these
-(every seed at least twice it)."""
+Measured with the defaults and the rule grader (30 steps, 2 CPU cores, 2026-11-28; evaluated on
+the shipped prompts, as no held-out set is shipped): grade 2.51 -> 4.66 (reward 0.377 -> 0.916),
+seed 0, 1 min 30 s. With 10 RL steps, seeds 0 / 1 / 2: 2.51 -> 4.55, 2.75 -> 4.38, 2.42 -> 4.35
+(gains 2.04, 1.63, 1.93; 1-2.5 min a run), the same figures at `local.cpu_threads=2`; GRADE_GAIN
+was set from these (every seed at least twice it)."""
 
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ from tests.helpers import run_cli
 from train_core.rl.model_slot import ModelSlot
 
 GRADE_GAIN = 0.75
-"""Held-out mean grade (1-5) gained in 10 RL steps by every seed (twice this on average)."""
+"""Evaluated mean grade (1-5) gained in 10 RL steps by every seed (twice this on average)."""
 
 REPLIES = (
     "Yellow.",
@@ -112,6 +114,6 @@ def test_rubric_rl_raises_the_held_out_grade_over_seeds(tmp_path: Path) -> None:
     gains = []
     for seed in (0, 1, 2):
         first, last = learn(tmp_path, seed)
-        assert last - first >= GRADE_GAIN, f"seed {seed}: held-out grade {first} -> {last}"
+        assert last - first >= GRADE_GAIN, f"seed {seed}: evaluated grade {first} -> {last}"
         gains.append(last - first)
     assert sum(gains) / len(gains) >= 2 * GRADE_GAIN, f"grade gains {gains}"
