@@ -142,6 +142,13 @@ SMOKE_OVERRIDES: dict[str, list[str]] = {
         "rl.groups_per_batch=4",
         "env.eval_games=4",
     ],
+    "rubric_rl": [
+        "rl.num_batches=2",
+        "warm_start.steps=2",
+        "eval.every=1",
+        "rl.groups_per_batch=4",
+        "grader.max_tokens=8",
+    ],
     "twenty_questions": [
         "rl.num_batches=2",
         "warm_start.steps=2",
