@@ -8,6 +8,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from kitchen.engine.backends import BackendSpec
+from kitchen.engine.callables import import_callable
+from kitchen.engine.errors import ConfigError
 from kitchen.engine.ports import ServiceBackend
 from train_core.losses import LossTable
 
@@ -20,12 +22,23 @@ class NoopSettings(BaseModel):
     latency: dict[str, float] = Field(
         default_factory=dict, description="seconds per call kind (e.g. sample, forward_backward)"
     )
+    replies: str | None = Field(
+        None,
+        description="module:function scripting the fake model: prompt text -> reply text (tests of a served noop)",
+    )
 
 
 def create(config: Any, settings: NoopSettings, checkpoint_dir: Path, losses: LossTable) -> ServiceBackend:
     from adapters.noop.backend import NoopBackend
 
-    return NoopBackend(seed=config.seed, latency=dict(settings.latency), checkpoint_dir=checkpoint_dir, losses=losses)
+    latency = dict(settings.latency)
+    backend = NoopBackend(seed=config.seed, latency=latency, checkpoint_dir=checkpoint_dir, losses=losses)
+    if settings.replies is not None:
+        try:
+            backend.script(import_callable(settings.replies, "my_tests.script:reply"))
+        except ValueError as error:
+            raise ConfigError(f"noop.replies: {error}") from None
+    return backend
 
 
 BACKEND = BackendSpec(

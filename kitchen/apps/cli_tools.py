@@ -63,6 +63,14 @@ def add_commands(commands: Any) -> None:
     serve.add_argument("--renderer", default=None, help="chat renderer of /v1/chat/completions (default: recommended)")
     serve.add_argument("--max-body-mb", type=int, default=256, help="largest request body accepted (MiB)")
     serve.add_argument(
+        "--mcp-server",
+        action="append",
+        default=[],
+        metavar="NAME=COMMAND|URL",
+        help="an MCP server whose tools /v1/chat/completions runs (repeatable; a command is started by kitchen)",
+    )
+    serve.add_argument("--max-tool-rounds", type=int, default=8, help="MCP tool rounds per chat choice (default 8)")
+    serve.add_argument(
         "--long-poll-s", type=float, default=20.0, help="how long a result fetch waits before asking again (s)"
     )
     serve.add_argument("overrides", nargs="*", metavar="key=value", help="backend settings, e.g. local.device=cuda")
@@ -195,6 +203,7 @@ def _eval(args: argparse.Namespace) -> None:
 
 def _serve(args: argparse.Namespace) -> None:
     from kitchen.apps.serve.server import ServeSettings, serve
+    from kitchen.apps.serve.server_tools import parse_targets
 
     serve(
         ServeSettings(
@@ -210,6 +219,8 @@ def _serve(args: argparse.Namespace) -> None:
             long_poll_s=args.long_poll_s,
             renderer=args.renderer,
             overrides=list(args.overrides),
+            mcp_servers=parse_targets(args.mcp_server),
+            max_tool_rounds=args.max_tool_rounds,
         )
     )
 

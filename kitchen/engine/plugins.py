@@ -14,6 +14,7 @@ exactly as a third party declares theirs:
 | `kitchen.renderers`            | a renderer factory, `tokenizer -> Renderer`    | `renderer:`                     |
 | `kitchen.rewards`              | a reward function (per sample or batched)      | `env.reward_fn:` (reward_fn_rl) |
 | `kitchen.envs`                 | an `EnvSpec`: settings, task factory, check    | `env:` (env_rl)                 |
+| `kitchen.tool_servers`         | a factory `target -> ToolServer`               | `kitchen serve --mcp-server`    |
 
 An entry's name is the name configs use. Entries load on first use; one that fails to import or
 is of the wrong kind is an error naming the entry point and its distribution, raised when its

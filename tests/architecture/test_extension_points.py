@@ -20,6 +20,7 @@ from kitchen.engine.plugins import ExtensionPoint
 from kitchen.engine.recipe import RECIPES
 from kitchen.engine.renderers import RENDERERS
 from kitchen.engine.rewards import REWARDS
+from kitchen.engine.tool_servers import TOOL_SERVERS
 from kitchen.families.rl.algorithm_settings import ESTIMATORS
 from kitchen.families.rl.envs import ENVS
 from tests.testing.distributions import run_python, write_distribution
@@ -27,7 +28,7 @@ from train_core.losses import LOSS_SPECS
 from train_core.renderers.registry import BUILTIN_RENDERERS
 from train_core.rl.advantages import ADVANTAGE_ESTIMATORS
 
-POINTS: list[ExtensionPoint[object]] = [RECIPES, LOSSES, ESTIMATORS, RENDERERS, BACKENDS, ENVS, REWARDS]  # type: ignore[list-item]
+POINTS: list[ExtensionPoint[object]] = [RECIPES, LOSSES, ESTIMATORS, RENDERERS, BACKENDS, ENVS, REWARDS, TOOL_SERVERS]  # type: ignore[list-item]
 
 
 def _doc(obj: object) -> str:

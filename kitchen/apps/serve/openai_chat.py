@@ -79,6 +79,9 @@ class ChatRequest(BaseModel):
     max_completion_tokens: int | None = Field(None, ge=1)
     temperature: float = Field(1.0, ge=0, le=2)
     seed: int | None = None
+    mcp_servers: list[str] | None = None
+    """kitchen's extension: which of the server's MCP servers (`kitchen serve --mcp-server`) offer
+    their tools to this request; None (the field left out) offers all of them, [] none."""
 
 
 Sample = Callable[[ModelInput, int, SamplingParams], Awaitable[SampleResult]]
@@ -258,18 +261,7 @@ def response(
     """The OpenAI `chat.completion` object for `completions`."""
     choices = []
     for index, completion in enumerate(completions):
-        message: dict[str, Any] = {"role": "assistant", "content": completion.message["content"] or None}
-        if calls := completion.message.get("tool_calls"):
-            message["tool_calls"] = [
-                {
-                    "id": call.get("id") or f"call_{secrets.token_hex(8)}",
-                    "type": "function",
-                    "function": {"name": call["name"], "arguments": json.dumps(call["arguments"], ensure_ascii=False)},
-                }
-                for call in calls
-            ]
-        if thinking := completion.message.get("thinking"):
-            message["reasoning_content"] = thinking
+        message = assistant_message(completion.message)
         choice: dict[str, Any] = {"index": index, "message": message, "finish_reason": completion.finish_reason}
         choice["logprobs"] = _logprobs(completion.sampled, token_text) if request.logprobs else None
         choices.append(choice)
@@ -286,6 +278,25 @@ def response(
             "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
         },
+    }
+
+
+def assistant_message(message: Message) -> dict[str, Any]:
+    """A parsed reply as an OpenAI assistant message (a call without an id is given one)."""
+    out: dict[str, Any] = {"role": "assistant", "content": message["content"] or None}
+    if calls := message.get("tool_calls"):
+        out["tool_calls"] = [tool_call_dict(call) for call in calls]
+    if thinking := message.get("thinking"):
+        out["reasoning_content"] = thinking
+    return out
+
+
+def tool_call_dict(call: ToolCall) -> dict[str, Any]:
+    """A tool call in OpenAI's shape (arguments as JSON text)."""
+    return {
+        "id": call.get("id") or f"call_{secrets.token_hex(8)}",
+        "type": "function",
+        "function": {"name": call["name"], "arguments": json.dumps(call["arguments"], ensure_ascii=False)},
     }
 
 

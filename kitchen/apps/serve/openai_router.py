@@ -4,7 +4,9 @@ on the same service, backend and API keys as the Tinker API.
 
 The official `openai` client sends its key as `Authorization: Bearer ...`; `X-API-Key` works too.
 Each model's renderer is the server's `--renderer`, else the one recommended for its name (a
-request with `tools` needs a renderer with a native tool format: otherwise a 400 naming it)."""
+request with `tools` needs a renderer with a native tool format: otherwise a 400 naming it).
+With `server_tools` (the `--mcp-server`s), replies that call those tools are continued on the
+server (`kitchen.apps.serve.server_tools`)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from kitchen.apps.serve.http_basics import WireError, bearer_or_header, openai_e
 from kitchen.apps.serve.keys import KeyCheck
 from kitchen.apps.serve.openai_chat import ChatRequest, complete
 from kitchen.apps.serve.records import TINKER_SCHEME
+from kitchen.apps.serve.server_tools import ServerTools
 from kitchen.apps.serve.service import ServeError, TinkerService
 from train_core.errors import InvalidInputError
 from train_core.renderers import get_renderer, recommended_renderer
@@ -70,8 +73,11 @@ class ChatModels:
         return self._models[key]
 
 
-def openai_router_for(renderer: str | None = None) -> Callable[[TinkerService, KeyCheck], APIRouter]:
-    """A router builder for `create_app(routers=...)`; `renderer` overrides the recommended one."""
+def openai_router_for(
+    renderer: str | None = None, server_tools: ServerTools | None = None
+) -> Callable[[TinkerService, KeyCheck], APIRouter]:
+    """A router builder for `create_app(routers=...)`; `renderer` overrides the recommended one,
+    `server_tools` are run for the model when its replies call them."""
 
     def build(service: TinkerService, keys: KeyCheck) -> APIRouter:
         models = ChatModels(service, renderer)
@@ -92,7 +98,10 @@ def openai_router_for(renderer: str | None = None) -> Callable[[TinkerService, K
             try:
                 chat = parse(ChatRequest, await request.body())
                 model = await models.get(who, chat.model)
-                body, _completions = await complete(chat, model.renderer, model.sample, model.decode)
+                if server_tools is None:
+                    body, _completions = await complete(chat, model.renderer, model.sample, model.decode)
+                else:
+                    body = await server_tools.complete(chat, model.renderer, model.sample, model.decode)
             except (InvalidInputError, ServeError, WireError) as error:
                 return openai_error(error)
             return body

@@ -20,6 +20,7 @@ from kitchen.apps.serve.catalog import read_models_file
 from kitchen.apps.serve.keys import KeyCheck, read_keys_file
 from kitchen.apps.serve.openai_router import openai_router_for
 from kitchen.apps.serve.records import RecordStore
+from kitchen.apps.serve.server_tools import ServerTools
 from kitchen.apps.serve.service import TinkerService
 from kitchen.apps.serve.signing import ServerSecret
 from kitchen.engine.backends import get_backend_spec, make_backend
@@ -48,6 +49,11 @@ class ServeSettings(BaseModel):
         None, description="chat renderer of /v1/chat/completions; default: the one recommended for each model"
     )
     overrides: list[str] = Field(default_factory=list, description="backend settings, e.g. local.device=cuda")
+    mcp_servers: dict[str, str] = Field(
+        default_factory=dict,
+        description="MCP servers whose tools the chat endpoint runs: name -> command line (stdio) or URL",
+    )
+    max_tool_rounds: int = Field(8, ge=1, description="rounds of MCP tool calls per chat choice before it is cut")
 
     @field_validator("renderer")
     @classmethod
@@ -96,17 +102,28 @@ def build_service(settings: ServeSettings) -> tuple[TinkerService, KeyCheck]:
 
 
 def serve(settings: ServeSettings) -> None:
-    """Run the server until interrupted; the backend is closed on the way out."""
+    """Run the server until interrupted; the backend is closed on the way out. The MCP servers
+    start first, so one that cannot start stops `kitchen serve` before the model loads."""
+    tools = ServerTools.open(settings.mcp_servers, settings.max_tool_rounds) if settings.mcp_servers else None
+    try:
+        _serve(settings, tools)
+    finally:
+        if tools is not None:
+            tools.close()
+
+
+def _serve(settings: ServeSettings, tools: ServerTools | None) -> None:
     import uvicorn
 
     service, keys = build_service(settings)
-    routers = (tinker_router, openai_router_for(settings.renderer))
+    routers = (tinker_router, openai_router_for(settings.renderer, tools))
     app = create_app(service, keys, max_body_bytes=settings.max_body_mb * 1024 * 1024, routers=routers)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", access_log=False)
     server = uvicorn.Server(config)
+    mcp = f", MCP tools {', '.join(sorted(tools.tools))}" if tools is not None else ""
     print(
         f"kitchen serve: backend {settings.backend}, models {', '.join(sorted(service.catalog.models))}, "
-        f"store {settings.store}, listening on http://{settings.host}:{settings.port}",
+        f"store {settings.store}{mcp}, listening on http://{settings.host}:{settings.port}",
         flush=True,
     )
     with contextlib.suppress(KeyboardInterrupt):

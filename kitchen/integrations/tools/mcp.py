@@ -10,6 +10,10 @@ error is a `failed` call.
 The MCP session lives on its own thread and event loop for the whole run: its transports are
 task-bound async context managers, while tools are called from whichever loop runs the rollouts.
 `McpToolset.close` (also at interpreter exit) ends the session and stops what was started.
+
+An open `McpToolset` is also a `kitchen.engine.tool_servers.ToolServer`: `open_tool_server` is
+the `mcp` entry of the `kitchen.tool_servers` group, through which `kitchen serve` runs MCP tools
+for its chat endpoint without importing this module.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import asyncio
 import atexit
 import contextlib
 import os
+import shlex
 import subprocess
 import threading
 from collections.abc import Callable
@@ -30,6 +35,7 @@ from pydantic import Field
 from kitchen.engine.config.sections import Section
 from kitchen.engine.errors import ConfigError, KitchenError
 from kitchen.integrations.tools.tool import Tool
+from train_core.renderers.tool_declarations import ToolSpec
 
 
 class McpServerError(KitchenError):
@@ -162,6 +168,18 @@ class McpToolset:
 
         return call
 
+    def specs(self) -> list[ToolSpec]:
+        """The server's tools as declared to the model (`ToolServer`)."""
+        return [tool.spec for tool in self.tools]
+
+    async def run(self, name: str, arguments: dict[str, Any]) -> str:
+        """Call a tool by name (`ToolServer`): its text, or its error text (an unknown tool, arguments
+        that do not validate, a failure on the server), as MCP clients hand results to a model."""
+        tool = next((tool for tool in self.tools if tool.name == name), None)
+        if tool is None:
+            return f"Error: no tool called {name!r} on MCP server {self.describe()}"
+        return (await tool.call(arguments)).text
+
     def close(self) -> None:
         """End the session and stop the processes it started (idempotent)."""
         atexit.unregister(self.close)
@@ -176,3 +194,11 @@ class McpToolset:
             except subprocess.TimeoutExpired:
                 self._process.kill()
                 self._process.wait()
+
+
+def open_tool_server(target: str) -> McpToolset:
+    """An MCP server for `kitchen serve` (the `mcp` tool server kind): `target` is a URL
+    (streamable HTTP, already running) or a command line (stdio, started and stopped by kitchen)."""
+    if urlsplit(target).scheme in ("http", "https"):
+        return McpToolset.open(McpServerSettings(url=target))
+    return McpToolset.open(McpServerSettings(command=shlex.split(target)))
