@@ -15,7 +15,7 @@ choice. The reply returned is the last one; the calls run on the way are listed 
 the request's own tools too ends the loop: its server calls are run and listed, its `tool_calls`
 are the request's own for the client to run. A reply still calling server tools after
 `max_rounds` is returned without those calls, `finish_reason` "length". `usage` counts every
-round's prompt and completion tokens.
+round's prompt and completion tokens; `logprobs` are those of the returned reply's tokens.
 """
 
 from __future__ import annotations
