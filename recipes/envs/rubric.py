@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import Field
 
-from kitchen import DataError, Section, build_all
+from kitchen import RESUME_SAFE, DataError, Section, build_all
 from kitchen.families.rl import RLSettings
 from recipes.data import shipped_data
 from recipes.envs.rubric_grading import GraderSettings, GradingItem, Rubric, RubricGrader
@@ -102,7 +102,9 @@ class RubricSettings(Section):
         shipped_data("rubric/feedback.jsonl"), description="prompts with rubrics: Feedback-Collection JSONL"
     )
     eval_dataset: str | None = Field(
-        None, description="held-out prompts (Feedback-Collection JSONL); none = the training prompts"
+        None,
+        description="held-out prompts (Feedback-Collection JSONL); none = the training prompts",
+        json_schema_extra=RESUME_SAFE,
     )
     demonstration_min_score: int = Field(
         1, ge=1, le=5, description="warm start: imitate the file's responses scored at least this"
