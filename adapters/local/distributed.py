@@ -21,9 +21,12 @@ calls every worker and waits for all of them, with a timeout.
 - Sampling: `save_weights_for_sampler` and `save_weights_and_get_sampling_client` gather the
   weights into the driver's model, which the sampler pool snapshots as in the single-process case
   (or the vLLM engine reads, with no snapshot).
-- Faults: a worker that dies or does not answer within `timeout_s` fails the call with an error
-  naming the worker and the call; the other workers are killed (they may wait in a collective)
-  and the client is unusable after that; resume from the last checkpoint.
+- Faults: a worker that dies (its node lost included) or does not answer within `timeout_s` fails
+  the call with a `RuntimeFailure` naming the worker, its node and the call; the other workers are
+  killed (they may wait in a collective) and the client is unusable after that; resume from the
+  last checkpoint (on whatever nodes are left: the placement's SPREAD is a preference).
+- Rendezvous: rank 0's process group listens on the address Ray reports for its node (not what
+  the node's hostname resolves to, often 127.0.1.1 or nothing useful on a cluster).
 - Pooling: starting a group of workers (processes, imports, the process group) takes seconds, so
   a closed client's group goes back to its `WorkerPool`, and the next client of the same shape
   rebuilds its model on it from the base weights; the pool stops its groups when it is closed.
@@ -72,14 +75,15 @@ from adapters.local.training_client import (
     backward_custom_loss,
     microbatches,
 )
-from kitchen.engine.errors import ConfigError, KitchenError
+from kitchen.engine.errors import ConfigError, KitchenError, RuntimeFailure
 from kitchen.engine.ports import CustomLossFn, SamplingClient, Tokenizer
 from train_core.losses import LOSS_SPECS, TARGET_TOKENS, LossTable, find_loss, merge_loss_metrics
 from train_core.types import AdamParams, Datum, ForwardBackwardOutput, OptimStepOutput, TensorData
 
 
-class WorkerFailure(KitchenError):
-    """A training worker died or timed out; the message names it and the call."""
+class WorkerFailure(RuntimeFailure):
+    """A training worker died (or its node was lost) or timed out; the message names it, its node
+    and the call."""
 
 
 @dataclass(frozen=True)
@@ -169,6 +173,14 @@ CPU_WORKER_SHARE = 0.001
 a placement group's bundle needs some resource to be placed by."""
 
 
+def bundle_nodes(ray: Any, group: Any) -> list[str]:
+    """The address of the node each bundle of a placed group is on (as Ray reports it), in
+    bundle order."""
+    addresses = {node["NodeID"]: node["NodeManagerAddress"] for node in ray.nodes()}
+    on = ray.util.placement_group_table(group)["bundles_to_node_id"]
+    return [addresses.get(on[index], f"node {on[index]}") for index in range(len(on))]
+
+
 def spread_placement(ray: Any, size: int, use_cuda: bool, timeout_s: float) -> Any:
     """A placement group of one bundle per worker with the SPREAD strategy: on a cluster with as
     many nodes as workers, one worker per node; with fewer, they share (a preference, not a
@@ -208,6 +220,8 @@ class WorkerGroup:
         self._stopped = False
         size = shape.options.num_workers
         self._placement = spread_placement(ray, size, shape.use_cuda, shape.options.timeout_s)
+        self.nodes = bundle_nodes(ray, self._placement)
+        """Each rank's node address."""
         resources = {"num_gpus": 1, "num_cpus": 1} if shape.use_cuda else {"num_cpus": CPU_WORKER_SHARE}
         actor = ray.remote(**resources)(TrainingWorker)
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy  # Ray is optional
@@ -227,7 +241,7 @@ class WorkerGroup:
             )
             for rank in range(size)
         ]
-        address = self._get([self._workers[0].address.remote()], "start-up")[0]
+        address = self._get([self._workers[0].address.remote(self.nodes[0])], "start-up")[0]
         self.call("start-up", lambda w, rank: w.join.remote(address, shape.options.timeout_s))
 
     @property
@@ -254,18 +268,39 @@ class WorkerGroup:
             ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
             if not ready:
                 ranks = sorted(rank_of[ref] for ref in pending)
-                self._fail(f"worker(s) {ranks} did not finish {call} within {timeout_s:g} s")
+                on = ", ".join(f"{rank} on node {self.nodes[rank]}" for rank in ranks)
+                self._fail(f"worker(s) {on} did not finish {call} within {timeout_s:g} s")
             for ref in ready:
                 try:
                     ray.get(ref)
                 except ray.exceptions.RayActorError as exc:
-                    self._fail(f"worker {rank_of[ref]} died during {call} ({type(exc).__name__})")
+                    rank = rank_of[ref]
+                    self._fail(
+                        f"worker {rank} died during {call} on node {self.nodes[rank]}{self._node_state(rank)} "
+                        f"({type(exc).__name__})"
+                    )
                 except ray.exceptions.RayTaskError as exc:
                     cause = exc.cause if isinstance(exc.cause, Exception) else exc
                     if isinstance(cause, KitchenError):
                         raise cause from None  # bad input, found on a worker: the group stays usable
-                    self._fail(f"worker {rank_of[ref]} failed during {call}: {type(cause).__name__}: {cause}")
+                    rank = rank_of[ref]
+                    self._fail(
+                        f"worker {rank} failed during {call} on node {self.nodes[rank]}: "
+                        f"{type(cause).__name__}: {cause}"
+                    )
         return [ray.get(ref) for ref in refs]
+
+    def _node_state(self, rank: int) -> str:
+        """ ", which Ray reports lost" when the rank's node is gone (Ray declares a node dead a few
+        seconds after its raylet stops answering: this waits up to 5 s for the verdict)."""
+        node_id = self._ray.util.placement_group_table(self._placement)["bundles_to_node_id"].get(rank)
+        deadline = time.monotonic() + 5.0
+        while node_id is not None and time.monotonic() < deadline:
+            alive = {node["NodeID"]: node["Alive"] for node in self._ray.nodes()}
+            if not alive.get(node_id, False):
+                return ", which Ray reports lost"
+            time.sleep(0.5)
+        return ""
 
     def _fail(self, reason: str) -> None:
         self.broken = reason

@@ -27,6 +27,7 @@ import gc
 import os
 import random
 import socket
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,8 @@ from train_core.losses import TARGET_TOKENS, LossSpec, merge_loss_metrics
 from train_core.types import AdamParams, Datum
 
 FAULT_ENV = "KITCHEN_DIST_FAULT"
-"""Testing hook: `RANK:CALL:N` makes worker RANK exit hard at its Nth CALL (e.g. `1:forward_backward:3`)."""
+"""Testing hook: `RANK:CALL:N` makes worker RANK exit hard at its Nth CALL (e.g. `1:forward_backward:3`);
+`RANK:CALL:N:hang` makes it stop there instead (sleeping, so that a test can take its node away mid-call)."""
 
 
 def shard_model(model: torch.nn.Module, compute: torch.dtype = torch.float32) -> None:
@@ -119,11 +121,12 @@ class TrainingWorker:
         self._core: _ShardedCore | None = None
         self._pending: list[torch.Tensor] = []  # a custom loss's logprobs, awaiting their gradients
 
-    def address(self) -> str:
-        """A `tcp://host:port` rendezvous on this worker's node (asked of rank 0)."""
-        host = socket.gethostbyname(socket.gethostname())
+    def address(self, host: str) -> str:
+        """A `tcp://host:port` rendezvous on this worker's node (asked of rank 0), `host` being the
+        node's address as Ray reports it: the hostname's may resolve to 127.0.1.1, or to nothing
+        the other nodes can reach."""
         with socket.socket() as probe:
-            probe.bind(("", 0))
+            probe.bind((host, 0))
             port = probe.getsockname()[1]
         return f"tcp://{host}:{port}"
 
@@ -181,6 +184,8 @@ class TrainingWorker:
         self._calls[call] = n = self._calls.get(call, 0) + 1
         fault = self._fault
         if fault is not None and (int(fault[0]), fault[1], int(fault[2])) == (self.rank, call, n):
+            if fault[3:] == ["hang"]:
+                time.sleep(3600.0)  # until the test takes the node away, or the call times out
             os._exit(17)
 
     # -- forward / backward ------------------------------------------------------------------
