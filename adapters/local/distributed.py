@@ -173,12 +173,38 @@ CPU_WORKER_SHARE = 0.001
 a placement group's bundle needs some resource to be placed by."""
 
 
-def bundle_nodes(ray: Any, group: Any) -> list[str]:
-    """The address of the node each bundle of a placed group is on (as Ray reports it), in
+def bundle_nodes(ray: Any, group: Any) -> list[tuple[str, str]]:
+    """(Ray's node id, the node's address as Ray reports it) of each bundle of a placed group, in
     bundle order."""
     addresses = {node["NodeID"]: node["NodeManagerAddress"] for node in ray.nodes()}
     on = ray.util.placement_group_table(group)["bundles_to_node_id"]
-    return [addresses.get(on[index], f"node {on[index]}") for index in range(len(on))]
+    return [(on[index], addresses.get(on[index], on[index])) for index in range(len(on))]
+
+
+HEAD_ANSWER_S = 10.0
+"""How long the driver waits for the cluster's head (Ray's GCS) to answer after a failure before it
+takes the head for lost (Ray's own calls would wait 60 s for it, then end the process)."""
+
+
+def within(seconds: float, call: Callable[[], Any]) -> tuple[bool, Any]:
+    """(True, `call()`) when it returns within `seconds`, else (False, None): `call` runs on a daemon
+    thread, which a call waiting on a lost head leaves blocked inside Ray."""
+    outcome: queue.Queue[tuple[bool, Any]] = queue.Queue()
+
+    def run() -> None:
+        try:
+            outcome.put((True, call()))
+        except BaseException as exc:
+            outcome.put((False, exc))
+
+    threading.Thread(target=run, name="ray-head-query", daemon=True).start()
+    try:
+        finished, value = outcome.get(timeout=seconds)
+    except queue.Empty:
+        return False, None
+    if not finished:
+        raise value
+    return True, value
 
 
 def spread_placement(ray: Any, size: int, use_cuda: bool, timeout_s: float) -> Any:
@@ -220,8 +246,9 @@ class WorkerGroup:
         self._stopped = False
         size = shape.options.num_workers
         self._placement = spread_placement(ray, size, shape.use_cuda, shape.options.timeout_s)
-        self.nodes = bundle_nodes(ray, self._placement)
-        """Each rank's node address."""
+        self._node_ids, self.nodes = zip(*bundle_nodes(ray, self._placement), strict=True)
+        self.head_lost = False
+        """The cluster's head stopped answering: nothing more can be asked of Ray (stop included)."""
         resources = {"num_gpus": 1, "num_cpus": 1} if shape.use_cuda else {"num_cpus": CPU_WORKER_SHARE}
         actor = ray.remote(**resources)(TrainingWorker)
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy  # Ray is optional
@@ -292,34 +319,59 @@ class WorkerGroup:
 
     def _node_state(self, rank: int) -> str:
         """ ", which Ray reports lost" when the rank's node is gone (Ray declares a node dead a few
-        seconds after its raylet stops answering: this waits up to 5 s for the verdict)."""
-        node_id = self._ray.util.placement_group_table(self._placement)["bundles_to_node_id"].get(rank)
+        seconds after its raylet stops answering: this waits up to 5 s for the verdict); "" when it
+        is not, or when the head does not answer (`_fail` says so)."""
         deadline = time.monotonic() + 5.0
-        while node_id is not None and time.monotonic() < deadline:
-            alive = {node["NodeID"]: node["Alive"] for node in self._ray.nodes()}
-            if not alive.get(node_id, False):
+        while not self.head_lost and time.monotonic() < deadline:
+            alive = self._alive_nodes()
+            if alive is None:
+                self.head_lost = True
+            elif not alive.get(self._node_ids[rank], False):
                 return ", which Ray reports lost"
-            time.sleep(0.5)
+            else:
+                time.sleep(0.5)
         return ""
 
+    def _alive_nodes(self) -> dict[str, bool] | None:
+        """Whether each node is alive, by Ray's node id; None when the cluster's head (Ray's GCS)
+        does not answer within `HEAD_ANSWER_S`."""
+        try:
+            answered, nodes = within(HEAD_ANSWER_S, self._ray.nodes)
+        except Exception:  # Ray's error for a GCS it cannot reach
+            return None
+        return {node["NodeID"]: node["Alive"] for node in nodes} if answered else None
+
     def _fail(self, reason: str) -> None:
+        """Break the group for `reason`: its workers are killed (they may wait in a collective)."""
         self.broken = reason
-        for worker in self._workers:
-            self._ray.kill(worker)
+        if not self.head_lost:
+            self.head_lost = self._alive_nodes() is None
+        if not self.head_lost:
+            within(HEAD_ANSWER_S, lambda: [self._ray.kill(w) for w in self._workers])
+        else:
+            address = self.shape.options.ray_address or "this machine"
+            reason += (
+                f"; the Ray cluster's head ({address}) does not answer either: the driver has lost the cluster "
+                "(restart its head and nodes, then rerun the same command to resume)"
+            )
         raise WorkerFailure(f"distributed training: {reason}")
 
     def stop(self) -> None:
         """Leave the process group and end the worker processes (gone already if Ray was shut down);
         a second stop does nothing."""
-        if self._stopped or not self._ray.is_initialized():
+        if self._stopped or self.head_lost or not self._ray.is_initialized():
             return
         self._stopped = True
         if self.broken is None:
             with contextlib.suppress(Exception):  # they are killed next either way
                 self._ray.get([w.close.remote() for w in self._workers], timeout=30)
-        for worker in self._workers:
-            self._ray.kill(worker)
-        self._ray.util.remove_placement_group(self._placement)
+
+        def end() -> None:
+            for worker in self._workers:
+                self._ray.kill(worker)
+            self._ray.util.remove_placement_group(self._placement)
+
+        within(HEAD_ANSWER_S, end)  # a head lost since: nothing is left to stop
 
 
 class WorkerPool:

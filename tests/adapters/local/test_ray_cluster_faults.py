@@ -6,8 +6,10 @@ error instead of hanging. Slow: each cluster's start and the runs take a minute 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from adapters.local.distributed import HEAD_ANSWER_S
 from adapters.local.distributed_worker import FAULT_ENV
 from kitchen.engine.runs.checkpoints import read_records
 from kitchen.engine.runs.metrics import read_metrics
@@ -127,3 +130,31 @@ def test_losing_a_node_mid_step_exits_1_naming_it_and_the_same_command_resumes_o
     assert sorted(interrupted) == sorted(uninterrupted) == list(range(STEPS))
     # the distributed docs: losses agree with one process to ~1e-7 relative
     assert [interrupted[s] for s in range(STEPS)] == pytest.approx([uninterrupted[s] for s in range(STEPS)], rel=1e-5)
+
+
+def test_a_driver_that_loses_the_head_stops_with_a_clear_error_within_the_worker_timeout(
+    cluster: RayCluster, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    timeout_s = 30.0
+    log = tmp_path / "stderr.log"
+    process = start_hanging(command(run_dir, *on_cluster(cluster, timeout_s)), cluster, log)
+    try:
+        wait_for_two_checkpoints(process, run_dir, log)
+        for pid, _ in cluster.processes("head"):  # the whole head machine: GCS, raylet, its worker
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        lost = time.monotonic()
+        # the call's timeout, then at most HEAD_ANSWER_S asking the head (twice), and the exit
+        code = process.wait(timeout=timeout_s + 2 * HEAD_ANSWER_S + 60.0)
+        waited = time.monotonic() - lost
+    finally:
+        if process.poll() is None:
+            process.kill()
+    err = log.read_text()
+    assert code == 1, err[-4000:]
+    assert "distributed training: worker" in err and "during forward_backward" in err, err[-4000:]
+    assert f"the Ray cluster's head ({cluster.address}) does not answer" in err, err[-4000:]
+    assert "Traceback" not in err
+    print(f"the driver stopped {waited:.1f} s after the head was lost (local.worker_timeout_s={timeout_s:g})")
+    assert [r.step for r in read_records(run_dir / "checkpoints.jsonl")] == [1, 2]
