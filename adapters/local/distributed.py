@@ -50,6 +50,7 @@ from typing import Any
 
 import torch
 
+from adapters.common.tiny import EMBEDDED_MODELS
 from adapters.common.training_batch import build_training_batch
 from adapters.local.checkpoint_io import (
     CheckpointKind,
@@ -129,7 +130,7 @@ def ensure_ray(address: str | None) -> Any:
                     include_dashboard=False,
                     log_to_driver=False,
                     configure_logging=False,
-                    runtime_env=worker_runtime_env(),
+                    runtime_env=worker_runtime_env(address),
                 )
             )
     return ray
@@ -160,11 +161,21 @@ def _on_lasting_thread(start: Callable[[], object]) -> None:
         raise error
 
 
-def worker_runtime_env() -> dict[str, Any]:
-    """The workers import kitchen from where the driver does (a checkout ahead of the installed
-    copy included); on a cluster, every node needs kitchen installed (or this path)."""
-    root = str(Path(__file__).resolve().parents[2])
-    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+SHIPPED_PACKAGES = ("adapters", "kitchen", "train_core")
+"""What a training worker imports of kitchen's own code (the worker class, the engine's errors and
+ports, the losses): the packages Ray ships to a cluster's nodes."""
+
+
+def worker_runtime_env(address: str | None) -> dict[str, Any]:
+    """The workers run the driver's kitchen code. On this machine (`address` None) they import it
+    from where the driver does (a checkout ahead of the installed copy included); on a cluster,
+    Ray ships kitchen's packages from the driver to every node (`py_modules`), so nodes need only
+    kitchen's dependencies installed, not kitchen, the checkout or a shared disk. Third-party
+    plugins (a loss's module) must be installed on every node."""
+    root = Path(__file__).resolve().parents[2]
+    if address is not None:
+        return {"py_modules": [str(root / name) for name in SHIPPED_PACKAGES], "excludes": ["__pycache__"]}
+    path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)
     return {"env_vars": {"PYTHONPATH": path}}
 
 
@@ -265,6 +276,7 @@ class WorkerGroup:
                 shape.lora,
                 shape.options.cpu_threads,
                 shape.fault,
+                self.nodes[rank],
             )
             for rank in range(size)
         ]
@@ -397,7 +409,11 @@ class WorkerPool:
             with self._lock:
                 self._groups.append(group)
         try:
-            group.call("start-up", lambda w, rank: w.build.remote(identity))
+            folder = Path(identity.base_model)
+            local = folder.is_dir() and identity.base_model not in EMBEDDED_MODELS
+            on_driver = str(folder.resolve()) if local else None
+            group.call("start-up", lambda w, rank: w.find_model.remote(identity, on_driver))
+            group.call("start-up", lambda w, rank: w.build.remote(identity, on_driver))
         except BaseException:
             self.release(group)
             raise
