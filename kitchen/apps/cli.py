@@ -27,6 +27,9 @@ from kitchen.engine.secrets import install_logging_filter, redact
 from kitchen.engine.workflow import render_tree
 from train_core.errors import InvalidInputError
 
+RESUME_HINT = "kitchen: rerun the same command to resume from the last checkpoint"
+"""After a `RuntimeFailure` (exit 1): the input was fine, the run directory holds its checkpoints."""
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kitchen", description="LLM post-training as stage pipelines")
@@ -161,13 +164,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             raise
         _error(exc)
-        return 1 if isinstance(exc, RuntimeFailure) else 2
+        if isinstance(exc, RuntimeFailure):
+            print(RESUME_HINT, file=sys.stderr)
+            return 1
+        return 2
     except StageFailure as exc:
         if args.debug:
             traceback.print_exception(exc.cause)
         _error(exc)
         if isinstance(exc.cause, RuntimeFailure):
-            print("kitchen: rerun the same command to resume from the last checkpoint", file=sys.stderr)
+            print(RESUME_HINT, file=sys.stderr)
         elif not args.debug and not exc.is_user_error:
             print("kitchen: rerun with --debug for the traceback", file=sys.stderr)
         return 2 if exc.is_user_error else 1
