@@ -27,7 +27,7 @@ def test_within_returns_the_result_or_gives_up_on_a_call_that_blocks() -> None:
 def test_on_a_cluster_the_workers_get_kitchens_packages_through_ray_else_the_drivers_path() -> None:
     shipped = worker_runtime_env("10.0.0.1:6379")
     assert "env_vars" not in shipped  # no path of the driver's machine
-    assert shipped["py_modules"] == [str(Path(p.__file__).parent) for p in (adapters, kitchen, train_core)]
+    assert shipped["py_modules"] == [str(Path(str(p.__file__)).parent) for p in (adapters, kitchen, train_core)]
     assert tuple(Path(p).name for p in shipped["py_modules"]) == SHIPPED_PACKAGES
     local = worker_runtime_env(None)
     assert local["env_vars"]["PYTHONPATH"].split(":")[0] == str(Path(kitchen.__file__).parents[1])
