@@ -111,7 +111,8 @@ def test_losing_a_node_mid_step_exits_1_naming_it_and_the_same_command_resumes_o
     err = log.read_text()
     assert code == 1, err[-4000:]
     second = cluster.nodes["second"].ip
-    # the worker on the lost node (0 or 1: SPREAD decides), its node, and the call
+    # the worker on the lost node (0 or 1: SPREAD decides), its node, and the call (", which Ray
+    # reports lost" follows when Ray has declared the node dead within 5 s: not asserted, load-dependent)
     assert re.search(rf"worker [01] died during forward_backward on node {re.escape(second)}", err), err[-4000:]
     assert "Traceback" not in err
     records = read_records(run_dir / "checkpoints.jsonl")
