@@ -603,12 +603,12 @@ def step_fsdp(check: Check) -> dict[str, Any]:
         port = probe.getsockname()[1]
     model_dir = _saved_small_model(check)
     out: dict[str, Any] = {}
-    worker = TrainingWorker(0, 1, torch.bfloat16, check.cuda, TrainingOptions(), LoraOptions(), None, None)
+    worker = TrainingWorker(0, 1, torch.bfloat16, check.cuda, TrainingOptions(), LoraOptions(), None, None, "127.0.0.1")
     worker.join(f"tcp://127.0.0.1:{port}", 300.0)
     try:
         data = sft_batch(check.config(check.shapes.small).vocab_size, lengths(check, 8)[:4], 8)
         for name, rank in (("lora", 8), ("full", None)):
-            worker.build(ModelIdentity(str(model_dir), rank, 0))
+            worker.build(ModelIdentity(str(model_dir), rank, 0), str(model_dir))
             _, metrics, _, _ = worker.run_loss("forward_backward", CROSS_ENTROPY, {}, data, data[0], 1, True)
             step = worker.optim_step(AdamParams(learning_rate=1e-4))
             single = check.client(_load_small(check, model_dir), lora_rank=rank)

@@ -21,9 +21,12 @@ calls every worker and waits for all of them, with a timeout.
 - Sampling: `save_weights_for_sampler` and `save_weights_and_get_sampling_client` gather the
   weights into the driver's model, which the sampler pool snapshots as in the single-process case
   (or the vLLM engine reads, with no snapshot).
-- Faults: a worker that dies or does not answer within `timeout_s` fails the call with an error
-  naming the worker and the call; the other workers are killed (they may wait in a collective)
-  and the client is unusable after that; resume from the last checkpoint.
+- Faults: a worker that dies (its node lost included) or does not answer within `timeout_s` fails
+  the call with a `RuntimeFailure` naming the worker, its node and the call; the other workers are
+  killed (they may wait in a collective) and the client is unusable after that; resume from the
+  last checkpoint (on whatever nodes are left: the placement's SPREAD is a preference).
+- Rendezvous: rank 0's process group listens on the address Ray reports for its node (not what
+  the node's hostname resolves to, often 127.0.1.1 or nothing useful on a cluster).
 - Pooling: starting a group of workers (processes, imports, the process group) takes seconds, so
   a closed client's group goes back to its `WorkerPool`, and the next client of the same shape
   rebuilds its model on it from the base weights; the pool stops its groups when it is closed.
@@ -47,6 +50,7 @@ from typing import Any
 
 import torch
 
+from adapters.common.tiny import EMBEDDED_MODELS
 from adapters.common.training_batch import build_training_batch
 from adapters.local.checkpoint_io import (
     CheckpointKind,
@@ -72,14 +76,15 @@ from adapters.local.training_client import (
     backward_custom_loss,
     microbatches,
 )
-from kitchen.engine.errors import ConfigError, KitchenError
+from kitchen.engine.errors import ConfigError, KitchenError, RuntimeFailure
 from kitchen.engine.ports import CustomLossFn, SamplingClient, Tokenizer
 from train_core.losses import LOSS_SPECS, TARGET_TOKENS, LossTable, find_loss, merge_loss_metrics
 from train_core.types import AdamParams, Datum, ForwardBackwardOutput, OptimStepOutput, TensorData
 
 
-class WorkerFailure(KitchenError):
-    """A training worker died or timed out; the message names it and the call."""
+class WorkerFailure(RuntimeFailure):
+    """A training worker died (or its node was lost) or timed out; the message names it, its node
+    and the call."""
 
 
 @dataclass(frozen=True)
@@ -125,7 +130,7 @@ def ensure_ray(address: str | None) -> Any:
                     include_dashboard=False,
                     log_to_driver=False,
                     configure_logging=False,
-                    runtime_env=worker_runtime_env(),
+                    runtime_env=worker_runtime_env(address),
                 )
             )
     return ray
@@ -156,17 +161,61 @@ def _on_lasting_thread(start: Callable[[], object]) -> None:
         raise error
 
 
-def worker_runtime_env() -> dict[str, Any]:
-    """The workers import kitchen from where the driver does (a checkout ahead of the installed
-    copy included); on a cluster, every node needs kitchen installed (or this path)."""
-    root = str(Path(__file__).resolve().parents[2])
-    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+SHIPPED_PACKAGES = ("adapters", "kitchen", "train_core")
+"""What a training worker imports of kitchen's own code (the worker class, the engine's errors and
+ports, the losses): the packages Ray ships to a cluster's nodes."""
+
+
+def worker_runtime_env(address: str | None) -> dict[str, Any]:
+    """The workers run the driver's kitchen code. On this machine (`address` None) they import it
+    from where the driver does (a checkout ahead of the installed copy included); on a cluster,
+    Ray ships kitchen's packages from the driver to every node (`py_modules`), so nodes need only
+    kitchen's dependencies installed, not kitchen, the checkout or a shared disk. Third-party
+    plugins (a loss's module) must be installed on every node."""
+    root = Path(__file__).resolve().parents[2]
+    if address is not None:
+        return {"py_modules": [str(root / name) for name in SHIPPED_PACKAGES], "excludes": ["__pycache__"]}
+    path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)
     return {"env_vars": {"PYTHONPATH": path}}
 
 
 CPU_WORKER_SHARE = 0.001
 """Ray CPUs a CPU worker reserves: next to nothing (its torch threads are `local.cpu_threads`), but
 a placement group's bundle needs some resource to be placed by."""
+
+
+def bundle_nodes(ray: Any, group: Any) -> list[tuple[str, str]]:
+    """(Ray's node id, the node's address as Ray reports it) of each bundle of a placed group, in
+    bundle order."""
+    addresses = {node["NodeID"]: node["NodeManagerAddress"] for node in ray.nodes()}
+    on = ray.util.placement_group_table(group)["bundles_to_node_id"]
+    return [(on[index], addresses.get(on[index], on[index])) for index in range(len(on))]
+
+
+HEAD_ANSWER_S = 10.0
+"""How long the driver waits for the cluster's head (Ray's GCS) to answer after a failure before it
+takes the head for lost (Ray's own calls would wait 60 s for it, then end the process)."""
+
+
+def within(seconds: float, call: Callable[[], Any]) -> tuple[bool, Any]:
+    """(True, `call()`) when it returns within `seconds`, else (False, None): `call` runs on a daemon
+    thread, which a call waiting on a lost head leaves blocked inside Ray."""
+    outcome: queue.Queue[tuple[bool, Any]] = queue.Queue()
+
+    def run() -> None:
+        try:
+            outcome.put((True, call()))
+        except BaseException as exc:
+            outcome.put((False, exc))
+
+    threading.Thread(target=run, name="ray-head-query", daemon=True).start()
+    try:
+        finished, value = outcome.get(timeout=seconds)
+    except queue.Empty:
+        return False, None
+    if not finished:
+        raise value
+    return True, value
 
 
 def spread_placement(ray: Any, size: int, use_cuda: bool, timeout_s: float) -> Any:
@@ -208,6 +257,9 @@ class WorkerGroup:
         self._stopped = False
         size = shape.options.num_workers
         self._placement = spread_placement(ray, size, shape.use_cuda, shape.options.timeout_s)
+        self._node_ids, self.nodes = zip(*bundle_nodes(ray, self._placement), strict=True)
+        self.head_lost = False
+        """The cluster's head stopped answering: nothing more can be asked of Ray (stop included)."""
         resources = {"num_gpus": 1, "num_cpus": 1} if shape.use_cuda else {"num_cpus": CPU_WORKER_SHARE}
         actor = ray.remote(**resources)(TrainingWorker)
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy  # Ray is optional
@@ -224,10 +276,11 @@ class WorkerGroup:
                 shape.lora,
                 shape.options.cpu_threads,
                 shape.fault,
+                self.nodes[rank],
             )
             for rank in range(size)
         ]
-        address = self._get([self._workers[0].address.remote()], "start-up")[0]
+        address = self._get([self._workers[0].address.remote(self.nodes[0])], "start-up")[0]
         self.call("start-up", lambda w, rank: w.join.remote(address, shape.options.timeout_s))
 
     @property
@@ -254,37 +307,83 @@ class WorkerGroup:
             ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
             if not ready:
                 ranks = sorted(rank_of[ref] for ref in pending)
-                self._fail(f"worker(s) {ranks} did not finish {call} within {timeout_s:g} s")
+                on = ", ".join(f"{rank} on node {self.nodes[rank]}" for rank in ranks)
+                self._fail(f"worker(s) {on} did not finish {call} within {timeout_s:g} s")
             for ref in ready:
                 try:
                     ray.get(ref)
                 except ray.exceptions.RayActorError as exc:
-                    self._fail(f"worker {rank_of[ref]} died during {call} ({type(exc).__name__})")
+                    rank = rank_of[ref]
+                    self._fail(
+                        f"worker {rank} died during {call} on node {self.nodes[rank]}{self._node_state(rank)} "
+                        f"({type(exc).__name__})"
+                    )
                 except ray.exceptions.RayTaskError as exc:
                     cause = exc.cause if isinstance(exc.cause, Exception) else exc
                     if isinstance(cause, KitchenError):
                         raise cause from None  # bad input, found on a worker: the group stays usable
-                    self._fail(f"worker {rank_of[ref]} failed during {call}: {type(cause).__name__}: {cause}")
+                    rank = rank_of[ref]
+                    self._fail(
+                        f"worker {rank} failed during {call} on node {self.nodes[rank]}: "
+                        f"{type(cause).__name__}: {cause}"
+                    )
         return [ray.get(ref) for ref in refs]
 
+    def _node_state(self, rank: int) -> str:
+        """ ", which Ray reports lost" when the rank's node is gone (Ray declares a node dead a few
+        seconds after its raylet stops answering: this waits up to 5 s for the verdict); "" when it
+        is not, or when the head does not answer (`_fail` says so)."""
+        deadline = time.monotonic() + 5.0
+        while not self.head_lost and time.monotonic() < deadline:
+            alive = self._alive_nodes()
+            if alive is None:
+                self.head_lost = True
+            elif not alive.get(self._node_ids[rank], False):
+                return ", which Ray reports lost"
+            else:
+                time.sleep(0.5)
+        return ""
+
+    def _alive_nodes(self) -> dict[str, bool] | None:
+        """Whether each node is alive, by Ray's node id; None when the cluster's head (Ray's GCS)
+        does not answer within `HEAD_ANSWER_S`."""
+        try:
+            answered, nodes = within(HEAD_ANSWER_S, self._ray.nodes)
+        except Exception:  # Ray's error for a GCS it cannot reach
+            return None
+        return {node["NodeID"]: node["Alive"] for node in nodes} if answered else None
+
     def _fail(self, reason: str) -> None:
+        """Break the group for `reason`: its workers are killed (they may wait in a collective)."""
         self.broken = reason
-        for worker in self._workers:
-            self._ray.kill(worker)
+        if not self.head_lost:
+            self.head_lost = self._alive_nodes() is None
+        if not self.head_lost:
+            within(HEAD_ANSWER_S, lambda: [self._ray.kill(w) for w in self._workers])
+        else:
+            address = self.shape.options.ray_address or "this machine"
+            reason += (
+                f"; the Ray cluster's head ({address}) does not answer either: the driver has lost the cluster "
+                "(restart its head and nodes, then rerun the same command to resume)"
+            )
         raise WorkerFailure(f"distributed training: {reason}")
 
     def stop(self) -> None:
         """Leave the process group and end the worker processes (gone already if Ray was shut down);
         a second stop does nothing."""
-        if self._stopped or not self._ray.is_initialized():
+        if self._stopped or self.head_lost or not self._ray.is_initialized():
             return
         self._stopped = True
         if self.broken is None:
             with contextlib.suppress(Exception):  # they are killed next either way
                 self._ray.get([w.close.remote() for w in self._workers], timeout=30)
-        for worker in self._workers:
-            self._ray.kill(worker)
-        self._ray.util.remove_placement_group(self._placement)
+
+        def end() -> None:
+            for worker in self._workers:
+                self._ray.kill(worker)
+            self._ray.util.remove_placement_group(self._placement)
+
+        within(HEAD_ANSWER_S, end)  # a head lost since: nothing is left to stop
 
 
 class WorkerPool:
@@ -310,7 +409,11 @@ class WorkerPool:
             with self._lock:
                 self._groups.append(group)
         try:
-            group.call("start-up", lambda w, rank: w.build.remote(identity))
+            folder = Path(identity.base_model)
+            local = folder.is_dir() and identity.base_model not in EMBEDDED_MODELS
+            on_driver = str(folder.resolve()) if local else None
+            group.call("start-up", lambda w, rank: w.find_model.remote(identity, on_driver))
+            group.call("start-up", lambda w, rank: w.build.remote(identity, on_driver))
         except BaseException:
             self.release(group)
             raise

@@ -27,6 +27,7 @@ import gc
 import os
 import random
 import socket
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -42,11 +43,13 @@ from adapters.local.mixed_precision import is_low_precision, set_compute_dtype
 from adapters.local.model_loading import LoraOptions, load_model
 from adapters.local.serial_executor import SerialExecutor
 from adapters.local.training_client import LocalTrainingClient, TrainingOptions, make_adamw, microbatches
+from kitchen.engine.errors import ConfigError
 from train_core.losses import TARGET_TOKENS, LossSpec, merge_loss_metrics
 from train_core.types import AdamParams, Datum
 
 FAULT_ENV = "KITCHEN_DIST_FAULT"
-"""Testing hook: `RANK:CALL:N` makes worker RANK exit hard at its Nth CALL (e.g. `1:forward_backward:3`)."""
+"""Testing hook: `RANK:CALL:N` makes worker RANK exit hard at its Nth CALL (e.g. `1:forward_backward:3`);
+`RANK:CALL:N:hang` makes it stop there instead (sleeping, so that a test can take its node away mid-call)."""
 
 
 def shard_model(model: torch.nn.Module, compute: torch.dtype = torch.float32) -> None:
@@ -105,11 +108,13 @@ class TrainingWorker:
         lora: LoraOptions,
         cpu_threads: int | None,
         fault: str | None,
+        node: str,
     ) -> None:
         if cpu_threads is not None:
             torch.set_num_threads(cpu_threads)
         self.rank = rank
         self.world_size = world_size
+        self._node = node  # its address, as Ray reports it: for error messages
         self._dtype = dtype
         self._device = torch.device("cuda", 0) if use_cuda else torch.device("cpu")
         self._training = training
@@ -119,11 +124,12 @@ class TrainingWorker:
         self._core: _ShardedCore | None = None
         self._pending: list[torch.Tensor] = []  # a custom loss's logprobs, awaiting their gradients
 
-    def address(self) -> str:
-        """A `tcp://host:port` rendezvous on this worker's node (asked of rank 0)."""
-        host = socket.gethostbyname(socket.gethostname())
+    def address(self, host: str) -> str:
+        """A `tcp://host:port` rendezvous on this worker's node (asked of rank 0), `host` being the
+        node's address as Ray reports it: the hostname's may resolve to 127.0.1.1, or to nothing
+        the other nodes can reach."""
         with socket.socket() as probe:
-            probe.bind(("", 0))
+            probe.bind((host, 0))
             port = probe.getsockname()[1]
         return f"tcp://{host}:{port}"
 
@@ -140,16 +146,28 @@ class TrainingWorker:
             timeout=timedelta(seconds=timeout_s),
         )
 
-    def build(self, identity: ModelIdentity) -> None:
-        """Load `identity`'s base weights, shard them and start a fresh optimizer (and fresh call
-        counts for the fault hook): the state of a new training client."""
+    def find_model(self, identity: ModelIdentity, driver_folder: str | None) -> None:
+        """A ConfigError unless this node has the model's folder, when it is one (`driver_folder`:
+        its absolute path on the driver's machine; a cluster shares no disk by itself). Asked of
+        every worker before `build`, whose sharding is collective: a worker that failed there
+        would leave the others waiting in it."""
+        if driver_folder is not None and not Path(driver_folder).is_dir():
+            raise ConfigError(
+                f"model_name {identity.base_model!r}: the folder {driver_folder} is on the driver's machine but "
+                f"not on node {self._node} (training worker {self.rank}): on a cluster, put the model at the same "
+                "path on every node (a shared or synced disk), or name a hub model every node can download"
+            )
+
+    def build(self, identity: ModelIdentity, driver_folder: str | None) -> None:
+        """Load `identity`'s base weights (from `driver_folder` when the model is a folder: see
+        `find_model`), shard them and start a fresh optimizer (and fresh call counts for the fault
+        hook): the state of a new training client."""
         self.release()
+        source = driver_folder or identity.base_model
         stored = torch.float32 if is_low_precision(self._dtype) else self._dtype  # the masters' dtype
-        model = load_model(
-            identity.base_model, identity.lora_rank, identity.seed, self._device, stored, self._lora, identity.layers
-        )
+        model = load_model(source, identity.lora_rank, identity.seed, self._device, stored, self._lora, identity.layers)
         shard_model(model, self._dtype)
-        tokenizer = load_tokenizer(identity.base_model)
+        tokenizer = load_tokenizer(source)
         self._calls = {}
         self._core = _ShardedCore(
             model,
@@ -181,6 +199,8 @@ class TrainingWorker:
         self._calls[call] = n = self._calls.get(call, 0) + 1
         fault = self._fault
         if fault is not None and (int(fault[0]), fault[1], int(fault[2])) == (self.rank, call, n):
+            if fault[3:] == ["hang"]:
+                time.sleep(3600.0)  # until the test takes the node away, or the call times out
             os._exit(17)
 
     # -- forward / backward ------------------------------------------------------------------

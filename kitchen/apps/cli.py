@@ -1,6 +1,7 @@
 """The `kitchen` command: run / ls / show / validate / report / runs.
 
-Bad input (config, data, wiring) prints one line on stderr and exits 2; `--debug` shows the
+Bad input (config, data, wiring) prints one line on stderr and exits 2; a runtime failure (a
+`RuntimeFailure`: a lost node, a dead worker) prints one line and exits 1; `--debug` shows the
 traceback instead.
 """
 
@@ -19,11 +20,15 @@ from kitchen.apps.cli_tools import format_keys
 from kitchen.engine.config.loading import load_config
 from kitchen.engine.config.renames import ConfigKeyRenamed
 from kitchen.engine.config.run import RunConfig
+from kitchen.engine.errors import RuntimeFailure
 from kitchen.engine.recipe import Recipe, get_recipe, recipe_names, resolve_config_path, shipped_configs
 from kitchen.engine.runner import StageFailure, is_environment_error
 from kitchen.engine.secrets import install_logging_filter, redact
 from kitchen.engine.workflow import render_tree
 from train_core.errors import InvalidInputError
+
+RESUME_HINT = "kitchen: rerun the same command to resume from the last checkpoint"
+"""After a `RuntimeFailure` (exit 1): the input was fine, the run directory holds its checkpoints."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -159,12 +164,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             raise
         _error(exc)
+        if isinstance(exc, RuntimeFailure):
+            print(RESUME_HINT, file=sys.stderr)
+            return 1
         return 2
     except StageFailure as exc:
         if args.debug:
             traceback.print_exception(exc.cause)
         _error(exc)
-        if not args.debug and not exc.is_user_error:
+        if isinstance(exc.cause, RuntimeFailure):
+            print(RESUME_HINT, file=sys.stderr)
+        elif not args.debug and not exc.is_user_error:
             print("kitchen: rerun with --debug for the traceback", file=sys.stderr)
         return 2 if exc.is_user_error else 1
     except OSError as exc:

@@ -1,4 +1,5 @@
-"""User-facing errors. The CLI prints these as one line and exits 2; anything else is a bug."""
+"""User-facing errors. The CLI prints these as one line and exits 2 (bad input) or 1 (`RuntimeFailure`:
+the machinery under a run broke); anything else is a bug."""
 
 from __future__ import annotations
 
@@ -25,6 +26,12 @@ class WiringError(KitchenError):
 
 class StageError(KitchenError):
     """A user-fixable failure raised while a stage runs; the runner prefixes the stage name."""
+
+
+class RuntimeFailure(KitchenError):
+    """Not bad input: what a run stands on broke under it (a lost node, a dead worker). The message
+    names what and where; the CLI exits 1 (not 2, which says "fix your input"), and rerunning the
+    same command resumes from the last checkpoint."""
 
 
 class RunDirError(KitchenError):

@@ -20,7 +20,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from kitchen.engine.config.sections import section_of
 from kitchen.engine.context import Context, LoopPosition
-from kitchen.engine.errors import StageError, WiringError
+from kitchen.engine.errors import RuntimeFailure, StageError, WiringError
 from kitchen.engine.hooks import Hooks
 from kitchen.engine.observe.logging import flush_events
 from kitchen.engine.stage import Live, Stage, StageSpec
@@ -41,6 +41,8 @@ class StageFailure(Exception):
 
     @property
     def is_user_error(self) -> bool:
+        if isinstance(self.cause, RuntimeFailure):
+            return False
         return isinstance(self.cause, InvalidInputError) or is_environment_error(self.cause)
 
 

@@ -1,4 +1,5 @@
-"""Bad input through the CLI: one clear line on stderr, exit code 2, no traceback."""
+"""Bad input through the CLI: one clear line on stderr, exit code 2, no traceback (a runtime
+failure: one line, exit code 1)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from kitchen.apps import cli
 from kitchen.apps.cli import main
+from kitchen.engine.errors import RuntimeFailure
+from kitchen.engine.runner import StageFailure
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
@@ -101,3 +105,21 @@ def test_overrides_may_come_before_or_after_config(capsys: pytest.CaptureFixture
     with pytest.raises(SystemExit) as info:
         main(["validate", "sl_basic", "--config", config, "--bogus"])
     assert info.value.code == 2
+
+
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_a_runtime_failure_exits_1_with_one_line_and_the_resume_hint(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], wrapped: bool
+) -> None:
+    lost = RuntimeFailure("distributed training: worker 1 died during optim_step on node 10.0.0.7")
+
+    def dispatch(args: object) -> None:
+        raise StageFailure("train_step", lost) if wrapped else lost
+
+    monkeypatch.setattr(cli, "_dispatch", dispatch)
+    code, err = run(capsys, "run", "sl_basic")
+    assert code == 1  # not 2: the input was fine, the machinery broke
+    assert "worker 1 died during optim_step on node 10.0.0.7" in err
+    assert "Traceback" not in err and "--debug" not in err
+    assert "rerun the same command to resume" in err
+    assert not StageFailure("train_step", lost).is_user_error
