@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from train_core.preference.dpo import sequence_logprobs
+from train_core.preference.kto import sequence_logratios, unpaired_reward_metrics
 from train_core.types import Datum
 
 if TYPE_CHECKING:
@@ -70,19 +70,11 @@ def bco_loss(
     logit_B = beta * logratio_B - delta
     loss = torch.where(desirable_B, -F.logsigmoid(logit_B), -F.logsigmoid(-logit_B)).mean()
     with torch.no_grad():
-        reward_B = beta * logratio_B
-        desirable_reward = reward_B[desirable_B].mean().item() if desirable_B.any() else 0.0
-        undesirable_reward = reward_B[~desirable_B].mean().item() if (~desirable_B).any() else 0.0
         right_B = torch.where(desirable_B, logit_B > 0, logit_B < 0)
         metrics = {
             "bco_loss": loss.item(),
             "delta": delta,
-            "desirable_reward": desirable_reward,
-            "undesirable_reward": undesirable_reward,
-            "reward_margin": desirable_reward - undesirable_reward,
-            "accuracy": right_B.float().mean().item(),
-            "num_desirable": float(desirable_B.sum().item()),
-            "num_undesirable": float((~desirable_B).sum().item()),
+            **unpaired_reward_metrics(beta * logratio_B, desirable_B, right_B),
         }
     return loss, metrics
 
@@ -104,7 +96,7 @@ def bco_from_token_logprobs(
         raise ValueError(
             f"{len(logprobs_D)} logprob and {len(ref_logprobs_D)} reference tensors for {len(desirable_B)} examples"
         )
-    logratio_B = sequence_logprobs(logprobs_D, weights_D) - sequence_logprobs(ref_logprobs_D, weights_D)
+    logratio_B = sequence_logratios(logprobs_D, ref_logprobs_D, weights_D)
     if update:
         running.update(beta * logratio_B.detach())
     labels_B = torch.tensor(list(desirable_B), dtype=torch.bool, device=logratio_B.device)

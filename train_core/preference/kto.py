@@ -59,20 +59,36 @@ def kto_loss(
     loss = torch.cat([desirable_losses, undesirable_losses]).mean()
     with torch.no_grad():
         reward_B = beta * logratio_B
-        desirable_reward = reward_B[desirable_B].mean().item() if desirable_B.any() else 0.0
-        undesirable_reward = reward_B[~desirable_B].mean().item() if (~desirable_B).any() else 0.0
         right_B = torch.where(desirable_B, reward_B > 0, reward_B < 0)
-        metrics = {
-            "kto_loss": loss.item(),
-            "kl": z.item(),
-            "desirable_reward": desirable_reward,
-            "undesirable_reward": undesirable_reward,
-            "reward_margin": desirable_reward - undesirable_reward,
-            "accuracy": right_B.float().mean().item(),
-            "num_desirable": float(desirable_B.sum().item()),
-            "num_undesirable": float((~desirable_B).sum().item()),
-        }
+        metrics = {"kto_loss": loss.item(), "kl": z.item(), **unpaired_reward_metrics(reward_B, desirable_B, right_B)}
     return loss, metrics
+
+
+def unpaired_reward_metrics(
+    reward_B: torch.Tensor, desirable_B: torch.Tensor, right_B: torch.Tensor
+) -> dict[str, float]:
+    """The metrics every unpaired (desirable / undesirable) loss reports, so that KTO and BCO runs
+    compare key for key: `desirable_reward` and `undesirable_reward` (mean reward of each kind, 0
+    when a batch has none), `reward_margin` (their difference), `accuracy` (share of `right_B`),
+    `num_desirable`, `num_undesirable`."""
+    desirable_reward = reward_B[desirable_B].mean().item() if desirable_B.any() else 0.0
+    undesirable_reward = reward_B[~desirable_B].mean().item() if (~desirable_B).any() else 0.0
+    return {
+        "desirable_reward": desirable_reward,
+        "undesirable_reward": undesirable_reward,
+        "reward_margin": desirable_reward - undesirable_reward,
+        "accuracy": right_B.float().mean().item(),
+        "num_desirable": float(desirable_B.sum().item()),
+        "num_undesirable": float((~desirable_B).sum().item()),
+    }
+
+
+def sequence_logratios(
+    logprobs_D: Sequence[torch.Tensor], ref_logprobs_D: Sequence[torch.Tensor], weights_D: Sequence[torch.Tensor]
+) -> torch.Tensor:
+    """Each datum's summed log-ratio `r = lp - ref` against the frozen reference, over its
+    weighted tokens: the implicit reward (up to `beta`) of the unpaired losses."""
+    return sequence_logprobs(logprobs_D, weights_D) - sequence_logprobs(ref_logprobs_D, weights_D)
 
 
 def kto_from_token_logprobs(
@@ -91,7 +107,7 @@ def kto_from_token_logprobs(
             f"{len(logprobs_D)} logprob and {len(ref_logprobs_D)} reference tensors for {size} examples: "
             f"KTO data are the {size} examples then their {size} mismatched pairs"
         )
-    logratio_D = sequence_logprobs(logprobs_D, weights_D) - sequence_logprobs(ref_logprobs_D, weights_D)
+    logratio_D = sequence_logratios(logprobs_D, ref_logprobs_D, weights_D)
     labels_B = torch.tensor(list(desirable_B), dtype=torch.bool, device=logratio_D.device)
     return kto_loss(logratio_D[:size], labels_B, logratio_D[size:], params)
 
