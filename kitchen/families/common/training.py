@@ -8,6 +8,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kitchen.engine.config.run import RunConfig
 from kitchen.engine.context import Context
@@ -18,6 +19,9 @@ from kitchen.families.common.settings import OptimizerSettings
 from train_core.schedules import lr_multiplier
 from train_core.supervised import mean_nll
 from train_core.types import AdamParams, Datum, ForwardBackwardOutput, OptimStepOutput
+
+if TYPE_CHECKING:
+    import torch
 
 
 def adam_params(ctx: Context, optimizer: OptimizerSettings) -> AdamParams:
@@ -85,6 +89,18 @@ class SubmitTrainStep(Stage):
         inflight: Sequence[PendingStep] = (),
     ) -> InFlight:
         return await submit_step(ctx, training_client, batch, "cross_entropy", optimizer, inflight)
+
+
+async def forward_logprobs(
+    client: TrainingClient, data: Sequence[Datum], chunk: int
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Held-out evaluation's forward pass (no gradients) of `data` in chunks of `chunk` datums,
+    every chunk queued before any is awaited (so it runs after the step's update already queued):
+    each datum's per-token logprobs and its loss weights."""
+    futures = [await client.forward(data[i : i + chunk], "cross_entropy") for i in range(0, len(data), chunk)]
+    logprobs_D = [out["logprobs"].to_torch() for fut in futures for out in (await fut).loss_fn_outputs]
+    weights_D = [datum.loss_fn_inputs["weights"].to_torch() for datum in data]
+    return logprobs_D, weights_D
 
 
 def supervised_step_metrics(pending: PendingStep, output: ForwardBackwardOutput) -> dict[str, float]:

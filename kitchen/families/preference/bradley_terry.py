@@ -24,7 +24,7 @@ from kitchen.families.common.setup import (
     single_token_ids,
 )
 from kitchen.families.common.train_loop import pipelined_training
-from kitchen.families.common.training import InFlight, PendingStep, loss_fn_metrics, submit_step
+from kitchen.families.common.training import InFlight, PendingStep, forward_logprobs, loss_fn_metrics, submit_step
 from kitchen.families.preference.reward_model import check_comparison_files
 from kitchen.families.preference.settings import ComparisonData, RewardModelHead
 from kitchen.families.preference.stages import EXAMPLES_PER_EVAL, pair_texts, read_preference_split
@@ -134,12 +134,7 @@ class EvaluateRewardModel(Stage):
         if not eval_data:
             return
         size = DATUMS_PER_PAIR * data.batch_size
-        futures = [
-            await training_client.forward(eval_data[i : i + size], "cross_entropy")
-            for i in range(0, len(eval_data), size)
-        ]
-        logprobs_D = [out["logprobs"].to_torch() for fut in futures for out in (await fut).loss_fn_outputs]
-        weights_D = [datum.loss_fn_inputs["weights"].to_torch() for datum in eval_data]
+        logprobs_D, weights_D = await forward_logprobs(training_client, eval_data, size)
         scores = scores_from_token_logprobs(logprobs_D, weights_D)
         chosen_P, rejected_P = scores[0::2], scores[1::2]
         _, metrics = bradley_terry_loss(chosen_P, rejected_P, head.center_rewards_coefficient)

@@ -25,7 +25,7 @@ from kitchen.families.common.setup import (
     MakeRenderer,
 )
 from kitchen.families.common.train_loop import pipelined_training
-from kitchen.families.common.training import InFlight, PendingStep, loss_fn_metrics, submit_step
+from kitchen.families.common.training import InFlight, PendingStep, forward_logprobs, loss_fn_metrics, submit_step
 from kitchen.families.preference.reward_model import comparison_records
 from kitchen.families.preference.settings import ComparisonData, KTOLoss
 from kitchen.families.preference.stages import ComputeReferenceLogprobs, report_skipped
@@ -219,12 +219,7 @@ class EvaluateKTO(Stage):
         if not eval_data:
             return
         size = 2 * data.batch_size
-        futures = [
-            await training_client.forward(eval_data[i : i + size], "cross_entropy")
-            for i in range(0, len(eval_data), size)
-        ]
-        logprobs_D = [out["logprobs"].to_torch() for fut in futures for out in (await fut).loss_fn_outputs]
-        weights_D = [datum.loss_fn_inputs["weights"].to_torch() for datum in eval_data]
+        logprobs_D, weights_D = await forward_logprobs(training_client, eval_data, size)
         if kto.loss_type == "bco":
             assert bco_running_mean is not None  # kto_workflow("bco") starts it
             _, metrics = bco_from_token_logprobs(

@@ -24,7 +24,7 @@ from kitchen.families.common.process_reward import ProcessRewardHead, StepTokeni
 from kitchen.families.common.settings import DataSettings, OptimizerSettings, TrainingSettings
 from kitchen.families.common.setup import CloseBackend, CreateTrainingClient, GetTokenizer
 from kitchen.families.common.train_loop import pipelined_training
-from kitchen.families.common.training import InFlight, PendingStep, loss_fn_metrics, submit_step
+from kitchen.families.common.training import InFlight, PendingStep, forward_logprobs, loss_fn_metrics, submit_step
 from kitchen.families.supervised.stages import Batch
 from train_core.batching import batch_for_step
 from train_core.errors import InvalidInputError
@@ -159,12 +159,7 @@ class EvaluateProcessRewardModel(Stage):
         if not eval_data:
             return
         size = DATUMS_PER_EXAMPLE * data.batch_size
-        futures = [
-            await training_client.forward(eval_data[i : i + size], "cross_entropy")
-            for i in range(0, len(eval_data), size)
-        ]
-        logprobs_D = [out["logprobs"].to_torch() for fut in futures for out in (await fut).loss_fn_outputs]
-        weights_D = [datum.loss_fn_inputs["weights"].to_torch() for datum in eval_data]
+        logprobs_D, weights_D = await forward_logprobs(training_client, eval_data, size)
         margins = step_margins(logprobs_D, weights_D)
         loss, _ = process_reward_loss(margins)
         ctx.record(

@@ -20,7 +20,7 @@ from kitchen.families.common.completers import AsyncJudge
 from kitchen.families.common.requests import score_targets
 from kitchen.families.common.settings import DataSettings, OptimizerSettings
 from kitchen.families.common.setup import ReferenceOut
-from kitchen.families.common.training import InFlight, PendingStep, submit_step
+from kitchen.families.common.training import InFlight, PendingStep, forward_logprobs, submit_step
 from kitchen.families.preference.reward_model import check_comparison_files, comparison_records
 from kitchen.families.preference.settings import ComparisonData, DPOLoss, WinRateSettings
 from kitchen.families.supervised.stages import Batch
@@ -277,11 +277,7 @@ class EvaluatePreferences(Stage):
         data_D = eval_data
         if not data_D:
             return
-        client = training_client
-        size = 2 * data.batch_size
-        futures = [await client.forward(data_D[i : i + size], "cross_entropy") for i in range(0, len(data_D), size)]
-        logprobs_D = [out["logprobs"].to_torch() for fut in futures for out in (await fut).loss_fn_outputs]
-        weights_D = [datum.loss_fn_inputs["weights"].to_torch() for datum in data_D]
+        logprobs_D, weights_D = await forward_logprobs(training_client, data_D, 2 * data.batch_size)
         chosen_P, rejected_P = pair_sequence_logprobs(logprobs_D, weights_D)
         chosen_ref_P, rejected_ref_P = pair_sequence_logprobs(eval_reference_logprobs, weights_D)
         beta = dpo.beta

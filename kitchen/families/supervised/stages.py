@@ -18,6 +18,7 @@ from kitchen.engine.runs.datasets import BuiltRecords, is_hub_name, load_located
 from kitchen.engine.stage import Stage
 from kitchen.families.common.settings import DataSettings
 from kitchen.families.common.setup import message_roles
+from kitchen.families.common.training import forward_logprobs
 from kitchen.families.supervised.examples import ExampleBuilder, record_datum
 from train_core.batching import batch_for_step
 from train_core.errors import InvalidInputError
@@ -225,14 +226,9 @@ class EvaluateNLL(Stage):
         if not eval_data:
             return
         size = data.batch_size
-        futures = [
-            await training_client.forward(eval_data[i : i + size], "cross_entropy")
-            for i in range(0, len(eval_data), size)
-        ]
+        logprobs_D, weights_D = await forward_logprobs(training_client, eval_data, size)
         decode = partial(tokenizer.decode, skip_special_tokens=True)
         bytes_D = [scored_bytes(datum, decode) for datum in eval_data]
-        logprobs_D = [out["logprobs"].to_torch() for fut in futures for out in (await fut).loss_fn_outputs]
-        weights_D = [datum.loss_fn_inputs["weights"].to_torch() for datum in eval_data]
         ctx.record(
             {
                 self.metric: mean_nll(logprobs_D, weights_D),
