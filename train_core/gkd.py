@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from train_core.renderers.messages import Message
-from train_core.rl.types import Env, EnvGroupBuilder, Metrics, Trajectory
+from train_core.rl.types import EnvGroupBuilder, WrappedGroupBuilder
 from train_core.topk_targets import TARGETS, WEIGHTS, Expanded
 from train_core.types import Datum, ModelInput, TensorData
 
@@ -46,7 +46,7 @@ GkdCustomLossFn = Callable[[Sequence[Datum], list["torch.Tensor"]], tuple["torch
 
 
 @dataclass(frozen=True)
-class CompletionGroupBuilder(EnvGroupBuilder):
+class CompletionGroupBuilder(WrappedGroupBuilder):
     """One data-set example of GKD: the student plays `inner`'s envs (its samples, and their
     rewards, are the on-policy source), `prompt` is what the teacher answers (`seq_kd`), and
     `completion` is the data set's reply to it."""
@@ -54,20 +54,6 @@ class CompletionGroupBuilder(EnvGroupBuilder):
     inner: EnvGroupBuilder
     prompt: tuple[Message, ...]
     completion: str
-
-    async def make_envs(self) -> Sequence[Env]:
-        return await self.inner.make_envs()
-
-    async def compute_group_rewards(
-        self, trajectories_G: Sequence[Trajectory], envs_G: Sequence[Env]
-    ) -> list[tuple[float, Metrics]]:
-        return await self.inner.compute_group_rewards(trajectories_G, envs_G)
-
-    def logging_tags(self) -> list[str]:
-        return self.inner.logging_tags()
-
-    async def cleanup(self) -> None:
-        await self.inner.cleanup()
 
 
 def batch_source(seed: int, step: int, lmbda: float, seq_kd: bool) -> Source:

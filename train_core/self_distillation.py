@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from train_core.renderers.messages import Message
 from train_core.rl.kl_penalty import logprob_input
-from train_core.rl.types import Env, EnvGroupBuilder, Metrics, Trajectory
+from train_core.rl.types import EnvGroupBuilder, WrappedGroupBuilder
 from train_core.topk_targets import TARGETS, WEIGHTS
 from train_core.types import Datum, TensorData
 
@@ -41,27 +41,13 @@ DEFAULT_DEMO_TEMPLATE = (
 
 
 @dataclass(frozen=True)
-class DemonstratedGroupBuilder(EnvGroupBuilder):
+class DemonstratedGroupBuilder(WrappedGroupBuilder):
     """A group of episodes of `inner` whose question has a golden answer: the student plays
     `inner`'s envs (their rewards are still measured), the teacher is shown `demonstration`."""
 
     inner: EnvGroupBuilder
     question: str
     demonstration: str
-
-    async def make_envs(self) -> Sequence[Env]:
-        return await self.inner.make_envs()
-
-    async def compute_group_rewards(
-        self, trajectories_G: Sequence[Trajectory], envs_G: Sequence[Env]
-    ) -> list[tuple[float, Metrics]]:
-        return await self.inner.compute_group_rewards(trajectories_G, envs_G)
-
-    def logging_tags(self) -> list[str]:
-        return self.inner.logging_tags()
-
-    async def cleanup(self) -> None:
-        await self.inner.cleanup()
 
     def teacher_messages(
         self, template: str = DEFAULT_DEMO_TEMPLATE, system_prompt: str | None = None

@@ -13,7 +13,7 @@ from kitchen.families.rl import RLLoopSettings, RLSettings, rl_workflow_for
 from recipes.envs.parity import ParityDataset, parity_task
 from train_core.renderers.base import Renderer
 from train_core.rl.task import RLTask
-from train_core.rl.types import Action, Env, EnvGroupBuilder, Metrics, RLDataset, StepResult, Trajectory
+from train_core.rl.types import Action, Env, EnvGroupBuilder, RLDataset, StepResult, WrappedGroupBuilder
 from train_core.types import ModelInput, StopCondition
 
 
@@ -52,7 +52,7 @@ class Flaky(Env):
 
 
 @dataclass
-class FlakyGroup(EnvGroupBuilder):
+class FlakyGroup(WrappedGroupBuilder):
     inner: EnvGroupBuilder
     failing_members: int
     fail_attempts: int
@@ -64,14 +64,6 @@ class FlakyGroup(EnvGroupBuilder):
         failing = self.failing_members if self.fail_attempts == 0 or self.attempts[0] <= self.fail_attempts else 0
         envs = await self.inner.make_envs()
         return [Flaky(env, index < failing, self.parse_errors) for index, env in enumerate(envs)]
-
-    async def compute_group_rewards(
-        self, trajectories_G: Sequence[Trajectory], envs_G: Sequence[Env]
-    ) -> list[tuple[float, Metrics]]:
-        return await self.inner.compute_group_rewards(trajectories_G, envs_G)
-
-    def logging_tags(self) -> list[str]:
-        return self.inner.logging_tags()
 
 
 @dataclass(frozen=True)

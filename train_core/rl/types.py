@@ -125,6 +125,28 @@ class EnvGroupBuilder(ABC):
         """Release what the envs hold (sandboxes, connections); runs after every rollout, failed or not."""
 
 
+class WrappedGroupBuilder(EnvGroupBuilder):
+    """An `EnvGroupBuilder` that plays, scores and cleans up through `inner`'s, for builders that
+    add data around a task's groups (a demonstration, a data-set completion) or change its envs.
+    Subclasses are dataclasses that declare the `inner` field."""
+
+    inner: EnvGroupBuilder
+
+    async def make_envs(self) -> Sequence[Env]:
+        return await self.inner.make_envs()
+
+    async def compute_group_rewards(
+        self, trajectories_G: Sequence[Trajectory], envs_G: Sequence[Env]
+    ) -> list[tuple[float, Metrics]]:
+        return await self.inner.compute_group_rewards(trajectories_G, envs_G)
+
+    def logging_tags(self) -> list[str]:
+        return self.inner.logging_tags()
+
+    async def cleanup(self) -> None:
+        await self.inner.cleanup()
+
+
 class RLDataset(ABC):
     """Batches of env-group builders, indexed by batch number."""
 
