@@ -28,7 +28,7 @@ from kitchen.engine.workflow import Node, When, Workflow, WorkflowBuilder
 from kitchen.families.common.settings import OptimizerSettings, OtherModel, SamplingSettings
 from kitchen.families.common.setup import CheckTokenizerMatch, OpenOtherModel
 from kitchen.families.common.training import adam_params, guard_nonfinite
-from kitchen.families.distillation.self_distillation import MAX_TOPK
+from kitchen.families.distillation.self_distillation import MAX_TOPK, check_scores_prompt_detail
 from kitchen.families.rl.settings import RLLoopSettings, RLSettings, WarmStartSettings
 from kitchen.families.rl.setup import WarmStart
 from kitchen.families.rl.workflow import fresh_run, rl_workflow
@@ -105,15 +105,6 @@ def completion_builders(builders: list[EnvGroupBuilder]) -> list[CompletionGroup
     return picked
 
 
-def check_scores_prompt_detail(client: SamplingClient) -> ScoresPromptDetail:
-    if not isinstance(client, ScoresPromptDetail):
-        raise StageError(
-            f"the teacher's sampling client ({type(client).__name__}) reports no top-k prompt logprobs "
-            "(ScoresPromptDetail); GKD needs a backend that does (local, noop)"
-        )
-    return client
-
-
 def dataset_sequence(renderer: Renderer, builder: CompletionGroupBuilder) -> tuple[list[int], list[float]]:
     """The data-set example's tokens and, per target, whether it is part of the completion."""
     messages = [*builder.prompt, Message(role="assistant", content=builder.completion)]
@@ -152,7 +143,7 @@ class GKDBatch(Stage):
         sampling: SamplingSettings,
         run: RunConfig,
     ) -> GKDData:
-        teacher = check_scores_prompt_detail(teacher_client)
+        teacher = check_scores_prompt_detail(teacher_client, "GKD")
         builders = completion_builders([group.builder for group in sampled_groups])
         source = batch_source(run.seed, ctx.step, gkd.lmbda, gkd.seq_kd)
         import torch  # here, not at the top: `kitchen ls` imports recipes without torch
@@ -257,7 +248,7 @@ class EvaluateGKD(Stage):
         if not builders:
             return
         sequences = [dataset_sequence(renderer, builder) for builder in builders]
-        scored = await score_topk(check_scores_prompt_detail(teacher_client), sequences, gkd.topk)
+        scored = await score_topk(check_scores_prompt_detail(teacher_client, "GKD"), sequences, gkd.topk)
         targets = [t for t in scored if t.positions]
         expanded = expand_2d_targets([t.datum for t in targets], "cross_entropy")
         if expanded is None:  # no held-out completion had a position to compare

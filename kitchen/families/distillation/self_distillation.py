@@ -96,6 +96,17 @@ class SelfDistillationData:
     """The student's sampled datums (for `PostUpdateKL`)."""
 
 
+def check_scores_prompt_detail(client: SamplingClient, method: str) -> ScoresPromptDetail:
+    """The teacher's client as one that reports top-K prompt logprobs, which `method`'s targets
+    are built from; a StageError naming the client when its backend does not."""
+    if not isinstance(client, ScoresPromptDetail):
+        raise StageError(
+            f"the teacher's sampling client ({type(client).__name__}) reports no top-k prompt logprobs "
+            f"(ScoresPromptDetail); {method} needs a backend that does (local, noop)"
+        )
+    return client
+
+
 class TeacherTopKTargets(Stage):
     """Each sampled reply read by the teacher after its demonstration prompt: the teacher's top-K
     at every reply position, renormalised, as the datum's [T, K] targets. Logs
@@ -111,11 +122,7 @@ class TeacherTopKTargets(Stage):
         renderer: Renderer,
         sdft: SelfDistillationSection,
     ) -> SelfDistillationData:
-        if not isinstance(teacher_client, ScoresPromptDetail):
-            raise StageError(
-                f"the teacher's sampling client ({type(teacher_client).__name__}) reports no top-k prompt "
-                "logprobs (ScoresPromptDetail); self-distillation needs a backend that does (local, noop)"
-            )
+        teacher = check_scores_prompt_detail(teacher_client, "self-distillation")
         builders_P = [group.builder for group in sampled_groups]
         for builder in builders_P:
             if not isinstance(builder, DemonstratedGroupBuilder):
@@ -140,7 +147,7 @@ class TeacherTopKTargets(Stage):
         detail = PromptDetail(topk=sdft.topk)
 
         async def score(tokens: list[int]) -> list[list[tuple[int, float]]]:
-            scores = await teacher_client.score_prompt(ModelInput.from_ints(tokens), detail)
+            scores = await teacher.score_prompt(ModelInput.from_ints(tokens), detail)
             return scores.topk or []
 
         rows_D = await asyncio.gather(*(score(v.tokens) if v else _nothing() for v in views_D))
