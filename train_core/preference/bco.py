@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from train_core.preference.dpo import weights_and_refs
 from train_core.preference.kto import sequence_logratios, unpaired_reward_metrics
 from train_core.types import Datum
 
@@ -117,9 +118,7 @@ def make_bco_custom_loss(
                 f"{len(data)} data, {len(logprobs_D)} logprob and {len(ref_D)} reference tensors for "
                 f"{len(labels)} BCO examples"
             )
-        devices_D = [lp.device for lp in logprobs_D]
-        weights_D = [d.loss_fn_inputs["weights"].to_torch().to(dev) for d, dev in zip(data, devices_D, strict=True)]
-        refs_D = [ref.to(dev) for ref, dev in zip(ref_D, devices_D, strict=True)]
+        weights_D, refs_D = weights_and_refs(data, logprobs_D, ref_D)
         loss, metrics = bco_from_token_logprobs(logprobs_D, refs_D, weights_D, labels, beta, running, update=True)
         metrics["num_tokens"] = float(sum(w.sum().item() for w in weights_D))
         return loss, metrics

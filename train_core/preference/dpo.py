@@ -78,6 +78,17 @@ def sequence_logprobs(logprobs_D: Sequence[torch.Tensor], weights_D: Sequence[to
     return torch.stack(sums)
 
 
+def weights_and_refs(
+    data: Sequence[Datum], logprobs_D: Sequence[torch.Tensor], ref_D: Sequence[torch.Tensor]
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Inside a custom loss: each datum's loss weights and its frozen reference logprobs, moved to
+    the device of the policy logprobs the backend handed over for it."""
+    devices_D = [lp.device for lp in logprobs_D]
+    weights_D = [d.loss_fn_inputs["weights"].to_torch().to(dev) for d, dev in zip(data, devices_D, strict=True)]
+    refs_D = [ref.to(dev) for ref, dev in zip(ref_D, devices_D, strict=True)]
+    return weights_D, refs_D
+
+
 def _sum_dtype(logprobs_T: torch.Tensor) -> torch.dtype:
     import torch
 
@@ -143,9 +154,7 @@ def make_dpo_custom_loss(
             raise ValueError(
                 f"{len(data)} data, {len(logprobs_D)} logprob tensors, {len(ref_D)} reference logprob tensors"
             )
-        devices_D = [lp.device for lp in logprobs_D]
-        weights_D = [d.loss_fn_inputs["weights"].to_torch().to(dev) for d, dev in zip(data, devices_D, strict=True)]
-        refs_D = [ref.to(dev) for ref, dev in zip(ref_D, devices_D, strict=True)]
+        weights_D, refs_D = weights_and_refs(data, logprobs_D, ref_D)
         chosen_P, rejected_P = pair_sequence_logprobs(logprobs_D, weights_D)
         chosen_ref_P, rejected_ref_P = pair_sequence_logprobs(refs_D, weights_D)
         chosen_plain_P = None
