@@ -17,7 +17,7 @@ import pytest
 from recipes.data import shipped_data
 from recipes.envs.harbor_tasks import load_harbor_task, read_reward
 from recipes.envs.terminal import TerminalSession, TerminalSettings
-from sandbox import bubblewrap_unavailable_reason, make_sandbox
+from sandbox import Program, bubblewrap_unavailable_reason, make_sandbox
 
 pytestmark = pytest.mark.skipif(
     bubblewrap_unavailable_reason() is not None, reason=f"bubblewrap: {bubblewrap_unavailable_reason()}"
@@ -127,3 +127,9 @@ def test_a_reward_file_left_beside_the_tests_own_is_gone_before_they_run(session
     scores = TerminalSession(task, session.sandbox, session.settings)
     assert reward(graded(scores, FORGERIES["reward_written_early"])) == 0.0
     assert reward(graded(scores, "printf 'ivy\\nolek\\nmira\\n' > out/top3.txt")) == pytest.approx(2 / 3, abs=1e-3)
+
+
+@pytest.mark.parametrize("target", ["/", "/usr", "/usr/local/app", "/etc", "/proc/x", "/sandbox", "app", "/app/../etc"])
+def test_a_mount_cannot_hide_the_system_view(target: str) -> None:
+    with pytest.raises(ValueError, match="sandbox mount"):
+        Program("", mounts={target: "work"})
