@@ -152,7 +152,7 @@ class TerminalEnv(Env):
             {
                 "turns": float(self.turns),
                 "commands": float(len(self.history)),
-                "sandbox_error": float("sandbox_error" in answer or "setup_failed" in answer),
+                "sandbox_error": max(self.metrics["sandbox_error"], float("grade" not in answer)),
                 "verifier_error": float("grade" in answer and reward is None),
                 "solved": float(reward is not None and reward >= 1.0),
             }
