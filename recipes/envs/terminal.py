@@ -35,6 +35,7 @@ from train_core.types import ModelInput, StopCondition
 RUNNER = Path(__file__).with_name("terminal_runner.py").read_text(encoding="utf-8")
 COMMAND_BLOCK = re.compile(r"```(?:bash|sh|shell)?[ \t]*\n(.*?)```", re.S)
 DONE_WORD = "DONE"
+DONE = re.compile(rf"\b{DONE_WORD}\b")
 PROTOCOL = (
     "You are in a Linux shell, in {workdir}. Reply with one shell command in a ```bash block; you will see "
     "its exit code and output. When the task is complete, reply {done} (no command)."
@@ -167,7 +168,7 @@ class TerminalEnv(Env):
         command = read_command(text)
         last_turn = self.turns >= self.session.settings.max_turns
         if command is None:
-            if DONE_WORD in text or last_turn:
+            if DONE.search(text) or last_turn:
                 return await self._finish(parsed)
             self.metrics["invalid_replies"] += 1
             return self._reply(NO_COMMAND, 0.0, done=False, parse_ok=False)

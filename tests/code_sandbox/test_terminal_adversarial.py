@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -70,15 +69,14 @@ def test_the_solution_still_earns_its_reward(session: TerminalSession) -> None:
 
 
 def test_no_network(session: TerminalSession) -> None:
-    connections: list[object] = []
     with socket.create_server(("127.0.0.1", 0)) as server:
-        server.settimeout(5)
         port = server.getsockname()[1]
-        threading.Thread(target=lambda: connections.append(server.accept()), daemon=True).start()
         result = command(session, f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected")
+        server.setblocking(False)  # a connection made would wait in the backlog
+        with pytest.raises(BlockingIOError):
+            server.accept()
     assert result["exit_code"] != 0
     assert "connected" not in result["output"]
-    assert connections == []
 
 
 def test_writes_outside_the_sandbox_do_not_land(session: TerminalSession, tmp_path: Path) -> None:
@@ -96,8 +94,7 @@ def test_the_trainers_environment_is_not_inherited(session: TerminalSession, mon
 
 
 def test_a_fork_bomb_is_contained_and_the_next_run_works(session: TerminalSession) -> None:
-    result = command(session, ":(){ :|:& };:")
-    assert result["exit_code"] != 0 or result["output"]
+    command(session, ":(){ :|:& };:")  # the runner still answers: the process limit held the bomb
     assert command(session, "echo alive")["output"] == "alive\n"
     assert reward(graded(session, ":(){ :|:& };:")) == 0.0
 

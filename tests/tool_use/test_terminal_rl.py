@@ -18,7 +18,7 @@ from kitchen.engine.errors import DataError
 from kitchen.testing import run_on_noop
 from recipes.data import shipped_data
 from recipes.envs.harbor_tasks import UnsupportedTaskError, load_harbor_task, load_harbor_tasks, read_reward
-from recipes.envs.terminal import TerminalSession, TerminalSettings, read_command
+from recipes.envs.terminal import DONE, TerminalSession, TerminalSettings, read_command
 from recipes.terminal_rl import RECIPE
 from sandbox import bubblewrap_unavailable_reason, make_sandbox
 
@@ -87,6 +87,7 @@ def test_a_policy_that_does_nothing_earns_nothing(tmp_path: Path) -> None:
 def test_the_command_is_the_last_shell_block() -> None:
     assert read_command("first\n```bash\nls\n```\nthen\n```sh\nwc -l x\n```") == "wc -l x"
     assert read_command("no block, DONE") is None
+    assert DONE.search("All DONE.") and not DONE.search("ABANDONED")
 
 
 def test_reward_files_follow_harbors_convention() -> None:
