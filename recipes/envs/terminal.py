@@ -12,10 +12,12 @@ Runs need the bubblewrap sandbox: a Harbor task uses fixed absolute paths (its W
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import re
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -23,9 +25,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from kitchen import Count, Section
+from kitchen import Count, DataError, Section
 from recipes.envs.harbor_tasks import REWARD_FILES, HarborTask, load_harbor_tasks, read_reward
-from sandbox import Program, Sandbox
+from sandbox import Program, Sandbox, make_sandbox
 from train_core.renderers.base import Renderer
 from train_core.renderers.messages import Message
 from train_core.rl.task import RLTask
@@ -104,6 +106,16 @@ class TerminalSession:
         return answer
 
 
+def opening(task: HarborTask) -> Message:
+    """The first prompt: the task's instruction and the protocol."""
+    protocol = PROTOCOL.format(workdir=task.workdir, done=DONE_WORD)
+    return Message(role="user", content=f"{task.instruction}\n\n{protocol}")
+
+
+def fenced(command: str) -> str:
+    return f"```bash\n{command}\n```"
+
+
 def describe(result: dict[str, Any], cap: int) -> str:
     """What the policy sees of a command: its exit code (or timeout) and output."""
     ending = "timed out" if result["exit_code"] is None else f"exit code {result['exit_code']}"
@@ -118,9 +130,7 @@ class TerminalEnv(Env):
     def __init__(self, session: TerminalSession, renderer: Renderer) -> None:
         self.session = session
         self.renderer = renderer
-        task = session.task
-        protocol = PROTOCOL.format(workdir=task.workdir, done=DONE_WORD)
-        self.messages: list[Message] = [Message(role="user", content=f"{task.instruction}\n\n{protocol}")]
+        self.messages: list[Message] = [opening(session.task)]
         self.history: list[str] = []
         self.turns = 0
         self.agent_seconds = 0.0
@@ -188,6 +198,48 @@ class TerminalEnv(Env):
         return self._reply(describe(result, self.session.settings.output_chars), 0.0, done=False, parse_ok=parsed)
 
 
+@dataclass
+class TerminalDemonstrations:
+    """Teacher episodes for the warm start: each task's reference solution (solution/solve.sh)
+    sent as one command, the observation it really gets in a sandbox of its own, then DONE; only
+    solutions the task's tests score 1 are kept. Recorded once, on first use."""
+
+    tasks: Sequence[HarborTask]
+    settings: TerminalSettings
+    episodes: list[list[Message]] | None = None
+
+    def __call__(self, rng: random.Random, count: int) -> list[list[Message]]:
+        if self.episodes is None:
+            with ThreadPoolExecutor(1) as pool:  # the caller may be inside the run's event loop
+                self.episodes = pool.submit(asyncio.run, self._record()).result()
+        return [rng.choice(self.episodes) for _ in range(count)]
+
+    async def _record(self) -> list[list[Message]]:
+        sandbox = make_sandbox("bubblewrap", concurrency=1)
+        episodes = []
+        for task in self.tasks:
+            if task.solution is None:
+                continue
+            command = "\n".join(line for line in task.solution.splitlines() if not line.startswith("#!")).strip()
+            session = TerminalSession(task, sandbox, self.settings)
+            answer = await session.run([], command, grade=False)
+            graded = await session.run([command], None, grade=True)
+            if "command" not in answer or "grade" not in graded or read_reward(graded["grade"]["rewards"]) != 1.0:
+                continue
+            observation = describe(answer["command"], self.settings.output_chars)
+            episodes.append(
+                [
+                    opening(task),
+                    Message(role="assistant", content=fenced(command)),
+                    Message(role="user", content=observation),
+                    Message(role="assistant", content=DONE_WORD),
+                ]
+            )
+        if not episodes:
+            raise DataError("warm start: no task has a solution/solve.sh that its tests score 1")
+        return episodes
+
+
 @dataclass(frozen=True)
 class TerminalGroupBuilder(EnvGroupBuilder):
     """`group_size` episodes of one task."""
@@ -247,5 +299,6 @@ def terminal_task(
             [group(TerminalSession(task, sandbox, settings)) for task in tasks], num_batches, groups_per_batch, seed
         ),
         eval_builders=[group(TerminalSession(task, sandbox, settings)) for task in held_out],
+        demonstrations=TerminalDemonstrations(tasks, settings),
         warnings=[f"terminal task skipped: {why}" for why in [*refused, *refused_eval]],
     )

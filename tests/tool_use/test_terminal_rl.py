@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import re
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from kitchen.engine.errors import DataError
 from kitchen.testing import run_on_noop
 from recipes.data import shipped_data
 from recipes.envs.harbor_tasks import UnsupportedTaskError, load_harbor_task, load_harbor_tasks, read_reward
-from recipes.envs.terminal import DONE, TerminalSession, TerminalSettings, read_command
+from recipes.envs.terminal import DONE, TerminalDemonstrations, TerminalSession, TerminalSettings, read_command
 from recipes.terminal_rl import RECIPE
 from sandbox import bubblewrap_unavailable_reason, make_sandbox
 
@@ -183,3 +184,21 @@ def test_the_process_sandbox_is_refused_for_terminal_tasks(tmp_path: Path) -> No
         sandbox = make_sandbox("process", concurrency=1)
     answer = asyncio.run(TerminalSession(task, sandbox, TerminalSettings(tasks=str(TASKS))).run([], "ls", grade=False))
     assert "cannot show dirs at fixed paths" in answer["sandbox_error"]
+
+
+@needs_bubblewrap
+def test_the_warm_start_imitates_each_reference_solution_with_its_real_output(tmp_path: Path) -> None:
+    settings = TerminalSettings(tasks=str(TASKS))
+    tasks, _ = load_harbor_tasks(TASKS, skip_unsupported=False)
+    episodes = TerminalDemonstrations(tasks, settings)(random.Random(0), 30)
+    assert {episode[0]["content"].split("\n")[0] for episode in episodes} == {
+        task.instruction.split("\n")[0] for task in tasks
+    }
+    count = next(e for e in episodes if "visitors.txt" in e[1]["content"])
+    assert [m["content"] for m in count[1:]] == [
+        "```bash\nwc -l < visitors.txt > count.txt\n```",
+        "exit code 0",
+        "DONE",
+    ]
+    result = run(tmp_path, idle, "warm_start.steps=2", "warm_start.batch_size=4")
+    assert result.column("env/all/reward/total") == [0.0]  # the noop model's scripted replies still decide
