@@ -6,8 +6,9 @@ environment it left (its reward file is the reward).
 Tasks whose Dockerfile kitchen can replay offline run (FROM, one WORKDIR, COPY, ENV, LABEL and
 RUN of file commands; see recipes/envs/harbor_tasks.py); any other is refused naming the task
 and the line, or skipped with `env.unsupported=skip`. Three small tasks ship in
-recipes/data/terminal. The defaults are a smoke run on the embedded tiny model, which has
-never seen a shell: no learning is claimed for it (docs/recipes/terminal_rl.md).
+recipes/data/terminal. `warm_start.steps=N` imitates each task's reference solution. The
+defaults are a smoke run on the embedded tiny model, which has never seen a shell: no learning
+is claimed for it (docs/how-to/terminal-tasks.md).
 """
 
 from __future__ import annotations
