@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from sandbox.local import LocalSandbox, ResourceLimits
@@ -86,8 +87,9 @@ class BubblewrapSandbox(LocalSandbox):
         if reason is not None:
             raise SandboxUnavailableError(f"bubblewrap sandbox cannot run here: {reason}")
 
-    def command(self, workdir: Path, uid: int | None) -> list[str]:
-        return [self.bwrap, *self._fixed_args, "--bind", str(workdir), SANDBOX_DIR, "--", *self.launcher(uid)]
+    def command(self, workdir: Path, uid: int | None, mounts: Mapping[str, str] | None = None) -> list[str]:
+        shown = [arg for target, source in (mounts or {}).items() for arg in ("--bind", str(workdir / source), target)]
+        return [self.bwrap, *self._fixed_args, "--bind", str(workdir), SANDBOX_DIR, *shown, "--", *self.launcher(uid)]
 
     def cpu_limit_codes(self) -> set[int]:
         return {128 + signal.SIGXCPU}  # bwrap exits 128 + signal when its child is killed by one

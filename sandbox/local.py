@@ -23,7 +23,7 @@ import tempfile
 import time
 import weakref
 from abc import abstractmethod
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -177,6 +177,8 @@ def make_workdir(program: Program, uid: int | None) -> Path:
             path.write_bytes(content)
         else:
             path.write_text(content, encoding="utf-8")
+    for source in program.mounts.values():
+        (workdir / source).mkdir(parents=True, exist_ok=True)
     if uid is not None:
         for path in [workdir, *workdir.rglob("*")]:
             os.chown(path, uid, uid)
@@ -436,8 +438,9 @@ class LocalSandbox(Sandbox):
         return f"{self.no_cgroup_reason}; instead: {self.limits.total_bound()}"
 
     @abstractmethod
-    def command(self, workdir: Path, uid: int | None) -> list[str]:
-        """The full argv that runs `main.py` in `workdir` (the cwd of the spawned process)."""
+    def command(self, workdir: Path, uid: int | None, mounts: Mapping[str, str] | None = None) -> list[str]:
+        """The full argv that runs `main.py` in `workdir` (the cwd of the spawned process), with
+        `mounts` (see `Program.mounts`) shown; ValueError where this sandbox cannot show them."""
 
     @abstractmethod
     def cpu_limit_codes(self) -> set[int]:
@@ -492,7 +495,10 @@ class LocalSandbox(Sandbox):
 
         try:
             workdir = await asyncio.to_thread(make_workdir, program, uid)
-            argv = self.command(workdir, uid)
+            try:
+                argv = self.command(workdir, uid, program.mounts)
+            except ValueError as exc:
+                return RunResult("sandbox_error", None, "", "", 0.0, detail=str(exc))
             memory: tuple[Callable[[int], int], int] | None = None
             if self.cgroups is not None:  # the kernel holds the limit: no watchdog
                 group = await asyncio.to_thread(self.cgroups.create)

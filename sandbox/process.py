@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import signal
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 
 from sandbox.local import LocalSandbox, ResourceLimits, default_pythons, require_tool
@@ -62,7 +63,9 @@ class ProcessSandbox(LocalSandbox):
             "pass python= an interpreter every user may execute"
         )
 
-    def command(self, workdir: Path, uid: int | None) -> list[str]:
+    def command(self, workdir: Path, uid: int | None, mounts: Mapping[str, str] | None = None) -> list[str]:
+        if mounts:
+            raise ValueError("the process sandbox cannot show dirs at fixed paths (Program.mounts): use bubblewrap")
         # After the uid drop (a credential change clears the parent-death signal): the program is
         # SIGKILLed when the trainer dies, and neither it nor its children gain privileges.
         argv = self.launcher(uid)

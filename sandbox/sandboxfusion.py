@@ -66,6 +66,8 @@ class SandboxFusionSandbox(Sandbox):
         self._client: httpx.AsyncClient | None = None
 
     async def _run(self, program: Program, timeout_s: float) -> RunResult:
+        if program.mounts:
+            return RunResult("sandbox_error", None, "", "", 0.0, detail="sandboxfusion cannot show dirs at fixed paths")
         body = {
             "code": program.code,
             "language": program.language,

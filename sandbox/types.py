@@ -19,10 +19,23 @@ from train_core.errors import InvalidInputError
 RunStatus = Literal["ok", "failed", "timeout", "sandbox_error"]
 OUTPUT_CAP_BYTES = 64 * 1024
 MAIN_FILE = "main.py"
+RESERVED_MOUNT_ROOTS = frozenset(
+    {"", "bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sandbox", "sbin", "sys", "usr"}
+)
+"""Top-level dirs a mount may not cover: the system view the sandbox relies on, and its own dir."""
 
 
 class SandboxUnavailableError(InvalidInputError):
     """The asked-for sandbox cannot run here (missing tool, no namespaces, unreachable server)."""
+
+
+def check_mount(target: str, source: str) -> None:
+    """A mount shows a dir of the run at an absolute path; it must not hide the system's own dirs."""
+    norm = posixpath.normpath(target)
+    if not target.startswith("/") or norm != target or norm.split("/")[1] in RESERVED_MOUNT_ROOTS:
+        reserved = ", /".join(sorted(RESERVED_MOUNT_ROOTS - {""}))
+        raise ValueError(f"sandbox mount {target!r}: give a normalised absolute path outside /{reserved}")
+    check_file_name(source)
 
 
 def check_file_name(name: str) -> None:
@@ -40,10 +53,15 @@ class Program:
     files: Mapping[str, str | bytes] = field(default_factory=dict)
     stdin: str = ""
     language: str = "python"
+    mounts: Mapping[str, str] = field(default_factory=dict)
+    """Absolute path in the sandbox -> dir of the run (relative, made if missing) shown there,
+    writable: for programs that expect fixed paths (a task's /app). Only bubblewrap can."""
 
     def __post_init__(self) -> None:
         for name in self.files:
             check_file_name(name)
+        for target, source in self.mounts.items():
+            check_mount(target, source)
 
 
 @dataclass(frozen=True)
