@@ -55,7 +55,9 @@ def _check(
     assert torch.allclose(kl_P, (masked - reference * mask).sum(1), rtol=0, atol=1e-12)
 
 
-def _random(seed: int, prompts: int = 5, length: int = 7) -> tuple[torch.Tensor, ...]:
+def _random(
+    seed: int, prompts: int = 5, length: int = 7
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(seed)
     policy = -torch.rand(prompts, length, generator=generator, dtype=torch.float64) * 4
     reference = -torch.rand(prompts, length, generator=generator, dtype=torch.float64) * 4
