@@ -63,13 +63,11 @@ def sample_mixture(
         if step == max_tokens - 1 or all(reason is not None for reason in reasons_B):
             break
         positions_N1 = positions_N1 + 1
-        output = model(
-            input_ids=new_tokens_N.unsqueeze(-1), position_ids=positions_N1, past_key_values=cache, use_cache=True
-        )
+        output = model(input_ids=new_tokens_N.unsqueeze(-1), position_ids=positions_N1, cache=cache, use_cache=True)
         reference_output = reference(
             input_ids=new_tokens_N.unsqueeze(-1).to(reference_device),
             position_ids=positions_N1.to(reference_device),
-            past_key_values=reference_cache,
+            cache=reference_cache,
             use_cache=True,
         )
         cache, reference_cache = output.past_key_values, reference_output.past_key_values
