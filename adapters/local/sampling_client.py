@@ -9,6 +9,7 @@ import torch
 from adapters.common.requests import check_sampling_params, check_token_ids
 from adapters.common.stop_matcher import StopMatcher
 from adapters.local.forward_pass import pad_token_id, vocab_size
+from adapters.local.mixture_sampler import sample_mixture
 from adapters.local.prompt_detail import score_prompt_detail
 from adapters.local.prompt_scoring import ScoreRequest, score_prompts
 from adapters.local.request_batcher import DEFAULT_BATCH_LIMITS, BatchLimits, RequestBatcher
@@ -18,7 +19,7 @@ from adapters.local.serial_executor import SerialExecutor
 from adapters.local.token_scoring import LogprobMethod
 from adapters.local.vision import image_token_id
 from kitchen.engine.errors import DataError
-from kitchen.engine.ports import Tokenizer, WeightFeed
+from kitchen.engine.ports import SamplingClient, Tokenizer, WeightFeed
 from train_core.types import ModelInput, PromptDetail, PromptScores, SampleResult, SamplingParams, TokensWithLogprobs
 
 
@@ -83,6 +84,34 @@ class LocalSamplingClient:
         (re-prefilling the context under them); each token tagged with its version."""
         request = self._request(prompt, num_samples, sampling_params, Following(feed, version))
         return SampleResult(await self._sampling.submit(request))
+
+    async def sample_mixture(
+        self,
+        prompt: ModelInput,
+        num_samples: int,
+        sampling_params: SamplingParams,
+        reference: SamplingClient,
+        mixture_coef: float,
+    ) -> SampleResult:
+        """`num_samples` continuations drawn token by token from the geometric mixture of this
+        client's model and `reference`'s (another local sampling client), `mixture_coef` the
+        reference's weight on the logit scale (`adapters.local.mixture_sampler`); the same seed
+        gives the same samples."""
+        if not isinstance(reference, LocalSamplingClient):
+            raise DataError(
+                f"sample_mixture mixes two local models; the reference is a {type(reference).__name__} "
+                "(the local backend's vLLM sampler does not sample mixtures)"
+            )
+        if not 0.0 <= mixture_coef <= 1.0:
+            raise DataError(f"mixture_coef {mixture_coef}: the geometric mixture's coefficient lies in [0, 1]")
+        if prompt.images:
+            raise DataError("sample_mixture samples text prompts; this prompt holds images")
+        request = self._request(prompt, num_samples, sampling_params, None)
+        lease, reference_lease = self._lease, reference.lease
+        sequences = await self._executor.submit(
+            lambda: sample_mixture(lease.model, reference_lease.model, request, mixture_coef)
+        )
+        return SampleResult(sequences)
 
     def _request(
         self, prompt: ModelInput, num_samples: int, sampling_params: SamplingParams, following: Following | None

@@ -63,7 +63,15 @@ def draw_token(state: int, vocab_ids: Sequence[int], params: SamplingParams, rng
     tempered, truncated pseudo-distribution (greedy at temperature 0)."""
     if params.temperature == 1.0 and params.top_k == -1 and params.top_p == 1.0:
         return rng.choice(vocab_ids)
-    logprobs_V = next_logprobs_V(state, _vocab_array(tuple(vocab_ids))).astype(np.float64)
+    return draw_from(next_logprobs_V(state, _vocab_array(tuple(vocab_ids))), vocab_ids, params, rng)
+
+
+def draw_from(
+    logprobs_V: npt.NDArray[np.floating], vocab_ids: Sequence[int], params: SamplingParams, rng: random.Random
+) -> int:
+    """One token of `vocab_ids` from `softmax(logprobs_V / temperature)` cut to the top-k tokens
+    and the top-p nucleus (the most likely at temperature 0)."""
+    logprobs_V = logprobs_V.astype(np.float64)
     if params.temperature == 0.0:
         return int(vocab_ids[int(np.argmax(logprobs_V))])
     scaled_V = logprobs_V / params.temperature
@@ -76,6 +84,52 @@ def draw_token(state: int, vocab_ids: Sequence[int], params: SamplingParams, rng
     cdf = np.cumsum(probs[:keep])
     index = min(int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right")), keep - 1)
     return int(vocab_ids[int(order[index])])
+
+
+def mixture_completion(
+    weights: PseudoWeights,
+    reference: PseudoWeights,
+    mixture_coef: float,
+    prompt_T: Sequence[int],
+    sample_seed: int,
+    max_tokens: int,
+    end_T: Sequence[int],
+    stop: StopMatcher,
+    vocab_ids: Sequence[int],
+    params: SamplingParams,
+) -> TokensWithLogprobs:
+    """One completion from the geometric mixture of two pseudo-models: each token (but the end
+    sequence at the seeded natural length, as `decode_completion`) drawn from the mixed
+    pseudo-logprobs `c * reference + (1 - c) * weights`, and reporting that mix of the two
+    models' logprobs of it (at c = 0 the policy's own, at c = 1 the reference's)."""
+    prompt_hash, state = _prompt_start(weights, tuple(prompt_T))
+    _, reference_state = _prompt_start(reference, tuple(prompt_T))
+    seed = 0 if params.temperature == 0.0 else sample_seed
+    rng = random.Random(
+        hash_ints([weights.initial_state(), reference.initial_state(), prompt_hash, seed & (2**64 - 1)])
+    )
+    natural_length = rng.randint(1, 2 * MEAN_NATURAL_LENGTH - 1)
+    vocab_V = _vocab_array(tuple(vocab_ids))
+    tokens_T: list[int] = []
+    logprobs_T: list[float] = []
+    while len(tokens_T) < max_tokens:
+        position = len(tokens_T) - natural_length
+        if 0 <= position < len(end_T):
+            token = end_T[position]
+        else:
+            mixed_V = mixture_coef * next_logprobs_V(reference_state, vocab_V).astype(np.float64) + (
+                1.0 - mixture_coef
+            ) * next_logprobs_V(state, vocab_V).astype(np.float64)
+            token = draw_from(mixed_V, vocab_ids, params, rng)
+        mixed = mixture_coef * token_logprob(reference_state, token) + (1.0 - mixture_coef) * token_logprob(
+            state, token
+        )
+        tokens_T.append(token)
+        logprobs_T.append(mixed)
+        state, reference_state = advance(state, token), advance(reference_state, token)
+        if stop.is_done(tokens_T):
+            return TokensWithLogprobs(tokens_T, logprobs_T, "stop")
+    return TokensWithLogprobs(tokens_T, logprobs_T, "length")
 
 
 class _Context:

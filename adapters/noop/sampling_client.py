@@ -19,6 +19,7 @@ from adapters.noop.completion import (
     decode_completion,
     decode_scripted,
     end_sequence,
+    mixture_completion,
     primed,
     run_primed,
     step,
@@ -34,7 +35,7 @@ from adapters.noop.pseudo_logprobs import (
 )
 from adapters.noop.runtime import NOOP_IMAGE_TOKEN, NoopRuntime, tiny_tokenizer, tiny_vocab_ids, vocab_size
 from kitchen.engine.errors import DataError
-from kitchen.engine.ports import WeightFeed
+from kitchen.engine.ports import SamplingClient, WeightFeed
 from train_core.types import (
     ModelInput,
     PromptDetail,
@@ -191,8 +192,45 @@ class NoopSamplingClient:
         sequences = [result for result in done if result is not None]
         return call.result([replace(seq, maybe_versions=versions_T[: len(seq.tokens)]) for seq in sequences])
 
-    def _start_call(self, prompt: ModelInput, num_samples: int, sampling_params: SamplingParams) -> _SampleCall:
-        """Check and record a sample call, and resolve what its completions depend on."""
+    async def sample_mixture(
+        self,
+        prompt: ModelInput,
+        num_samples: int,
+        sampling_params: SamplingParams,
+        reference: SamplingClient,
+        mixture_coef: float,
+    ) -> SampleResult:
+        """`num_samples` completions from the geometric mixture of these pseudo-weights and
+        `reference`'s (another noop client), `mixture_coef` the reference's weight
+        (`adapters.noop.completion.mixture_completion`); checked as the local backend checks."""
+        if not isinstance(reference, NoopSamplingClient):
+            raise DataError(f"sample_mixture mixes two noop models; the reference is a {type(reference).__name__}")
+        if not 0.0 <= mixture_coef <= 1.0:
+            raise DataError(f"mixture_coef {mixture_coef}: the geometric mixture's coefficient lies in [0, 1]")
+        call = self._start_call(prompt, num_samples, sampling_params, "sample_mixture")
+        started = asyncio.get_running_loop().time()
+        sequences = [
+            mixture_completion(
+                self.weights,
+                reference.weights,
+                mixture_coef,
+                call.prompt_T,
+                hash_ints([call.call_seed, i]),
+                call.max_tokens,
+                call.end_T,
+                call.stop,
+                tiny_vocab_ids(),
+                sampling_params,
+            )
+            for i in range(num_samples)
+        ]
+        await self.runtime.latency.pad("sample", started)
+        return call.result(sequences)
+
+    def _start_call(
+        self, prompt: ModelInput, num_samples: int, sampling_params: SamplingParams, method: str = "sample"
+    ) -> _SampleCall:
+        """Check and record a sample call (as `method`), and resolve what its completions depend on."""
         check_sampling_params(num_samples, sampling_params)
         prompt_T = _prompt_tokens(prompt)
         context_length = tiny_tokenizer().model_max_length  # without max_tokens, run this far, as local does
@@ -203,7 +241,7 @@ class NoopSamplingClient:
             call_seed = hash_ints([_SEEDED, sampling_params.seed])
         self.runtime.record(
             "sampling",
-            "sample",
+            method,
             self.client_id,
             version=self.weights.version,
             prompt_tokens=prompt.length,

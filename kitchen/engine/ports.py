@@ -62,6 +62,24 @@ class ScoresPromptDetail(Protocol):
     async def score_prompt(self, prompt: ModelInput, detail: PromptDetail) -> PromptScores: ...
 
 
+@runtime_checkable
+class SamplesGeometricMixture(Protocol):
+    """A sampling client that samples from the geometric mixture of its model and another client's
+    (a reference model): each token is drawn from `softmax(c * reference_logits + (1 - c) * logits)`
+    (the temperature applied after mixing), i.e. proportional to `pi^(1-c) * pi_ref^c`, and its
+    logprob is reported under that mixture. Optional: what Nash-MD's second completion needs
+    (the local backend's clients, on local clients of the same vocabulary; noop's)."""
+
+    async def sample_mixture(
+        self,
+        prompt: ModelInput,
+        num_samples: int,
+        sampling_params: SamplingParams,
+        reference: SamplingClient,
+        mixture_coef: float,
+    ) -> SampleResult: ...
+
+
 class WeightFeed(Protocol):
     """The newest published policy: its version and a sampling client on its weights. Read
     between decode steps by a sampler that follows weight updates (possibly from its own
@@ -161,6 +179,7 @@ def _protocol_methods(protocol: type) -> list[str]:
 OPTIONAL_PORTS: dict[type, type] = {
     ScoresPromptDetail: SamplingClient,
     FollowsWeightUpdates: SamplingClient,
+    SamplesGeometricMixture: SamplingClient,
     MixesSamplerWeights: TrainingClient,
     SelectsLoraLayers: ServiceBackend,
 }

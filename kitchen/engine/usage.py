@@ -104,6 +104,22 @@ class _Proxy:
 
 
 class _MeteredSamplingClient(_Proxy):
+    def __getattr__(self, name: str) -> Any:
+        attribute = super().__getattr__(name)
+        if name != "sample_mixture":  # the optional geometric mixture (SamplesGeometricMixture)
+            return attribute
+
+        async def sample_mixture(
+            prompt: ModelInput, num_samples: int, sampling_params: Any, reference: SamplingClient, coef: float
+        ) -> SampleResult:
+            # the backend mixes with a client it made, not its metered proxy
+            inner = reference._inner if isinstance(reference, _MeteredSamplingClient) else reference
+            result = await attribute(prompt, num_samples, sampling_params, inner, coef)
+            self._meter.count(prompt=prompt.length, sampled=_sampled_tokens(result))
+            return cast(SampleResult, result)
+
+        return sample_mixture
+
     async def sample(self, prompt: ModelInput, num_samples: int, *args: Any, **kwargs: Any) -> SampleResult:
         result = await self._inner.sample(prompt, num_samples, *args, **kwargs)
         self._meter.count(prompt=prompt.length, sampled=_sampled_tokens(result))

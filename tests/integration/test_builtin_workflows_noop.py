@@ -38,6 +38,13 @@ SMOKE_OVERRIDES: dict[str, list[str]] = {
         "data.batch_size=4",
         "win_rate.prompts=4",
     ],
+    "nash_md": [
+        "data.max_steps=3",
+        "checkpoint.save_every=2",
+        "eval.every=2",
+        "data.batch_size=4",
+        "win_rate.prompts=4",
+    ],
     "math_rl": [
         "rl.num_batches=4",
         "checkpoint.save_every=2",

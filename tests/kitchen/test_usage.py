@@ -13,7 +13,12 @@ import pytest
 from adapters.noop import NoopBackend
 from kitchen.engine.config.loading import load_config
 from kitchen.engine.launch import run_recipe
-from kitchen.engine.ports import FollowsWeightUpdates, ScoresPromptDetail, SelectsLoraLayers
+from kitchen.engine.ports import (
+    FollowsWeightUpdates,
+    SamplesGeometricMixture,
+    ScoresPromptDetail,
+    SelectsLoraLayers,
+)
 from kitchen.engine.recipe import get_recipe
 from kitchen.engine.runs.metrics import read_metrics
 from kitchen.engine.usage import COST_KEY, USAGE_KEYS, TokenPrices, UsageMeter
@@ -61,10 +66,30 @@ def test_metered_clients_keep_the_backends_optional_calls() -> None:
     metered, inner = asyncio.run(clients())
     assert service.name == "noop"
     assert isinstance(service, SelectsLoraLayers) == isinstance(backend, SelectsLoraLayers)
-    for protocol in (ScoresPromptDetail, FollowsWeightUpdates):
+    for protocol in (ScoresPromptDetail, FollowsWeightUpdates, SamplesGeometricMixture):
         assert isinstance(metered, protocol) == isinstance(inner, protocol)
     # samplers check the class once (`kitchen.families.rl.weight_feed`)
     assert issubclass(type(metered), FollowsWeightUpdates) == issubclass(type(inner), FollowsWeightUpdates)
+
+
+def test_a_metered_mixture_sample_hands_the_backend_its_own_reference_and_is_counted() -> None:
+    """The backend mixes with a client it made (noop refuses anything else): the metered proxy
+    passes the reference's inner client and counts the mixture's sampled tokens."""
+    meter = UsageMeter()
+    service = meter.wrap(NoopBackend(seed=0))
+
+    async def use() -> int:
+        policy = await service.create_sampling_client(base_model="tiny")
+        reference = await service.create_sampling_client(base_model="tiny")
+        assert isinstance(policy, SamplesGeometricMixture)
+        params = SamplingParams(max_tokens=5, seed=1)
+        result = await policy.sample_mixture(ModelInput.from_ints([7, 8, 9]), 2, params, reference, 0.5)
+        return sum(len(sequence.tokens) for sequence in result.sequences)
+
+    sampled = asyncio.run(use())
+    assert sampled > 0
+    step = meter.take_step()
+    assert [step[key] for key in USAGE_KEYS] == [3, sampled, 0]
 
 
 def _sl_run(tmp_path: Path, backend: NoopBackend) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -24,10 +24,12 @@ from kitchen.engine.runs.checkpoints import resolve_sampler_path
 from kitchen.engine.runs.metrics import read_metrics
 from kitchen.families.common.completers import RewardModelJudge
 from kitchen.families.preference.bradley_terry import score_token_ids
+from kitchen.families.preference.nash_md import nash_md_workflow
 from kitchen.families.preference.online_dpo import online_dpo_workflow
 from kitchen.families.preference.reward_model import read_comparisons
 from kitchen.families.preference.xpo import xpo_workflow
 from recipes.data import shipped_data
+from recipes.nash_md import Config as NashMDConfig
 from recipes.online_dpo import Config as OnlineDPOConfig
 from recipes.rm import Config as RMConfig
 from recipes.xpo import Config as XPOConfig
@@ -175,3 +177,25 @@ def test_xpo_learns_what_its_judge_prefers(tmp_path: Path, seed: int) -> None:
     first, last = sum(sampled[: 4 * prompts]) / (4 * prompts), sum(sampled[-4 * prompts :]) / (4 * prompts)
     assert last > first + 0.2, f"preferred tokens per reply {first:.2f} -> {last:.2f}"
     assert rows[-1]["eval/win_rate"] > 0.6, rows[-1]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_nash_md_learns_what_its_judge_prefers(tmp_path: Path, seed: int) -> None:
+    """Nash-MD trains the policy on its own completions, judged against the policy-reference
+    mixture's: the judged win rate against the reference rises between the first evaluation and
+    the last, to clearly above a half. `dpo.beta` 0.01: at TRL's 0.1 the KL term holds the tiny
+    model near the reference for this many steps. Measured (2 CPU cores, seeds 0 to 2): win rates
+    at steps 7 / 15 / 23 of 0.53 / 0.70 / 0.88, 0.59 / 0.80 / 0.80, 0.77 / 0.94 / 0.95."""
+    judge = TokenRangeJudge()
+    recipe = Recipe("nash_md_token_range", "test", NashMDConfig, lambda config: nash_md_workflow(judge))
+    steps, prompts = 24, 16
+    run = _run(
+        recipe, tmp_path / "nash_md", f"seed={seed}", f"data.max_steps={steps}", "eval.every=8",
+        f"data.batch_size={prompts}", "sampling.max_tokens=8", "optimizer.learning_rate=1e-2", "dpo.beta=0.01",
+        "win_rate.prompts=32", "win_rate.max_tokens=8",
+    )  # fmt: skip
+    evals = [row for row in read_metrics(run.metrics) if "eval/win_rate" in row]
+    assert [row["step"] for row in evals] == [7, 15, 23]
+    first, last = evals[0], evals[-1]
+    assert last["eval/win_rate"] > first["eval/win_rate"] + 0.1, evals
+    assert last["eval/win_rate"] > 0.5 + 2 * last["eval/win_rate_stderr"], last

@@ -1,4 +1,4 @@
-"""Preference learning: DPO and its variants, online DPO and XPO, KTO, Bradley-Terry and process
+"""Preference learning: DPO and its variants, online DPO, XPO and Nash-MD, KTO, Bradley-Terry and process
 reward models, learned pairwise judges and the judges runs use, with their settings sections and
 workflows.
 
@@ -12,6 +12,9 @@ from kitchen.families.preference.judges import REWARD_MODEL as REWARD_MODEL
 from kitchen.families.preference.judges import ProvideJudge as ProvideJudge
 from kitchen.families.preference.judges import judge_setup as judge_setup
 from kitchen.families.preference.kto import kto_workflow as kto_workflow
+from kitchen.families.preference.nash_md import NashMDMixture as NashMDMixture
+from kitchen.families.preference.nash_md import NashMDSettings as NashMDSettings
+from kitchen.families.preference.nash_md import nash_md_workflow as nash_md_workflow
 from kitchen.families.preference.online_dpo import online_dpo_workflow as online_dpo_workflow
 from kitchen.families.preference.process_reward import ProcessRewardSettings as ProcessRewardSettings
 from kitchen.families.preference.process_reward import process_reward_workflow as process_reward_workflow

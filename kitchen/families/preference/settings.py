@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
@@ -191,6 +191,16 @@ class DPOLoss(Section):
     def reference_sync_steps(self) -> int:
         """TR-DPO's sync period; 0 = never."""
         return self.ref_model_sync_steps if self.sync_ref_model else 0
+
+    def unread_keys(self, read: Collection[str]) -> list[str]:
+        """The keys set away from their defaults that a workflow reading only `read` of this
+        section (XPO, Nash-MD) would silently ignore."""
+        default = DPOLoss()
+        return [
+            name
+            for name in type(self).model_fields
+            if name not in read and getattr(self, name) != getattr(default, name)
+        ]
 
 
 class KTOLoss(Section):

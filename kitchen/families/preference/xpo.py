@@ -63,12 +63,7 @@ class XPOSettings(OnlineDPOSettings):
         if len(loss_types) != 1 or loss_types[0] not in XPO_LOSS_TYPES:
             names = ", ".join(XPO_LOSS_TYPES)
             raise ValueError(f"dpo.loss_type {self.dpo.loss_type}: XPO's DPO term is one of {names}")
-        default = DPOLoss()
-        unread = [
-            name
-            for name in type(self.dpo).model_fields
-            if name not in {"beta", "loss_type"} and getattr(self.dpo, name) != getattr(default, name)
-        ]
+        unread = self.dpo.unread_keys({"beta", "loss_type"})
         if unread:
             raise ValueError(f"dpo.{unread[0]}: XPO reads only dpo.beta and dpo.loss_type of the dpo section")
         return self
