@@ -17,8 +17,7 @@ Sampling batches across clients the same way, on a second worker and host of its
 overlaps training, as the backend's sampling thread lets it): the sample requests of the group's
 clients' sampling clients that wait together with the same sampling params decode as one batch
 (`adapters.local.sampler.ClientAdapters`), each row through its own client's adapters, each
-request with its own seed. A client whose adapters include the output head samples alone (a
-decode scores only the last position, which the head's grouping does not follow).
+request with its own seed.
 """
 
 from __future__ import annotations
@@ -126,17 +125,14 @@ class LoraGroup:
 
     def sampling_lane(self, model: torch.nn.Module) -> Lane | None:
         """A queue for the sample requests of all the sampling clients of LoRA model `model`; None
-        when its adapters cannot sample grouped (not plain LoRA, or one on the output head)."""
-        adapters = adapter_layers(model)
-        if adapters is None or self._head_name in adapters:
-            return None
-        return self.sampling_worker.lane()
+        when its adapters cannot sample grouped (not plain LoRA on linear layers)."""
+        return None if adapter_layers(model) is None else self.sampling_worker.lane()
 
     def _sample_together(self, jobs: list[SampleJob]) -> list[list[list[TokensWithLogprobs]]]:
         """One decode of every job's requests on the sampling host, each through its job's adapters."""
         requests = [request for job in jobs for request in job.requests]
         client_R = [g for g, job in enumerate(jobs) for _ in job.requests]
-        clients = ClientAdapters([job.adapters for job in jobs], client_R)
+        clients = ClientAdapters([job.adapters for job in jobs], client_R, self._head_name)
         with torch.inference_mode():
             sampled = sample_batch(self.sampling_host, requests, jobs[0].pad_id, clients)
         results, start = [], 0

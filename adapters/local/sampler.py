@@ -27,8 +27,9 @@ alone (its seeds, its adapters) to float rounding.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Hashable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -108,14 +109,30 @@ class SampleRequest:
 @dataclass(frozen=True)
 class ClientAdapters:
     """The LoRA clients whose requests decode together on a grouped-LoRA host: each one's adapters
-    (`adapters_G`) and the client of each request of the batch (`client_R`)."""
+    (`adapters_G`), the client of each request of the batch (`client_R`), and the name of the
+    host's output head (it sees only the positions whose logits a forward keeps)."""
 
     adapters_G: list[dict[str, AdapterLayer]]
     client_R: list[int]
+    head: str | None
+
+    def bound(
+        self, host: torch.nn.Module, body_P: Sequence[int], head_P: Sequence[int]
+    ) -> AbstractContextManager[object]:
+        """A forward of `host` whose layers see the requests `body_P` at their flattened positions,
+        and whose output head sees `head_P`: each position through its request's client's adapters."""
+        device = next(host.parameters()).device
+        stack = ExitStack()
+        for layers, requests_P in ((lambda name: name != self.head, body_P), (lambda name: name == self.head, head_P)):
+            adapters_G = [{n: a for n, a in adapters.items() if layers(n)} for adapters in self.adapters_G]
+            groups_P = torch.tensor([self.client_R[r] for r in requests_P], dtype=torch.long, device=device)
+            stack.enter_context(bind(host, adapters_G, groups_P))
+        return stack
 
 
-Through = Callable[[Sequence[int]], AbstractContextManager[object]]
-"""A forward's adapters: given the request of each flattened position, the binding to run it in."""
+Through = Callable[[Sequence[int], Sequence[int]], AbstractContextManager[object]]
+"""A forward's adapters: given the request of each flattened position its layers see, and of each
+its output head sees, the binding to run it in."""
 
 
 def draw_uniforms(requests: Sequence[SampleRequest], device: torch.device) -> torch.Tensor:
@@ -126,7 +143,7 @@ def draw_uniforms(requests: Sequence[SampleRequest], device: torch.device) -> to
     return torch.cat(rows).to(device)
 
 
-def _no_binding(requests_P: Sequence[int]) -> AbstractContextManager[object]:
+def _no_binding(body_P: Sequence[int], head_P: Sequence[int]) -> AbstractContextManager[object]:
     return nullcontext()
 
 
@@ -157,7 +174,7 @@ def _prefill(
         source_RL = (lengths_R.cumsum(0) - lengths_R)[:, None] + positions_RL  # each slot's packed position
         cache = unpacked_cache(caches, source_RL[prompt_of_B], mask_RL[prompt_of_B], min(max_tokens, CACHE_ROOM))
         return logits_RV[prompt_of_B], cache, mask_BL, positions_RL[prompt_of_B, -1:]
-    with through([r for r in range(len(requests)) for _ in range(input_ids_RL.shape[1])]):
+    with through([r for r in range(len(requests)) for _ in range(input_ids_RL.shape[1])], range(len(requests))):
         output = model(
             input_ids=input_ids_RL, attention_mask=mask_RL, position_ids=positions_RL, use_cache=True, logits_to_keep=1
         )
@@ -182,7 +199,7 @@ def _packed_prefill(
             tokens += len(prompts[last])
             last += 1
         input_ids, positions, mask, ends = packed_inputs(prompts[first:last], dtype, device)
-        with through([p for p in range(first, last) for _ in prompts[p]]):
+        with through([p for p in range(first, last) for _ in prompts[p]], range(first, last)):
             output = model(
                 input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=ends
             )
@@ -213,11 +230,7 @@ def sample_batch(
     if clients is not None:
         if requests[0].images or requests[0].following is not None:
             raise ValueError("requests with images or a weight feed decode alone, not through a LoRA host")
-        adapters_G, client_R = clients.adapters_G, clients.client_R
-
-        def through(requests_P: Sequence[int]) -> AbstractContextManager[object]:
-            groups_P = torch.tensor([client_R[r] for r in requests_P], dtype=torch.long, device=device)
-            return bind(model, adapters_G, groups_P)
+        through = functools.partial(clients.bound, model)
 
     if requests[0].images:  # prompts with images run one at a time (`adapters.local.vision`)
         return [
@@ -291,7 +304,8 @@ def sample_batch(
             prompt_width = mask_NL.shape[-1] - (max_tokens - step - 1) - (step + 1)  # keeps the slice below
             continue
         positions_N1 = positions_N1 + 1
-        with through([request_of_B[row] for row in rows_N]):
+        decoding = [request_of_B[row] for row in rows_N]
+        with through(decoding, decoding):
             output = model(
                 input_ids=new_tokens_N.unsqueeze(-1),
                 attention_mask=mask_NL[:, : prompt_width + step + 1],

@@ -16,7 +16,8 @@ from adapters.local.training_client import LocalTrainingClient
 from tests.adapters.local.conftest import MakeDatum
 from train_core.types import AdamParams, LoraLayers, ModelInput, SampleResult, SamplingParams
 
-LAYERS = (LoraLayers(), LoraLayers(attn=True, mlp=False), LoraLayers(attn=False, mlp=True))
+LAYERS = (LoraLayers(), LoraLayers(attn=True, mlp=False, unembed=True), LoraLayers(attn=False, mlp=True))
+"""Different layers, one with the output head (the SDK's default)."""
 PROMPTS = ([5, 80, 200, 31], [5, 80, 200, 31, 7, 99, 150], [5, 80])
 """Different lengths (left padding in the joint prefill); the first tokens alike, so a row given
 another client's adapters would show it."""
@@ -70,15 +71,3 @@ def test_clients_sample_together_as_they_sample_alone(tmp_path: Path, make_datum
     # (same seed) after a shared prompt start, yet their logprobs differ
     first_logprobs = [result.sequences[0].logprobs[0] for result in alone]
     assert len({round(value, 4) for value in first_logprobs}) == 3
-
-
-def test_an_adapter_on_the_output_head_samples_alone(tmp_path: Path) -> None:
-    async def main() -> None:
-        backend = LocalBackend(tmp_path, device="cpu")
-        head = await backend.create_lora_training_client("tiny", 4, 0, LoraLayers(attn=True, mlp=False, unembed=True))
-        plain = await backend.create_lora_training_client("tiny", 4, 1, LoraLayers())
-        assert isinstance(head, LocalTrainingClient) and isinstance(plain, LocalTrainingClient)
-        assert head._sampling_lane is None and plain._sampling_lane is not None
-        await backend.close()
-
-    asyncio.run(main())
