@@ -48,7 +48,12 @@ def test_clients_sample_together_as_they_sample_alone(tmp_path: Path, make_datum
         backend = LocalBackend(tmp_path, device="cpu")
         samplers = [await _sampler(backend, k, make_datum) for k in range(3)]
         alone = [await _sample(sampler, k) for k, sampler in enumerate(samplers)]  # one at a time
-        worker = backend._lora_groups["tiny"].sampling_worker
+        group = backend._lora_groups["tiny"]
+        shared = {p.data_ptr() for p in group.base.parameters()}
+        for sampler in samplers:  # a snapshot copies the adapters only, not the base weights
+            frozen = [p for name, p in sampler._model.named_parameters() if "lora_" not in name]
+            assert frozen and all(p.data_ptr() in shared for p in frozen)
+        worker = group.sampling_worker
         gate = threading.Event()
         held = worker.lane().submit(lambda: gate.wait(30))  # holds the worker: the requests wait together
         runs = [asyncio.ensure_future(_sample(sampler, k)) for k, sampler in enumerate(samplers)]
