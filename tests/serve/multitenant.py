@@ -104,7 +104,7 @@ def rl_tenant(
         losses: list[float] = []
         logprobs: list[list[float]] = []
         for step in range(steps):
-            sampler = training.save_weights_and_get_sampling_client()
+            sampler = training.save_weights_and_get_sampling_client().result()
             params = types.SamplingParams(max_tokens=RL_TOKENS, temperature=1.0, seed=1000 * tenant + step)
             group = sampler.sample(types.ModelInput.from_ints(prompt), RL_GROUP, params).result().sequences
             rewards = [sum(t % 2 == 0 for t in s.tokens) / max(1, len(s.tokens)) for s in group]
