@@ -8,9 +8,11 @@ import asyncio
 import threading
 from pathlib import Path
 
+import pytest
 import torch
 
 from adapters.local import LocalBackend
+from adapters.local import sampler as sampler_module
 from adapters.local.sampling_client import LocalSamplingClient
 from adapters.local.training_client import LocalTrainingClient
 from tests.adapters.local.conftest import MakeDatum
@@ -43,7 +45,15 @@ async def _sample(sampler: LocalSamplingClient, client: int) -> SampleResult:
     return await sampler.sample(ModelInput.from_ints(list(PROMPTS[client])), 2, PARAMS)
 
 
-def test_clients_sample_together_as_they_sample_alone(tmp_path: Path, make_datum: MakeDatum) -> None:
+@pytest.mark.parametrize("packed", [True, False], ids=["packed-prefill", "padded-prefill"])
+def test_clients_sample_together_as_they_sample_alone(
+    tmp_path: Path, make_datum: MakeDatum, packed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Prompts prefill packed on the tiny model; left-padded where a model cannot pack (a sliding
+    window, linear attention): both lay the rows out differently for the adapters."""
+    if not packed:
+        monkeypatch.setattr(sampler_module, "takes_packed_mask", lambda model: False)
+
     async def main() -> tuple[list[SampleResult], list[SampleResult], list[int]]:
         backend = LocalBackend(tmp_path, device="cpu")
         samplers = [await _sampler(backend, k, make_datum) for k in range(3)]
