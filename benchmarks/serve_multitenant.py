@@ -10,7 +10,14 @@ steps/s all together against one tenant alone (goal: >= 4x with 8 tenants): the 
 forward_backward requests that wait together run as one pass through the shared base
 (`adapters.local.lora_group`), their optimizer steps one by one.
 
+`--loop rl` runs the sampling-heavy RL-like loop instead (`tests.serve.multitenant.rl_tenant`:
+per step, a sampling client on the current weights, a group of 4 completions of 16 tokens, one
+importance-sampling forward_backward and an optimizer step): the tenants' sample requests that
+wait together decode as one batch too. Its logprobs line compares the last group's sampled
+logprobs with the tenant's solo run (the same seeds: the same samples, to float rounding).
+
     PYTHONPATH=. .venv/bin/python benchmarks/serve_multitenant.py --tenants 8 --steps 100 --model tiny
+    PYTHONPATH=. .venv/bin/python benchmarks/serve_multitenant.py --loop rl --steps 20 --model 32m
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from pathlib import Path
 import psutil
 
 from benchmarks._models import model_name
-from tests.serve.multitenant import max_relative_difference, train_tenant, train_together
+from tests.serve.multitenant import max_relative_difference, rl_tenant, train_tenant, train_together
 from tests.serve.server_process import ServerProcess
 
 
@@ -33,6 +40,7 @@ def main() -> None:
     parser.add_argument("--tenants", type=int, default=8)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--model", choices=("tiny", "32m"), default="tiny")
+    parser.add_argument("--loop", choices=("train", "rl"), default="train", help="training only, or sample + train")
     parser.add_argument("--solo-checks", type=int, default=2, help="tenants also trained alone for the comparison")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="serve-multitenant-"))
@@ -58,10 +66,11 @@ def main() -> None:
 
     try:
         start = time.perf_counter()
-        together = train_together(server.url, args.tenants, args.steps, on_step, base)
+        loop = rl_tenant if args.loop == "rl" else train_tenant
+        together = train_together(server.url, args.tenants, args.steps, on_step, base, loop)
         together_s = time.perf_counter() - start
         start = time.perf_counter()
-        alone = [train_tenant(server.url, tenant, args.steps, base) for tenant in range(args.solo_checks)]
+        alone = [loop(server.url, tenant, args.steps, base, None) for tenant in range(args.solo_checks)]
         alone_s = (time.perf_counter() - start) / max(1, args.solo_checks)
     finally:
         server.stop()
@@ -77,7 +86,8 @@ def main() -> None:
     together_rate = args.tenants * args.steps / together_s
     alone_rate = args.steps / alone_s
     print(
-        f"model {args.model}: steps/s {together_rate:.2f} with {args.tenants} tenants, {alone_rate:.2f} alone "
+        f"model {args.model}, loop {args.loop}: steps/s {together_rate:.2f} with {args.tenants} tenants, "
+        f"{alone_rate:.2f} alone "
         f"(ratio {together_rate / alone_rate:.2f})"
     )
 

@@ -237,22 +237,27 @@ class LocalBackend:
         special = options.train_mode or options.gradient_checkpointing or options.compile
         return identity.lora_rank is not None and not special and self._dtype != torch.float16
 
-    def _lora_grouped(self, identity: ModelIdentity) -> tuple[torch.nn.Module, Lane | None]:
-        """A LoRA model on its group's shared base weights, and its lane on the group's worker (none
-        for adapters a grouped pass cannot apply, or a vision-language model: those run alone)."""
+    def _lora_grouped(self, identity: ModelIdentity) -> tuple[torch.nn.Module, Lane | None, Lane | None]:
+        """A LoRA model on its group's shared base weights, and its lanes on the group's training
+        and sampling workers (none for adapters a grouped pass cannot apply, or a vision-language
+        model: those run alone)."""
         assert identity.lora_rank is not None
         with self._lora_groups_lock:
             group = self._lora_groups.get(identity.base_model)
             if group is None:
                 base = load_base_model(identity.base_model, self._dtype).to(self.device)
                 if is_vision_model(base):  # its image inputs take their own path: no grouped passes
-                    return add_lora(base, identity.lora_rank, identity.seed, self._lora, identity.layers).eval(), None
+                    model = add_lora(base, identity.lora_rank, identity.seed, self._lora, identity.layers)
+                    return model.eval(), None, None
                 method = self._training_options.logprob_method
                 group = self._lora_groups[identity.base_model] = LoraGroup(
                     identity.base_model, base, self._batch_limits, method
                 )
         model = add_lora(group.client_base(), identity.lora_rank, identity.seed, self._lora, identity.layers)
-        return model.to(self.device).eval(), group.lane() if groupable(model) else None
+        model = model.to(self.device).eval()
+        if not groupable(model):
+            return model, None, None
+        return model, group.lane(), group.sampling_lane(model)
 
     def _training_client(self, identity: ModelIdentity) -> LocalTrainingClient | DistributedTrainingClient:
         client: LocalTrainingClient | DistributedTrainingClient
@@ -278,7 +283,11 @@ class LocalBackend:
             )
         else:
             make_room = self._vllm.make_room if self._vllm is not None and self._vllm.sleeps else None
-            model, lane = self._lora_grouped(identity) if self._groups_lora(identity) else (self._model(identity), None)
+            lane = sampling_lane = None
+            if self._groups_lora(identity):
+                model, lane, sampling_lane = self._lora_grouped(identity)
+            else:
+                model = self._model(identity)
             client = LocalTrainingClient(
                 model,
                 load_tokenizer(identity.base_model),
@@ -292,6 +301,7 @@ class LocalBackend:
                 losses=self._losses,
                 before_compute=make_room,
                 lane=lane,
+                sampling_lane=None if self._vllm is not None else sampling_lane,
             )
         self._training_clients.append(client)
         return client

@@ -12,6 +12,12 @@ Requests that need what a grouped pass does not do run alone on the same worker,
 a batch split into micro-batches, images, custom losses, and (for the whole client) train mode,
 gradient checkpointing, a compiled body, float16 loss scaling, or adapters other than plain LoRA
 on linear layers (`grouped_lora.groupable`).
+
+Sampling batches across clients the same way, on a second worker and host of its own (sampling
+overlaps training, as the backend's sampling thread lets it): the sample requests of the group's
+clients' sampling clients that wait together with the same sampling params decode as one batch
+(`adapters.local.sampler.ClientAdapters`), each row through its own client's adapters, each
+request with its own seed.
 """
 
 from __future__ import annotations
@@ -23,12 +29,13 @@ import torch
 
 from adapters.common.training_batch import TrainingBatch
 from adapters.local.forward_pass import check_scoring_paths, sequence_logprobs
-from adapters.local.grouped_lora import AdapterGroups, AdapterLayer, shared_copy
+from adapters.local.grouped_lora import AdapterGroups, AdapterLayer, adapter_layers, shared_copy
 from adapters.local.request_batcher import BatchLimits
+from adapters.local.sampler import ClientAdapters, SampleRequest, sample_batch
 from adapters.local.shared_worker import Lane, SharedWorker
 from adapters.local.token_scoring import Entropy, LogprobMethod, output_head
 from train_core.losses import LossSpec, merge_loss_metrics
-from train_core.types import ForwardBackwardOutput, TensorData
+from train_core.types import ForwardBackwardOutput, TensorData, TokensWithLogprobs
 
 
 @dataclass(frozen=True)
@@ -65,6 +72,36 @@ class LossJob:
         return self.alone()
 
 
+@dataclass(frozen=True)
+class SampleJob:
+    """One sampling client's requests of one loop turn that share sampling params (one batch of its
+    own `RequestBatcher`'s making)."""
+
+    model: torch.nn.Module
+    """The sampling client's LoRA model (its snapshot of the client's adapters)."""
+    adapters: dict[str, AdapterLayer]
+    requests: list[SampleRequest]
+    pad_id: int
+
+    @property
+    def key(self) -> Hashable:
+        first = self.requests[0]
+        if first.images or first.following is not None:  # their own paths: never grouped
+            return id(self)
+        return first.key, self.pad_id
+
+    @property
+    def rows(self) -> int:
+        return sum(request.rows for request in self.requests)
+
+    @property
+    def length(self) -> int:
+        return max(request.length for request in self.requests)
+
+    def run_alone(self) -> list[list[TokensWithLogprobs]]:
+        return sample_batch(self.model, self.requests, self.pad_id)
+
+
 class LoraGroup:
     """The base model of several LoRA clients, its host for grouped passes, and their worker."""
 
@@ -74,6 +111,10 @@ class LoraGroup:
         self._method = method
         check_scoring_paths(self.host, method)
         self.worker = SharedWorker(f"local-lora-{name}", self._run_together, limits)
+        self.sampling_host = shared_copy(base).eval()
+        head = getattr(self.sampling_host, "get_output_embeddings", lambda: None)()
+        self._head_name = next((name for name, module in self.sampling_host.named_modules() if module is head), None)
+        self.sampling_worker = SharedWorker(f"local-lora-sampling-{name}", self._sample_together, limits)
 
     def client_base(self) -> torch.nn.Module:
         """A base model for a new client to wrap its adapters around, sharing the group's weights."""
@@ -81,6 +122,24 @@ class LoraGroup:
 
     def lane(self) -> Lane:
         return self.worker.lane()
+
+    def sampling_lane(self, model: torch.nn.Module) -> Lane | None:
+        """A queue for the sample requests of all the sampling clients of LoRA model `model`; None
+        when its adapters cannot sample grouped (not plain LoRA on linear layers)."""
+        return None if adapter_layers(model) is None else self.sampling_worker.lane()
+
+    def _sample_together(self, jobs: list[SampleJob]) -> list[list[list[TokensWithLogprobs]]]:
+        """One decode of every job's requests on the sampling host, each through its job's adapters."""
+        requests = [request for job in jobs for request in job.requests]
+        client_R = [g for g, job in enumerate(jobs) for _ in job.requests]
+        clients = ClientAdapters([job.adapters for job in jobs], client_R, self._head_name)
+        with torch.inference_mode():
+            sampled = sample_batch(self.sampling_host, requests, jobs[0].pad_id, clients)
+        results, start = [], 0
+        for job in jobs:
+            results.append(sampled[start : start + len(job.requests)])
+            start += len(job.requests)
+        return results
 
     def _run_together(self, jobs: list[LossJob]) -> list[ForwardBackwardOutput]:
         """One pass over every job's rows (each through its own client's adapters); each job's loss
@@ -128,3 +187,4 @@ class LoraGroup:
 
     def shutdown(self) -> None:
         self.worker.shutdown()
+        self.sampling_worker.shutdown()

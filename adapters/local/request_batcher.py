@@ -94,17 +94,10 @@ _Outcome = tuple[list["asyncio.Future[ResultT]"], list[ResultT] | Exception]
 """A batch's futures, and their results or the error that failed the batch."""
 
 
-class RequestBatcher(Generic[RequestT, ResultT]):
-    """Requests served in batches by `run_batch` (one result per request, in order)."""
+class TurnBatcher(Generic[RequestT, ResultT]):
+    """Collects the requests of each event-loop turn; `_dispatch` has them served at the turn's end."""
 
-    def __init__(
-        self,
-        executor: SerialExecutor,
-        run_batch: Callable[[list[RequestT]], list[ResultT]],
-        limits: BatchLimits = DEFAULT_BATCH_LIMITS,
-    ) -> None:
-        self._executor = executor
-        self._run_batch = run_batch
+    def __init__(self, limits: BatchLimits = DEFAULT_BATCH_LIMITS) -> None:
         self._limits = limits
         # The requests of the current turn of each loop using this batcher (usually one loop).
         self._turns: dict[asyncio.AbstractEventLoop, list[tuple[RequestT, asyncio.Future[ResultT]]]] = {}
@@ -121,8 +114,28 @@ class RequestBatcher(Generic[RequestT, ResultT]):
         return future
 
     def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
-        """At the end of the turn: give its requests to the worker as one job."""
-        turn = self._turns.pop(loop)
+        self._dispatch(loop, self._turns.pop(loop))
+
+    def _dispatch(self, loop: asyncio.AbstractEventLoop, turn: list[tuple[RequestT, asyncio.Future[ResultT]]]) -> None:
+        """At the end of the turn (on the loop): have its requests served."""
+        raise NotImplementedError
+
+
+class RequestBatcher(TurnBatcher[RequestT, ResultT]):
+    """Requests served in batches by `run_batch` (one result per request, in order)."""
+
+    def __init__(
+        self,
+        executor: SerialExecutor,
+        run_batch: Callable[[list[RequestT]], list[ResultT]],
+        limits: BatchLimits = DEFAULT_BATCH_LIMITS,
+    ) -> None:
+        super().__init__(limits)
+        self._executor = executor
+        self._run_batch = run_batch
+
+    def _dispatch(self, loop: asyncio.AbstractEventLoop, turn: list[tuple[RequestT, asyncio.Future[ResultT]]]) -> None:
+        """Give the turn's requests to the worker as one job."""
         try:
             self._executor.run_soon(lambda: self._serve(loop, turn))
         except RuntimeError as error:  # the executor is shut down: nothing would ever serve them

@@ -18,11 +18,18 @@ before each decode step; when newer local weights were published, the decode swi
 every row's context (prompt and tokens so far) is prefilled again under the new model, so the
 tokens after the switch are drawn from, and carry the logprobs of, exactly the new weights (no
 stale KV cache). Each token is tagged with the version that produced it.
+
+The requests of several LoRA clients of one base model decode together on a grouped-LoRA host
+(`ClientAdapters`): every forward runs the base once over all rows, each row's tokens through its
+own client's adapters (`adapters.local.grouped_lora.bind`), so each client samples what it would
+alone (its seeds, its adapters) to float rounding.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+import functools
+from collections.abc import Callable, Hashable, Sequence
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -30,6 +37,7 @@ from transformers.cache_utils import Cache
 
 from adapters.common.stop_matcher import StopMatcher
 from adapters.local.forward_pass import left_pad, takes_packed_mask
+from adapters.local.grouped_lora import AdapterLayer, bind
 from adapters.local.kv_cache import packed_inputs, unpacked_cache
 from adapters.local.sampler_pool import ModelLease
 from adapters.local.token_draw import next_tokens, top_logprobs
@@ -98,6 +106,35 @@ class SampleRequest:
         return len(self.prompt) + self.max_tokens
 
 
+@dataclass(frozen=True)
+class ClientAdapters:
+    """The LoRA clients whose requests decode together on a grouped-LoRA host: each one's adapters
+    (`adapters_G`), the client of each request of the batch (`client_R`), and the name of the
+    host's output head (it sees only the positions whose logits a forward keeps)."""
+
+    adapters_G: list[dict[str, AdapterLayer]]
+    client_R: list[int]
+    head: str | None
+
+    def bound(
+        self, host: torch.nn.Module, body_P: Sequence[int], head_P: Sequence[int]
+    ) -> AbstractContextManager[object]:
+        """A forward of `host` whose layers see the requests `body_P` at their flattened positions,
+        and whose output head sees `head_P`: each position through its request's client's adapters."""
+        device = next(host.parameters()).device
+        stack = ExitStack()
+        for layers, requests_P in ((lambda name: name != self.head, body_P), (lambda name: name == self.head, head_P)):
+            adapters_G = [{n: a for n, a in adapters.items() if layers(n)} for adapters in self.adapters_G]
+            groups_P = torch.tensor([self.client_R[r] for r in requests_P], dtype=torch.long, device=device)
+            stack.enter_context(bind(host, adapters_G, groups_P))
+        return stack
+
+
+Through = Callable[[Sequence[int], Sequence[int]], AbstractContextManager[object]]
+"""A forward's adapters: given the request of each flattened position its layers see, and of each
+its output head sees, the binding to run it in."""
+
+
 def draw_uniforms(requests: Sequence[SampleRequest], device: torch.device) -> torch.Tensor:
     """Every random number the batch will use, [B, max_tokens]: each request's rows come from a
     generator seeded with its seed alone, on the cpu (the same numbers on every device)."""
@@ -106,8 +143,16 @@ def draw_uniforms(requests: Sequence[SampleRequest], device: torch.device) -> to
     return torch.cat(rows).to(device)
 
 
+def _no_binding(body_P: Sequence[int], head_P: Sequence[int]) -> AbstractContextManager[object]:
+    return nullcontext()
+
+
 def _prefill(
-    model: torch.nn.Module, requests: Sequence[SampleRequest], pad_id: int, device: torch.device
+    model: torch.nn.Module,
+    requests: Sequence[SampleRequest],
+    pad_id: int,
+    device: torch.device,
+    through: Through = _no_binding,
 ) -> tuple[torch.Tensor, Cache, torch.Tensor, torch.Tensor]:
     """Run each prompt once, then give every sample row a copy of its prompt's KV cache.
 
@@ -124,14 +169,15 @@ def _prefill(
     max_tokens = requests[0].max_tokens
     mask_BL = torch.cat([mask_RL[prompt_of_B], mask_RL.new_ones(len(prompt_of_B), max_tokens)], dim=-1)
     if takes_packed_mask(model):
-        logits_RV, caches = _packed_prefill(model, prompts, device)
+        logits_RV, caches = _packed_prefill(model, prompts, device, through)
         lengths_R = mask_RL.sum(-1)
         source_RL = (lengths_R.cumsum(0) - lengths_R)[:, None] + positions_RL  # each slot's packed position
         cache = unpacked_cache(caches, source_RL[prompt_of_B], mask_RL[prompt_of_B], min(max_tokens, CACHE_ROOM))
         return logits_RV[prompt_of_B], cache, mask_BL, positions_RL[prompt_of_B, -1:]
-    output = model(
-        input_ids=input_ids_RL, attention_mask=mask_RL, position_ids=positions_RL, use_cache=True, logits_to_keep=1
-    )
+    with through([r for r in range(len(requests)) for _ in range(input_ids_RL.shape[1])], range(len(requests))):
+        output = model(
+            input_ids=input_ids_RL, attention_mask=mask_RL, position_ids=positions_RL, use_cache=True, logits_to_keep=1
+        )
     # Rows are selected through `reorder_cache`, which every cache layer implements for all its
     # state (a linear-attention or Mamba layer's conv and recurrent states too), where
     # `batch_select_indices` exists only on key/value layers.
@@ -140,7 +186,7 @@ def _prefill(
 
 
 def _packed_prefill(
-    model: torch.nn.Module, prompts: Sequence[Sequence[int]], device: torch.device
+    model: torch.nn.Module, prompts: Sequence[Sequence[int]], device: torch.device, through: Through
 ) -> tuple[torch.Tensor, list[Cache]]:
     """The prompts' next-token logits [P, V] and the caches of the packed rows they ran in, in order
     (consecutive prompts share a row up to PACK_TOKENS tokens)."""
@@ -153,9 +199,10 @@ def _packed_prefill(
             tokens += len(prompts[last])
             last += 1
         input_ids, positions, mask, ends = packed_inputs(prompts[first:last], dtype, device)
-        output = model(
-            input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=ends
-        )
+        with through([p for p in range(first, last) for _ in prompts[p]], range(first, last)):
+            output = model(
+                input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=ends
+            )
         logits.append(output.logits[0])
         caches.append(output.past_key_values)
         first = last
@@ -164,7 +211,7 @@ def _packed_prefill(
 
 @torch.inference_mode()
 def sample_batch(
-    model: torch.nn.Module, requests: Sequence[SampleRequest], pad_id: int
+    model: torch.nn.Module, requests: Sequence[SampleRequest], pad_id: int, clients: ClientAdapters | None = None
 ) -> list[list[TokensWithLogprobs]]:
     """Decode every request's samples together, each until it stops or hits max_tokens.
 
@@ -174,10 +221,17 @@ def sample_batch(
     the batch. Prompts are left-padded to end together. Once a quarter of the rows have stopped,
     the finished ones leave the batch (their cache rows too): the others decode on in fewer rows.
     Following requests (all of a batch alike: their `key`) may switch weights between decode steps
-    (see the module doc); their tokens carry versions.
+    (see the module doc); their tokens carry versions. With `clients`, `model` is a grouped-LoRA
+    host and each request's rows run through its client's adapters (no images, no weight feed).
     """
     params, stop, max_tokens = requests[0].params, requests[0].stop, requests[0].max_tokens
     device = next(model.parameters()).device
+    through = _no_binding
+    if clients is not None:
+        if requests[0].images or requests[0].following is not None:
+            raise ValueError("requests with images or a weight feed decode alone, not through a LoRA host")
+        through = functools.partial(clients.bound, model)
+
     if requests[0].images:  # prompts with images run one at a time (`adapters.local.vision`)
         return [
             sample_with_images(
@@ -199,12 +253,13 @@ def sample_batch(
         row_ranges.append(slice(start, start + request.num_samples))
     batch_size = row_ranges[-1].stop
     uniforms_NT = None if params.temperature == 0.0 else draw_uniforms(requests, device)
-    logits_NV, cache, mask_NL, positions_N1 = _prefill(model, requests, pad_id, device)
+    logits_NV, cache, mask_NL, positions_N1 = _prefill(model, requests, pad_id, device, through)
     prompt_width = mask_NL.shape[-1] - max_tokens
     following = requests[0].following
     version = 0 if following is None else following.version
     held: list[ModelLease] = []  # the newer weights switched to: not reused by the pool while in use
     prompt_of_B = [request.prompt for request in requests for _ in range(request.num_samples)]
+    request_of_B = [r for r, request in enumerate(requests) for _ in range(request.num_samples)]
     tokens_B: list[list[int]] = [[] for _ in range(batch_size)]
     versions_B: list[list[int]] = [[] for _ in range(batch_size)]
     logprobs_B: list[list[float]] = [[] for _ in range(batch_size)]
@@ -249,13 +304,15 @@ def sample_batch(
             prompt_width = mask_NL.shape[-1] - (max_tokens - step - 1) - (step + 1)  # keeps the slice below
             continue
         positions_N1 = positions_N1 + 1
-        output = model(
-            input_ids=new_tokens_N.unsqueeze(-1),
-            attention_mask=mask_NL[:, : prompt_width + step + 1],
-            position_ids=positions_N1,
-            past_key_values=cache,
-            use_cache=True,
-        )
+        decoding = [request_of_B[row] for row in rows_N]
+        with through(decoding, decoding):
+            output = model(
+                input_ids=new_tokens_N.unsqueeze(-1),
+                attention_mask=mask_NL[:, : prompt_width + step + 1],
+                position_ids=positions_N1,
+                past_key_values=cache,
+                use_cache=True,
+            )
         logits_NV, cache = output.logits[:, -1, :], output.past_key_values
     sequences_B = [
         TokensWithLogprobs(

@@ -5,7 +5,9 @@ however the training client moves on. Each client therefore holds a `ModelLease`
 model, and so does every job it has queued (the jobs reach the model through the lease). A model
 whose lease nobody holds any more is free: the next snapshot copies the trainable parameters into
 it in place (cheap: no allocation, and for LoRA only the adapters) instead of deep-copying the
-whole model. Free models beyond `max_free` are released.
+whole model. Free models beyond `max_free` are released. A sampler model shares the source's
+frozen parameters (a LoRA model's base weights: they never train, and the pool refreshes only the
+trainable ones), so a snapshot of a LoRA client costs its adapters' memory, not a model's.
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ class ModelLease:
 
 
 def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
-    """A deep copy for sampling only: eval mode, no gradients."""
-    frozen = copy.deepcopy(model).eval().requires_grad_(False)
+    """A deep copy for sampling only: eval mode, no gradients, the frozen parameters shared."""
+    shared = {id(p): p for p in model.parameters() if not p.requires_grad}
+    frozen = copy.deepcopy(model, memo=shared).eval().requires_grad_(False)
     frozen.zero_grad(set_to_none=True)  # a copy of a training model may carry gradients
     return frozen
 
@@ -56,13 +59,17 @@ class SamplerPool:
         self._max_free = max_free
         self._entries: list[_Entry] = []
         self.copies_made = 0  # how many deep copies the pool needed (tests and benchmarks look)
+        self._collect_at = 2
 
     def snapshot(self) -> ModelLease:
         """A lease on a sampler model holding the source's current weights."""
         entry = self._free_entry()
-        if entry is None and len(self._entries) >= 2:
+        if entry is None and len(self._entries) >= self._collect_at:
             gc.collect()  # a dropped client caught in a reference cycle frees its model only here
             entry = self._free_entry()
+            # Every model still in use (a server keeps its sampling clients): collecting costs a
+            # full collection each time (~1 s in a server), so the next try waits for twice as many.
+            self._collect_at = 2 if entry is not None else 2 * len(self._entries)
         sources = [p.detach() for p in trainable_parameters(self._source).values()]
         if entry is None:
             model = frozen_copy(self._source)

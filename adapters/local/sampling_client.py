@@ -10,12 +10,15 @@ from adapters.common.requests import check_sampling_params, check_token_ids
 from adapters.common.stop_matcher import StopMatcher
 from adapters.local.forward_pass import pad_token_id, vocab_size
 from adapters.local.mixture_sampler import sample_mixture
+from adapters.local.grouped_lora import adapter_layers
+from adapters.local.lora_group import SampleJob
 from adapters.local.prompt_detail import score_prompt_detail
 from adapters.local.prompt_scoring import ScoreRequest, score_prompts
-from adapters.local.request_batcher import DEFAULT_BATCH_LIMITS, BatchLimits, RequestBatcher
+from adapters.local.request_batcher import DEFAULT_BATCH_LIMITS, BatchLimits, RequestBatcher, TurnBatcher
 from adapters.local.sampler import Following, SampleRequest, sample_batch
 from adapters.local.sampler_pool import ModelLease
 from adapters.local.serial_executor import SerialExecutor
+from adapters.local.shared_worker import Lane, LaneBatcher
 from adapters.local.token_scoring import LogprobMethod
 from adapters.local.vision import image_token_id
 from kitchen.engine.errors import DataError
@@ -40,7 +43,10 @@ class LocalSamplingClient:
         seed: int,
         batch_limits: BatchLimits = DEFAULT_BATCH_LIMITS,
         logprob_method: LogprobMethod = "chunked",
+        lane: Lane | None = None,
     ) -> None:
+        """With `lane` (its training client's queue on a LoRA group's sampling worker), sample
+        requests run there, batched with other clients' of the same base (`adapters.local.lora_group`)."""
         # The lease keeps the model from being reused by a newer snapshot while this client, or a
         # job it queued, is alive: the batchers' jobs reach the model only through it (and hold no
         # reference to this client, so dropping the client frees the lease at once).
@@ -58,9 +64,17 @@ class LocalSamplingClient:
         self._scoring: RequestBatcher[ScoreRequest, list[float | None]] = RequestBatcher(
             executor, lambda requests: score_prompts(lease.model, requests, pad_id, logprob_method), batch_limits
         )
-        self._sampling: RequestBatcher[SampleRequest, list[TokensWithLogprobs]] = RequestBatcher(
-            executor, lambda requests: sample_batch(lease.model, requests, pad_id), batch_limits
-        )
+        self._sampling: TurnBatcher[SampleRequest, list[TokensWithLogprobs]]
+        adapters = None if lane is None else adapter_layers(lease.model)
+        if lane is None or adapters is None:
+            self._sampling = RequestBatcher(
+                executor, lambda requests: sample_batch(lease.model, requests, pad_id), batch_limits
+            )
+        else:
+            grouped = adapters  # the snapshot's adapters: the lease keeps them unchanged
+            self._sampling = LaneBatcher(
+                lane, lambda requests: SampleJob(lease.model, grouped, requests, pad_id), batch_limits
+            )
 
     def get_tokenizer(self) -> Tokenizer:
         return self._tokenizer

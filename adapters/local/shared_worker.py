@@ -18,15 +18,16 @@ are reproducible to float rounding: a row's result in a larger batch differs by 
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol
 
-from adapters.local.request_batcher import BatchLimits
+from adapters.local.request_batcher import BatchLimits, RequestT, ResultT, TurnBatcher, split_batches
 
 BATCH_WINDOW_S = 0.02
 """How long a batch waits at most for the active lanes that have no job waiting yet: a request's
@@ -220,3 +221,38 @@ class Lane:
             while self._pending:
                 self._idle.wait()
         self._worker.forget(self)
+
+
+class LaneBatcher(TurnBatcher[RequestT, ResultT], Generic[RequestT, ResultT]):
+    """A client's requests of one loop turn, batched as a `RequestBatcher` batches them, each batch
+    then queued on the client's lane as one batchable job (`make_job`, whose result is one result
+    per request): the worker may run it in one pass with other lanes' waiting batches."""
+
+    def __init__(self, lane: Lane, make_job: Callable[[list[RequestT]], BatchableJob], limits: BatchLimits) -> None:
+        super().__init__(limits)
+        self._lane = lane
+        self._make_job = make_job
+
+    def _dispatch(self, loop: asyncio.AbstractEventLoop, turn: list[tuple[RequestT, asyncio.Future[ResultT]]]) -> None:
+        requests = [request for request, _ in turn]
+        for batch in split_batches(requests, self._limits):
+            futures = [turn[index][1] for index in batch]
+            try:
+                job = self._lane.submit_batchable(self._make_job([requests[index] for index in batch]))
+            except RuntimeError as error:  # the worker is shut down: nothing would ever serve them
+                job = loop.create_future()
+                job.set_exception(error)
+            job.add_done_callback(functools.partial(_deliver_job, futures))
+
+
+def _deliver_job(futures: list[asyncio.Future[Any]], job: asyncio.Future[list[Any]]) -> None:
+    """Each request's result (or the job's failure) to its caller."""
+    for index, future in enumerate(futures):
+        if future.done():  # the caller gave up
+            continue
+        if job.cancelled():
+            future.cancel()
+        elif (error := job.exception()) is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(job.result()[index])

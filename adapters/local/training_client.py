@@ -209,9 +209,11 @@ class LocalTrainingClient:
         losses: LossTable = LOSS_SPECS,
         before_compute: Callable[[], None] | None = None,
         lane: Lane | None = None,
+        sampling_lane: Lane | None = None,
     ) -> None:
         """With `lane` (a queue on its LoRA group's worker, `adapters.local.lora_group`), the
-        client's jobs run there, its forward passes batched with other clients' of the group."""
+        client's jobs run there, its forward passes batched with other clients' of the group; with
+        `sampling_lane` (on the group's sampling worker), so do its sampling clients' samples."""
         options = options or TrainingOptions()
         self._before_compute = before_compute
         self._losses = losses
@@ -237,6 +239,7 @@ class LocalTrainingClient:
         self._batch_limits = batch_limits
         self._executor: SerialExecutor | Lane = lane or SerialExecutor("local-training")
         self._lane = lane
+        self._sampling_lane = sampling_lane
         self._adapters = None if lane is None else adapter_layers(model)
         self._device = next(model.parameters()).device
         self._vocab_size = vocab_size(model)
@@ -555,9 +558,17 @@ class LocalTrainingClient:
         lease = await self._executor.submit(self._samplers.snapshot)
         seed = self._seeds.getrandbits(63)
         return LocalSamplingClient(
-            lease, self._tokenizer, self._sampling_executor, seed, self._batch_limits, self._options.logprob_method
+            lease,
+            self._tokenizer,
+            self._sampling_executor,
+            seed,
+            self._batch_limits,
+            self._options.logprob_method,
+            self._sampling_lane,
         )
 
     async def close(self) -> None:
         """Finish queued jobs and stop the worker thread."""
         await asyncio.to_thread(self._executor.shutdown)
+        if self._sampling_lane is not None:
+            await asyncio.to_thread(self._sampling_lane.shutdown)
