@@ -30,67 +30,12 @@ from train_core.types import ModelInput, StopCondition
 TARGET_WORDS = ("after", "before", "during", "under", "until", "while", "through", "between")
 """The words a document's count is about."""
 
-FILLER_WORDS = [
-    "the",
-    "a",
-    "of",
-    "and",
-    "to",
-    "in",
-    "is",
-    "was",
-    "for",
-    "on",
-    "that",
-    "with",
-    "as",
-    "by",
-    "it",
-    "from",
-    "at",
-    "his",
-    "an",
-    "were",
-    "are",
-    "which",
-    "this",
-    "be",
-    "or",
-    "has",
-    "had",
-    "first",
-    "one",
-    "their",
-    "its",
-    "new",
-    "also",
-    "city",
-    "year",
-    "two",
-    "river",
-    "people",
-    "north",
-    "south",
-    "team",
-    "game",
-    "house",
-    "water",
-    "road",
-    "time",
-    "film",
-    "album",
-    "song",
-    "war",
-    "church",
-    "school",
-    "state",
-    "group",
-    "line",
-    "part",
-    "world",
-    "early",
-    "small",
-]
+_FILLER = (
+    "the a of and to in is was for on that with as by it from at his an were are which this be or "
+    "has had first one their its new also city year two river people north south team game house "
+    "water road time film album song war church school state group line part world early small"
+)
+FILLER_WORDS = tuple(_FILLER.split())
 """Common English words the pages are made of (target words are mixed in at `target_rate`)."""
 
 _ANSWER = re.compile(r"answer\s*:\s*(-?\d[\d,]*)", re.IGNORECASE)
