@@ -12,7 +12,7 @@ from typing import Protocol, cast
 import tinker
 from tinker.lib.public_interfaces.sampling_client import _load_tokenizer_from_model_info
 
-from adapters.common.tiny import TINY_MODEL_NAME
+from adapters.common.tiny import EMBEDDED_MODELS
 from adapters.common.tokenizer import load_tokenizer
 from adapters.tinker.availability import read_api_key
 from adapters.tinker.calls import open_remote
@@ -41,12 +41,12 @@ def sdk_tokenizer(base_model: str) -> Tokenizer:
     """The tokenizer the SDK's own clients load for `base_model` (its model-name mapping included).
 
     The SDK offers this publicly only on a live client; its loader is called directly so that
-    a tokenizer needs no session. `tiny` (kitchen's embedded model, which `kitchen serve`
-    serves) is kitchen's own tokenizer. A name the SDK cannot load (offline, not in the HF cache)
-    is a ConfigError saying what works, not a raw OSError.
+    a tokenizer needs no session. kitchen's embedded models (`tiny`, `tiny32`, `tiny64k`,
+    `tiny-vl`, which `kitchen serve` serves by those names) use kitchen's own tokenizer. A name
+    the SDK cannot load (offline, not in the HF cache) is a ConfigError saying what works, not a raw OSError.
     """
-    if base_model == TINY_MODEL_NAME:
-        return load_tokenizer(TINY_MODEL_NAME)
+    if base_model in EMBEDDED_MODELS:
+        return load_tokenizer(base_model)
     try:
         # A Hugging Face tokenizer; its `decode` is typed more loosely than the port's protocol.
         return cast(Tokenizer, _load_tokenizer_from_model_info(base_model))

@@ -50,10 +50,13 @@ SHOWN_METRICS: tuple[tuple[str, str, str | None], ...] = (
     ("teacher_kl", "teacher_kl", "eval/teacher_kl"),
     ("accuracy", "accuracy", "eval/accuracy"),
     ("optim/kl_sample_train_v1", "kl_mismatch", None),
+    ("numerics/max_abs_diff", "max_logprob_diff", None),
+    ("numerics/last_turn_depth", "deepest_turn_at", None),
 )
 """(metric, label, held-out metric) shown per step when a row has them: what the users of each
 family watch: NLL (supervised), DPO loss and accuracy, RL reward, correct answers (math) and
-passed tests (code), teacher KL (distillation) and the sampler/trainer mismatch KL."""
+passed tests (code), teacher KL (distillation), the sampler/trainer mismatch KL and, with the
+numerics check, the largest per-token logprob difference and how deep its last turn went."""
 
 HIDDEN_BY = {"env/all/reward/total": "teacher_kl"}
 """A metric left out when another is in the row: distillation's prompt-only envs always give

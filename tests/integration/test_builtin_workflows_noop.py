@@ -156,6 +156,7 @@ SMOKE_OVERRIDES: dict[str, list[str]] = {
         "rl.groups_per_batch=4",
         "grader.max_tokens=8",
     ],
+    "rl_numerics_check": ["env.num_pages=3", "env.page_words=40", "rl.group_size=2"],
     "twenty_questions": [
         "rl.num_batches=2",
         "warm_start.steps=2",

@@ -104,7 +104,7 @@ _DECLARED_ROLES: dict[str, frozenset[str]] = {}
 
 # First match wins; patterns run against the lowercased model name or path.
 _RECOMMENDATIONS: tuple[tuple[str, str], ...] = (
-    (r"^tiny(32)?$", "role_colon"),
+    (r"^tiny(32|64k)?$", "role_colon"),
     (r"^tiny-vl$", "qwen3_vl_instruct"),
     (r"qwen3-vl.*instruct", "qwen3_vl_instruct"),
     (r"qwen3-vl", "qwen3_vl"),

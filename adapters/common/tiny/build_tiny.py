@@ -15,7 +15,7 @@ from pathlib import Path
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3VLConfig
 
-from adapters.common.tiny import TINY32_MODEL_NAME, TINY_DIR, VISION_TOKENS
+from adapters.common.tiny import TINY32_MODEL_NAME, TINY64K_DIR, TINY_DIR, VISION_TOKENS
 from adapters.common.tiny.corpus import iter_corpus
 from train_core.renderers.special_tokens import ALL_SPECIAL_TOKENS, PAD
 
@@ -101,6 +101,25 @@ def model_config(
     )
 
 
+LONG_CONTEXT = 65_536
+LONG_ROPE_THETA = 1_000_000.0
+
+
+def long_context_config(tokenizer: PreTrainedTokenizerFast) -> Qwen3Config:
+    """`tiny64k`: `tiny`'s shape (so a seed gives it the same weights) with positions for 64k tokens.
+
+    Plain RoPE with base 1e6 rather than a `rope_scaling` method: YaRN / linear scaling stretch a
+    pretrained model's short-context positions, but tiny is random-initialised, so there is nothing
+    to stretch. What matters is that no rotary pair wraps around inside the context: the slowest of
+    the 12 pairs of a 24-wide head turns once every 2*pi*theta^(22/24) positions, ~29k at tiny's
+    base 1e4 (positions past it would alias) and ~2.0M at 1e6 (Qwen3's own base).
+    """
+    config = model_config(tokenizer)
+    config.max_position_embeddings = LONG_CONTEXT
+    config.rope_parameters = {"rope_type": "default", "rope_theta": LONG_ROPE_THETA}
+    return config
+
+
 TINY_VL_DIR = "tiny_vl"
 
 QWEN3_VL_IMAGE_PROCESSOR = {
@@ -171,13 +190,14 @@ def vl_config(tokenizer: PreTrainedTokenizerFast) -> Qwen3VLConfig:
 
 def build(out_dir: Path) -> None:
     """Write tokenizer files and tiny's config.json into `out_dir`, tiny32's into `out_dir/tiny32`,
-    tiny-vl's config and image processor config into `out_dir/tiny_vl`."""
+    tiny64k's into `out_dir/tiny64k`, tiny-vl's config and image processor config into `out_dir/tiny_vl`."""
     out_dir.mkdir(parents=True, exist_ok=True)
     fast = wrap_for_transformers(train_tokenizer())
     fast.save_pretrained(out_dir)
     _use_portable_tokenizer_class(out_dir / "tokenizer_config.json")
     model_config(fast).save_pretrained(out_dir)
     model_config(fast, hidden_size=128, intermediate_size=384).save_pretrained(out_dir / TINY32_MODEL_NAME)
+    long_context_config(fast).save_pretrained(out_dir / TINY64K_DIR)
     vl_config(fast).save_pretrained(out_dir / TINY_VL_DIR)
     processor = json.dumps(QWEN3_VL_IMAGE_PROCESSOR, indent=2) + "\n"
     (out_dir / TINY_VL_DIR / "preprocessor_config.json").write_text(processor, encoding="utf-8")

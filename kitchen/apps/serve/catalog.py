@@ -1,7 +1,7 @@
 """The models file: the names programs ask for, mapped to what the backend loads.
 
 A YAML mapping, one model per line: `Qwen/Qwen3-8B: /models/qwen3-8b` (a local folder) or
-`tiny: tiny` (one of kitchen's embedded models: `tiny`, `tiny32`, `tiny-vl`). Without a file the
+`tiny: tiny` (one of kitchen's embedded models: `tiny`, `tiny32`, `tiny64k`, `tiny-vl`). Without a file the
 server offers `tiny` only. The name a program uses is what `get_server_capabilities` lists and
 what training runs record.
 """
@@ -16,7 +16,7 @@ from kitchen.engine.config.yaml_bounded import load_yaml
 from kitchen.engine.errors import ConfigError
 
 TINY = "tiny"
-EMBEDDED = frozenset({TINY, "tiny32", "tiny-vl"})
+EMBEDDED = frozenset({TINY, "tiny32", "tiny64k", "tiny-vl"})
 """The backends' embedded models (`adapters.common.tiny`), which a models file may name as they are."""
 
 

@@ -39,7 +39,9 @@ class RunConfig(BaseModel):
     config gets "moved to ..." instead of "unknown key". Subclasses add theirs. (The flat keys of
     0.2 are renamed, with a warning, by `kitchen.engine.config.renames`.)"""
 
-    model_name: str = Field("tiny", description="'tiny' or 'tiny32' (embedded), a local HF model dir, or a hub name")
+    model_name: str = Field(
+        "tiny", description="'tiny', 'tiny32' or 'tiny64k' (embedded), a local HF model dir, or a hub name"
+    )
     backend: str = Field("local", description="a registered backend: " + ", ".join(_backend_names()))
     log_path: str | None = Field(
         None, description="run directory; default runs/<recipe>-<timestamp>", json_schema_extra=RESUME_SAFE

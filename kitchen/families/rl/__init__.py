@@ -14,6 +14,8 @@ from kitchen.families.rl.envs import env_check as env_check
 from kitchen.families.rl.envs import env_choice as env_choice
 from kitchen.families.rl.envs import env_task as env_task
 from kitchen.families.rl.evaluation import EvaluateRewards as EvaluateRewards
+from kitchen.families.rl.numerics import CheckLogprobAgreement as CheckLogprobAgreement
+from kitchen.families.rl.numerics import NumericsSettings as NumericsSettings
 from kitchen.families.rl.reward_env import REWARD_FN_ENV as REWARD_FN_ENV
 from kitchen.families.rl.reward_env import RewardFnSettings as RewardFnSettings
 from kitchen.families.rl.settings import EpisodeSettings as EpisodeSettings

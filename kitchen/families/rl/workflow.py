@@ -148,10 +148,14 @@ def rl_workflow(
     )
 
 
-def rl_workflow_for(factory: RLTaskFactory, check_data: DataCheck | None = None) -> WorkflowBuilder:
+def rl_workflow_for(
+    factory: RLTaskFactory, check_data: DataCheck | None = None, checks: Sequence[Node] = ()
+) -> WorkflowBuilder:
     """A recipe's `workflow(config)`: its mode, plus the warm start and KL penalty it asks for.
 
-    The reference the KL penalty pulls towards is the policy as RL begins (after a warm start)."""
+    The reference the KL penalty pulls towards is the policy as RL begins (after a warm start).
+    `checks` run in the `adjust` slot after the KL stages, on the datums about to be trained
+    (`CheckLogprobAgreement`)."""
 
     def build(config: RLSettings) -> Workflow:
         setup: list[Node] = []
@@ -166,6 +170,7 @@ def rl_workflow_for(factory: RLTaskFactory, check_data: DataCheck | None = None)
         if algorithm.kl_loss_coef > 0:
             adjust.append(AddReferenceLogprobs())
         dynamic = algorithm.dynamic_sampling is not None
+        adjust.extend(checks)
         return rl_workflow(
             factory, config.rl.mode, setup=setup, adjust=adjust, check_data=check_data, dynamic_sampling=dynamic
         )

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoConfig, AutoTokenizer
 
-from adapters.common.tiny import TINY32_MODEL_NAME, TINY_DIR
+from adapters.common.tiny import TINY32_MODEL_NAME, TINY64K_DIR, TINY_DIR
 from adapters.common.tiny.build_tiny import TINY_VL_DIR, build
 from train_core.renderers.special_tokens import ALL_SPECIAL_TOKENS, PAD
 
@@ -55,8 +55,8 @@ def test_chat_template_is_chatml() -> None:
 def test_build_script_reproduces_the_shipped_assets(tmp_path: Path) -> None:
     build(tmp_path)
     shipped = sorted(p.name for p in TINY_DIR.iterdir() if p.suffix in {".json", ".jinja"})
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*shipped, TINY32_MODEL_NAME, TINY_VL_DIR])
-    files = [*shipped, f"{TINY32_MODEL_NAME}/config.json"]  # tiny32: a config of its own, tiny's tokenizer
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*shipped, TINY32_MODEL_NAME, TINY64K_DIR, TINY_VL_DIR])
+    files = [*shipped, f"{TINY32_MODEL_NAME}/config.json", f"{TINY64K_DIR}/config.json"]  # configs, tiny's tokenizer
     files += [f"{TINY_VL_DIR}/config.json", f"{TINY_VL_DIR}/preprocessor_config.json"]
     for name in files:
         assert comparable(TINY_DIR / name) == comparable(tmp_path / name), name
