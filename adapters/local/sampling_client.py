@@ -9,9 +9,9 @@ import torch
 from adapters.common.requests import check_sampling_params, check_token_ids
 from adapters.common.stop_matcher import StopMatcher
 from adapters.local.forward_pass import pad_token_id, vocab_size
-from adapters.local.mixture_sampler import sample_mixture
 from adapters.local.grouped_lora import adapter_layers
 from adapters.local.lora_group import SampleJob
+from adapters.local.mixture_sampler import sample_mixture
 from adapters.local.prompt_detail import score_prompt_detail
 from adapters.local.prompt_scoring import ScoreRequest, score_prompts
 from adapters.local.request_batcher import DEFAULT_BATCH_LIMITS, BatchLimits, RequestBatcher, TurnBatcher
