@@ -8,10 +8,11 @@ Self-play's mean reward is zero by construction, so learning is measured against
 opponent: `env.eval_games` held-out games against a random player (`env.eval_opponent`), half in
 each seat: `eval/all/won` is the win rate, `eval/all/invalid_moves` the invalid moves per game.
 
-Defaults run on the embedded tiny model, offline, on CPU: a warm start imitating random legal
-moves (the move format and which squares are free; no strategy), then self-play RL. On the tiny
-model this is not yet shown to learn (measured: win rate against random 0.094 -> 0.094 over 10
-short steps); see docs/how-to/text-games.md.
+Defaults run on the embedded tiny model, offline, on CPU: a warm start imitating a scripted
+tic-tac-toe player (win, else block, else centre, corner, side; `env.teacher`), then self-play
+RL. On the tiny model this is not yet shown to learn: RL did not raise the win rate against
+random, even when trained against the random player itself (measured in
+docs/how-to/text-games.md).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from recipes.envs.text_arena import ENV, TextArenaSettings
     sampling=SamplingSettings(max_tokens=6),
     rl=RLLoopSettings(group_size=2, groups_per_batch=32, num_batches=30),
     eval=HeldOutEval(every=10),
-    warm_start=WarmStartSettings(steps=150),
+    warm_start=WarmStartSettings(steps=150, batch_size=8),
 )
 class Config(RLSettings):
     env: TextArenaSettings = Field(default_factory=TextArenaSettings, description="the game and the opponent")

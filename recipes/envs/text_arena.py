@@ -41,6 +41,11 @@ from train_core.rl.task import RLTask
 from train_core.rl.types import Action, Env, EnvGroupBuilder, RLDataset, StepResult
 from train_core.types import ModelInput, SamplingParams, StopCondition
 
+LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
+PREFERENCE = (4, 0, 2, 6, 8, 1, 3, 5, 7)
+"""Centre, corners, sides: the order a tic-tac-toe player without a win or a block takes squares in."""
+MY_MARK = re.compile(r"you will be '([XO])'")
+BOARD_ROW = re.compile(r"^ (\S) \| (\S) \| (\S) $", re.MULTILINE)
 MOVE_LIST = re.compile(r"(?im)^.*\b(?:available|valid|legal) (?:moves|actions)\b[^:\n]*:(.*)$")
 BRACKETED = re.compile(r"\[[^\[\]\n]+\]")
 
@@ -295,6 +300,49 @@ class RandomTeacher:
         return out
 
 
+def good_tictactoe_move(observation: str) -> str:
+    """A sound tic-tac-toe move for the seat whose observation this is: complete a line of its
+    own, else block the opponent's, else the first free square in `PREFERENCE`. Read from the text
+    (the last board drawn and the seat's mark), so it is what the policy itself could see."""
+    mark = MY_MARK.search(observation)
+    rows = BOARD_ROW.findall(observation)[-3:]
+    if mark is None or len(rows) != 3:
+        raise ConfigError("the scripted teacher reads tic-tac-toe boards only; set env.teacher=random")
+    cells = [cell for row in rows for cell in row]
+    mine = mark.group(1)
+    free = {i for i, cell in enumerate(cells) if cell.isdigit()}
+    for owner in (mine, "O" if mine == "X" else "X"):  # win first, then block
+        for line in LINES:
+            open_squares = [i for i in line if i in free]
+            if len(open_squares) == 1 and sum(cells[i] == owner for i in line) == 2:
+                return f"[{open_squares[0]}]"
+    return f"[{next(i for i in PREFERENCE if i in free)}]"
+
+
+@dataclass(frozen=True)
+class ScriptedTeacher:
+    """Warm-start demonstrations of strategy: every move of games in which a seat plays
+    `good_tictactoe_move` against a random player (seats alternate), as the observation and that
+    move. Only the scripted seat's moves are demonstrated; the random seat gives it varied boards."""
+
+    game: str
+
+    def __call__(self, rng: random.Random, count: int) -> list[list[Message]]:
+        out: list[list[Message]] = []
+        while len(out) < count:
+            arena, good_seat = Arena(self.game, rng.randrange(2**31)), rng.randrange(2)
+            while not arena.done and len(out) < count:
+                seat = arena.current
+                observation = arena.observation(seat)
+                if seat == good_seat:
+                    move = good_tictactoe_move(observation)
+                    out.append([Message(role="user", content=observation), Message(role="assistant", content=move)])
+                else:
+                    move = rng.choice(listed_moves(observation))
+                arena.apply(seat, move)
+        return out
+
+
 class TextArenaSettings(EnvSettings):
     name: Literal["text_arena"] = Field("text_arena", description="two-player textarena games")
     game: str = Field("TicTacToe-v0-train", description="a two-player textarena game id")
@@ -308,10 +356,15 @@ class TextArenaSettings(EnvSettings):
     eval_opponent: Literal["random", "model"] = Field("random", description="the fixed opponent of the held-out games")
     eval_games: int = Field(64, ge=2, description="held-out games against eval_opponent, half in each seat")
     invalid_move_penalty: float = Field(1.0, ge=0, description="reward subtracted for each invalid move")
+    teacher: Literal["scripted", "random"] = Field(
+        "scripted",
+        description="warm-start demonstrations: 'scripted' tic-tac-toe moves (win, block, centre, corner; "
+        "tic-tac-toe games only) or 'random' legal moves (any game that lists its moves)",
+    )
 
 
 def build_task(settings: TextArenaSettings, config: RLSettings, renderer: Renderer) -> RLTask:
-    check_game(settings.game)
+    check_settings(settings, frozenset())
     rl, game, penalty, tag = config.rl, settings.game, settings.invalid_move_penalty, "text_arena"
     needs_model = "model" in (settings.opponent, settings.eval_opponent)
     slot = ModelSlot("opponent", settings.opponent_model.model_name, settings.opponent_model.checkpoint)
@@ -343,13 +396,15 @@ def build_task(settings: TextArenaSettings, config: RLSettings, renderer: Render
     return RLTask(
         train=ArenaDataset(make, rl.num_batches, rl.groups_per_batch, config.seed),
         eval_builders=held_out,
-        demonstrations=RandomTeacher(game),
+        demonstrations=ScriptedTeacher(game) if settings.teacher == "scripted" else RandomTeacher(game),
         models=[slot] if needs_model else [],
     )
 
 
 def check_settings(settings: TextArenaSettings, roles: frozenset[str]) -> None:
     check_game(settings.game)
+    if settings.teacher == "scripted" and not settings.game.startswith("TicTacToe-"):
+        raise ConfigError(f"env.teacher=scripted plays tic-tac-toe only, not {settings.game!r}; set env.teacher=random")
 
 
 ENV = EnvSpec(

@@ -16,8 +16,10 @@ from recipes.envs.text_arena import (
     OpponentGames,
     RandomPlayer,
     RandomTeacher,
+    ScriptedTeacher,
     SelfPlayGame,
     check_game,
+    good_tictactoe_move,
     listed_moves,
 )
 from tests.rl_workflow.envs_common import renderer, reply_tokens
@@ -112,6 +114,53 @@ def test_the_teacher_demonstrates_legal_moves() -> None:
     assert len(demos) == 30
     for user, move in demos:
         assert move["content"] in listed_moves(user["content"])
+
+
+def board(rows: tuple[tuple[str, str, str], ...], mark: str = "O") -> str:
+    """An observation as textarena draws it: the seat's mark, then the board (free squares numbered)."""
+    drawn = "\n---+---+---\n".join(" " + " | ".join(row) + " " for row in rows)
+    return f"As Player 0, you will be '{mark}', while ...\n\nCurrent Board:\n\n{drawn}\n\nAvailable Moves: ..."
+
+
+@pytest.mark.parametrize(
+    ("rows", "mark", "move"),
+    [
+        ((("0", "1", "2"), ("3", "4", "5"), ("6", "7", "8")), "O", "[4]"),  # empty board: the centre
+        ((("O", "X", "2"), ("O", "X", "5"), ("6", "7", "8")), "O", "[6]"),  # a win beats the block at 7
+        ((("X", "X", "2"), ("O", "O", "5"), ("6", "7", "8")), "X", "[2]"),  # X too wins before it blocks
+        ((("O", "1", "O"), ("3", "X", "5"), ("6", "7", "8")), "X", "[1]"),  # X blocks O's top row
+    ],
+)
+def test_the_scripted_move_wins_then_blocks_then_takes_the_centre(
+    rows: tuple[tuple[str, str, str], ...], mark: str, move: str
+) -> None:
+    assert good_tictactoe_move(board(rows, mark)) == move
+
+
+def test_the_scripted_move_reads_the_last_board_drawn() -> None:
+    old = board((("0", "1", "2"), ("3", "4", "5"), ("6", "7", "8")))
+    new = board((("X", "1", "2"), ("3", "O", "5"), ("6", "7", "X")))
+    assert good_tictactoe_move(old + "\n" + new) == "[2]"  # centre taken, no threat: the first free corner
+
+
+def test_the_scripted_move_refuses_other_boards() -> None:
+    with pytest.raises(ConfigError, match=r"env\.teacher=random"):
+        good_tictactoe_move("Available Moves: '[0]'")
+
+
+def test_the_scripted_teacher_demonstrates_its_moves_and_wins() -> None:
+    demos = ScriptedTeacher(GAME)(random.Random(0), 200)
+    assert len(demos) == 200
+    for user, move in demos:
+        assert move["content"] in listed_moves(user["content"])
+        assert move["content"] == good_tictactoe_move(user["content"])
+    centre_free = [move["content"] for user, move in demos if "[4]" in listed_moves(user["content"])]
+    assert centre_free.count("[4]") > len(centre_free) / 2  # mostly the centre when it is free
+
+
+def test_a_scripted_teacher_for_another_game_is_refused(kitchen_run: Callable[..., RunResult]) -> None:
+    with pytest.raises(ConfigError, match=r"env\.teacher=scripted.*ReverseTicTacToe"):
+        kitchen_run("text_arena", *SHORT, "env.game=ReverseTicTacToe-v0-train", replies=first_listed)
 
 
 def test_an_unknown_game_is_refused_with_near_names() -> None:
