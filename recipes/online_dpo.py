@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from kitchen import ConfigRef, OptimizerSettings, Recipe, Workflow, defaults
+from kitchen import ConfigRef, Node, OptimizerSettings, Recipe, Workflow, defaults
 from kitchen.families.preference import (
     ComparisonData,
     JudgeSettings,
@@ -32,7 +32,7 @@ class Judge(JudgeSettings):
         return str(check_any_judge(name))
 
 
-@defaults(
+ONLINE_DEFAULTS = defaults(
     data=ComparisonData(
         dataset=shipped_data("preference/polite_arithmetic_train.jsonl"),
         eval_dataset=shipped_data("preference/polite_arithmetic_test.jsonl"),
@@ -42,6 +42,11 @@ class Judge(JudgeSettings):
     optimizer=OptimizerSettings(learning_rate=1e-3),
     win_rate=WinRateSettings(prompts=32, max_tokens=24),
 )
+"""The online preference recipes' defaults (online_dpo, xpo, nash_md): the shipped
+`polite_arithmetic` prompts, judged by its rule."""
+
+
+@ONLINE_DEFAULTS
 class Config(OnlineDPOSettings):
     judge: Judge = Field(
         default_factory=lambda: Judge(name="polite_arithmetic"), description="the judge that labels the sampled pairs"
@@ -51,11 +56,13 @@ class Config(OnlineDPOSettings):
 JUDGE_MODEL = ConfigRef(JudgeSettings, lambda judge: judge.model)
 
 
+def judge_stages(judge: Judge) -> list[Node]:
+    """The stages that provide `judge` (a rule, or a learned judge loaded from `judge.model`)."""
+    return judge_setup(judge.name, JUDGE_MODEL, judge.model, get_judge, score_tokens=judge.score_tokens)
+
+
 def workflow(config: Config) -> Workflow:
-    judge = config.judge
-    return online_dpo_workflow(
-        judge_setup=judge_setup(judge.name, JUDGE_MODEL, judge.model, get_judge, score_tokens=judge.score_tokens)
-    )
+    return online_dpo_workflow(judge_setup=judge_stages(config.judge))
 
 
 RECIPE = Recipe(

@@ -13,23 +13,12 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from kitchen import OptimizerSettings, Recipe, Workflow, defaults
-from kitchen.families.preference import ComparisonData, WinRateSettings, XPOSettings, judge_setup, xpo_workflow
-from recipes.data import shipped_data
-from recipes.judges import get_judge
-from recipes.online_dpo import JUDGE_MODEL, Judge
+from kitchen import Recipe, Workflow
+from kitchen.families.preference import XPOSettings, xpo_workflow
+from recipes.online_dpo import ONLINE_DEFAULTS, Judge, judge_stages
 
 
-@defaults(
-    data=ComparisonData(
-        dataset=shipped_data("preference/polite_arithmetic_train.jsonl"),
-        eval_dataset=shipped_data("preference/polite_arithmetic_test.jsonl"),
-        batch_size=16,
-        max_length=128,
-    ),
-    optimizer=OptimizerSettings(learning_rate=1e-3),
-    win_rate=WinRateSettings(prompts=32, max_tokens=24),
-)
+@ONLINE_DEFAULTS
 class Config(XPOSettings):
     judge: Judge = Field(
         default_factory=lambda: Judge(name="polite_arithmetic"), description="the judge that ranks each pair"
@@ -37,10 +26,7 @@ class Config(XPOSettings):
 
 
 def workflow(config: Config) -> Workflow:
-    judge = config.judge
-    return xpo_workflow(
-        judge_setup=judge_setup(judge.name, JUDGE_MODEL, judge.model, get_judge, score_tokens=judge.score_tokens)
-    )
+    return xpo_workflow(judge_setup=judge_stages(config.judge))
 
 
 RECIPE = Recipe(

@@ -162,14 +162,23 @@ class SubmitOnlineDPOStep(SubmitDPOStep):
         return await super().run(ctx, training_client, batch, batch_reference_logprobs, dpo, optimizer, inflight)
 
 
-def online_dpo_workflow(judge: Judge | None = None, judge_setup: Sequence[Node] = ()) -> Workflow:
-    """The online DPO workflow with a ready `judge` (a rule) or `judge_setup` stages that put one
-    in the state as `judge` once the clients exist (a learned judge). Each evaluation measures the
-    policy's win rate against the initial policy by the same judge."""
+def online_preference_workflow(
+    name: str,
+    step: Sequence[Node],
+    judge: Judge | None = None,
+    judge_setup: Sequence[Node] = (),
+    after_step: Sequence[Node] = (),
+) -> Workflow:
+    """An online preference workflow: the prompts, the policy and the reference, a judge (a ready
+    `judge`, a rule, or `judge_setup` stages that put one in the state as `judge` once the clients
+    exist: a learned judge), then per step the `step` stages (sample and judge pairs, reference
+    logprobs, submit), the step's collection, `after_step`, evaluation and checkpoints. Each evaluation
+    measures the policy's win rate against the reference by the same judge. Online DPO, XPO and
+    Nash-MD differ only in `step`."""
     if judge is not None:
         judge_setup = [*judge_setup, ProvideJudge(judge)]
     return Workflow(
-        name="online_dpo",
+        name=name,
         steps=[
             GetTokenizer(),
             MakeRenderer(),
@@ -182,11 +191,9 @@ def online_dpo_workflow(judge: Judge | None = None, judge_setup: Sequence[Node] 
                 over="num_steps",
                 step=True,
                 body=[
-                    SampleJudgedPairs(),
-                    ComputeDPOReferenceLogprobs(),
-                    SubmitOnlineDPOStep(),
+                    *step,
                     CollectTrainStep(keep=0, step_metrics=loss_fn_metrics),
-                    reference_sync(),
+                    *after_step,
                     When("eval", every(HeldOutEval, lambda e: e.every, include_last=True), [EvaluateWinRate()]),
                     When("checkpoint", every(CheckpointSettings, lambda c: c.save_every), [SaveCheckpoint()]),
                 ],
@@ -195,3 +202,10 @@ def online_dpo_workflow(judge: Judge | None = None, judge_setup: Sequence[Node] 
         ],
         finally_=[CloseBackend()],
     )
+
+
+def online_dpo_workflow(judge: Judge | None = None, judge_setup: Sequence[Node] = ()) -> Workflow:
+    """The online DPO workflow (`online_preference_workflow`); the reference follows the policy
+    where `dpo.sync_ref_model` says (TR-DPO)."""
+    step = [SampleJudgedPairs(), ComputeDPOReferenceLogprobs(), SubmitOnlineDPOStep()]
+    return online_preference_workflow("online_dpo", step, judge, judge_setup, after_step=[reference_sync()])

@@ -17,22 +17,13 @@ from kitchen.engine.config.sections import Section
 from kitchen.engine.context import Context
 from kitchen.engine.ports import SamplingClient, TrainingClient
 from kitchen.engine.stage import Stage
-from kitchen.engine.workflow import Loop, Node, When, Workflow, every
-from kitchen.families.common.checkpoint import CheckpointSettings, SaveCheckpoint
+from kitchen.engine.workflow import Node, Workflow
 from kitchen.families.common.completers import AsyncJudge
-from kitchen.families.common.settings import DataSettings, HeldOutEval, OptimizerSettings, SamplingSettings
-from kitchen.families.common.setup import (
-    CloseBackend,
-    CreateReferenceClient,
-    CreateTrainingClient,
-    GetTokenizer,
-    MakeRenderer,
-)
-from kitchen.families.common.training import CollectTrainStep, InFlight, PendingStep, loss_fn_metrics, submit_step
-from kitchen.families.preference.judges import ProvideJudge
-from kitchen.families.preference.online_dpo import LoadOnlinePrompts
+from kitchen.families.common.settings import DataSettings, OptimizerSettings, SamplingSettings
+from kitchen.families.common.training import InFlight, PendingStep, submit_step
+from kitchen.families.preference.online_dpo import online_preference_workflow
 from kitchen.families.preference.settings import DPOLoss, OnlineDPOSettings
-from kitchen.families.preference.stages import ComputeReferenceLogprobs, EvaluateWinRate, Judge
+from kitchen.families.preference.stages import ComputeReferenceLogprobs, Judge
 from train_core.batching import batch_for_step
 from train_core.preference.xpo import XPO_LOSS_TYPES, make_xpo_custom_loss
 from train_core.renderers.base import Message, Renderer
@@ -166,31 +157,5 @@ class SubmitXPOStep(Stage):
 def xpo_workflow(judge: Judge | None = None, judge_setup: Sequence[Node] = ()) -> Workflow:
     """The XPO workflow with a ready `judge` or `judge_setup` stages that provide one (as
     `online_dpo_workflow`); each evaluation measures the policy's win rate against the reference."""
-    if judge is not None:
-        judge_setup = [*judge_setup, ProvideJudge(judge)]
-    return Workflow(
-        name="xpo",
-        steps=[
-            GetTokenizer(),
-            MakeRenderer(),
-            LoadOnlinePrompts(),
-            CreateTrainingClient(),
-            CreateReferenceClient(),
-            *judge_setup,
-            Loop(
-                "train",
-                over="num_steps",
-                step=True,
-                body=[
-                    SampleXPOPairs(),
-                    ComputeReferenceLogprobs(),
-                    SubmitXPOStep(),
-                    CollectTrainStep(keep=0, step_metrics=loss_fn_metrics),
-                    When("eval", every(HeldOutEval, lambda e: e.every, include_last=True), [EvaluateWinRate()]),
-                    When("checkpoint", every(CheckpointSettings, lambda c: c.save_every), [SaveCheckpoint()]),
-                ],
-            ),
-            SaveCheckpoint(final=True),
-        ],
-        finally_=[CloseBackend()],
-    )
+    step = [SampleXPOPairs(), ComputeReferenceLogprobs(), SubmitXPOStep()]
+    return online_preference_workflow("xpo", step, judge, judge_setup)
