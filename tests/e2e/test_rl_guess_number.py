@@ -25,8 +25,10 @@ SEEDS = (0, 1, 2)
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, tuple[Path, list[dict[str, Any]]]]:
+    log_paths = {seed: tmp_path_factory.mktemp(f"guess_number_seed{seed}") for seed in SEEDS}  # not thread-safe
+
     def run(seed: int) -> tuple[Path, list[dict[str, Any]]]:
-        log_path = tmp_path_factory.mktemp(f"guess_number_seed{seed}")
+        log_path = log_paths[seed]
         result = run_cli("run", "guess_number", f"log_path={log_path}", f"seed={seed}")
         assert result.returncode == 0, result.stderr
         return log_path, read_metrics(log_path / "metrics.jsonl")
