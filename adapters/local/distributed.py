@@ -195,6 +195,9 @@ def bundle_nodes(ray: Any, group: Any) -> list[tuple[str, str]]:
 HEAD_ANSWER_S = 10.0
 """How long the driver waits for the cluster's head (Ray's GCS) to answer after a failure before it
 takes the head for lost (Ray's own calls would wait 60 s for it, then end the process)."""
+PEER_VERDICT_S = 15.0
+"""How long a worker's failure waits for Ray to report another worker dead (a lost node's actors
+are declared dead some seconds after its raylet stops), to name the dead one as the cause."""
 
 
 def within(seconds: float, call: Callable[[], Any]) -> tuple[bool, Any]:
@@ -323,11 +326,30 @@ class WorkerGroup:
                     if isinstance(cause, KitchenError):
                         raise cause from None  # bad input, found on a worker: the group stays usable
                     rank = rank_of[ref]
-                    self._fail(
-                        f"worker {rank} failed during {call} on node {self.nodes[rank]}: "
-                        f"{type(cause).__name__}: {cause}"
-                    )
+                    failed = f"worker {rank} failed during {call} on node {self.nodes[rank]}: "
+                    failed += f"{type(cause).__name__}: {cause}"
+                    self._fail(self._dead_peer(pending, rank_of, call, failed) or failed)
         return [ray.get(ref) for ref in refs]
+
+    def _dead_peer(self, pending: list[Any], rank_of: dict[Any, int], call: str, failed: str) -> str | None:
+        """A worker whose collective lost its peer (gloo's "connection closed by peer") fails
+        before Ray reports the peer dead: the dead peer is the cause to name. The first of
+        `pending` Ray reports dead within `PEER_VERDICT_S`, as the failure's message; None when
+        every other worker is alive."""
+        ray = self._ray
+        ready, _ = ray.wait(pending, num_returns=len(pending), timeout=PEER_VERDICT_S) if pending else ([], [])
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayActorError as exc:
+                rank = rank_of[ref]
+                return (
+                    f"worker {rank} died during {call} on node {self.nodes[rank]}{self._node_state(rank)} "
+                    f"({type(exc).__name__}); then {failed}"
+                )
+            except Exception:
+                continue
+        return None
 
     def _node_state(self, rank: int) -> str:
         """ ", which Ray reports lost" when the rank's node is gone (Ray declares a node dead a few
