@@ -15,7 +15,9 @@ and 1 still rising at step 80, seed 2 still unlearning answers of 2 to `0 + 0`, 
 `1 + 0`); a learning rate of 1.5e-3 instead gave 0.48, 0.44, 0.35 (seed 2 ending at 0.61, worse).
 With the defaults' 100 steps: sampled reward 0.535 -> 0.966, 0.552 -> 0.984, 0.384 -> 0.845
 (gains 0.431, 0.433, 0.462; mean 0.442), held-out eval 0.425 -> 0.970, 0.380 -> 0.995,
-0.295 -> 0.875."""
+0.295 -> 0.875; 17 minutes at once at load ~30. At 2 torch threads (`local.cpu_threads=2`, other
+trajectories): 0.535 -> 0.960, 0.552 -> 0.983, 0.384 -> 0.803 (gains 0.425, 0.431, 0.420; mean
+0.425), held-out eval 0.425 -> 0.965, 0.380 -> 0.990, 0.295 -> 0.820; 8.5 minutes at load ~30."""
 
 from __future__ import annotations
 
