@@ -32,11 +32,12 @@ SEEDS = (0, 1, 2)
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, list[dict[str, Any]]]:
     def run(seed: int) -> list[dict[str, Any]]:
-        log_path = tmp_path_factory.mktemp(f"code_rl_seed{seed}")
+        log_path = log_paths[seed]
         result = run_cli("run", "code_rl", f"log_path={log_path}", f"seed={seed}")
         assert result.returncode == 0, result.stderr
         return read_metrics(log_path / "metrics.jsonl")
 
+    log_paths = {seed: tmp_path_factory.mktemp(f"code_rl_seed{seed}") for seed in SEEDS}  # not thread-safe
     with ThreadPoolExecutor(len(SEEDS)) as pool:
         return dict(zip(SEEDS, pool.map(run, SEEDS), strict=True))
 

@@ -40,11 +40,12 @@ STEPS = 100
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, tuple[Path, list[dict[str, Any]]]]:
     def run(seed: int) -> tuple[Path, list[dict[str, Any]]]:
-        log_path = tmp_path_factory.mktemp(f"math_rl_seed{seed}")
+        log_path = log_paths[seed]
         result = run_cli("run", "math_rl", f"log_path={log_path}", f"seed={seed}")
         assert result.returncode == 0, result.stderr
         return log_path, read_metrics(log_path / "metrics.jsonl")
 
+    log_paths = {seed: tmp_path_factory.mktemp(f"math_rl_seed{seed}") for seed in SEEDS}  # not thread-safe
     with ThreadPoolExecutor(len(SEEDS)) as pool:
         return dict(zip(SEEDS, pool.map(run, SEEDS), strict=True))
 
