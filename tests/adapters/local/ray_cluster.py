@@ -130,9 +130,11 @@ class RayCluster:
         if isolated:
             temp, work = Path("/tmp/ray"), Path("/work-dir")
             prefix = ["bwrap", "--dev-bind", "/", "/", "--tmpfs", str(CHECKOUT)]
-            if Path(sys.prefix).is_relative_to(CHECKOUT):  # the environment (as a node's image has it)
-                prefix += ["--ro-bind", sys.prefix, sys.prefix]
             prefix += ["--bind", str(node.root / "tmp"), "/tmp", "--bind", str(node.root / "work"), str(work)]
+            environment = Path(sys.prefix)
+            if environment.is_relative_to(CHECKOUT) or environment.is_relative_to("/tmp"):
+                # the environment (as a node's image has it), shown again over what hid it: last
+                prefix += ["--ro-bind", sys.prefix, sys.prefix]
             prefix += ["--chdir", str(work), "--"]
         args = [f"--address={self.address}", f"--temp-dir={temp}"]
         self._ray_start(node, args, self._node_env(name), node.root / "work", prefix)
