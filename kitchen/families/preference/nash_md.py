@@ -25,10 +25,9 @@ from kitchen.engine.workflow import Node, Workflow
 from kitchen.families.common.completers import AsyncJudge
 from kitchen.families.common.settings import DataSettings, OptimizerSettings, SamplingSettings
 from kitchen.families.common.training import InFlight, PendingStep, submit_step
-from kitchen.families.preference.online_dpo import online_preference_workflow
+from kitchen.families.preference.online_dpo import judge_pairs, online_preference_workflow, pair_params, step_prompts
 from kitchen.families.preference.settings import DPOLoss, OnlineDPOSettings
 from kitchen.families.preference.stages import ComputeReferenceLogprobs, Judge
-from train_core.batching import batch_for_step
 from train_core.preference.nash_md import make_nash_md_custom_loss
 from train_core.renderers.base import Message, Renderer
 from train_core.supervised import datum_from_tokens_weights, prompt_completion_tokens
@@ -102,10 +101,7 @@ class SampleNashMDPairs(Stage):
         nash_md: NashMDMixture,
         run: RunConfig,
     ) -> NashMDBatch:
-        epoch, batch_index, indices = batch_for_step(ctx.step, len(train_prompts), data.batch_size, run.seed)
-        ctx.record({"epoch": epoch, "batch": batch_index, "progress": (ctx.step + 1) / (ctx.total_steps or 1)})
-        prompts = [train_prompts[i] for i in indices]
-        inputs = [renderer.build_generation_prompt(prompt) for prompt in prompts]
+        prompts, inputs = step_prompts(ctx, train_prompts, renderer, data, run)
         policy = await training_client.save_weights_and_get_sampling_client()
         if not isinstance(policy, SamplesGeometricMixture):
             raise StageError(
@@ -113,15 +109,8 @@ class SampleNashMDPairs(Stage):
                 "(SamplesGeometricMixture); nash_md needs a backend that does (local, noop)"
             )
 
-        def params(index: int, model: int) -> SamplingParams:
-            # Independent seeds: with one seed, the two completions coincide while the mixture is
-            # close to the policy.
-            return SamplingParams(
-                max_tokens=sampling.max_tokens,
-                temperature=sampling.temperature,
-                seed=run.seed + 2 * (ctx.step * data.batch_size + index) + model,
-                stop=renderer.get_stop_sequences(),
-            )
+        def params(index: int, side: int) -> SamplingParams:
+            return pair_params(ctx, renderer, sampling, data, run, index, side)
 
         async def ours() -> list[list[int]]:
             results = await asyncio.gather(*(policy.sample(m, 1, params(i, 0)) for i, m in enumerate(inputs)))
@@ -137,12 +126,7 @@ class SampleNashMDPairs(Stage):
             return [list(result.sequences[0].tokens) for result in results]
 
         replies, mixed = await asyncio.gather(ours(), mixture())
-        verdicts = await asyncio.gather(
-            *(
-                judge(prompt, renderer.parse_response(y)[0], renderer.parse_response(y_mix)[0])
-                for prompt, y, y_mix in zip(prompts, replies, mixed, strict=True)
-            )
-        )
+        verdicts = await judge_pairs(judge, renderer, prompts, replies, mixed)
         batch = [
             datum_from_tokens_weights(*prompt_completion_tokens(model_input.to_ints(), y), data.max_length)
             for model_input, y in zip(inputs, replies, strict=True)

@@ -40,7 +40,7 @@ from kitchen.families.supervised.stages import Batch
 from train_core.batching import batch_for_step
 from train_core.renderers.base import Message, Renderer
 from train_core.supervised import datum_from_tokens_weights, prompt_completion_tokens
-from train_core.types import Datum, SamplingParams
+from train_core.types import Datum, ModelInput, SamplingParams
 
 if TYPE_CHECKING:
     import torch
@@ -103,10 +103,7 @@ class SampleJudgedPairs(Stage):
         sampling: SamplingSettings,
         run: RunConfig,
     ) -> Batch:
-        epoch, batch_index, indices = batch_for_step(ctx.step, len(train_prompts), data.batch_size, run.seed)
-        ctx.record({"epoch": epoch, "batch": batch_index, "progress": (ctx.step + 1) / (ctx.total_steps or 1)})
-        prompts = [train_prompts[i] for i in indices]
-        inputs = [renderer.build_generation_prompt(prompt) for prompt in prompts]
+        prompts, inputs = step_prompts(ctx, train_prompts, renderer, data, run)
         policy = await training_client.save_weights_and_get_sampling_client()
         results = await asyncio.gather(
             *(
@@ -141,6 +138,51 @@ class SampleJudgedPairs(Stage):
             }
         )
         return Batch(batch)
+
+
+def step_prompts(
+    ctx: Context, train_prompts: list[list[Message]], renderer: Renderer, data: DataSettings, run: RunConfig
+) -> tuple[list[list[Message]], list[ModelInput]]:
+    """The step's prompts (its batch of `train_prompts`; epoch, batch and progress recorded) and
+    their generation inputs: where every online preference step starts."""
+    epoch, batch_index, indices = batch_for_step(ctx.step, len(train_prompts), data.batch_size, run.seed)
+    ctx.record({"epoch": epoch, "batch": batch_index, "progress": (ctx.step + 1) / (ctx.total_steps or 1)})
+    prompts = [train_prompts[i] for i in indices]
+    return prompts, [renderer.build_generation_prompt(prompt) for prompt in prompts]
+
+
+def pair_params(
+    ctx: Context,
+    renderer: Renderer,
+    sampling: SamplingSettings,
+    data: DataSettings,
+    run: RunConfig,
+    index: int,
+    side: int,
+) -> SamplingParams:
+    """Sampling params for the step's prompt `index`, side 0 (the policy) or 1 (the other model of
+    the pair). Each side has its own seed: with one seed, the two completions would coincide while
+    the models are still close, and every pair would tie."""
+    return SamplingParams(
+        max_tokens=sampling.max_tokens,
+        temperature=sampling.temperature,
+        seed=run.seed + 2 * (ctx.step * data.batch_size + index) + side,
+        stop=renderer.get_stop_sequences(),
+    )
+
+
+async def judge_pairs(
+    judge: AsyncJudge, renderer: Renderer, prompts: list[list[Message]], first: list[list[int]], second: list[list[int]]
+) -> list[float]:
+    """The judge's verdict on each prompt's two completions (P(second wins) - P(first wins))."""
+    return list(
+        await asyncio.gather(
+            *(
+                judge(prompt, renderer.parse_response(a)[0], renderer.parse_response(b)[0])
+                for prompt, a, b in zip(prompts, first, second, strict=True)
+            )
+        )
+    )
 
 
 class SubmitOnlineDPOStep(SubmitDPOStep):

@@ -21,14 +21,13 @@ from kitchen.engine.workflow import Node, Workflow
 from kitchen.families.common.completers import AsyncJudge
 from kitchen.families.common.settings import DataSettings, OptimizerSettings, SamplingSettings
 from kitchen.families.common.training import InFlight, PendingStep, submit_step
-from kitchen.families.preference.online_dpo import online_preference_workflow
+from kitchen.families.preference.online_dpo import judge_pairs, online_preference_workflow, pair_params, step_prompts
 from kitchen.families.preference.settings import DPOLoss, OnlineDPOSettings
 from kitchen.families.preference.stages import ComputeReferenceLogprobs, Judge
-from train_core.batching import batch_for_step
 from train_core.preference.xpo import XPO_LOSS_TYPES, make_xpo_custom_loss
 from train_core.renderers.base import Message, Renderer
 from train_core.supervised import datum_from_tokens_weights, prompt_completion_tokens
-from train_core.types import Datum, SamplingParams
+from train_core.types import Datum
 
 if TYPE_CHECKING:
     import torch
@@ -88,33 +87,20 @@ class SampleXPOPairs(Stage):
         sampling: SamplingSettings,
         run: RunConfig,
     ) -> XPOBatch:
-        epoch, batch_index, indices = batch_for_step(ctx.step, len(train_prompts), data.batch_size, run.seed)
-        ctx.record({"epoch": epoch, "batch": batch_index, "progress": (ctx.step + 1) / (ctx.total_steps or 1)})
-        prompts = [train_prompts[i] for i in indices]
-        inputs = [renderer.build_generation_prompt(prompt) for prompt in prompts]
+        prompts, inputs = step_prompts(ctx, train_prompts, renderer, data, run)
         policy = await training_client.save_weights_and_get_sampling_client()
 
-        def params(index: int, model: int) -> SamplingParams:
-            # Independent seeds per model: with one seed, the policy's and the reference's
-            # completions would coincide while the two are still close, and every pair would tie.
-            return SamplingParams(
-                max_tokens=sampling.max_tokens,
-                temperature=sampling.temperature,
-                seed=run.seed + 2 * (ctx.step * data.batch_size + index) + model,
-                stop=renderer.get_stop_sequences(),
+        async def one(client: SamplingClient, side: int) -> list[list[int]]:
+            results = await asyncio.gather(
+                *(
+                    client.sample(m, 1, pair_params(ctx, renderer, sampling, data, run, i, side))
+                    for i, m in enumerate(inputs)
+                )
             )
-
-        async def one(client: SamplingClient, model: int) -> list[list[int]]:
-            results = await asyncio.gather(*(client.sample(m, 1, params(i, model)) for i, m in enumerate(inputs)))
             return [list(result.sequences[0].tokens) for result in results]
 
         ours, theirs = await asyncio.gather(one(policy, 0), one(reference_client, 1))
-        verdicts = await asyncio.gather(
-            *(
-                judge(prompt, renderer.parse_response(y)[0], renderer.parse_response(y_ref)[0])
-                for prompt, y, y_ref in zip(prompts, ours, theirs, strict=True)
-            )
-        )
+        verdicts = await judge_pairs(judge, renderer, prompts, ours, theirs)
         batch = [
             datum_from_tokens_weights(*prompt_completion_tokens(model_input.to_ints(), reply), data.max_length)
             for model_input, y, y_ref in zip(inputs, ours, theirs, strict=True)
