@@ -15,14 +15,23 @@ from __future__ import annotations
 from pydantic import Field
 
 from kitchen import HeldOutEval, OptimizerSettings, Recipe, SamplingSettings, defaults
-from kitchen.families.rl import RLLoopSettings, RLSettings, WarmStartSettings, env_check, env_task, rl_workflow_for
+from kitchen.families.rl import (
+    AlgorithmSettings,
+    RLLoopSettings,
+    RLSettings,
+    WarmStartSettings,
+    env_check,
+    env_task,
+    rl_workflow_for,
+)
 from recipes.envs.twenty_questions import ENV, TwentyQuestionsSettings
 
 
 @defaults(
     optimizer=OptimizerSettings(learning_rate=1e-3),
     sampling=SamplingSettings(max_tokens=12),
-    rl=RLLoopSettings(group_size=8, groups_per_batch=16, num_batches=30),
+    rl=RLLoopSettings(group_size=8, groups_per_batch=16, num_batches=20),
+    algorithm=AlgorithmSettings(loss_aggregation="seq_mean_token_mean"),
     eval=HeldOutEval(every=10),
     warm_start=WarmStartSettings(steps=200),
 )

@@ -198,7 +198,7 @@ DEFAULT_ANSWERER = shipped_data("teachers/answerer")
 class TwentyQuestionsSettings(EnvSettings):
     name: Literal["twenty_questions"] = Field("twenty_questions", description="ask yes/no questions, name the noun")
     nouns: str = Field(DEFAULT_NOUNS, description="the secret nouns (JSONL: noun, answers)")
-    max_turns: int = Field(5, ge=1, le=40, description="policy replies per game, the guess included")
+    max_turns: int = Field(3, ge=1, le=40, description="policy replies per game, the guess included")
     answerer: OtherModel = Field(
         default_factory=lambda: OtherModel(checkpoint=DEFAULT_ANSWERER),
         description="the model that answers (sampled only); default: the shipped tiny answerer",
