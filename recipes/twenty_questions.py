@@ -3,11 +3,13 @@ a secret noun from a shipped list, an answerer model (`env.answerer`: opened und
 sampled only, never trained) answers knowing the secret, and the policy wins by naming the noun
 within `env.max_turns` replies (`env/all/won`, `eval/all/won` over every noun).
 
-Defaults run on the embedded tiny model, offline, on CPU: the answerer is a shipped tiny
-checkpoint taught the list's answers (`recipes/data/teachers/build_answerer.py`); a warm start
-imitates a teacher who asks the list's questions and then names the fitting noun only half of
-the time, then RL. On the tiny model this does not learn yet (measured: the warm-started policy
-wins 5-19% of held-out games and RL degrades its questions); see docs/how-to/text-games.md.
+Defaults run on the embedded tiny model, offline, on CPU: four nouns told apart by two questions
+(three replies a game); the answerer is a shipped tiny checkpoint taught the list's answers
+(`recipes/data/teachers/build_answerer.py`); a warm start imitates a teacher who asks the list's
+questions and then names the fitting noun only half of the time (else any noun), then 20 RL steps
+with games weighted equally (`seq_mean_token_mean`). RL learns to name the noun the answers fit:
+the held-out win rate rises from 0.50-0.56 right after the warm start to 0.88-0.97 (seeds 0-2);
+see docs/how-to/text-games.md.
 """
 
 from __future__ import annotations
