@@ -149,6 +149,6 @@ def check_declared(ray: Any, resources: dict[str, float]) -> None:
         custom = sorted(name for name in declared if name not in RAY_BUILTIN_RESOURCES and ":" not in name)
         raise ConfigError(
             f"local.vllm.resources: no node of the Ray cluster declares {', '.join(missing)} (its nodes declare "
-            f"{', '.join(custom) or 'no custom resources'}); start the "
-            "engine's node with ray start --resources='{\"NAME\": 1}'"
+            f"{', '.join(custom) or 'no custom resources'}); start the engine's node with "
+            "ray start --resources='{\"NAME\": 1}'"
         )
