@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from adapters.common.tiny import EMBEDDED_MODELS
 from adapters.local.vllm_settings import SamplerName, VllmSettings, missing_vllm_problem
@@ -90,6 +90,15 @@ class LocalSettings(BaseModel):
         if sampler == "vllm" and (problem := missing_vllm_problem()):
             raise ValueError(problem)
         return sampler
+
+    @model_validator(mode="after")
+    def _engine_on_ray(self) -> LocalSettings:
+        if self.sampler == "vllm" and self.vllm.resources and self.num_workers == 1:
+            raise ValueError(
+                "vllm.resources place the engine's Ray actor, and the engine is a Ray actor only with "
+                "num_workers > 1 (with one training process it runs in a process of its own beside it)"
+            )
+        return self
 
     @field_validator("device")
     @classmethod

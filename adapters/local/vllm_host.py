@@ -7,7 +7,8 @@ time until told to stop or until the trainer's end closes (the trainer is gone: 
 Everything vLLM logs goes to this process's stdout, which the trainer points at the run's log file.
 
 Weights arrive in shared memory (`adapters.local.vllm_weights`): the engine reloads them in place
-from views of the trainer's segment, with no file in between. Sleep mode (CUDA, `sleep_level`)
+from views of the trainer's segment, with no file in between; an engine on another node of a Ray
+cluster gets them through Ray's object store instead, and says so in its log. Sleep mode (CUDA, `sleep_level`)
 is vLLM's own: `enable_sleep_mode` at start-up, `sleep`/`wake_up` when the trainer says.
 
 Numerics, so that RL stays on-policy: sampled tokens' logprobs are vLLM's "processed" ones (those
@@ -33,6 +34,7 @@ from adapters.local.vllm_protocol import (
     LoraAdapter,
     ScoreRequest,
     SharedWeights,
+    ShippedWeights,
 )
 
 
@@ -57,9 +59,10 @@ def check_head_size(spec: EngineSpec) -> None:
         )
 
 
-def _reload_on_worker(worker: Any, shared: SharedWeights | None, tied_head: bool) -> None:
-    """Runs on each vLLM worker: reload the weights in place from a shared-memory segment (or, for
-    None, from the model directory the engine started with), then re-pack a tied output head.
+def _reload_on_worker(worker: Any, shared: SharedWeights | ShippedWeights | None, tied_head: bool) -> None:
+    """Runs on each vLLM worker: reload the weights in place from a shared-memory segment or shipped
+    weights (or, for None, from the model directory the engine started with), then re-pack a tied
+    output head.
 
     On the CPU the output head multiplies with a packed copy of the embedding made when the model
     was loaded; a reload refreshes the embedding but, when the two are tied, not that copy, and the
@@ -196,13 +199,16 @@ class EngineHost:
 
     # -- weights -----------------------------------------------------------------------------
 
-    def load_weights(self, shared: SharedWeights | None) -> float:
-        """Replace the weights with a shared-memory segment's (None: the starting weights) and
-        forget every cached prefix computed with the old ones; the seconds it took."""
+    def load_weights(self, shared: SharedWeights | ShippedWeights | None) -> float:
+        """Replace the weights with a shared-memory segment's or shipped ones (None: the starting
+        weights) and forget every cached prefix computed with the old ones; the seconds it took."""
         start = time.perf_counter()
         self._llm.collective_rpc(_reload_on_worker, args=(shared, self._spec.tied_head))
         self._llm.reset_prefix_cache()
-        return time.perf_counter() - start
+        seconds = time.perf_counter() - start
+        if isinstance(shared, ShippedWeights):
+            print(f"kitchen: loaded {shared.size} bytes of weights shipped through Ray's object store", flush=True)
+        return seconds
 
     def sleep(self, level: int) -> float:
         """vLLM's sleep mode: free the KV cache, and offload (1) or discard (2) the weights."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from train_core.types import SamplingParams, StopReason
 
@@ -65,6 +65,20 @@ class SharedWeights:
     segment: str
     size: int
     slots: tuple[TensorSlot, ...]
+
+
+@dataclass(frozen=True)
+class ShippedWeights:
+    """Full weights as one byte array that Ray's object store carries to an engine on another node
+    (which cannot map the trainer's shared memory), laid out as a segment's `slots`."""
+
+    slots: tuple[TensorSlot, ...]
+    data: Any
+    """A uint8 numpy array: Ray moves it between nodes' object stores and maps it, uncopied, on arrival."""
+
+    @property
+    def size(self) -> int:
+        return int(self.data.nbytes)
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,14 @@ The same `EngineHost` as in an engine process, called through Ray instead of a s
 goes to the run's engine log as well. Placement (`local.vllm.placement`): on GPUs `colocated`
 reserves no GPU in Ray and shares the first one with the training worker there (each takes its
 `gpu_memory_utilization` share), `separate` reserves `tensor_parallel_size` GPUs of its own; on the
-CPU both reserve nothing. Full weights reach the engine through a file in the run directory, so
-the engine's actor must run on the driver's machine.
+CPU both reserve nothing. `separate` also reserves `local.vllm.resources`, Ray custom resources that
+put the engine on the node of a cluster declaring them.
+
+Full weights reach an engine on the driver's node through the driver's shared memory; one on
+another node cannot map that, so they go through Ray's object store (`vllm_weights.ship`). The
+engine's node must still see the run directory (the actor appends to the engine's log there, and
+an embedded model's starting weights are written out there) and LoRA adapters, which are files,
+reach an engine on the driver's node only.
 """
 
 from __future__ import annotations
@@ -16,7 +22,10 @@ from typing import Any, Literal
 
 from adapters.local.distributed import ensure_ray
 from adapters.local.vllm_engine import EngineDied, engine_environment, log_tail, unwrap, write_start_line
-from adapters.local.vllm_protocol import EngineInfo, EngineSpec, Failure
+from adapters.local.vllm_protocol import EngineInfo, EngineSpec, Failure, SharedWeights
+from adapters.local.vllm_settings import RAY_BUILTIN_RESOURCES
+from adapters.local.vllm_weights import ship
+from kitchen.engine.errors import ConfigError
 
 Placement = Literal["colocated", "separate"]
 
@@ -33,9 +42,11 @@ class EngineActor:
         self._host = start_host(spec)
         self._started = self._host if isinstance(self._host, Failure) else self._host.info
 
-    def started(self) -> tuple[EngineInfo | Failure, int]:
-        """The engine's info (or why it failed to start) and this process's id."""
-        return self._started, os.getpid()
+    def started(self) -> tuple[EngineInfo | Failure, int, str]:
+        """The engine's info (or why it failed to start), this process's id and its Ray node's."""
+        import ray
+
+        return self._started, os.getpid(), ray.get_runtime_context().get_node_id()
 
     def call(self, method: str, args: tuple[Any, ...]) -> Any:
         from adapters.local.vllm_host import dispatch
@@ -48,14 +59,23 @@ class RayEngine:
     """An `EngineTransport` on an `EngineActor`, started now (this waits until it serves)."""
 
     def __init__(
-        self, spec: EngineSpec, log_path: Path, start_timeout_s: float, placement: Placement, address: str | None
+        self,
+        spec: EngineSpec,
+        log_path: Path,
+        start_timeout_s: float,
+        placement: Placement,
+        address: str | None,
+        custom_resources: dict[str, float] | None = None,
     ) -> None:
         self._ray = ray = ensure_ray(address)
         self._log_path = log_path
-        write_start_line(log_path)
-        resources: dict[str, float] = {"num_cpus": 0}
+        resources: dict[str, Any] = {"num_cpus": 0}
         if spec.device == "cuda" and placement == "separate":
             resources["num_gpus"] = spec.tensor_parallel_size
+        if custom_resources:
+            check_declared(ray, custom_resources)
+            resources["resources"] = dict(custom_resources)
+        write_start_line(log_path)
         wanted = (
             "PYTHONPATH",
             "PYTHONUNBUFFERED",
@@ -70,9 +90,17 @@ class RayEngine:
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         actor = ray.remote(**resources)(EngineActor).options(runtime_env={"env_vars": env})
         self._actor = actor.remote(spec, str(log_path))
-        started, self._pid = self._get(self._actor.started.remote(), "start-up", start_timeout_s)
+        started, self._pid, node = self._get(self._actor.started.remote(), "start-up", start_timeout_s)
+        self.remote = node != ray.get_runtime_context().get_node_id()
+        """The engine runs on another node than this driver: weights go through Ray's object store."""
         try:
             self._info: EngineInfo = unwrap(started, "start-up")
+            if self.remote and spec.max_lora_rank is not None:
+                raise ConfigError(
+                    "local.vllm.resources put the vLLM engine on another node than the driver, and LoRA "
+                    "adapters (files in the driver's memory) reach only an engine on the driver's node: train "
+                    "full weights (no lora_rank), or name resources of the driver's node"
+                )
         except BaseException:
             self.stop()
             raise
@@ -86,6 +114,11 @@ class RayEngine:
         return int(self._pid)
 
     def call(self, method: str, *args: Any) -> Any:
+        if self.remote and method == "load_weights" and isinstance(args[0], SharedWeights):
+            return ship(args[0], lambda shipped: self._call(method, (shipped,)))
+        return self._call(method, args)
+
+    def _call(self, method: str, args: tuple[Any, ...]) -> Any:
         return unwrap(self._get(self._actor.call.remote(method, args), method), method)
 
     def _get(self, ref: Any, what: str, timeout_s: float | None = None) -> Any:
@@ -106,3 +139,16 @@ class RayEngine:
     def stop(self) -> None:
         """End the actor (and the engine in it)."""
         self._ray.kill(self._actor)
+
+
+def check_declared(ray: Any, resources: dict[str, float]) -> None:
+    """Fail now, not after the start timeout, when no node of the cluster declares a resource."""
+    declared = ray.cluster_resources()
+    missing = sorted(name for name in resources if name not in declared)
+    if missing:
+        custom = sorted(name for name in declared if name not in RAY_BUILTIN_RESOURCES and ":" not in name)
+        raise ConfigError(
+            f"local.vllm.resources: no node of the Ray cluster declares {', '.join(missing)} (its nodes declare "
+            f"{', '.join(custom) or 'no custom resources'}); start the engine's node with "
+            "ray start --resources='{\"NAME\": 1}'"
+        )

@@ -203,8 +203,12 @@ class VllmSamplers:
             if self._options.on_ray:
                 from adapters.local.vllm_ray import RayEngine
 
+                settings = self._options.settings
                 start = partial(
-                    RayEngine, placement=self._options.settings.placement, address=self._options.ray_address
+                    RayEngine,
+                    placement=settings.placement,
+                    address=self._options.ray_address,
+                    custom_resources=settings.resources,
                 )
             engine = VllmEngine(
                 self._spec(base_model, work_dir),

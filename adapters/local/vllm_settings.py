@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib.util
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 SamplerName = Literal["kitchen", "vllm"]
 
@@ -28,6 +28,10 @@ def missing_vllm_problem() -> str | None:
     if importlib.util.find_spec("vllm") is None:
         return f"local.sampler=vllm needs vLLM, which is not installed here: {VLLM_INSTALL_HINT}"
     return None
+
+
+RAY_BUILTIN_RESOURCES = frozenset({"CPU", "GPU", "memory", "object_store_memory"})
+"""Resources Ray gives every node itself: not what `resources` can place the engine by."""
 
 
 class VllmSettings(BaseModel):
@@ -84,3 +88,31 @@ class VllmSettings(BaseModel):
         description="with local.num_workers > 1 the engine is a Ray actor: colocated shares the first "
         "trainer's GPU, separate takes tensor_parallel_size GPUs of its own",
     )
+    resources: dict[str, float] = Field(
+        default_factory=dict,
+        description="placement separate: Ray custom resources the engine's actor reserves (e.g. {vllm_node: 1}), "
+        "which put it on a node that declares them (ray start --resources); an engine on another node than "
+        "the driver gets its weights through Ray's object store",
+    )
+
+    @field_validator("resources")
+    @classmethod
+    def _custom_resources(cls, resources: dict[str, float]) -> dict[str, float]:
+        for name, amount in resources.items():
+            if name in RAY_BUILTIN_RESOURCES or not name.strip():
+                raise ValueError(
+                    f"{name!r} is not a custom resource: name one a node declares with ray start --resources "
+                    "(GPUs come from placement separate and tensor_parallel_size)"
+                )
+            if amount <= 0:
+                raise ValueError(f"{name}: {amount:g} is not a positive amount")
+        return resources
+
+    @model_validator(mode="after")
+    def _resources_place_a_separate_engine(self) -> VllmSettings:
+        if self.resources and self.placement != "separate":
+            raise ValueError(
+                "resources place the engine on a node of its own: set local.vllm.placement=separate "
+                "(colocated shares the first trainer's GPU)"
+            )
+        return self

@@ -10,6 +10,10 @@ A segment stays as long as a sampling client of its version lives (`WeightBuffer
 snapshot used again, or an engine restarted after a death, reloads from it. A segment no client
 holds is reused by the next snapshot of the same layout (one spare is kept), so synchronous RL
 alternates between two.
+
+An engine on another node of a Ray cluster cannot map the segment: its bytes go there through
+Ray's object store instead (`ship`: one copy into the driver node's store, which Ray moves to the
+engine's node and maps there uncopied), still never through a file.
 """
 
 from __future__ import annotations
@@ -18,19 +22,23 @@ import contextlib
 import mmap
 import os
 import threading
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.shared_memory import SharedMemory
 from pathlib import Path
+from typing import Any, TypeVar
 
 import torch
 
-from adapters.local.vllm_protocol import SharedWeights, TensorSlot
+from adapters.local.vllm_protocol import SharedWeights, ShippedWeights, TensorSlot
 
 ALIGNMENT = 64
 """Each tensor starts at a multiple of this many bytes (a cache line; any dtype's alignment)."""
 
 SHM_DIR = Path("/dev/shm")
 """Where Linux keeps POSIX shared-memory segments (a RAM file system)."""
+
+T = TypeVar("T")
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -47,9 +55,11 @@ def layout(named: Sequence[tuple[str, torch.Tensor]], dtype: torch.dtype) -> tup
     return tuple(slots), max(offset, ALIGNMENT)
 
 
-def _views(buffer: memoryview | mmap.mmap, slots: Sequence[TensorSlot]) -> list[torch.Tensor]:
-    """The tensors of `slots`, viewing `buffer` (no copy)."""
-    flat = torch.frombuffer(buffer, dtype=torch.uint8)
+def _views(buffer: Any, slots: Sequence[TensorSlot]) -> list[torch.Tensor]:
+    """The tensors of `slots`, viewing `buffer` (anything with the buffer protocol; no copy)."""
+    with warnings.catch_warnings():  # shipped weights arrive read-only; the engine only copies from them
+        warnings.filterwarnings("ignore", message="The given buffer is not writable")
+        flat = torch.frombuffer(buffer, dtype=torch.uint8)
     views = []
     for slot in slots:
         dtype = getattr(torch, slot.dtype)
@@ -136,21 +146,44 @@ class WeightBuffers:
             buffer.close()
 
 
-def load_shared(shared: SharedWeights, load: Callable[[Iterator[tuple[str, torch.Tensor]]], None]) -> None:
-    """In the engine's process: `load` the named tensors of a segment, viewed in place (no copy).
+@contextlib.contextmanager
+def mapped(shared: SharedWeights) -> Iterator[mmap.mmap]:
+    """A segment, mapped from its file under /dev/shm for the block's length.
 
-    The segment is mapped from its file under /dev/shm, not opened as a `SharedMemory`, which in
-    this Python would register it with a resource tracker that unlinks it when the engine exits:
-    the trainer owns it."""
+    Not opened as a `SharedMemory`, which in this Python would register it with a resource tracker
+    that unlinks it when this process exits: the trainer owns it."""
     fd = os.open(SHM_DIR / shared.segment.lstrip("/"), os.O_RDWR)
     try:
-        mapped = mmap.mmap(fd, shared.size)
+        memory = mmap.mmap(fd, shared.size)
     finally:
         os.close(fd)
+    try:
+        yield memory
+    finally:
+        with contextlib.suppress(BufferError):  # a view was kept: the mapping goes when that view does
+            memory.close()
 
-    def tensors() -> Iterator[tuple[str, torch.Tensor]]:
-        yield from zip((slot.name for slot in shared.slots), _views(mapped, shared.slots), strict=True)
 
-    load(tensors())
-    with contextlib.suppress(BufferError):  # the loader kept a view: the mapping goes when that view does
-        mapped.close()
+def ship(shared: SharedWeights, send: Callable[[ShippedWeights], T]) -> T:
+    """What `send` returns, given the segment's weights as a `ShippedWeights` viewing it: `send`
+    passes them to a Ray call, which copies them into the object store once."""
+    import numpy  # a dependency of torch: Ray carries its arrays out of band, uncopied
+
+    with mapped(shared) as memory:
+        return send(ShippedWeights(shared.slots, numpy.frombuffer(memory, dtype=numpy.uint8)))
+
+
+def load_shared(
+    weights: SharedWeights | ShippedWeights, load: Callable[[Iterator[tuple[str, torch.Tensor]]], None]
+) -> None:
+    """In the engine's process: `load` the named tensors of a segment (or of shipped weights),
+    viewed in place (no copy)."""
+
+    def tensors(buffer: Any) -> Iterator[tuple[str, torch.Tensor]]:
+        yield from zip((slot.name for slot in weights.slots), _views(buffer, weights.slots), strict=True)
+
+    if isinstance(weights, ShippedWeights):
+        load(tensors(weights.data))
+        return
+    with mapped(weights) as memory:
+        load(tensors(memory))

@@ -7,7 +7,9 @@ to mean this machine's outward address, so the nodes use the rest of 127.0.0.0/8
 `isolated` runs in a mount namespace (bubblewrap) that shows it nothing of the driver's side: the
 checkout (kitchen's source) and the whole /tmp (the driver's run directories) are hidden, and its
 /tmp and working directory are its own folders. Only the Python environment is shared (as a
-cluster's nodes share an image): kitchen's code must come through Ray.
+cluster's nodes share an image): kitchen's code must come through Ray. A node started with
+`own_shared_memory` (isolated or not) has a /dev/shm of its own, as another machine has: nothing
+the driver puts in shared memory reaches it except through Ray (its object store lives there).
 
 Every process of the cluster carries `MARK` in its environment (the raylets pass their
 environment on to the workers they start), and `stop` ends exactly those: `ray stop` would end
@@ -120,9 +122,9 @@ class RayCluster:
         )
         return node
 
-    def add_node(self, name: str, resource: str, isolated: bool) -> Node:
+    def add_node(self, name: str, resource: str, isolated: bool, own_shared_memory: bool = False) -> Node:
         """A worker node declaring `{resource: 1}`; `isolated`: it sees neither the checkout nor the
-        driver's /tmp (see the module docstring)."""
+        driver's /tmp; `own_shared_memory`: nor the driver's /dev/shm (see the module docstring)."""
         node = Node(name, resource, f"127.0.0.{len(self.nodes) + 2}", self.root / name)
         (node.root / "tmp").mkdir(parents=True)
         (node.root / "work").mkdir()
@@ -136,6 +138,8 @@ class RayCluster:
                 # the environment (as a node's image has it), shown again over what hid it: last
                 prefix += ["--ro-bind", sys.prefix, sys.prefix]
             prefix += ["--chdir", str(work), "--"]
+        if own_shared_memory:
+            prefix = (prefix[:-1] if prefix else ["bwrap", "--dev-bind", "/", "/"]) + ["--tmpfs", "/dev/shm", "--"]
         args = [f"--address={self.address}", f"--temp-dir={temp}"]
         self._ray_start(node, args, self._node_env(name), node.root / "work", prefix)
         return node

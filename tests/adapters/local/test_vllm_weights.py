@@ -6,6 +6,7 @@ a rollout engine that sleeps puts it to sleep before each pass and makes no samp
 from __future__ import annotations
 
 import asyncio
+import pickle
 import random
 import threading
 from pathlib import Path
@@ -19,7 +20,8 @@ from adapters.local.checkpoint_io import ModelIdentity
 from adapters.local.model_loading import load_base_model
 from adapters.local.serial_executor import SerialExecutor
 from adapters.local.training_client import LocalTrainingClient
-from adapters.local.vllm_weights import SHM_DIR, WeightBuffers, layout, load_shared
+from adapters.local.vllm_protocol import ShippedWeights
+from adapters.local.vllm_weights import SHM_DIR, WeightBuffers, layout, load_shared, ship
 from train_core.types import Datum, ModelInput, TensorData
 
 pytestmark = pytest.mark.skipif(not SHM_DIR.is_dir(), reason="POSIX shared memory lives in /dev/shm on Linux")
@@ -55,6 +57,26 @@ def test_the_engine_reads_the_weights_written_in_its_dtype_and_a_tied_head_once(
     finally:
         buffers.close()
     assert not (SHM_DIR / buffer.shared.segment.lstrip("/")).exists()
+
+
+def test_shipped_weights_survive_pickling_out_of_band_and_load_as_the_segment_does() -> None:
+    """What Ray does with the weights of an engine on another node: pickle them with out-of-band
+    buffers (protocol 5) into its object store, and unpickle them there as a read-only array."""
+    model = load_base_model("tiny", torch.float32)
+    named = list(model.named_parameters())
+    buffers = WeightBuffers(torch.float32)
+    buffer = buffers.take(named)
+    try:
+        carried: list[pickle.PickleBuffer] = []
+        data = ship(buffer.shared, lambda shipped: pickle.dumps(shipped, protocol=5, buffer_callback=carried.append))
+        assert len(carried) == 1 and carried[0].raw().nbytes == buffer.shared.size  # out of band, not in the pickle
+        arrived = pickle.loads(data, buffers=[bytes(carried[0].raw())])  # read-only on arrival, as Ray's
+        assert isinstance(arrived, ShippedWeights) and arrived.size == buffer.shared.size
+        loaded = _read(arrived)
+        assert loaded.keys() == dict(named).keys()
+        assert all(torch.equal(loaded[name], param.detach()) for name, param in named)
+    finally:
+        buffers.close()
 
 
 def test_segments_are_reused_once_free_and_one_spare_is_kept() -> None:

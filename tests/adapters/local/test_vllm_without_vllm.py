@@ -63,6 +63,17 @@ def test_vllm_settings_are_checked() -> None:
     assert (vllm["max_restarts"], vllm["dtype"]) == (0, "bfloat16")
 
 
+def test_the_engines_ray_resources_are_checked_before_work_starts() -> None:
+    with pytest.raises(ConfigError, match=r"local\.vllm[\s\S]*placement=separate"):
+        load_config(RunConfig, None, ["local.vllm.resources={vllm_node: 1}"])
+    with pytest.raises(ConfigError, match=r"local\.vllm\.resources[\s\S]*'GPU' is not a custom resource"):
+        load_config(RunConfig, None, ["local.vllm.placement=separate", "local.vllm.resources={GPU: 1}"])
+    with pytest.raises(ConfigError, match=r"local\.vllm\.resources[\s\S]*vllm_node: -1 is not a positive"):
+        load_config(RunConfig, None, ["local.vllm.placement=separate", "local.vllm.resources={vllm_node: -1}"])
+    config = load_config(RunConfig, None, ["local.vllm.placement=separate", "local.vllm.resources.vllm_node=1"])
+    assert config.model_dump()["local"]["vllm"]["resources"] == {"vllm_node": 1.0}
+
+
 @pytest.mark.skipif(not VLLM_MISSING, reason="the start-up failure is vLLM's absence")
 def test_an_engine_that_fails_to_start_says_why_and_its_log_holds_it(tmp_path: Path) -> None:
     log = tmp_path / "engine.log"
