@@ -555,7 +555,11 @@ class LocalTrainingClient:
             seed = self._seeds.getrandbits(63)
             return await self._make_sampler(self._model, self._identity, self._tokenizer, seed, self._executor.submit)
         assert self._samplers is not None
-        lease = await self._executor.submit(self._samplers.snapshot)
+        snapshot = self._samplers.snapshot
+        if self._sampling_lane is not None and self._adapters is not None:
+            # sampled on the group's host: a copy of the adapters, no model (`SamplerPool.adapter_snapshot`)
+            snapshot = functools.partial(self._samplers.adapter_snapshot, self._adapters)
+        lease = await self._executor.submit(snapshot)
         seed = self._seeds.getrandbits(63)
         return LocalSamplingClient(
             lease,
