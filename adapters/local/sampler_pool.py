@@ -21,7 +21,7 @@ which holds the GIL for as long as the whole heap takes to walk (~1 s in a serve
 of the process stops meanwhile. Where nothing is ever dropped (a server keeps its sessions'
 sampling clients) each collection is wasted, and several training clients' pools would each run
 their own: so the pools of a process share one `CollectionBudget`, which spends at most about a
-tenth of the wall time on them.
+twentieth of the wall time on collections that free nothing.
 """
 
 from __future__ import annotations
@@ -33,11 +33,14 @@ import time
 import weakref
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import torch
 
 from adapters.local.checkpoint_io import trainable_parameters
 from adapters.local.grouped_lora import AdapterLayer
+
+_T = TypeVar("_T")
 
 
 class ModelLease:
@@ -99,29 +102,30 @@ def frozen_copy(model: torch.nn.Module, copied: Collection[str] | None = None) -
 
 @dataclass
 class CollectionBudget:
-    """Full collections for the pools, rationed: one runs only when at least `ratio` times the
-    last one's duration has passed since it ended (shared by every pool: one collection frees any
-    pool's dropped models)."""
+    """Full collections for the pools, the futile ones rationed: after a collection that freed no
+    model, the next runs only once `ratio` times its duration has passed (shared by every pool:
+    one collection frees any pool's dropped models). A collection that freed one rations nothing."""
 
-    ratio: float = 10.0
+    ratio: float = 20.0
     clock: Callable[[], float] = time.monotonic
-    _ended: float | None = None
-    _took: float = 0.0
+    _wait_until: float | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     collections: int = 0
     """How many ran (tests and benchmarks look)."""
 
-    def collect(self) -> bool:
-        """A full collection, unless the last one was too recent; whether it ran."""
+    def collect(self, find: Callable[[], _T | None]) -> _T | None:
+        """`find()` after a full collection (what the collection freed), or None without one (the
+        last futile one was too recent)."""
         with self._lock:
             start = self.clock()
-            if self._ended is not None and start - self._ended < self.ratio * self._took:
-                return False
+            if self._wait_until is not None and start < self._wait_until:
+                return None
             gc.collect()
-            self._ended = self.clock()
-            self._took = self._ended - start
             self.collections += 1
-            return True
+            found = find()
+            end = self.clock()
+            self._wait_until = None if found is not None else end + self.ratio * (end - start)
+            return found
 
 
 COLLECTIONS = CollectionBudget()
@@ -189,8 +193,8 @@ class SamplerPool:
         `copy_model` makes), leased to `lease`."""
         with self._lock:
             entry = self._free_entry()
-            if entry is None and len(self._entries) >= self._collect_at and self._collections.collect():
-                entry = self._free_entry()
+            if entry is None and len(self._entries) >= self._collect_at:
+                entry = self._collections.collect(self._free_entry)
                 # Every model still in use (a server keeps its sampling clients): collecting costs a
                 # full collection each time (~1 s in a server), so the next try waits for twice as many.
                 self._collect_at = 2 if entry is not None else 2 * len(self._entries)
