@@ -32,6 +32,7 @@ from adapters.local.forward_pass import check_scoring_paths, sequence_logprobs
 from adapters.local.grouped_lora import AdapterGroups, AdapterLayer, adapter_layers, shared_copy
 from adapters.local.request_batcher import BatchLimits
 from adapters.local.sampler import ClientAdapters, SampleRequest, sample_batch
+from adapters.local.sampler_pool import ModelLease
 from adapters.local.shared_worker import Lane, SharedWorker
 from adapters.local.token_scoring import Entropy, LogprobMethod, output_head
 from train_core.losses import LossSpec, merge_loss_metrics
@@ -77,8 +78,9 @@ class SampleJob:
     """One sampling client's requests of one loop turn that share sampling params (one batch of its
     own `RequestBatcher`'s making)."""
 
-    model: torch.nn.Module
-    """The sampling client's LoRA model (its snapshot of the client's adapters)."""
+    lease: ModelLease
+    """The sampling client's snapshot of its client's adapters (its LoRA model made only when the
+    job runs alone)."""
     adapters: dict[str, AdapterLayer]
     requests: list[SampleRequest]
     pad_id: int
@@ -99,7 +101,7 @@ class SampleJob:
         return max(request.length for request in self.requests)
 
     def run_alone(self) -> list[list[TokensWithLogprobs]]:
-        return sample_batch(self.model, self.requests, self.pad_id)
+        return sample_batch(self.lease.model, self.requests, self.pad_id)
 
 
 class LoraGroup:

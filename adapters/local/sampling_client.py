@@ -50,14 +50,13 @@ class LocalSamplingClient:
         # The lease keeps the model from being reused by a newer snapshot while this client, or a
         # job it queued, is alive: the batchers' jobs reach the model only through it (and hold no
         # reference to this client, so dropping the client frees the lease at once).
+        # A lazy lease (`SamplerPool.adapter_snapshot`) makes its model only when a job needs it.
         lease = model if isinstance(model, ModelLease) else ModelLease(model)
-        lease.model.eval().requires_grad_(False)
-        lease.model.zero_grad(set_to_none=True)  # a copy of a training model may carry gradients
         self._lease = lease
-        self._model = lease.model
+        self._like = lease.template  # its config and vocabulary, never its weights
         self._tokenizer = tokenizer
         self._executor = executor
-        self._context_length = int(getattr(lease.model.config, "max_position_embeddings", 2048))
+        self._context_length = int(getattr(lease.template.config, "max_position_embeddings", 2048))
         # Requests without a seed draw one from this stream: reproducible runs, distinct samples.
         self._seeds = random.Random(seed)
         pad_id = pad_token_id(tokenizer)
@@ -65,7 +64,7 @@ class LocalSamplingClient:
             executor, lambda requests: score_prompts(lease.model, requests, pad_id, logprob_method), batch_limits
         )
         self._sampling: TurnBatcher[SampleRequest, list[TokensWithLogprobs]]
-        adapters = None if lane is None else adapter_layers(lease.model)
+        adapters = None if lane is None else lease.adapters or adapter_layers(lease.model)
         if lane is None or adapters is None:
             self._sampling = RequestBatcher(
                 executor, lambda requests: sample_batch(lease.model, requests, pad_id), batch_limits
@@ -73,7 +72,7 @@ class LocalSamplingClient:
         else:
             grouped = adapters  # the snapshot's adapters: the lease keeps them unchanged
             self._sampling = LaneBatcher(
-                lane, lambda requests: SampleJob(lease.model, grouped, requests, pad_id), batch_limits
+                lane, lambda requests: SampleJob(lease, grouped, requests, pad_id), batch_limits
             )
 
     def get_tokenizer(self) -> Tokenizer:
@@ -164,8 +163,8 @@ class LocalSamplingClient:
 
     def _prompt_tokens(self, prompt: ModelInput) -> list[int]:
         """The prompt's ids, an image's positions holding the model's image token."""
-        tokens = prompt.token_ids(image_token_id(self._model)) if prompt.images else prompt.to_ints()
+        tokens = prompt.token_ids(image_token_id(self._like)) if prompt.images else prompt.to_ints()
         if not tokens:
             raise DataError("the prompt is empty; sampling and scoring need at least one token")
-        check_token_ids(tokens, vocab_size(self._model), "prompt")
+        check_token_ids(tokens, vocab_size(self._like), "prompt")
         return tokens

@@ -545,9 +545,10 @@ class LocalTrainingClient:
         """A sampling client on a snapshot of the current weights (after all queued work).
 
         The snapshot is a sampler model of this client's pool: one no live sampling client holds,
-        refreshed in place, or a new copy when every one is in use; another rollout engine reads
-        the weights from the model itself, in a job on this client's thread. With a name, the
-        weights are also saved for the sampler under that name.
+        refreshed in place, or a new copy when every one is in use (a grouped LoRA client's:
+        copies of its adapters, the model taken only when a job needs one); another rollout engine
+        reads the weights from the model itself, in a job on this client's thread. With a name,
+        the weights are also saved for the sampler under that name.
         """
         if name is not None:
             await (await self.save_weights_for_sampler(name))
@@ -555,7 +556,10 @@ class LocalTrainingClient:
             seed = self._seeds.getrandbits(63)
             return await self._make_sampler(self._model, self._identity, self._tokenizer, seed, self._executor.submit)
         assert self._samplers is not None
-        lease = await self._executor.submit(self._samplers.snapshot)
+        snapshot = self._samplers.snapshot
+        if self._sampling_lane is not None and self._adapters is not None:  # sampled on the group's host
+            snapshot = functools.partial(self._samplers.adapter_snapshot, self._adapters)
+        lease = await self._executor.submit(snapshot)
         seed = self._seeds.getrandbits(63)
         return LocalSamplingClient(
             lease,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -50,6 +51,9 @@ class FutureBook:
 
     def __init__(self, keep_s: float = 3600.0, on_finish: FinishHook | None = None) -> None:
         self._entries: dict[str, Entry] = {}
+        self._finished: deque[tuple[float, str]] = deque()
+        """(finish time, request id) in finishing order: the oldest expire first, so expiring
+        never walks the entries (one request's cost stays flat however many are kept)."""
         self._keep_s = keep_s
         self._on_finish = on_finish
 
@@ -73,6 +77,7 @@ class FutureBook:
         if entry is not None and not entry.future.done():
             entry.future.set_result(outcome)
             entry.finished = time.monotonic()
+            self._finished.append((entry.finished, request_id))
             if self._on_finish is not None:
                 self._on_finish(request_id, entry, outcome)
 
@@ -99,9 +104,8 @@ class FutureBook:
 
     def _expire(self) -> None:
         now = time.monotonic()
-        stale = [rid for rid, e in self._entries.items() if e.finished is not None and now - e.finished > self._keep_s]
-        for rid in stale:
-            del self._entries[rid]
+        while self._finished and now - self._finished[0][0] > self._keep_s:
+            self._entries.pop(self._finished.popleft()[1], None)
 
 
 class Sequencer:
