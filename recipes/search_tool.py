@@ -4,11 +4,13 @@ declared and called in the renderer's native tool format; the reply after `Answe
 against the gold answer (tinker-cookbook's Search-R1 recipe, with BM25 in place of a vector store).
 
 Defaults run on the embedded tiny model, offline, on CPU with `qwen3_instruct` over the shipped
-corpus of 60 invented islands (`env.corpus`, `env.questions` take yours). A warm start imitates a
-teacher who searches and answers from the result (and guesses without searching
-`env.teacher_error_rate` of the time); the held-out reward is `eval/all/reward/total`. The tiny
-model does not learn this task yet: it cannot copy an invented name into its query or answer, so
-no episode is correct (measured in docs/tutorials/search-tool.md).
+corpus of 60 invented islands (`env.corpus`, `env.questions` take yours), whose names and answers
+are one token each where they stand, so answering is copying a token into the query and one from
+the result. A warm start imitates a teacher who searches and answers from the result (and guesses
+without searching `env.teacher_error_rate` of the time); the held-out reward is
+`eval/all/reward/total`. The tiny model does not learn this task yet: even with one-token names it
+does not copy (its query names another island), so almost no episode is correct and RL only
+learns to skip the search (measured in docs/tutorials/search-tool.md).
 """
 
 from __future__ import annotations

@@ -41,8 +41,8 @@ class SearchSettings(Section):
     corpus: str = Field(CORPUS, description='JSONL of {"title", "text"} documents to search')
     questions: str = Field(QUESTIONS, description='JSONL of {"question", "answer", "title"} about the corpus')
     index_dir: str | None = Field(None, description="where the BM25 index is cached; default: beside the corpus")
-    top_k: int = Field(2, ge=1, description="documents one search returns")
-    max_turns: int = Field(3, ge=1, description="model turns per episode (searches plus the answer)")
+    top_k: int = Field(1, ge=1, description="documents one search returns")
+    max_turns: int = Field(2, ge=1, description="model turns per episode (searches plus the answer)")
     num_eval_questions: int = Field(24, ge=1, description="held-out questions scored every eval.every steps")
     format_coef: float = Field(0.1, ge=0, description="what a final reply without 'Answer:' costs")
     teacher_error_rate: float = Field(
