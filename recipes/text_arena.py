@@ -20,15 +20,24 @@ from __future__ import annotations
 from pydantic import Field
 
 from kitchen import HeldOutEval, OptimizerSettings, Recipe, SamplingSettings, defaults
-from kitchen.families.rl import RLLoopSettings, RLSettings, WarmStartSettings, env_check, env_task, rl_workflow_for
+from kitchen.families.rl import (
+    AlgorithmSettings,
+    RLLoopSettings,
+    RLSettings,
+    WarmStartSettings,
+    env_check,
+    env_task,
+    rl_workflow_for,
+)
 from recipes.envs.text_arena import ENV, TextArenaSettings
 
 
 @defaults(
     optimizer=OptimizerSettings(learning_rate=1e-3),
-    sampling=SamplingSettings(max_tokens=6),
-    rl=RLLoopSettings(group_size=2, groups_per_batch=32, num_batches=30),
-    eval=HeldOutEval(every=10),
+    sampling=SamplingSettings(max_tokens=8),
+    rl=RLLoopSettings(group_size=8, groups_per_batch=8, num_batches=30),
+    algorithm=AlgorithmSettings(loss_aggregation="seq_mean_token_mean"),
+    eval=HeldOutEval(every=30),
     warm_start=WarmStartSettings(steps=150, batch_size=8),
 )
 class Config(RLSettings):
