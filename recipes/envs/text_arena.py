@@ -5,7 +5,7 @@ game id, e.g. `ReverseTicTacToe-v0-train`), played by the policy in one of two w
   episodes coordinated through the shared game (a seat's `step` waits for the other seat's move),
   rewarded zero-sum: +1 the winner, -1 the loser, 0 each for a draw. Both trajectories train.
 - `opponent: random | model`: the policy takes one seat against a fixed opponent, a random player
-  (uniform over the moves the game lists) or another model (`env.opponent_model`, sampled only).
+  (uniform over the moves the game lists; the default) or another model (`env.opponent_model`, sampled only).
   A group is `rl.group_size` games from the same start and seat.
 
 Self-play's mean reward is zero by construction, so learning is measured against a fixed
@@ -20,7 +20,7 @@ Each turn the policy sees one user message and answers with a move such as `[4]`
 `env.prompt: game`, the game's own observation for its seat (the instructions, every move so far,
 the board and the moves it lists; about 300 tokens in tic-tac-toe); with `env.prompt: board`
 (tic-tac-toe only), the same turn read off that observation in a few lines: its mark, the board
-(free squares numbered) and the free squares, which a tiny model can learn to read.
+(free squares numbered) and the legal moves, short enough for the tiny model to learn to read.
 """
 
 from __future__ import annotations
