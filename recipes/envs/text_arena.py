@@ -5,7 +5,7 @@ game id, e.g. `ReverseTicTacToe-v0-train`), played by the policy in one of two w
   episodes coordinated through the shared game (a seat's `step` waits for the other seat's move),
   rewarded zero-sum: +1 the winner, -1 the loser, 0 each for a draw. Both trajectories train.
 - `opponent: random | model`: the policy takes one seat against a fixed opponent, a random player
-  (uniform over the moves the game lists) or another model (`env.opponent_model`, sampled only).
+  (uniform over the moves the game lists; the default) or another model (`env.opponent_model`, sampled only).
   A group is `rl.group_size` games from the same start and seat.
 
 Self-play's mean reward is zero by construction, so learning is measured against a fixed
@@ -16,8 +16,11 @@ Invalid moves (the game rejects them: a malformed or illegal move) are counted
 (`invalid_moves`) and penalised: each costs the mover `env.invalid_move_penalty` on the turn it
 was made, besides the game's own rule (textarena lets a player retry once, then forfeits it).
 
-Each turn the policy sees the game's current observation for its seat (the game's instructions,
-the last moves and the board) as one user message and answers with a move such as `[4]`.
+Each turn the policy sees one user message and answers with a move such as `[4]`: with
+`env.prompt: game`, the game's own observation for its seat (the instructions, every move so far,
+the board and the moves it lists; about 300 tokens in tic-tac-toe); with `env.prompt: board`
+(tic-tac-toe only), the same turn read off that observation in a few lines: its mark, the board
+(free squares numbered) and the legal moves, short enough for the tiny model to learn to read.
 """
 
 from __future__ import annotations
@@ -143,6 +146,10 @@ class RandomPlayer:
         return self.rng.choice(moves)
 
 
+Show = Callable[[str], str]
+"""A seat's prompt text from the game's observation: `game_prompt` or `board_prompt`."""
+
+
 @dataclass
 class ModelPlayer:
     """Another model, sampled on the same prompt the policy sees."""
@@ -150,9 +157,10 @@ class ModelPlayer:
     slot: ModelSlot
     renderer: Renderer
     params: SamplingParams
+    show: Show
 
     async def move(self, observation: str) -> str:
-        prompt = self.renderer.build_generation_prompt([Message(role="user", content=observation)])
+        prompt = self.renderer.build_generation_prompt([Message(role="user", content=self.show(observation))])
         sampled = await self.slot.sample(prompt, self.params, self.renderer.get_stop_sequences())
         message, _ = self.renderer.parse_response(sampled.tokens)
         return str(message["content"])
@@ -163,9 +171,10 @@ class SeatEnv(Env):
     the other seat's env, which shares the arena."""
 
     def __init__(
-        self, arena: Arena, seat: int, renderer: Renderer, penalty: float, opponent: Player | None = None
+        self, arena: Arena, seat: int, renderer: Renderer, show: Show, penalty: float, opponent: Player | None = None
     ) -> None:
-        self.arena, self.seat, self.renderer, self.penalty, self.opponent = arena, seat, renderer, penalty, opponent
+        self.arena, self.seat, self.renderer, self.show = arena, seat, renderer, show
+        self.penalty, self.opponent = penalty, opponent
 
     async def _until_my_turn(self) -> None:
         if self.opponent is None:
@@ -176,7 +185,7 @@ class SeatEnv(Env):
             await self.arena.play(other, await self.opponent.move(self.arena.observation(other)))
 
     def _prompt(self) -> ModelInput:
-        observation = self.arena.observation(self.seat)
+        observation = self.show(self.arena.observation(self.seat))
         return self.renderer.build_generation_prompt([Message(role="user", content=observation)])
 
     async def initial_observation(self) -> tuple[ModelInput, StopCondition]:
@@ -219,12 +228,13 @@ class SelfPlayGame(EnvGroupBuilder):
     game: str
     seed: int
     renderer: Renderer
+    show: Show
     penalty: float
     tag: str
 
     async def make_envs(self) -> list[SeatEnv]:
         arena = Arena(self.game, self.seed)
-        return [SeatEnv(arena, seat, self.renderer, self.penalty) for seat in (0, 1)]
+        return [SeatEnv(arena, seat, self.renderer, self.show, self.penalty) for seat in (0, 1)]
 
     def logging_tags(self) -> list[str]:
         return [self.tag]
@@ -239,6 +249,7 @@ class OpponentGames(EnvGroupBuilder):
     seat: int
     num_games: int
     renderer: Renderer
+    show: Show
     penalty: float
     opponent: Callable[[int], Player]
     """A fresh opponent per game, from that game's seed."""
@@ -247,7 +258,12 @@ class OpponentGames(EnvGroupBuilder):
     async def make_envs(self) -> list[SeatEnv]:
         return [
             SeatEnv(
-                Arena(self.game, self.seed), self.seat, self.renderer, self.penalty, self.opponent(self.seed * 1000 + i)
+                Arena(self.game, self.seed),
+                self.seat,
+                self.renderer,
+                self.show,
+                self.penalty,
+                self.opponent(self.seed * 1000 + i),
             )
             for i in range(self.num_games)
         ]
@@ -278,9 +294,10 @@ class ArenaDataset(RLDataset):
 @dataclass(frozen=True)
 class RandomTeacher:
     """Warm-start demonstrations: every move of games between two random players, each as the
-    seat's observation and the move (the answer format and legal moves; no strategy)."""
+    seat's prompt and the move (the answer format and legal moves; no strategy)."""
 
     game: str
+    show: Show
 
     def __call__(self, rng: random.Random, count: int) -> list[list[Message]]:
         out: list[list[Message]] = []
@@ -295,21 +312,42 @@ class RandomTeacher:
                         f"warm start: game {self.game!r} lists no moves to demonstrate; set warm_start.steps=0"
                     )
                 move = rng.choice(moves)
-                out.append([Message(role="user", content=observation), Message(role="assistant", content=move)])
+                out.append(
+                    [Message(role="user", content=self.show(observation)), Message(role="assistant", content=move)]
+                )
                 arena.apply(seat, move)
         return out
+
+
+def read_board(observation: str, refusal: str) -> tuple[str, list[str]]:
+    """The seat's mark and the nine cells of the last tic-tac-toe board a textarena observation
+    draws (a free cell is its number); else a ConfigError saying `refusal`."""
+    mark = MY_MARK.search(observation)
+    rows = BOARD_ROW.findall(observation)[-3:]
+    if mark is None or len(rows) != 3:
+        raise ConfigError(refusal)
+    return mark.group(1), [cell for row in rows for cell in row]
+
+
+def board_prompt(observation: str) -> str:
+    """The turn in a few lines: the seat's mark, the board (free squares numbered) and the free
+    squares as moves, e.g. `You are X.` / `X12` / `3O5` / `678` / `Legal moves: [1] [2] [3] [5] [6] [7] [8]`."""
+    mark, cells = read_board(observation, "env.prompt=board reads tic-tac-toe boards only; set env.prompt=game")
+    rows = "\n".join("".join(cells[row : row + 3]) for row in (0, 3, 6))
+    free = " ".join(f"[{cell}]" for cell in cells if cell.isdigit())
+    return f"You are {mark}.\n{rows}\nLegal moves: {free}"
+
+
+def game_prompt(observation: str) -> str:
+    """The game's own observation, as it is."""
+    return observation
 
 
 def good_tictactoe_move(observation: str) -> str:
     """A sound tic-tac-toe move for the seat whose observation this is: complete a line of its
     own, else block the opponent's, else the first free square in `PREFERENCE`. Read from the text
     (the last board drawn and the seat's mark), so it is what the policy itself could see."""
-    mark = MY_MARK.search(observation)
-    rows = BOARD_ROW.findall(observation)[-3:]
-    if mark is None or len(rows) != 3:
-        raise ConfigError("the scripted teacher reads tic-tac-toe boards only; set env.teacher=random")
-    cells = [cell for row in rows for cell in row]
-    mine = mark.group(1)
+    mine, cells = read_board(observation, "the scripted teacher reads tic-tac-toe boards only; set env.teacher=random")
     free = {i for i, cell in enumerate(cells) if cell.isdigit()}
     for owner in (mine, "O" if mine == "X" else "X"):  # win first, then block
         for line in LINES:
@@ -322,10 +360,11 @@ def good_tictactoe_move(observation: str) -> str:
 @dataclass(frozen=True)
 class ScriptedTeacher:
     """Warm-start demonstrations of strategy: every move of games in which a seat plays
-    `good_tictactoe_move` against a random player (seats alternate), as the observation and that
+    `good_tictactoe_move` against a random player (seats alternate), as the seat's prompt and that
     move. Only the scripted seat's moves are demonstrated; the random seat gives it varied boards."""
 
     game: str
+    show: Show
 
     def __call__(self, rng: random.Random, count: int) -> list[list[Message]]:
         out: list[list[Message]] = []
@@ -336,7 +375,8 @@ class ScriptedTeacher:
                 observation = arena.observation(seat)
                 if seat == good_seat:
                     move = good_tictactoe_move(observation)
-                    out.append([Message(role="user", content=observation), Message(role="assistant", content=move)])
+                    prompt = Message(role="user", content=self.show(observation))
+                    out.append([prompt, Message(role="assistant", content=move)])
                 else:
                     move = rng.choice(listed_moves(observation))
                 arena.apply(seat, move)
@@ -347,15 +387,20 @@ class TextArenaSettings(EnvSettings):
     name: Literal["text_arena"] = Field("text_arena", description="two-player textarena games")
     game: str = Field("TicTacToe-v0-train", description="a two-player textarena game id")
     opponent: Literal["self", "random", "model"] = Field(
-        "self", description="self-play (both seats the policy), or a fixed random player / opponent_model"
+        "random", description="self-play (both seats the policy), or a fixed random player / opponent_model"
     )
     opponent_model: OtherModel = Field(
         default_factory=OtherModel, description="opponent 'model': the model it samples; default: model_name"
     )
     opponent_temperature: float = Field(1.0, ge=0, description="opponent 'model': its sampling temperature")
     eval_opponent: Literal["random", "model"] = Field("random", description="the fixed opponent of the held-out games")
-    eval_games: int = Field(64, ge=2, description="held-out games against eval_opponent, half in each seat")
+    eval_games: int = Field(128, ge=2, description="held-out games against eval_opponent, half in each seat")
     invalid_move_penalty: float = Field(1.0, ge=0, description="reward subtracted for each invalid move")
+    prompt: Literal["board", "game"] = Field(
+        "board",
+        description="what the policy sees each turn: 'board', its mark, the board and the free squares in a few "
+        "lines (tic-tac-toe games only), or 'game', the game's own observation (any game)",
+    )
     teacher: Literal["scripted", "random"] = Field(
         "scripted",
         description="warm-start demonstrations: 'scripted' tic-tac-toe moves (win, block, centre, corner; "
@@ -366,13 +411,14 @@ class TextArenaSettings(EnvSettings):
 def build_task(settings: TextArenaSettings, config: RLSettings, renderer: Renderer) -> RLTask:
     check_settings(settings, frozenset())
     rl, game, penalty, tag = config.rl, settings.game, settings.invalid_move_penalty, "text_arena"
+    show = board_prompt if settings.prompt == "board" else game_prompt
     needs_model = "model" in (settings.opponent, settings.eval_opponent)
     slot = ModelSlot("opponent", settings.opponent_model.model_name, settings.opponent_model.checkpoint)
     params = SamplingParams(max_tokens=config.sampling.max_tokens, temperature=settings.opponent_temperature)
 
     def player(kind: str) -> Callable[[int], Player]:
         if kind == "model":
-            return lambda seed: ModelPlayer(slot, renderer, params)
+            return lambda seed: ModelPlayer(slot, renderer, params, show)
         return lambda seed: RandomPlayer(random.Random(seed))
 
     if settings.opponent == "self":
@@ -380,23 +426,23 @@ def build_task(settings: TextArenaSettings, config: RLSettings, renderer: Render
             raise ConfigError("env.opponent=self: a group is one game's two seats; set rl.group_size=2")
 
         def make(seed: int, seat: int) -> EnvGroupBuilder:
-            return SelfPlayGame(game, seed, renderer, penalty, tag)
+            return SelfPlayGame(game, seed, renderer, show, penalty, tag)
     else:
         against = player(settings.opponent)
 
         def make(seed: int, seat: int) -> EnvGroupBuilder:
-            return OpponentGames(game, seed, seat, rl.group_size, renderer, penalty, against, tag)
+            return OpponentGames(game, seed, seat, rl.group_size, renderer, show, penalty, against, tag)
 
     eval_rng = random.Random(f"text_arena/eval/{config.seed}")
     against_eval = player(settings.eval_opponent)
     held_out = [
-        OpponentGames(game, eval_rng.randrange(2**31), i % 2, 1, renderer, penalty, against_eval, tag)
+        OpponentGames(game, eval_rng.randrange(2**31), i % 2, 1, renderer, show, penalty, against_eval, tag)
         for i in range(settings.eval_games)
     ]
     return RLTask(
         train=ArenaDataset(make, rl.num_batches, rl.groups_per_batch, config.seed),
         eval_builders=held_out,
-        demonstrations=ScriptedTeacher(game) if settings.teacher == "scripted" else RandomTeacher(game),
+        demonstrations=ScriptedTeacher(game, show) if settings.teacher == "scripted" else RandomTeacher(game, show),
         models=[slot] if needs_model else [],
     )
 
@@ -405,6 +451,8 @@ def check_settings(settings: TextArenaSettings, roles: frozenset[str]) -> None:
     check_game(settings.game)
     if settings.teacher == "scripted" and not settings.game.startswith("TicTacToe-"):
         raise ConfigError(f"env.teacher=scripted plays tic-tac-toe only, not {settings.game!r}; set env.teacher=random")
+    if settings.prompt == "board" and not settings.game.startswith("TicTacToe-"):
+        raise ConfigError(f"env.prompt=board draws tic-tac-toe boards only, not {settings.game!r}; set env.prompt=game")
 
 
 ENV = EnvSpec(

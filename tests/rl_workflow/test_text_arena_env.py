@@ -13,12 +13,15 @@ import pytest
 from kitchen import ConfigError, StageFailure
 from kitchen.testing import RunResult
 from recipes.envs.text_arena import (
+    Arena,
     OpponentGames,
     RandomPlayer,
     RandomTeacher,
     ScriptedTeacher,
     SelfPlayGame,
+    board_prompt,
     check_game,
+    game_prompt,
     good_tictactoe_move,
     listed_moves,
 )
@@ -62,7 +65,7 @@ def test_moves_are_read_from_the_last_listing() -> None:
 
 def test_self_play_coordinates_both_seats_and_is_zero_sum() -> None:
     # Both seats take the lowest free square: seat 0 gets 0, 2, 4, 6 and wins on the 2-4-6 diagonal.
-    group = roll(SelfPlayGame(GAME, 0, R, 1.0, "t"), scripted(lowest))
+    group = roll(SelfPlayGame(GAME, 0, R, game_prompt, 1.0, "t"), scripted(lowest))
     rewards = group.get_total_rewards()
     assert rewards == [1.0, -1.0]
     seat0, seat1 = group.trajectories_G
@@ -79,7 +82,7 @@ def test_an_invalid_move_is_counted_penalised_and_retried() -> None:
         calls[seat] = calls.get(seat, 0) + 1
         return "[42]" if seat == "1" and calls[seat] == 1 else moves[0]
 
-    group = roll(SelfPlayGame(GAME, 0, R, 0.5, "t"), scripted(sloppy))
+    group = roll(SelfPlayGame(GAME, 0, R, game_prompt, 0.5, "t"), scripted(sloppy))
     seat1 = group.trajectories_G[1]
     assert seat1.transitions[0].reward == -0.5 and seat1.transitions[0].metrics["invalid_move"] == 1.0
     assert seat1.transitions[0].parse_ok  # an illegal move is a reply like any other: trained, with its penalty
@@ -91,7 +94,7 @@ def test_two_invalid_moves_forfeit_the_game() -> None:
     def hopeless(text: str, moves: list[str]) -> str:
         return "[42]" if "You are Player 1" in text else moves[0]
 
-    group = roll(SelfPlayGame(GAME, 0, R, 0.0, "t"), scripted(hopeless))
+    group = roll(SelfPlayGame(GAME, 0, R, game_prompt, 0.0, "t"), scripted(hopeless))
     assert group.get_total_rewards() == [1.0, -1.0]
     assert group.trajectories_G[1].transitions[-1].metrics["invalid_moves"] == 2.0
 
@@ -99,7 +102,8 @@ def test_two_invalid_moves_forfeit_the_game() -> None:
 @pytest.mark.parametrize("seat", [0, 1])
 def test_a_random_opponent_plays_only_legal_moves(seat: int) -> None:
     group = roll(
-        OpponentGames(GAME, 3, seat, 6, R, 1.0, lambda s: RandomPlayer(random.Random(s)), "t"), scripted(lowest)
+        OpponentGames(GAME, 3, seat, 6, R, game_prompt, 1.0, lambda s: RandomPlayer(random.Random(s)), "t"),
+        scripted(lowest),
     )
     for trajectory in group.trajectories_G:
         assert trajectory.transitions[-1].episode_done
@@ -109,8 +113,36 @@ def test_a_random_opponent_plays_only_legal_moves(seat: int) -> None:
         assert ("placed their symbol" in first) == (seat == 1)  # the opponent opened when the policy is seat 1
 
 
+def test_the_board_prompt_reads_the_mark_the_last_board_and_the_legal_moves() -> None:
+    arena = Arena(GAME, 0)
+    arena.apply(0, "[4]")
+    arena.apply(1, "[0]")
+    observation = arena.observation(0)
+    assert "Player 1 placed their symbol (X) in cell 0" in observation  # the game's own text, about 300 tokens
+    prompt = board_prompt(observation)
+    assert prompt == "You are O.\nX12\n3O5\n678\nLegal moves: [1] [2] [3] [5] [6] [7] [8]"
+    assert listed_moves(prompt) == listed_moves(observation)  # the random player and the policy agree on the moves
+
+
+def test_the_board_prompt_refuses_other_games() -> None:
+    with pytest.raises(ConfigError, match=r"env\.prompt=game"):
+        board_prompt("You are Player 0 in Nim.\nAvailable Moves: '[1]', '[2]'")
+
+
+def test_games_against_an_opponent_show_the_policy_the_board_prompt() -> None:
+    group = roll(
+        OpponentGames(GAME, 3, 1, 2, R, board_prompt, 1.0, lambda s: RandomPlayer(random.Random(s)), "t"),
+        scripted(lowest),
+    )
+    for trajectory in group.trajectories_G:
+        for transition in trajectory.transitions:
+            text = str(R.tokenizer.decode(transition.ob.to_ints()))
+            assert "Current Board" not in text and "\nLegal moves: [" in text
+        assert trajectory.transitions[-1].metrics["invalid_moves"] == 0.0  # the lowest listed move is legal
+
+
 def test_the_teacher_demonstrates_legal_moves() -> None:
-    demos = RandomTeacher(GAME)(random.Random(0), 30)
+    demos = RandomTeacher(GAME, game_prompt)(random.Random(0), 30)
     assert len(demos) == 30
     for user, move in demos:
         assert move["content"] in listed_moves(user["content"])
@@ -149,13 +181,27 @@ def test_the_scripted_move_refuses_other_boards() -> None:
 
 
 def test_the_scripted_teacher_demonstrates_its_moves_and_wins() -> None:
-    demos = ScriptedTeacher(GAME)(random.Random(0), 200)
+    demos = ScriptedTeacher(GAME, game_prompt)(random.Random(0), 200)
     assert len(demos) == 200
     for user, move in demos:
         assert move["content"] in listed_moves(user["content"])
         assert move["content"] == good_tictactoe_move(user["content"])
     centre_free = [move["content"] for user, move in demos if "[4]" in listed_moves(user["content"])]
     assert centre_free.count("[4]") > len(centre_free) / 2  # mostly the centre when it is free
+
+
+def test_the_scripted_teacher_shows_its_moves_on_the_board_prompt() -> None:
+    shown = ScriptedTeacher(GAME, board_prompt)(random.Random(0), 40)
+    raw = ScriptedTeacher(GAME, game_prompt)(random.Random(0), 40)
+    assert [move for _, move in shown] == [move for _, move in raw]  # the same games and moves
+    assert [user["content"] for user, _ in shown] == [board_prompt(user["content"]) for user, _ in raw]
+
+
+def test_a_board_prompt_for_another_game_is_refused(kitchen_run: Callable[..., RunResult]) -> None:
+    with pytest.raises(ConfigError, match=r"env\.prompt=board.*ReverseTicTacToe"):
+        kitchen_run(
+            "text_arena", *SHORT, "env.game=ReverseTicTacToe-v0-train", "env.teacher=random", replies=first_listed
+        )
 
 
 def test_a_scripted_teacher_for_another_game_is_refused(kitchen_run: Callable[..., RunResult]) -> None:
@@ -182,7 +228,7 @@ def opened_base_models(run: RunResult) -> list[str]:
 
 
 def test_self_play_runs_on_noop(kitchen_run: Callable[..., RunResult]) -> None:
-    run = kitchen_run("text_arena", *SHORT, replies=first_listed)
+    run = kitchen_run("text_arena", *SHORT, "env.opponent=self", "rl.group_size=2", replies=first_listed)
     assert opened_base_models(run) == []
     row = run.metrics[-1]
     assert row["env/all/won"] == 0.5 and row["env/all/lost"] == 0.5  # seat 0 wins every self-play game
@@ -202,4 +248,18 @@ def test_a_model_opponent_is_opened_and_sampled(kitchen_run: Callable[..., RunRe
 
 def test_self_play_needs_groups_of_two(kitchen_run: Callable[..., RunResult]) -> None:
     with pytest.raises(StageFailure, match=r"set rl\.group_size=2"):
-        kitchen_run("text_arena", *SHORT, "rl.group_size=4")
+        kitchen_run("text_arena", *SHORT, "env.opponent=self", "rl.group_size=4")
+
+
+def test_the_defaults_play_the_random_player_on_the_board_prompt(kitchen_run: Callable[..., RunResult]) -> None:
+    prompts: list[str] = []
+
+    def record(prompt: str) -> str:
+        prompts.append(prompt)
+        return first_listed(prompt)
+
+    run = kitchen_run("text_arena", *SHORT, replies=record)
+    assert prompts and all("Current Board" not in p and "Legal moves: [" in p for p in prompts)
+    row = run.metrics[-1]
+    assert row["env/all/invalid_moves"] == 0.0 and row["env/all/total_episodes"] == 4 * 8  # groups of 8 games
+    assert row["env/all/won"] + row["env/all/lost"] + row["env/all/draw"] == pytest.approx(1.0)
