@@ -11,13 +11,20 @@ environment does with the replies. The rubric's metrics are logged as `verifiers
 A reply the environment cannot use (empty, unparseable) ends the episode as verifiers ends it,
 scored by the rubric and counted in `verifiers/model_errors`; an error anywhere else (the
 endpoint refused a request, the environment raised) stops the run with its message.
+
+This is verifiers 0.3's API. verifiers 0.4 (the `hubs` extra's line) replaced it: no
+`load_environment` or rubrics, but `verifiers.v1` tasksets played by harness programs that it
+installs with uv and runs in a runtime, their model calls relayed by its own proxy. Running those
+is a different integration, not yet written; until then a 0.4 install is refused by version.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from dataclasses import dataclass
+from importlib.metadata import version
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
@@ -30,6 +37,20 @@ from kitchen.integrations.hubs import require
 from train_core.renderers.base import Renderer
 from train_core.rl.task import RLTask
 from train_core.rl.types import EnvGroupBuilder, Metrics, RLDataset
+
+SUPPORTED = "verifiers>=0.3.1,<0.4"
+
+
+def check_version(installed: str) -> None:
+    """A ValueError naming `installed` when it is the 0.4 line or later, whose API this env does not
+    run (a config error before the run, not an AttributeError inside it)."""
+    found = re.match(r"(\d+)\.(\d+)", installed)
+    if found is not None and (int(found[1]), int(found[2])) >= (0, 4):
+        raise ValueError(
+            f"env verifiers runs verifiers 0.3 environments (load_environment, rubrics); verifiers {installed} "
+            f"is installed, whose verifiers.v1 tasksets and harnesses kitchen does not run yet: "
+            f"pip install '{SUPPORTED}' (it pins mcp<2, so keep it apart from the mcp and hubs extras)"
+        )
 
 
 class VerifiersSettings(EnvSettings):
@@ -48,6 +69,7 @@ class VerifiersSettings(EnvSettings):
     @classmethod
     def _installed(cls, env_id: str) -> str:
         require("verifiers", "verifiers")
+        check_version(version("verifiers"))
         module = env_id.replace("-", "_").split("/")[-1]  # as vf.load_environment names it
         if module not in sys.modules and importlib.util.find_spec(module) is None:
             raise ValueError(
