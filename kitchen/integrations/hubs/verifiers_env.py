@@ -164,7 +164,7 @@ def build_verifiers_task(settings: VerifiersSettings, config: RLSettings, render
 
 
 ENV = EnvSpec(
-    "a verifiers environment (its dataset as prompts, its rubric as the reward); needs kitchen[hubs]",
+    "a verifiers 0.3 environment (its dataset as prompts, its rubric as the reward); the hubs extra's 0.4 is refused",
     VerifiersSettings,
     build_verifiers_task,
 )
