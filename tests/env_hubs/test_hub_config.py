@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
 import pytest
 
@@ -15,13 +16,19 @@ from kitchen.integrations.hubs.verifiers_env import check_version
 from recipes.env_rl import Config
 
 
-@pytest.mark.parametrize(("env", "package"), [("verifiers", "verifiers"), ("openenv", "openenv")])
+@pytest.mark.parametrize(
+    ("env", "package", "named"),
+    [
+        ("verifiers", "verifiers", "env.taskset=my-taskset"),
+        ("openenv", "openenv", "env.environment=my_env:MyEnvironment"),
+    ],
+)
 def test_a_missing_hub_package_is_a_config_error_naming_the_extra(
-    monkeypatch: pytest.MonkeyPatch, env: str, package: str
+    monkeypatch: pytest.MonkeyPatch, env: str, package: str, named: str
 ) -> None:
     monkeypatch.setitem(sys.modules, package, None)  # import machinery: "not installed"
     with pytest.raises(ConfigError, match=rf"needs the '{package}' package.*kitchen\[hubs\].*setup_hubs\.sh"):
-        load_config(Config, None, [f"env={env}", "env.environment=my_env:MyEnvironment"])
+        load_config(Config, None, [f"env={env}", named])
 
 
 def test_an_unknown_env_name_is_a_config_error_with_a_suggestion() -> None:
@@ -41,21 +48,26 @@ def installed_verifiers() -> str:
         return ""
 
 
-@pytest.mark.parametrize("accepted", ["0.3.1", "0.3.9.post1", "0.2.0"])
-def test_the_verifiers_03_line_is_accepted(accepted: str) -> None:
+@pytest.mark.parametrize("accepted", ["0.4.0", "0.4.0rc1", "0.4.3.post1"])
+def test_the_verifiers_04_line_is_accepted(accepted: str) -> None:
     check_version(accepted)
 
 
-@pytest.mark.parametrize("refused", ["0.4.0", "0.4.0rc1", "0.5.2", "1.0"])
-def test_the_verifiers_04_line_is_refused_by_version(refused: str) -> None:
-    with pytest.raises(ValueError, match=rf"verifiers {refused} is installed.*pip install 'verifiers>=0\.3\.1,<0\.4'"):
+@pytest.mark.parametrize("refused", ["0.3.1", "0.3.9.post1", "0.5.2", "1.0"])
+def test_other_verifiers_lines_are_refused_by_version(refused: str) -> None:
+    with pytest.raises(ValueError, match=rf"verifiers {refused} is installed.*pip install 'verifiers>=0\.4,<0\.5'"):
         check_version(refused)
 
 
-@pytest.mark.skipif(
-    not installed_verifiers().startswith("0.4."), reason="the hubs extra's verifiers 0.4 is not installed"
-)
-def test_env_verifiers_under_the_hubs_extra_is_a_config_error_naming_the_version() -> None:
-    """The hubs extra installs verifiers 0.4, whose API env: verifiers does not run: refused before the run."""
-    with pytest.raises(ConfigError, match=rf"verifiers {installed_verifiers()} is installed.*verifiers\.v1"):
-        load_config(Config, None, ["env=verifiers", "env.environment=my-env"])
+@pytest.mark.skipif(not installed_verifiers(), reason="verifiers is not installed (scripts/setup_hubs.sh)")
+def test_env_verifiers_on_verifiers_03_is_a_config_error_naming_the_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    """verifiers 0.3's API (load_environment, rubrics) is gone from 0.4: refused before the run."""
+    monkeypatch.setattr("kitchen.integrations.hubs.verifiers_env.version", lambda package: "0.3.9")
+    with pytest.raises(ConfigError, match=r"env\.taskset.*verifiers\.v1.*verifiers 0\.3\.9 is installed"):
+        load_config(Config, None, ["env=verifiers", "env.taskset=my-taskset"])
+
+
+@pytest.mark.skipif(not installed_verifiers(), reason="verifiers is not installed (scripts/setup_hubs.sh)")
+def test_a_package_index_that_is_not_a_folder_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"env\.package_index.*is not a folder.*setup_hubs\.sh"):
+        load_config(Config, None, ["env=verifiers", "env.taskset=harbor", f"env.package_index={tmp_path / 'missing'}"])
