@@ -8,6 +8,7 @@ scripted, so each episode's reward is known."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from importlib.metadata import version
 from pathlib import Path
@@ -38,7 +39,13 @@ if not INDEX.is_dir():
 
 
 def scripted(prompt: str) -> str:
-    """Right on "12 + 30", wrong on "7 + 9"."""
+    """Without tools: right on "12 + 30", wrong on "7 + 9". With the `add` tool: its call, then
+    the tool's result."""
+    if "<tool_response>" in prompt:
+        return prompt.rsplit("<tool_response>\n", 1)[1].split("\n</tool_response>")[0]
+    if '"name": "add"' in prompt:
+        a, b = (12, 30) if "12 + 30" in prompt else (7, 9)
+        return f'<tool_call>\n{{"name": "add", "arguments": {{"a": {a}, "b": {b}}}}}\n</tool_call>'
     return "42" if "12 + 30" in prompt else "15"
 
 
@@ -74,3 +81,16 @@ def test_a_taskset_is_rewarded_by_its_tasks_reward_and_trains_what_was_sampled(t
 def test_an_unknown_taskset_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no verifiers taskset 'no-such-taskset'"):
         run_on_noop(RECIPE, "env=verifiers", "env.taskset=no-such-taskset", log_path=tmp_path)
+
+
+def test_a_taskset_with_tools_gets_the_models_calls_as_tool_calls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """verifiers starts the taskset's MCP server as `python -m verifiers_tasksets`; each episode's
+    two calls (the tool call, then the answer) train as one datum of exactly the tokens sampled."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+    captured = Captured()
+    result = run(tmp_path, "env.taskset_args.tools=true", hooks=[captured])
+    assert result.column("env/all/reward/total") == [1.0, 1.0]
+    assert result.column("env/all/agent/calls") == [2.0, 2.0]
+    assert check_trained_equals_sampled(captured, datums_per_episode=1) == 8
