@@ -18,6 +18,7 @@ import pytest
 
 from kitchen.engine.errors import ConfigError
 from kitchen.engine.hooks import Hooks
+from kitchen.engine.runner import StageFailure
 from kitchen.integrations.hubs.verifiers_env import SUPPORTED, check_version
 from kitchen.testing import run_on_noop
 from recipes.env_rl import RECIPE
@@ -40,7 +41,9 @@ if not INDEX.is_dir():
 
 def scripted(prompt: str) -> str:
     """Without tools: right on "12 + 30", wrong on "7 + 9". With the `add` tool: its call, then
-    the tool's result."""
+    the tool's result. After a hint: the hint's number."""
+    if "Hint: it is " in prompt:
+        return prompt.rsplit("Hint: it is ", 1)[1].split(".")[0]
     if "<tool_response>" in prompt:
         return prompt.rsplit("<tool_response>\n", 1)[1].split("\n</tool_response>")[0]
     if '"name": "add"' in prompt:
@@ -78,9 +81,23 @@ def test_a_taskset_is_rewarded_by_its_tasks_reward_and_trains_what_was_sampled(t
     assert check_trained_equals_sampled(captured, datums_per_episode=1) == 8
 
 
+def test_a_failed_episode_stops_the_run_with_verifiers_error(tmp_path: Path) -> None:
+    with pytest.raises(StageFailure, match=r"the verifiers episode failed: TaskError: .*this task's scoring is broken"):
+        run(tmp_path, "env.taskset_args.broken=true")
+
+
 def test_an_unknown_taskset_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no verifiers taskset 'no-such-taskset'"):
         run_on_noop(RECIPE, "env=verifiers", "env.taskset=no-such-taskset", log_path=tmp_path)
+
+
+def test_the_tasksets_env_runs_its_turns(tmp_path: Path) -> None:
+    """The taskset's own Env (a hint after a wrong reply): right at once, or after the hint."""
+    captured = Captured()
+    result = run(tmp_path, "env.taskset_args.hints=true", hooks=[captured])
+    assert result.column("env/all/reward/total") == [1.0, 1.0]
+    assert result.column("env/all/agent/calls") == [1.5, 1.5]
+    assert check_trained_equals_sampled(captured, datums_per_episode=1) == 8
 
 
 def test_a_taskset_with_tools_gets_the_models_calls_as_tool_calls(

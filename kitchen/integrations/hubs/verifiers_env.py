@@ -107,16 +107,22 @@ def uv_environment(index: Path | None) -> dict[str, str]:
 
 
 def build_env(settings: VerifiersSettings) -> Any:
-    """The verifiers env: the taskset's tasks, each an episode of the null harness in a subprocess."""
+    """The verifiers env the taskset pairs with (its package's exported Env, else the single-agent
+    one), each of its agents on the null harness (unless the env pins one) in a subprocess."""
     import verifiers.v1 as vf
     from verifiers.v1.harnesses.null import NullHarnessConfig
 
     if shutil.which("uv", path=uv_environment(None).get("PATH")) is None:
         raise ValueError("env verifiers runs harness programs with uv, which is not installed: pip install uv")
-    harness = NullHarnessConfig(id="null", env=uv_environment(settings.package_index))
-    taskset = vf.taskset_config_type(settings.taskset).model_validate({**settings.taskset_args, "id": settings.taskset})
-    agent = vf.AgentConfig(harness=harness, runtime=vf.SubprocessConfig())
-    return vf.SingleAgentEnv(vf.SingleAgentEnvConfig(taskset=taskset, agent=agent))
+    uv = uv_environment(settings.package_index)
+    config = vf.resolve_env_config({"taskset": {**settings.taskset_args, "id": settings.taskset}})
+    for role in type(config).model_fields:
+        agent = getattr(config, role)
+        if isinstance(agent, vf.AgentConfig):
+            harness = agent.harness or NullHarnessConfig(id="null")
+            harness = harness.model_copy(update={"env": {**uv, **harness.env}})
+            setattr(config, role, agent.model_copy(update={"harness": harness, "runtime": vf.SubprocessConfig()}))
+    return vf.load_environment(config)
 
 
 def episode_agent(env: Any) -> Any:
@@ -141,6 +147,8 @@ def grade(task: Any, episode: Any) -> tuple[float, Metrics]:
     errors = [*episode.errors, *(error for trace in episode.traces for error in trace.errors)]
     if errors:
         raise AgentError(f"the verifiers episode failed: {errors[-1].type}: {errors[-1].message}")
+    if len(episode.traces) != 1:
+        raise AgentError(f"the verifiers episode ran {len(episode.traces)} agents; kitchen trains episodes of one")
     (trace,) = episode.traces
     values = {**trace.metrics, **{name: reward.value if reward else None for name, reward in trace.rewards.items()}}
     metrics = {f"verifiers/{name}": float(value) for name, value in values.items() if value is not None}
