@@ -65,7 +65,7 @@ class HintEnv(vf.Env[HintEnvConfig]):
     async def run(self, task: vf.Task, agents: vf.Agents) -> None:
         async with agents.agent.interaction(task) as chat:
             reply = await chat.turn()
-            answer = task.data.answer  # type: ignore[attr-defined]
+            answer = task.data.answer
             if self.taskset.config.hints and not reply.terminated and reply.last_reply != answer:
                 await chat.turn(f"Hint: it is {answer}.")
 
