@@ -126,7 +126,8 @@ def build_env(settings: VerifiersSettings) -> Any:
 
 
 def episode_agent(env: Any) -> Any:
-    """The agent of one kitchen episode: one verifiers episode of `task`, its model the endpoint."""
+    """The agent of one kitchen episode: one verifiers episode of `task`, its model the endpoint; an
+    episode verifiers marks failed (or one of several agents) raises AgentError with its error."""
     import verifiers.v1 as vf
 
     async def run(endpoint: AgentEndpoint, task: Any) -> Any:
@@ -135,20 +136,21 @@ def episode_agent(env: Any) -> Any:
         try:
             client = vf.EvalClientConfig(base_url=endpoint.base_url, api_key_var=key_var)
             async with env.serving():
-                return await env.run_episode(task, vf.ModelContext(model=endpoint.model, client=client))
+                episode = await env.run_episode(task, vf.ModelContext(model=endpoint.model, client=client))
         finally:
             del os.environ[key_var]
+        errors = [*episode.errors, *(error for trace in episode.traces for error in trace.errors)]
+        if errors:
+            raise AgentError(f"the verifiers episode failed: {errors[-1].type}: {errors[-1].message}")
+        if len(episode.traces) != 1:
+            raise AgentError(f"the verifiers episode ran {len(episode.traces)} agents; kitchen trains episodes of one")
+        return episode
 
     return run
 
 
 def grade(task: Any, episode: Any) -> tuple[float, Metrics]:
-    """The trace's reward and metrics; a failed episode stops the run with verifiers' error."""
-    errors = [*episode.errors, *(error for trace in episode.traces for error in trace.errors)]
-    if errors:
-        raise AgentError(f"the verifiers episode failed: {errors[-1].type}: {errors[-1].message}")
-    if len(episode.traces) != 1:
-        raise AgentError(f"the verifiers episode ran {len(episode.traces)} agents; kitchen trains episodes of one")
+    """The trace's reward, its rewards and metrics by name."""
     (trace,) = episode.traces
     values = {**trace.metrics, **{name: reward.value if reward else None for name, reward in trace.rewards.items()}}
     metrics = {f"verifiers/{name}": float(value) for name, value in values.items() if value is not None}
