@@ -71,3 +71,19 @@ def test_env_verifiers_on_verifiers_03_is_a_config_error_naming_the_version(monk
 def test_a_package_index_that_is_not_a_folder_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"env\.package_index.*is not a folder.*setup_hubs\.sh"):
         load_config(Config, None, ["env=verifiers", "env.taskset=harbor", f"env.package_index={tmp_path / 'missing'}"])
+
+
+@pytest.mark.skipif(not installed_verifiers(), reason="verifiers is not installed (scripts/setup_hubs.sh)")
+def test_env_verifiers_without_uv_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("kitchen.integrations.hubs.verifiers_env.shutil.which", lambda name, path=None: None)
+    with pytest.raises(ConfigError, match=r"env\.taskset.*with uv, not installed: pip install uv"):
+        load_config(Config, None, ["env=verifiers", "env.taskset=harbor"])
+
+
+@pytest.mark.skipif(not installed_verifiers(), reason="verifiers is not installed (scripts/setup_hubs.sh)")
+def test_taskset_args_its_config_lacks_are_a_config_error() -> None:
+    """verifiers_tasksets.py (beside this file) has `tools` and `hints`, not `colour`."""
+    overrides = ["env=verifiers", "env.taskset=verifiers_tasksets", "env.taskset_args.colour=red"]
+    fit = r"taskset_args do not fit taskset 'verifiers_tasksets'.s config: colour: Extra inputs"
+    with pytest.raises(ConfigError, match=fit):
+        load_config(Config, None, overrides)

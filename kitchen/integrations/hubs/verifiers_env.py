@@ -29,7 +29,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from kitchen.families.rl.envs import EnvSettings, EnvSpec
 from kitchen.families.rl.settings import RLSettings
@@ -74,6 +74,8 @@ class VerifiersSettings(EnvSettings):
     def _installed(cls, taskset_id: str) -> str:
         require("verifiers", "verifiers")
         check_version(version("verifiers"))
+        if shutil.which("uv", path=uv_environment(None).get("PATH")) is None:
+            raise ValueError("env verifiers runs verifiers' chat program with uv, not installed: pip install uv")
         import verifiers.v1 as vf
 
         try:
@@ -81,6 +83,17 @@ class VerifiersSettings(EnvSettings):
         except ModuleNotFoundError as exc:
             raise ValueError(f"no verifiers taskset {taskset_id!r}: {exc}") from None
         return taskset_id
+
+    @model_validator(mode="after")
+    def _taskset_args(self) -> VerifiersSettings:
+        import verifiers.v1 as vf
+
+        try:
+            vf.taskset_config_type(self.taskset).model_validate({**self.taskset_args, "id": self.taskset})
+        except ValidationError as exc:
+            why = "; ".join(f"{'.'.join(map(str, error['loc']))}: {error['msg']}" for error in exc.errors())
+            raise ValueError(f"taskset_args do not fit taskset {self.taskset!r}'s config: {why}") from None
+        return self
 
     @field_validator("package_index")
     @classmethod
@@ -112,8 +125,6 @@ def build_env(settings: VerifiersSettings) -> Any:
     import verifiers.v1 as vf
     from verifiers.v1.harnesses.null import NullHarnessConfig
 
-    if shutil.which("uv", path=uv_environment(None).get("PATH")) is None:
-        raise ValueError("env verifiers runs harness programs with uv, which is not installed: pip install uv")
     uv = uv_environment(settings.package_index)
     config = vf.resolve_env_config({"taskset": {**settings.taskset_args, "id": settings.taskset}})
     for role in type(config).model_fields:
