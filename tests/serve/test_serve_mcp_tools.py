@@ -40,9 +40,7 @@ def mcp_major() -> int:
         return 0
 
 
-pytestmark = pytest.mark.skipif(
-    mcp_major() < 2, reason="mcp 2.x is not installed (the hubs extra pins mcp<2: scripts/setup_hubs.sh)"
-)
+pytestmark = pytest.mark.skipif(mcp_major() < 2, reason="mcp 2.x is not installed: pip install 'kitchen[mcp]'")
 
 
 def serve(tmp: Path, *mcp: str, rounds: int = 3) -> ServerProcess:

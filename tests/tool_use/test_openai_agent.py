@@ -54,17 +54,42 @@ def run_tools(messages: list[Any], calls: list[ChatCompletionMessageFunctionTool
         messages.append({"role": "tool", "tool_call_id": call.id, "content": CAPITALS.get(country, "?")})
 
 
-async def capital_agent(endpoint: AgentEndpoint, country: str, first_choice: Any = "auto") -> str:
+async def assembled(chunks: Any) -> ChatCompletionMessage:
+    """A streamed reply's message: its content and tool call deltas joined, as a client joins them."""
+    content = ""
+    calls: dict[int, dict[str, Any]] = {}
+    async for chunk in chunks:
+        for choice in chunk.choices:
+            content += choice.delta.content or ""
+            for delta in choice.delta.tool_calls or []:
+                empty = {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+                call = calls.setdefault(delta.index, empty)
+                call["id"] += delta.id or ""
+                call["function"]["name"] += delta.function.name or ""
+                call["function"]["arguments"] += delta.function.arguments or ""
+    return ChatCompletionMessage.model_validate(
+        {"role": "assistant", "content": content or None, "tool_calls": [calls[i] for i in sorted(calls)] or None}
+    )
+
+
+async def capital_agent(endpoint: AgentEndpoint, country: str, first_choice: Any = "auto", stream: bool = False) -> str:
     """Asks (with `first_choice` as the first call's tool_choice), runs the lookup tool for every
-    call the model makes, asks again; at most 3 calls."""
+    call the model makes, asks again; at most 3 calls. With `stream`, each reply is read as the
+    SDK reads a stream (server-sent chunks, tool call deltas included)."""
     client = openai.AsyncOpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0)
     messages: list[Any] = [{"role": "user", "content": f"What is the capital of {country}?"}]
     for turn in range(3):
         choice: Any = first_choice if turn == 0 else "auto"
-        reply = await client.chat.completions.create(
-            model=endpoint.model, messages=messages, tools=TOOLS, tool_choice=choice
-        )
-        message = reply.choices[0].message
+        if stream:
+            chunks = await client.chat.completions.create(
+                model=endpoint.model, messages=messages, tools=TOOLS, tool_choice=choice, stream=True
+            )
+            message = await assembled(chunks)
+        else:
+            reply = await client.chat.completions.create(
+                model=endpoint.model, messages=messages, tools=TOOLS, tool_choice=choice
+            )
+            message = reply.choices[0].message
         if not (calls := function_calls(message)):
             return message.content or ""
         messages.append(message.model_dump(include={"role", "content", "tool_calls"}))
@@ -100,6 +125,7 @@ def grade(country: str, answer: str) -> float:
 class AgentConfig(RLSettings):
     edit_history: bool = Field(False, description="the agent rewrites its own earlier replies")
     first_tool_choice: str = Field("auto", description="the first call's tool_choice: auto, required or a tool name")
+    stream: bool = Field(False, description="the agent reads its replies as streams")
 
 
 class Countries(RLDataset):
@@ -111,7 +137,9 @@ class Countries(RLDataset):
         if choice not in ("auto", "required", "none"):
             choice = {"type": "function", "function": {"name": choice}}
         agent = (
-            edited_history_agent if self.config.edit_history else functools.partial(capital_agent, first_choice=choice)
+            edited_history_agent
+            if self.config.edit_history
+            else functools.partial(capital_agent, first_choice=choice, stream=self.config.stream)
         )
         countries = sorted(CAPITALS)
         return [
@@ -187,6 +215,23 @@ def test_an_openai_client_agent_trains_on_exactly_its_sampled_tokens(tmp_path: P
     assert result.column("env/all/reward/total") == [1.0, 1.0]
     assert result.column("env/all/agent/calls") == [2.0, 2.0]
     assert check_trained_equals_sampled(captured, datums_per_episode=1) == 8  # each episode merged into one datum
+
+
+def test_a_streaming_agent_gets_the_same_replies_as_server_sent_events(tmp_path: Path) -> None:
+    """`stream=true` (as verifiers 0.4's chat program asks): the tool call and the answer arrive as
+    chunks the SDK assembles, and what is trained is still exactly what was sampled."""
+    captured = Captured()
+    result = run_on_noop(
+        RECIPE,
+        "renderer=qwen3_instruct",
+        "stream=true",
+        log_path=tmp_path / "run",
+        replies=scripted_model,
+        hooks=[captured],
+    )
+    assert result.column("env/all/reward/total") == [1.0, 1.0]
+    assert result.column("env/all/agent/calls") == [2.0, 2.0]
+    assert check_trained_equals_sampled(captured, datums_per_episode=1) == 8
 
 
 def test_an_edited_history_is_a_new_observation_never_trained(tmp_path: Path) -> None:

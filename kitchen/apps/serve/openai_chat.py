@@ -14,7 +14,9 @@ sample is parsed as the reply, so the sampled tokens (all a trainer trains) stay
 calling them.
 
 Supported: `tools`, `tool_choice`, `n`, `logprobs` (of the sampled tokens; `top_logprobs` > 0 is
-refused), `stop`, `max_tokens` / `max_completion_tokens`, `temperature`, `seed`."""
+refused), `stop`, `max_tokens` / `max_completion_tokens`, `temperature`, `seed`, and `stream`
+where the server serves it (`stream_events`: the finished completion as one delta per choice, for
+clients that only stream, such as verifiers 0.4's harness programs)."""
 
 from __future__ import annotations
 
@@ -79,6 +81,7 @@ class ChatRequest(BaseModel):
     max_completion_tokens: int | None = Field(None, ge=1)
     temperature: float = Field(1.0, ge=0, le=2)
     seed: int | None = None
+    stream: bool = False
     mcp_servers: list[str] | None = None
     """kitchen's extension: which of the server's MCP servers (`kitchen serve --mcp-server`) offer
     their tools to this request; None (the field left out) offers all of them, [] none."""
@@ -279,6 +282,22 @@ def response(
             "total_tokens": prompt_tokens + completion_tokens,
         },
     }
+
+
+def stream_events(completion: dict[str, Any]) -> list[str]:
+    """A `chat.completion` (from `response`) as the server-sent events a streaming client reads:
+    each choice's whole message as one delta, its finish reason, the usage, then `[DONE]`."""
+    head = {key: completion[key] for key in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    chunks = []
+    for choice in completion["choices"]:
+        delta = dict(choice["message"])
+        if "tool_calls" in delta:
+            delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(delta["tool_calls"])]
+        first = {"index": choice["index"], "delta": delta, "logprobs": choice["logprobs"], "finish_reason": None}
+        last = {"index": choice["index"], "delta": {}, "logprobs": None, "finish_reason": choice["finish_reason"]}
+        chunks += [head | {"choices": [first]}, head | {"choices": [last]}]
+    chunks.append(head | {"choices": [], "usage": completion["usage"]})
+    return [f"data: {json.dumps(chunk)}\n\n" for chunk in chunks] + ["data: [DONE]\n\n"]
 
 
 def assistant_message(message: Message) -> dict[str, Any]:

@@ -12,11 +12,11 @@ import weakref
 from typing import Any, ClassVar, Protocol
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from kitchen.apps.serve.http_basics import WireError, bearer_or_header, openai_error, parse
 from kitchen.apps.serve.loopback import LoopbackServer
-from kitchen.apps.serve.openai_chat import ChatRequest, ChatRequestError
+from kitchen.apps.serve.openai_chat import ChatRequest, ChatRequestError, stream_events
 
 KEY_PREFIX = "kitchen-episode-"
 
@@ -88,12 +88,15 @@ class AgentServer:
             }
 
         @app.post("/v1/chat/completions", response_model=None)
-        async def chat(request: Request) -> dict[str, Any] | JSONResponse:
+        async def chat(request: Request) -> dict[str, Any] | JSONResponse | StreamingResponse:
             try:
                 env = episode(request)
                 body = parse(ChatRequest, await request.body())
-                return await env.answer(body)
+                completion = await env.answer(body)
             except (ChatRequestError, WireError) as error:
                 return openai_error(error)
+            if body.stream:
+                return StreamingResponse(iter(stream_events(completion)), media_type="text/event-stream")
+            return completion
 
         return app

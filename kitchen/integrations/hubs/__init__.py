@@ -1,5 +1,5 @@
 """Environments published for other frameworks, as kitchen RL environments (`kitchen.envs`):
-`verifiers` (its dataset as prompts, its rubric as the reward) and OpenEnv (gym-style servers).
+`verifiers` 0.4 (its tasksets' tasks as prompts, their rewards) and OpenEnv (gym-style servers).
 Their packages are optional: `pip install 'kitchen[hubs]'` (or `bash scripts/setup_hubs.sh`)."""
 
 from __future__ import annotations

@@ -1,26 +1,35 @@
-"""`verifiers` environments as a kitchen RL environment (`env: verifiers`).
+"""`verifiers` 0.4 tasksets as a kitchen RL environment (`env: verifiers`).
 
-The environment is loaded as verifiers loads it (`vf.load_environment(id, **load_args)`: the
-installed module named by the id, its `load_environment()`); its dataset rows are the prompts and
-its rubric the reward. Each episode is verifiers' own rollout (`env.rollout`, then
-`rubric.score_rollout`), single-turn, multi-turn or with tools alike, made through its OpenAI
-chat client against the rollouts' per-episode endpoint (`kitchen.integrations.agents`): every model call is a
-turn sampled from the policy, so what is trained is exactly what was sampled, whatever the
-environment does with the replies. The rubric's metrics are logged as `verifiers/NAME`.
+verifiers 0.4's API is `verifiers.v1`: a taskset (an installed package, by id) yields tasks, and a
+harness program plays each one as an episode, its model calls relayed by verifiers' own
+interception server; the task's `@vf.reward`/`@vf.metric` methods score the finished trace. Here
+each kitchen episode is one verifiers episode of the `null` harness (verifiers' chat program: the
+task's prompt, then the model's replies and the calls of the task's MCP tools, if any) run in the
+`subprocess` runtime on this machine (no container, no tunnel). The relay's upstream is the
+rollouts' per-episode endpoint (`kitchen.integrations.agents`), its key read from an environment
+variable named for that episode alone: every model call is a turn sampled from the policy, so what
+is trained is exactly what was sampled. The trace's rewards and metrics are logged as
+`verifiers/NAME`.
 
-A reply the environment cannot use (empty, unparseable) ends the episode as verifiers ends it,
-scored by the rubric and counted in `verifiers/model_errors`; an error anywhere else (the
-endpoint refused a request, the environment raised) stops the run with its message.
+verifiers installs the harness program with uv (its packages from PyPI, on first use).
+`package_index` names a local PEP 503 index to install them from instead (what an offline
+machine needs; scripts/setup_hubs.sh builds one). An episode that fails (the program, the relay,
+the task's scoring) stops the run with verifiers' error.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import os
+import re
+import secrets
+import shutil
 import sys
 from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from kitchen.families.rl.envs import EnvSettings, EnvSpec
 from kitchen.families.rl.settings import RLSettings
@@ -31,76 +40,141 @@ from train_core.renderers.base import Renderer
 from train_core.rl.task import RLTask
 from train_core.rl.types import EnvGroupBuilder, Metrics, RLDataset
 
+SUPPORTED = "verifiers>=0.4,<0.5"
+
+
+def check_version(installed: str) -> None:
+    """A ValueError naming `installed` unless it is the 0.4 line, whose `verifiers.v1` API this env
+    runs (a config error before the run, not an AttributeError inside it)."""
+    found = re.match(r"(\d+)\.(\d+)", installed)
+    if found is None or (int(found[1]), int(found[2])) != (0, 4):
+        raise ValueError(
+            f"env verifiers runs verifiers 0.4 tasksets (verifiers.v1); verifiers {installed} is installed: "
+            f"pip install '{SUPPORTED}' (the hubs extra)"
+        )
+
 
 class VerifiersSettings(EnvSettings):
-    name: Literal["verifiers"] = Field("verifiers", description="a verifiers environment")
-    environment: str = Field(
+    name: Literal["verifiers"] = Field("verifiers", description="a verifiers 0.4 taskset")
+    taskset: str = Field(
         min_length=1,
-        description="a verifiers environment id: the installed module (dashes as underscores, "
-        "an 'owner/' prefix dropped) whose load_environment() builds it",
+        description="a verifiers taskset id: the installed package (dashes as underscores, an 'owner/' "
+        "prefix dropped) exporting its Taskset subclass",
     )
-    load_args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of its load_environment()")
-    num_eval_examples: int = Field(
-        0, ge=0, description="rows of its eval dataset (its dataset when it has none) scored every eval.every steps"
+    taskset_args: dict[str, Any] = Field(default_factory=dict, description="fields of the taskset's config")
+    package_index: Path | None = Field(
+        None,
+        description="a local PEP 503 package index (a folder) uv installs the harness program's packages "
+        "from instead of PyPI (scripts/setup_hubs.sh builds one in .venv/verifiers-index)",
     )
+    num_eval_examples: int = Field(0, ge=0, description="tasks (the taskset's first) scored every eval.every steps")
 
-    @field_validator("environment")
+    @field_validator("taskset")
     @classmethod
-    def _installed(cls, env_id: str) -> str:
+    def _installed(cls, taskset_id: str) -> str:
         require("verifiers", "verifiers")
-        module = env_id.replace("-", "_").split("/")[-1]  # as vf.load_environment names it
-        if module not in sys.modules and importlib.util.find_spec(module) is None:
-            raise ValueError(
-                f"no verifiers environment {env_id!r}: module {module!r} is not installed "
-                "(install the environment's package, or put its module on PYTHONPATH)"
-            )
-        return env_id
+        check_version(version("verifiers"))
+        if shutil.which("uv", path=uv_environment(None).get("PATH")) is None:
+            raise ValueError("env verifiers runs verifiers' chat program with uv, not installed: pip install uv")
+        import verifiers.v1 as vf
 
-
-def rollout_agent(env: Any) -> Any:
-    """The agent of one episode: verifiers' rollout of `row`, scored by its rubric."""
-    import verifiers as vf
-    from openai import AsyncOpenAI
-
-    async def run(endpoint: AgentEndpoint, row: dict[str, Any]) -> Any:
-        client = vf.OpenAIChatCompletionsClient(
-            AsyncOpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0)
-        )
         try:
-            state = await env.rollout(row, client, endpoint.model, {})
-            await env.rubric.score_rollout(state)
-            await env.rubric.cleanup(state)
+            vf.import_taskset(taskset_id)
+        except ModuleNotFoundError as exc:
+            raise ValueError(f"no verifiers taskset {taskset_id!r}: {exc}") from None
+        return taskset_id
+
+    @model_validator(mode="after")
+    def _taskset_args(self) -> VerifiersSettings:
+        import verifiers.v1 as vf
+
+        try:
+            vf.taskset_config_type(self.taskset).model_validate({**self.taskset_args, "id": self.taskset})
+        except ValidationError as exc:
+            why = "; ".join(f"{'.'.join(map(str, error['loc']))}: {error['msg']}" for error in exc.errors())
+            raise ValueError(f"taskset_args do not fit taskset {self.taskset!r}'s config: {why}") from None
+        return self
+
+    @field_validator("package_index")
+    @classmethod
+    def _index(cls, index: Path | None) -> Path | None:
+        if index is not None and not index.is_dir():
+            raise ValueError(f"package_index {str(index)!r} is not a folder (run scripts/setup_hubs.sh)")
+        return index
+
+
+def uv_environment(index: Path | None) -> dict[str, str]:
+    """The harness program's variables for uv: the uv installed beside this Python first on PATH
+    and, with a local `index`, packages from there only, on this Python (no download at all)."""
+    env: dict[str, str] = {}
+    here = Path(sys.executable).parent
+    if (here / "uv").exists():
+        env["PATH"] = f"{here}{os.pathsep}{os.environ.get('PATH', '')}"
+    if index is not None:
+        env |= {
+            "UV_DEFAULT_INDEX": index.resolve().as_uri(),
+            "UV_PYTHON": sys.executable,
+            "UV_PYTHON_DOWNLOADS": "never",
+        }
+    return env
+
+
+def build_env(settings: VerifiersSettings) -> Any:
+    """The verifiers env the taskset pairs with (its package's exported Env, else the single-agent
+    one), each of its agents on the null harness (unless the env pins one) in a subprocess."""
+    import verifiers.v1 as vf
+    from verifiers.v1.harnesses.null import NullHarnessConfig
+
+    uv = uv_environment(settings.package_index)
+    config = vf.resolve_env_config({"taskset": {**settings.taskset_args, "id": settings.taskset}})
+    for role in type(config).model_fields:
+        agent = getattr(config, role)
+        if isinstance(agent, vf.AgentConfig):
+            harness = agent.harness or NullHarnessConfig(id="null")
+            harness = harness.model_copy(update={"env": {**uv, **harness.env}})
+            setattr(config, role, agent.model_copy(update={"harness": harness, "runtime": vf.SubprocessConfig()}))
+    return vf.load_environment(config)
+
+
+def episode_agent(env: Any) -> Any:
+    """The agent of one kitchen episode: one verifiers episode of `task`, its model the endpoint; an
+    episode verifiers marks failed (or one of several agents) raises AgentError with its error."""
+    import verifiers.v1 as vf
+
+    async def run(endpoint: AgentEndpoint, task: Any) -> Any:
+        key_var = f"KITCHEN_VERIFIERS_API_KEY_{secrets.token_hex(8)}"  # this episode's alone
+        os.environ[key_var] = endpoint.api_key
+        try:
+            client = vf.EvalClientConfig(base_url=endpoint.base_url, api_key_var=key_var)
+            async with env.serving():
+                episode = await env.run_episode(task, vf.ModelContext(model=endpoint.model, client=client))
         finally:
-            await client.close()
-        return state
+            del os.environ[key_var]
+        errors = [*episode.errors, *(error for trace in episode.traces for error in trace.errors)]
+        if errors:
+            raise AgentError(f"the verifiers episode failed: {errors[-1].type}: {errors[-1].message}")
+        if len(episode.traces) != 1:
+            raise AgentError(f"the verifiers episode ran {len(episode.traces)} agents; kitchen trains episodes of one")
+        return episode
 
     return run
 
 
-def grade(row: dict[str, Any], state: Any) -> tuple[float, Metrics]:
-    """The rubric's reward and metrics; an error that is not the model's stops the run."""
-    import verifiers as vf
-
-    error = state.get("error")
-    model_error = isinstance(error, vf.InvalidModelResponseError | vf.OverlongPromptError)
-    if error is not None and not model_error:
-        cause = error.__cause__ or error
-        raise AgentError(f"the verifiers rollout failed: {type(cause).__name__}: {cause}") from error
-    metrics = {
-        f"verifiers/{name}": float(value)
-        for name, value in (state.get("metrics") or {}).items()
-        if isinstance(value, int | float)
-    }
-    metrics["verifiers/model_errors"] = float(model_error)
-    return float(state.get("reward") or 0.0), metrics
+def grade(task: Any, episode: Any) -> tuple[float, Metrics]:
+    """The trace's reward, its rewards and metrics by name."""
+    (trace,) = episode.traces
+    values = {**trace.metrics, **{name: reward.value if reward else None for name, reward in trace.rewards.items()}}
+    metrics = {f"verifiers/{name}": float(value) for name, value in values.items() if value is not None}
+    metrics["verifiers/num_turns"] = float(trace.num_turns)
+    return float(trace.reward), metrics
 
 
 @dataclass(frozen=True)
 class VerifiersDataset(RLDataset):
-    """Batch i: `groups_per_batch` consecutive rows (wrapping around), `group_size` episodes each."""
+    """Batch i: `groups_per_batch` consecutive tasks (wrapping around), `group_size` episodes each."""
 
     agent: Any
-    rows: list[dict[str, Any]]
+    tasks: list[Any]
     renderer: Renderer
     tag: str
     num_batches: int
@@ -111,7 +185,7 @@ class VerifiersDataset(RLDataset):
         start = index * self.groups_per_batch
         return [
             AgentGroupBuilder(
-                self.agent, self.rows[(start + g) % len(self.rows)], grade, self.renderer, self.group_size, self.tag
+                self.agent, self.tasks[(start + g) % len(self.tasks)], grade, self.renderer, self.group_size, self.tag
             )
             for g in range(self.groups_per_batch)
         ]
@@ -121,28 +195,24 @@ class VerifiersDataset(RLDataset):
 
 
 def build_verifiers_task(settings: VerifiersSettings, config: RLSettings, renderer: Renderer) -> RLTask:
-    import verifiers as vf
-
     rl = config.rl
-    env = vf.load_environment(settings.environment, **settings.load_args)
-    try:
-        dataset = env.get_dataset(seed=config.seed)
-    except ValueError as exc:
-        raise ValueError(f"verifiers environment {settings.environment!r} has no training dataset: {exc}") from None
-    rows = [dict(row) for row in dataset]
-    if not rows:
-        raise ValueError(f"verifiers environment {settings.environment!r} has an empty dataset")
-    agent = rollout_agent(env)
-    tag = settings.environment.split("/")[-1]
-    evals = env.get_eval_dataset(n=settings.num_eval_examples) if settings.num_eval_examples else []
+    env = build_env(settings)
+    tasks = list(env.taskset.take(rl.num_batches * rl.groups_per_batch) if env.taskset.INFINITE else env.taskset)
+    if not tasks:
+        raise ValueError(f"verifiers taskset {settings.taskset!r} has no tasks")
+    agent = episode_agent(env)
+    tag = settings.taskset.split("/")[-1]
     return RLTask(
-        train=VerifiersDataset(agent, rows, renderer, tag, rl.num_batches, rl.groups_per_batch, rl.group_size),
-        eval_builders=[AgentGroupBuilder(agent, dict(row), grade, renderer, rl.group_size, tag) for row in evals],
+        train=VerifiersDataset(agent, tasks, renderer, tag, rl.num_batches, rl.groups_per_batch, rl.group_size),
+        eval_builders=[
+            AgentGroupBuilder(agent, task, grade, renderer, rl.group_size, tag)
+            for task in tasks[: settings.num_eval_examples]
+        ],
     )
 
 
 ENV = EnvSpec(
-    "a verifiers environment (its dataset as prompts, its rubric as the reward); needs kitchen[hubs]",
+    "a verifiers 0.4 taskset (its tasks as prompts, played by verifiers' chat program; its rewards)",
     VerifiersSettings,
     build_verifiers_task,
 )

@@ -116,17 +116,17 @@ class McpToolset:
         settings = self.settings
         try:
             try:
-                # mcp<2 (which the hubs extra installs) has no Client: the ignore covers that environment
-                from mcp import Client, StdioServerParameters  # type: ignore[attr-defined,unused-ignore]
+                from mcp import Client, StdioServerParameters, stdio_client
             except ImportError:
                 raise McpServerError(
-                    "MCP tools need the mcp 2.x client (pip install 'mcp>=2.3'); this environment has an older "
-                    "mcp (the hubs extra's verifiers 0.3 and openenv-core's fastmcp pin mcp<2)"
+                    "MCP tools need the mcp 2.x client (pip install 'mcp>=2.0', or kitchen[mcp]); "
+                    "this environment's mcp is older or missing"
                 ) from None
             target: Any = settings.url
             if not settings.url:
                 command, *args = settings.command
-                target = StdioServerParameters(command=command, args=args, env=settings.env or None)
+                # a transport, not the parameters themselves: Client takes those only from mcp 2.3 on
+                target = stdio_client(StdioServerParameters(command=command, args=args, env=settings.env or None))
             if self._process is not None:
                 await asyncio.wait_for(self._endpoint_up(), settings.startup_timeout_s)
             async with Client(target, read_timeout_seconds=settings.call_timeout_s) as client:
