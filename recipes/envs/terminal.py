@@ -59,7 +59,7 @@ class TerminalSettings(Section):
     concurrency: Count = Field(8, description="sandbox runs at once (bubblewrap)")
     eval_episodes: Count = Field(8, description="episodes per held-out task at each evaluation")
     teacher_match_rate: float = Field(
-        0.25,
+        1.0,
         ge=0,
         le=1,
         description="share of warm-start episodes sending the task's own reference solution (else another task's)",
