@@ -70,6 +70,8 @@ def run(tmp_path: Path, replies: Any, *extra: str) -> Any:
         "rl.group_size=2",
         "rl.groups_per_batch=3",
         "rl.num_batches=1",
+        "warm_start.steps=0",
+        "eval.every=0",
         *extra,
         log_path=tmp_path / "run",
         replies=replies,
