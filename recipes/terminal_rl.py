@@ -5,10 +5,13 @@ environment it left (its reward file is the reward).
 
 Tasks whose Dockerfile kitchen can replay offline run (FROM, one WORKDIR, COPY, ENV, LABEL and
 RUN of file commands; see recipes/envs/harbor_tasks.py); any other is refused naming the task
-and the line, or skipped with `env.unsupported=skip`. Three small tasks ship in
-recipes/data/terminal. `warm_start.steps=N` imitates each task's reference solution. The
-defaults are a smoke run on the embedded tiny model, which has never seen a shell: no learning
-is claimed for it (docs/how-to/terminal-tasks.md).
+and the line, or skipped with `env.unsupported=skip`. Four small tasks ship in
+recipes/data/terminal, their held-out twins (same instructions, other files and answers) in
+recipes/data/terminal_eval. The defaults learn on the embedded tiny model, modestly: a warm
+start imitates a teacher who sends the task's own reference solution half of the time and
+another task's otherwise (the protocol and the commands, only weakly which fits which task),
+then RL with a KL loss to the warm-started policy raises the held-out solve rate from about 0.38
+to about 0.48 over seeds 0-2 (docs/how-to/terminal-tasks.md).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from kitchen import HeldOutEval, OptimizerSettings, Recipe, SamplingSettings, defaults
-from kitchen.families.rl import RLLoopSettings, RLSettings, rl_workflow_for
+from kitchen.families.rl import AlgorithmSettings, RLLoopSettings, RLSettings, WarmStartSettings, rl_workflow_for
 from recipes.data import shipped_data
 from recipes.envs.harbor_tasks import load_harbor_tasks
 from recipes.envs.terminal import TerminalSettings, terminal_task
@@ -26,15 +29,22 @@ from train_core.rl.task import RLTask
 
 
 @defaults(
-    optimizer=OptimizerSettings(learning_rate=1e-4),
+    optimizer=OptimizerSettings(learning_rate=5e-4),
     sampling=SamplingSettings(max_tokens=64),
-    rl=RLLoopSettings(group_size=4, groups_per_batch=3, num_batches=4),
-    eval=HeldOutEval(every=0),
+    rl=RLLoopSettings(group_size=8, groups_per_batch=4, num_batches=16),
+    algorithm=AlgorithmSettings(kl_loss_coef=0.5),
+    eval=HeldOutEval(every=16),
+    warm_start=WarmStartSettings(steps=150),
 )
 class Config(RLSettings):
     env: TerminalSettings = Field(
-        default_factory=lambda: TerminalSettings(tasks=shipped_data("terminal")),
-        description="the Harbor tasks and the episode's limits",
+        default_factory=lambda: TerminalSettings(
+            tasks=shipped_data("terminal"),
+            eval_tasks=shipped_data("terminal_eval"),
+            max_turns=2,
+            teacher_match_rate=0.5,
+        ),
+        description="the Harbor tasks, their held-out twins and the episode's limits",
     )
 
 

@@ -57,6 +57,13 @@ class TerminalSettings(Section):
         "error", description="a task that needs a Docker build: error (stop) | skip (warn, leave it out)"
     )
     concurrency: Count = Field(8, description="sandbox runs at once (bubblewrap)")
+    eval_episodes: Count = Field(8, description="episodes per held-out task at each evaluation")
+    teacher_match_rate: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="share of warm-start episodes sending the task's own reference solution (else another task's)",
+    )
 
 
 def read_command(text: str) -> str | None:
@@ -198,46 +205,77 @@ class TerminalEnv(Env):
         return self._reply(describe(result, self.session.settings.output_chars), 0.0, done=False, parse_ok=parsed)
 
 
+def solution_command(task: HarborTask) -> str | None:
+    """The task's reference solution (solution/solve.sh) as one command, or None."""
+    if task.solution is None:
+        return None
+    return "\n".join(line for line in task.solution.splitlines() if not line.startswith("#!")).strip() or None
+
+
 @dataclass
 class TerminalDemonstrations:
-    """Teacher episodes for the warm start: each task's reference solution (solution/solve.sh)
-    sent as one command, the observation it really gets in a sandbox of its own, then DONE; only
-    solutions the task's tests score 1 are kept. Recorded once, on first use."""
+    """Teacher episodes for the warm start: one command, the observation it really gets in a
+    sandbox of its own, then DONE. With probability `settings.teacher_match_rate` the command is
+    the task's own reference solution (solution/solve.sh), else another task's: the imitating
+    model learns the protocol and the commands, but not which command fits which task, and RL is
+    left to learn that. Only solutions their own task's tests score 1 are used. Recorded once, on
+    first use."""
 
     tasks: Sequence[HarborTask]
     settings: TerminalSettings
-    episodes: list[list[Message]] | None = None
+    episodes: dict[str, tuple[list[Message], list[list[Message]]]] | None = None
+    """Per task: its own solution's episode, and the other solutions' episodes in it."""
 
     def __call__(self, rng: random.Random, count: int) -> list[list[Message]]:
         if self.episodes is None:
             with ThreadPoolExecutor(1) as pool:  # the caller may be inside the run's event loop
                 self.episodes = pool.submit(asyncio.run, self._record()).result()
-        return [rng.choice(self.episodes) for _ in range(count)]
+        names = sorted(self.episodes)
+        picked = []
+        for _ in range(count):
+            own, others = self.episodes[rng.choice(names)]
+            matched = not others or rng.random() < self.settings.teacher_match_rate
+            picked.append(own if matched else rng.choice(others))
+        return picked
 
-    async def _record(self) -> list[list[Message]]:
-        sandbox = make_sandbox("bubblewrap", concurrency=1)
-        episodes = []
-        for task in self.tasks:
-            if task.solution is None:
-                continue
-            command = "\n".join(line for line in task.solution.splitlines() if not line.startswith("#!")).strip()
-            session = TerminalSession(task, sandbox, self.settings)
-            answer = await session.run([], command, grade=False)
-            graded = await session.run([command], None, grade=True)
-            if "command" not in answer or "grade" not in graded or read_reward(graded["grade"]["rewards"]) != 1.0:
-                continue
-            observation = describe(answer["command"], self.settings.output_chars)
-            episodes.append(
-                [
-                    opening(task),
-                    Message(role="assistant", content=fenced(command)),
-                    Message(role="user", content=observation),
-                    Message(role="assistant", content=DONE_WORD),
-                ]
-            )
-        if not episodes:
+    async def _record(self) -> dict[str, tuple[list[Message], list[list[Message]]]]:
+        sandbox = make_sandbox("bubblewrap", concurrency=self.settings.concurrency)
+        sessions = {task.name: TerminalSession(task, sandbox, self.settings) for task in self.tasks}
+
+        async def solves(task: HarborTask) -> str | None:
+            command = solution_command(task)
+            if command is None:
+                return None
+            graded = await sessions[task.name].run([command], None, grade=True)
+            return command if "grade" in graded and read_reward(graded["grade"]["rewards"]) == 1.0 else None
+
+        commands = dict(zip(sessions, await asyncio.gather(*(solves(task) for task in self.tasks)), strict=True))
+        solutions = {name: command for name, command in commands.items() if command is not None}
+        if not solutions:
             raise DataError("warm start: no task has a solution/solve.sh that its tests score 1")
-        return episodes
+
+        async def episode(task: HarborTask, command: str) -> list[Message] | None:
+            answer = await sessions[task.name].run([], command, grade=False)
+            if "command" not in answer:
+                return None
+            observation = describe(answer["command"], self.settings.output_chars)
+            return [
+                opening(task),
+                Message(role="assistant", content=fenced(command)),
+                Message(role="user", content=observation),
+                Message(role="assistant", content=DONE_WORD),
+            ]
+
+        pairs = [(task, name) for task in self.tasks if task.name in solutions for name in solutions]
+        recorded = await asyncio.gather(*(episode(task, solutions[name]) for task, name in pairs))
+        own: dict[str, list[Message]] = {}
+        others: dict[str, list[list[Message]]] = {name: [] for name in solutions}
+        for (task, name), messages in zip(pairs, recorded, strict=True):
+            if messages is not None and name == task.name:
+                own[task.name] = messages
+            elif messages is not None:
+                others[task.name].append(messages)
+        return {name: (messages, others[name]) for name, messages in own.items()}
 
 
 @dataclass(frozen=True)
@@ -298,7 +336,10 @@ def terminal_task(
         train=TerminalDataset(
             [group(TerminalSession(task, sandbox, settings)) for task in tasks], num_batches, groups_per_batch, seed
         ),
-        eval_builders=[group(TerminalSession(task, sandbox, settings)) for task in held_out],
+        eval_builders=[
+            TerminalGroupBuilder(TerminalSession(task, sandbox, settings), renderer, settings.eval_episodes)
+            for task in held_out
+        ],
         demonstrations=TerminalDemonstrations(tasks, settings),
         warnings=[f"terminal task skipped: {why}" for why in [*refused, *refused_eval]],
     )

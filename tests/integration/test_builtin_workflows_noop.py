@@ -158,7 +158,14 @@ SMOKE_OVERRIDES: dict[str, list[str]] = {
         "grader.max_tokens=8",
     ],
     "rl_numerics_check": ["env.num_pages=3", "env.page_words=40", "rl.group_size=2"],
-    "terminal_rl": ["rl.num_batches=1", "rl.group_size=2", "rl.groups_per_batch=3", "sampling.max_tokens=16"],
+    "terminal_rl": [
+        "rl.num_batches=1",
+        "rl.group_size=2",
+        "rl.groups_per_batch=3",
+        "sampling.max_tokens=16",
+        "warm_start.steps=2",
+        "env.eval_episodes=1",
+    ],
     "twenty_questions": [
         "rl.num_batches=2",
         "warm_start.steps=2",

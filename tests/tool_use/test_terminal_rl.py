@@ -19,7 +19,14 @@ from kitchen.engine.errors import DataError
 from kitchen.testing import run_on_noop
 from recipes.data import shipped_data
 from recipes.envs.harbor_tasks import UnsupportedTaskError, load_harbor_task, load_harbor_tasks, read_reward
-from recipes.envs.terminal import DONE, TerminalDemonstrations, TerminalSession, TerminalSettings, read_command
+from recipes.envs.terminal import (
+    DONE,
+    TerminalDemonstrations,
+    TerminalSession,
+    TerminalSettings,
+    opening,
+    read_command,
+)
 from recipes.terminal_rl import RECIPE
 from sandbox import bubblewrap_unavailable_reason, make_sandbox
 
@@ -63,6 +70,8 @@ def run(tmp_path: Path, replies: Any, *extra: str) -> Any:
         "rl.group_size=2",
         "rl.groups_per_batch=3",
         "rl.num_batches=1",
+        "warm_start.steps=0",
+        "eval.every=0",
         *extra,
         log_path=tmp_path / "run",
         replies=replies,
@@ -187,18 +196,27 @@ def test_the_process_sandbox_is_refused_for_terminal_tasks(tmp_path: Path) -> No
 
 
 @needs_bubblewrap
-def test_the_warm_start_imitates_each_reference_solution_with_its_real_output(tmp_path: Path) -> None:
-    settings = TerminalSettings(tasks=str(TASKS))
+def test_the_warm_start_sends_reference_solutions_with_their_real_output(tmp_path: Path) -> None:
+    """The teacher sends the task's own solution at `teacher_match_rate`, else another task's;
+    either way the observation is the one the command really gets in that task's sandbox."""
     tasks, _ = load_harbor_tasks(TASKS, skip_unsupported=False)
-    episodes = TerminalDemonstrations(tasks, settings)(random.Random(0), 30)
-    assert {episode[0]["content"].split("\n")[0] for episode in episodes} == {
-        task.instruction.split("\n")[0] for task in tasks
+    episodes = TerminalDemonstrations(tasks, TerminalSettings(tasks=str(TASKS), teacher_match_rate=0.5))(
+        random.Random(0), 400
+    )
+    assert {episode[0]["content"] for episode in episodes} == {opening(task)["content"] for task in tasks}
+    own = {opening(task)["content"]: f"```bash\n{solution_command(task.name)}\n```" for task in tasks}
+    matched = [episode for episode in episodes if episode[1]["content"] == own[episode[0]["content"]]]
+    assert 0.4 < len(matched) / len(episodes) < 0.6
+    assert {episode[2]["content"] for episode in matched} == {"exit code 0"}
+    assert all(episode[3]["content"] == "DONE" for episode in episodes)
+    count_lines = opening(next(task for task in tasks if task.name == "count-lines"))["content"]
+    count_in_sort = next(e for e in episodes if "sort -t," in e[1]["content"] and e[0]["content"] == count_lines)
+    assert set(count_in_sort[2]["content"].splitlines()) == {  # the pipeline's two errors, in either order
+        "exit code 1",
+        "bash: line 1: out/top3.txt: No such file or directory",
+        "sort: cannot read: data/scores.csv: No such file or directory",
     }
-    count = next(e for e in episodes if "visitors.txt" in e[1]["content"])
-    assert [m["content"] for m in count[1:]] == [
-        "```bash\nwc -l < visitors.txt > count.txt\n```",
-        "exit code 0",
-        "DONE",
-    ]
+    only_own = TerminalDemonstrations(tasks, TerminalSettings(tasks=str(TASKS), teacher_match_rate=1.0))
+    assert all(e[1]["content"] == own[e[0]["content"]] for e in only_own(random.Random(1), 40))
     result = run(tmp_path, idle, "warm_start.steps=2", "warm_start.batch_size=4")
     assert result.column("env/all/reward/total") == [0.0]  # the noop model's scripted replies still decide

@@ -1,0 +1,2 @@
+#!/bin/bash
+wc -l < visitors.txt > count.txt

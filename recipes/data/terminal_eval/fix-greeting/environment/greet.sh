@@ -1,0 +1,4 @@
+#!/bin/bash
+# Greets whoever runs it.
+echo "Helo, wrold!"
+exit 0
