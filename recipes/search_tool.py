@@ -6,11 +6,13 @@ against the gold answer (tinker-cookbook's Search-R1 recipe, with BM25 in place 
 Defaults run on the embedded tiny model, offline, on CPU with `qwen3_instruct` over the shipped
 corpus of 60 invented islands (`env.corpus`, `env.questions` take yours), whose names and answers
 are one token each where they stand, so answering is copying a token into the query and one from
-the result. A warm start imitates a teacher who searches and answers from the result (and guesses
-without searching `env.teacher_error_rate` of the time); the held-out reward is
-`eval/all/reward/total`. The tiny model does not learn this task yet: even with one-token names it
-does not copy (its query names another island), so almost no episode is correct and RL only
-learns to skip the search (measured in docs/tutorials/search-tool.md).
+the result. The tool is declared with no descriptions, so the prompt is mostly the renderer's
+fixed tool preamble (~293 tiny tokens in all). A warm start imitates a teacher who searches and
+answers from the result (and guesses without searching `env.teacher_error_rate` of the time); the
+held-out reward is `eval/all/reward/total`. The tiny model does not learn this task yet: it does
+not copy (its query names another island), so almost no held-out episode is correct and RL only
+learns to skip the search; given a long warm start it learns the training questions by heart
+instead (measured in docs/tutorials/search-tool.md).
 """
 
 from __future__ import annotations

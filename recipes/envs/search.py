@@ -17,14 +17,14 @@ import random
 import re
 import string
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from kitchen import DataError, Section
 from kitchen.families.rl import RLSettings
-from kitchen.integrations.tools import SearchIndex, Toolbox, ToolUseEnv, search_tool
+from kitchen.integrations.tools import SearchIndex, Tool, Toolbox, ToolUseEnv, search_tool
 from recipes.data import shipped_data
 from train_core.renderers.base import Renderer
 from train_core.renderers.messages import Message, ToolCall
@@ -48,6 +48,17 @@ class SearchSettings(Section):
     teacher_error_rate: float = Field(
         0.3, ge=0, le=1, description="share of warm-start episodes in which the teacher answers without searching"
     )
+
+
+class Query(BaseModel):  # no docstring: pydantic would declare it as the schema's description
+    model_config = ConfigDict(extra="forbid")
+    query: str
+
+
+def terse_search_tool(index: SearchIndex, top_k: int) -> Tool:
+    """kitchen's search tool declared without descriptions, so the tiny model's prompt is mostly
+    the renderer's fixed tool preamble and the question (fewer positions to find the name among)."""
+    return replace(search_tool(index, top_k), description="", arguments=Query)
 
 
 @dataclass(frozen=True)
@@ -158,7 +169,7 @@ class Teacher:
 def search_task(settings: SearchSettings, config: RLSettings, renderer: Renderer) -> RLTask:
     """Questions about the corpus, with a search tool over its cached index; a held-out sample."""
     index = SearchIndex.open(settings.corpus, settings.index_dir)
-    toolbox = Toolbox([search_tool(index, settings.top_k)])
+    toolbox = Toolbox([terse_search_tool(index, settings.top_k)])
     questions = load_questions(settings.questions)
     held_out = random.Random(f"search-eval/{config.seed}").sample(
         questions, min(settings.num_eval_questions, len(questions) - 1)

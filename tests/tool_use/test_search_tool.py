@@ -18,7 +18,7 @@ from adapters.common.tokenizer import load_tokenizer
 from kitchen.engine.errors import DataError
 from kitchen.integrations.tools import SearchIndex, search_tool
 from kitchen.testing import run_on_noop
-from recipes.envs.search import CORPUS, QUESTIONS, Question, grade, load_questions
+from recipes.envs.search import CORPUS, QUESTIONS, Question, grade, load_questions, terse_search_tool
 from recipes.search_tool import RECIPE
 from train_core.renderers.messages import Message
 
@@ -112,6 +112,23 @@ def test_every_shipped_name_and_answer_is_one_tiny_token_where_it_stands() -> No
         assert q.title in pieces(q.question) and q.title in pieces(json.dumps({"query": q.title}))
         assert q.title in pieces(f"{document.title}\n{document.text}")
         assert f" {q.answer}" in pieces(document.text) and f" {q.answer}" in pieces(f"Answer: {q.answer}")
+
+
+def test_the_recipe_declares_search_without_descriptions(tmp_path: Path) -> None:
+    """The tiny model's prompt is mostly the tool declaration: the recipe's declares one `query`
+    string and nothing else, and it still searches."""
+    tool = terse_search_tool(SearchIndex.open(CORPUS, str(tmp_path)), 1)
+    assert tool.spec["function"] == {
+        "name": "search",
+        "parameters": {
+            "additionalProperties": False,
+            "properties": {"query": {"type": "string"}},
+            "required": ["query"],
+            "type": "object",
+        },
+    }
+    assert asyncio.run(tool.call({"query": "ner"})).text.startswith("ner\nner is an island.")
+    assert asyncio.run(tool.call({"q": "ner"})).error
 
 
 def test_answering_without_searching_fails() -> None:
