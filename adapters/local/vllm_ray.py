@@ -7,16 +7,22 @@ reserves no GPU in Ray and shares the first one with the training worker there (
 CPU both reserve nothing. `separate` also reserves `local.vllm.resources`, Ray custom resources that
 put the engine on the node of a cluster declaring them.
 
-Full weights reach an engine on the driver's node through the driver's shared memory; one on
-another node cannot map that, so they go through Ray's object store (`vllm_weights.ship`). The
-engine's node must still see the run directory (the actor appends to the engine's log there, and
-an embedded model's starting weights are written out there) and LoRA adapters, which are files,
-reach an engine on the driver's node only.
+An engine on another node than the driver shares nothing with it but Ray. Full weights cannot come
+through the driver's shared memory, so they go through Ray's object store (`vllm_weights.ship`);
+what vLLM starts from (a model folder on the driver's disk: config, tokenizer, starting weights)
+goes the same way, one object per file, into a temporary folder on the engine's node, which also
+holds the engine's log; each answer of the actor carries the log's new lines, which the driver
+appends to the run's engine log. The folder is removed when the engine stops (not when its node or
+process dies). LoRA adapters, which are files, still reach an engine on the driver's node only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,30 +35,90 @@ from kitchen.engine.errors import ConfigError
 
 Placement = Literal["colocated", "separate"]
 
+STOP_TIMEOUT_S = 30.0
+"""How long a stopping engine's actor may take to hand over its last log lines and remove its folder."""
+
 
 class EngineActor:
-    """Runs in a Ray worker process of its own: the engine, started when the actor is made."""
+    """Runs in a Ray worker process of its own: `start` starts the engine in it, with the engine's
+    log in the driver's run directory (same node) or in a folder of the node's own (another node)."""
 
-    def __init__(self, spec: EngineSpec, log_path: str) -> None:
+    def __init__(self) -> None:
+        self._host: Any = None
+        self._folder: Path | None = None
+        self._sent = 0
+
+    def where(self) -> tuple[str, int]:
+        """This actor's Ray node id and process id: the driver decides what to ship from them."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id(), os.getpid()
+
+    def start(
+        self, spec: EngineSpec, log_path: str | None, files: dict[str, Any] | None
+    ) -> tuple[EngineInfo | Failure, bytes]:
+        """Start the engine; its info (or why it failed to start) and the log's new lines.
+        `log_path` None: the log goes into a folder of this node's; `files`: the model folder's
+        files (object refs by relative path), written there and started from."""
         from adapters.local.vllm_host import start_host
 
+        if log_path is None:
+            self._folder = Path(tempfile.mkdtemp(prefix="kitchen-vllm-"))
+            log_path = str(self._folder / "engine.log")
         log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         os.dup2(log, 1)
         os.dup2(log, 2)
+        if files is not None:
+            assert self._folder is not None
+            spec = replace(spec, model_dir=str(write_files(self._folder / "model", files)))
+            print(f"kitchen: starting from {len(files)} files shipped through Ray's object store", flush=True)
         self._host = start_host(spec)
-        self._started = self._host if isinstance(self._host, Failure) else self._host.info
+        return (self._host if isinstance(self._host, Failure) else self._host.info), self._news()
 
-    def started(self) -> tuple[EngineInfo | Failure, int, str]:
-        """The engine's info (or why it failed to start), this process's id and its Ray node's."""
-        import ray
-
-        return self._started, os.getpid(), ray.get_runtime_context().get_node_id()
-
-    def call(self, method: str, args: tuple[Any, ...]) -> Any:
+    def call(self, method: str, args: tuple[Any, ...]) -> tuple[Any, bytes]:
         from adapters.local.vllm_host import dispatch
 
-        assert not isinstance(self._host, Failure)
-        return dispatch(self._host, method, args)
+        assert self._host is not None and not isinstance(self._host, Failure)
+        return dispatch(self._host, method, args), self._news()
+
+    def close(self) -> bytes:
+        """The log's last lines; this node's folder is removed (the actor is killed next)."""
+        news = self._news()
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None
+        return news
+
+    def _news(self) -> bytes:
+        """What the node-local log gained since the last answer (nothing when the log is the driver's)."""
+        if self._folder is None:
+            return b""
+        with (self._folder / "engine.log").open("rb") as log:
+            log.seek(self._sent)
+            news = log.read()
+        self._sent += len(news)
+        return news
+
+
+def write_files(folder: Path, files: dict[str, Any]) -> Path:
+    """`folder`, holding the shipped files (fetched one at a time: one file's bytes in memory)."""
+    import ray
+
+    for name, ref in files.items():
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(ray.get(ref))
+    return folder
+
+
+def model_files(ray: Any, model_dir: str) -> dict[str, Any] | None:
+    """A model folder on the driver's disk, file by file in Ray's object store (refs by relative
+    path); None for a name that is no folder here (a Hub id: the engine's node downloads it)."""
+    root = Path(model_dir)
+    if not root.is_dir():
+        return None
+    files = sorted(path for path in root.rglob("*") if path.is_file())
+    return {str(path.relative_to(root)): ray.put(path.read_bytes()) for path in files}
 
 
 class RayEngine:
@@ -69,6 +135,8 @@ class RayEngine:
     ) -> None:
         self._ray = ray = ensure_ray(address)
         self._log_path = log_path
+        self.remote = False
+        """The engine runs on another node than this driver: nothing but Ray reaches it."""
         resources: dict[str, Any] = {"num_cpus": 0}
         if spec.device == "cuda" and placement == "separate":
             resources["num_gpus"] = spec.tensor_parallel_size
@@ -89,18 +157,23 @@ class RayEngine:
         env = {key: value for key, value in engine_environment(spec).items() if key in wanted}
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         actor = ray.remote(**resources)(EngineActor).options(runtime_env={"env_vars": env})
-        self._actor = actor.remote(spec, str(log_path))
-        started, self._pid, node = self._get(self._actor.started.remote(), "start-up", start_timeout_s)
-        self.remote = node != ray.get_runtime_context().get_node_id()
-        """The engine runs on another node than this driver: weights go through Ray's object store."""
+        self._actor = actor.remote()
         try:
-            self._info: EngineInfo = unwrap(started, "start-up")
+            node, self._pid = self._get(self._actor.where.remote(), "placement", start_timeout_s)
+            self.remote = node != ray.get_runtime_context().get_node_id()
             if self.remote and spec.max_lora_rank is not None:
                 raise ConfigError(
                     "local.vllm.resources put the vLLM engine on another node than the driver, and LoRA "
                     "adapters (files in the driver's memory) reach only an engine on the driver's node: train "
                     "full weights (no lora_rank), or name resources of the driver's node"
                 )
+            files = model_files(ray, spec.model_dir) if self.remote else None
+            started = self._answer(
+                self._actor.start.remote(spec, None if self.remote else str(log_path), files),
+                "start-up",
+                start_timeout_s,
+            )
+            self._info: EngineInfo = unwrap(started, "start-up")
         except BaseException:
             self.stop()
             raise
@@ -119,7 +192,18 @@ class RayEngine:
         return self._call(method, args)
 
     def _call(self, method: str, args: tuple[Any, ...]) -> Any:
-        return unwrap(self._get(self._actor.call.remote(method, args), method), method)
+        return unwrap(self._answer(self._actor.call.remote(method, args), method), method)
+
+    def _answer(self, ref: Any, what: str, timeout_s: float | None = None) -> Any:
+        """The value of an answer that carries the engine's new log lines, which go into the run's log."""
+        value, news = self._get(ref, what, timeout_s)
+        self._append(news)
+        return value
+
+    def _append(self, news: bytes) -> None:
+        if news:
+            with self._log_path.open("ab") as log:
+                log.write(news)
 
     def _get(self, ref: Any, what: str, timeout_s: float | None = None) -> Any:
         ray = self._ray
@@ -134,10 +218,15 @@ class RayEngine:
             ) from None
 
     def _tail(self) -> str:
-        return f"; the last lines of {self._log_path}:\n{log_tail(self._log_path)}"
+        where = " (the engine's node sent its lines up to its last answer)" if self.remote else ""
+        return f"; the last lines of {self._log_path}{where}:\n{log_tail(self._log_path)}"
 
     def stop(self) -> None:
-        """End the actor (and the engine in it)."""
+        """End the actor (and the engine in it); one on another node first hands over its last log
+        lines and removes its folder, if it answers within `STOP_TIMEOUT_S`."""
+        if self.remote:
+            with contextlib.suppress(Exception):
+                self._append(self._ray.get(self._actor.close.remote(), timeout=STOP_TIMEOUT_S))
         self._ray.kill(self._actor)
 
 

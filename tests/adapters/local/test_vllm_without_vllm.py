@@ -273,3 +273,38 @@ def test_make_room_sleeps_each_engine_on_the_sampling_thread_after_the_calls_que
     finally:
         samplers.close()
         executor.shutdown()
+
+
+@pytest.mark.slow  # starts Ray in this process
+@pytest.mark.skipif(not VLLM_MISSING, reason="the start-up failure is vLLM's absence")
+def test_an_engine_actor_on_another_node_starts_from_shipped_files_and_sends_its_log_back(tmp_path: Path) -> None:
+    """What an engine on another node gets: the model folder through Ray's object store, written into
+    a folder of the node's own (here: TMPDIR) beside the engine's log, whose new lines come back with
+    each answer; `close` hands over the rest and removes the folder."""
+    pytest.importorskip("ray", reason="the distributed local backend needs Ray (pip install 'kitchen[distributed]')")
+    from adapters.local.distributed import ensure_ray
+    from adapters.local.vllm_ray import EngineActor, model_files
+
+    model = tmp_path / "model"
+    (model / "sub").mkdir(parents=True)
+    contents = {"config.json": b'{"model_type": "llama"}', "sub/tokenizer.json": bytes(range(256)) * 40}
+    for name, data in contents.items():
+        (model / name).write_bytes(data)
+    node = tmp_path / "node"
+    node.mkdir()
+    ray = ensure_ray(None)
+    try:
+        assert model_files(ray, "org/hub-name") is None  # a name the engine's node downloads itself
+        files = model_files(ray, str(model))
+        assert files is not None and sorted(files) == sorted(contents)
+        actor = ray.remote(num_cpus=0)(EngineActor).options(runtime_env={"env_vars": {"TMPDIR": str(node)}}).remote()
+        started, news = ray.get(actor.start.remote(SPEC, None, files), timeout=300)
+        assert (started.kind, started.message) == ("ModuleNotFoundError", "No module named 'vllm'")
+        assert b"vllm engine failed to start" in news
+        [folder] = node.iterdir()
+        assert {name: (folder / "model" / name).read_bytes() for name in contents} == contents
+        assert (folder / "engine.log").read_bytes() == news
+        assert ray.get(actor.close.remote(), timeout=60) == b""  # nothing new since the last answer
+        assert not folder.exists()
+    finally:
+        ray.shutdown()

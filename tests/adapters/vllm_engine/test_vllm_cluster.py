@@ -38,7 +38,7 @@ nodes = {{n.node_id: n.node_ip for n in list_nodes(address=address)}}
 actors = list_actors(address=address, filters=[("class_name", "=", "EngineActor")], detail=True, limit=1000)
 print(json.dumps([nodes[a.node_id] for a in actors]))
 """
-SHIPPED = "shipped through Ray's object store"
+SHIPPED = "bytes of weights shipped through Ray's object store"
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,7 @@ def cluster() -> Iterator[RayCluster]:
     ray_cluster = RayCluster()
     try:
         ray_cluster.start()
-        ray_cluster.add_node("engine", "kitchen_engine", isolated=False, own_shared_memory=True)
+        ray_cluster.add_node("engine", "kitchen_engine", isolated=True, own_shared_memory=True)
         yield ray_cluster
     finally:
         ray_cluster.stop()
@@ -99,8 +99,12 @@ def test_an_engine_placed_on_another_node_gets_each_steps_weights_through_ray(
     # on-policy after the warm start and after each step: the engine holds the trainer's weights
     assert all(row["optim/kl_sample_train_v2"] < 1e-3 for row in rows)
     assert all(row["time/weight_sync"] > 0 for row in rows)
+    # the engine's node saw neither the run directory nor the checkout: it started from files shipped
+    # through Ray into a folder of its own, removed when the engine stopped, and sent its log back
     log = (tmp_path / "vllm" / "engine-0" / "engine.log").read_text()
+    assert re.search(r"starting from \d+ files shipped through Ray's object store", log), log[-3000:]
     assert log.count(SHIPPED) >= len(rows), log[-3000:]
+    assert not list((cluster.nodes["engine"].root / "tmp").glob("kitchen-vllm-*"))
 
 
 def test_an_undeclared_resource_and_lora_on_another_node_are_config_errors(cluster: RayCluster, tmp_path: Path) -> None:
