@@ -12,8 +12,10 @@ through the driver's shared memory, so they go through Ray's object store (`vllm
 what vLLM starts from (a model folder on the driver's disk: config, tokenizer, starting weights)
 goes the same way, one object per file, into a temporary folder on the engine's node, which also
 holds the engine's log; each answer of the actor carries the log's new lines, which the driver
-appends to the run's engine log. The folder is removed when the engine stops (not when its node or
-process dies). LoRA adapters, which are files, still reach an engine on the driver's node only.
+appends to the run's engine log. LoRA adapters (folders in the driver's RAM) are shipped the same
+way on their first use, and again to an engine started anew; one the driver has removed (no client
+holds its version) is removed on the node with the next upload. The folder is removed when the
+engine stops (not when its node or process dies).
 """
 
 from __future__ import annotations
@@ -27,8 +29,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 from adapters.local.distributed import ensure_ray
-from adapters.local.vllm_engine import EngineDied, engine_environment, log_tail, unwrap, write_start_line
-from adapters.local.vllm_protocol import EngineInfo, EngineSpec, Failure, SharedWeights
+from adapters.local.vllm_engine import EngineDied, EngineError, engine_environment, log_tail, unwrap, write_start_line
+from adapters.local.vllm_protocol import (
+    EngineInfo,
+    EngineSpec,
+    Failure,
+    GenerateRequest,
+    LoraAdapter,
+    ScoreRequest,
+    SharedWeights,
+)
 from adapters.local.vllm_settings import RAY_BUILTIN_RESOURCES
 from adapters.local.vllm_weights import ship
 from kitchen.engine.errors import ConfigError
@@ -70,7 +80,7 @@ class EngineActor:
         os.dup2(log, 2)
         if files is not None:
             assert self._folder is not None
-            spec = replace(spec, model_dir=str(write_files(self._folder / "model", files)))
+            spec = replace(spec, model_dir=write_files(self._folder / "model", files))
             print(f"kitchen: starting from {len(files)} files shipped through Ray's object store", flush=True)
         self._host = start_host(spec)
         return (self._host if isinstance(self._host, Failure) else self._host.info), self._news()
@@ -80,6 +90,16 @@ class EngineActor:
 
         assert self._host is not None and not isinstance(self._host, Failure)
         return dispatch(self._host, method, args), self._news()
+
+    def receive(self, name: str, files: dict[str, Any], drop: list[str]) -> tuple[str, bytes]:
+        """Write shipped files into this node's folder `name` (an adapter), removing the folders in
+        `drop`; where they are, and the log's new lines."""
+        assert self._folder is not None
+        for old in drop:
+            shutil.rmtree(self._folder / old, ignore_errors=True)
+        path = write_files(self._folder / name, files)
+        print(f"kitchen: received {name} ({len(files)} files) through Ray's object store", flush=True)
+        return path, self._news()
 
     def close(self) -> bytes:
         """The log's last lines; this node's folder is removed (the actor is killed next)."""
@@ -100,7 +120,7 @@ class EngineActor:
         return news
 
 
-def write_files(folder: Path, files: dict[str, Any]) -> Path:
+def write_files(folder: Path, files: dict[str, Any]) -> str:
     """`folder`, holding the shipped files (fetched one at a time: one file's bytes in memory)."""
     import ray
 
@@ -108,12 +128,13 @@ def write_files(folder: Path, files: dict[str, Any]) -> Path:
         path = folder / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(ray.get(ref))
-    return folder
+    return str(folder)
 
 
-def model_files(ray: Any, model_dir: str) -> dict[str, Any] | None:
-    """A model folder on the driver's disk, file by file in Ray's object store (refs by relative
-    path); None for a name that is no folder here (a Hub id: the engine's node downloads it)."""
+def folder_files(ray: Any, model_dir: str) -> dict[str, Any] | None:
+    """A folder on the driver's disk (a model's, an adapter's), file by file in Ray's object store
+    (refs by relative path); None for a name that is no folder here (a Hub id: the engine's node
+    downloads it)."""
     root = Path(model_dir)
     if not root.is_dir():
         return None
@@ -137,6 +158,8 @@ class RayEngine:
         self._log_path = log_path
         self.remote = False
         """The engine runs on another node than this driver: nothing but Ray reaches it."""
+        self._adapters: dict[int, tuple[str, str]] = {}
+        """Adapters shipped to the engine's node, by id: their folder here and there."""
         resources: dict[str, Any] = {"num_cpus": 0}
         if spec.device == "cuda" and placement == "separate":
             resources["num_gpus"] = spec.tensor_parallel_size
@@ -161,13 +184,7 @@ class RayEngine:
         try:
             node, self._pid = self._get(self._actor.where.remote(), "placement", start_timeout_s)
             self.remote = node != ray.get_runtime_context().get_node_id()
-            if self.remote and spec.max_lora_rank is not None:
-                raise ConfigError(
-                    "local.vllm.resources put the vLLM engine on another node than the driver, and LoRA "
-                    "adapters (files in the driver's memory) reach only an engine on the driver's node: train "
-                    "full weights (no lora_rank), or name resources of the driver's node"
-                )
-            files = model_files(ray, spec.model_dir) if self.remote else None
+            files = folder_files(ray, spec.model_dir) if self.remote else None
             started = self._answer(
                 self._actor.start.remote(spec, None if self.remote else str(log_path), files),
                 "start-up",
@@ -189,7 +206,32 @@ class RayEngine:
     def call(self, method: str, *args: Any) -> Any:
         if self.remote and method == "load_weights" and isinstance(args[0], SharedWeights):
             return ship(args[0], lambda shipped: self._call(method, (shipped,)))
+        if self.remote:
+            args = tuple(self._on_node(arg) for arg in args)
         return self._call(method, args)
+
+    def _on_node(self, value: Any) -> Any:
+        """A call's argument with its adapters' folders replaced by their copies on the engine's node."""
+        if isinstance(value, list):
+            return [self._on_node(item) for item in value]
+        if isinstance(value, GenerateRequest | ScoreRequest) and value.lora is not None:
+            return replace(value, lora=self._on_node(value.lora))
+        if isinstance(value, LoraAdapter):
+            return replace(value, path=self._adapter_on_node(value))
+        return value
+
+    def _adapter_on_node(self, adapter: LoraAdapter) -> str:
+        """Where `adapter` is on the engine's node, shipped there first if it is new to it."""
+        if adapter.adapter_id not in self._adapters:
+            files = folder_files(self._ray, adapter.path)
+            if files is None:
+                raise EngineError(f"the LoRA adapter folder {adapter.path} is gone (its client was closed)")
+            gone = [key for key, (here, _) in self._adapters.items() if not Path(here).exists()]
+            drop = [Path(self._adapters.pop(key)[1]).name for key in gone]
+            name = f"adapter-{adapter.adapter_id}"
+            there = self._answer(self._actor.receive.remote(name, files, drop), "an adapter's upload")
+            self._adapters[adapter.adapter_id] = (adapter.path, there)
+        return self._adapters[adapter.adapter_id][1]
 
     def _call(self, method: str, args: tuple[Any, ...]) -> Any:
         return unwrap(self._answer(self._actor.call.remote(method, args), method), method)

@@ -283,7 +283,7 @@ def test_an_engine_actor_on_another_node_starts_from_shipped_files_and_sends_its
     each answer; `close` hands over the rest and removes the folder."""
     pytest.importorskip("ray", reason="the distributed local backend needs Ray (pip install 'kitchen[distributed]')")
     from adapters.local.distributed import ensure_ray
-    from adapters.local.vllm_ray import EngineActor, model_files
+    from adapters.local.vllm_ray import EngineActor, folder_files
 
     model = tmp_path / "model"
     (model / "sub").mkdir(parents=True)
@@ -294,8 +294,8 @@ def test_an_engine_actor_on_another_node_starts_from_shipped_files_and_sends_its
     node.mkdir()
     ray = ensure_ray(None)
     try:
-        assert model_files(ray, "org/hub-name") is None  # a name the engine's node downloads itself
-        files = model_files(ray, str(model))
+        assert folder_files(ray, "org/hub-name") is None  # a name the engine's node downloads itself
+        files = folder_files(ray, str(model))
         assert files is not None and sorted(files) == sorted(contents)
         actor = ray.remote(num_cpus=0)(EngineActor).options(runtime_env={"env_vars": {"TMPDIR": str(node)}}).remote()
         started, news = ray.get(actor.start.remote(SPEC, None, files), timeout=300)

@@ -1,12 +1,14 @@
 """The vLLM engine on another node of a real Ray cluster: `kitchen run math_rl` with two FSDP2
 workers joins a head and a second node started with `ray start` (tests/adapters/local/ray_cluster.py),
 and `local.vllm.placement=separate` with `local.vllm.resources` puts the engine's actor on the
-second node, read back from Ray's own state. That node has a /dev/shm of its own, so the trainer's
-shared-memory segments cannot reach it: the weights of every step go through Ray's object store
-(the engine's log counts them), and the engine stays on-policy (its sampling logprobs are the
-trainer's). A resource no node declares, and LoRA (whose adapters are files on the driver's side)
-with the engine on another node, stop the run with a config error. Slow: two Ray nodes, two workers
-and an engine on 2 CPU cores take minutes."""
+second node, read back from Ray's own state. That node shares nothing with the driver but Ray and
+the Python environment: it sees neither the checkout nor the driver's /tmp (the run directory) and
+has a /dev/shm of its own. The engine starts from the model folder shipped through Ray's object
+store into a folder of the node's own (removed when it stops), its log comes back into the run
+directory, the weights of every step (or, with LoRA, every adapter version) go through Ray's object
+store (the log counts them), and the engine stays on-policy (its sampling logprobs are the
+trainer's). A resource no node declares stops the run with a config error. Slow: two Ray nodes, two
+workers and an engine on 2 CPU cores take minutes."""
 
 from __future__ import annotations
 
@@ -107,14 +109,32 @@ def test_an_engine_placed_on_another_node_gets_each_steps_weights_through_ray(
     assert not list((cluster.nodes["engine"].root / "tmp").glob("kitchen-vllm-*"))
 
 
-def test_an_undeclared_resource_and_lora_on_another_node_are_config_errors(cluster: RayCluster, tmp_path: Path) -> None:
+def test_lora_adapters_reach_an_engine_on_another_node_through_ray(cluster: RayCluster, tmp_path: Path) -> None:
+    done = math_rl_on(
+        cluster,
+        tmp_path,
+        "local.vllm.resources={kitchen_engine: 1}",
+        "lora_rank=8",
+        "rl.num_batches=2",
+        "warm_start.steps=4",
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    assert len(rows) == 2
+    assert all(row["optim/kl_sample_train_v2"] < 1e-3 for row in rows)
+    log = (tmp_path / "vllm" / "engine-0" / "engine.log").read_text()
+    # one adapter version per step at least (the warm start's and each step's), each shipped once
+    received = re.findall(r"received (adapter-\d+) \(\d+ files\) through Ray's object store", log)
+    assert len(received) >= len(rows) and len(set(received)) == len(received), log[-3000:]
+    assert log.count(SHIPPED) == 0  # the base weights stay; only adapters move
+    assert not list((cluster.nodes["engine"].root / "tmp").glob("kitchen-vllm-*"))
+
+
+def test_a_resource_no_node_declares_is_a_config_error(cluster: RayCluster, tmp_path: Path) -> None:
     short = ("rl.num_batches=1", "warm_start.steps=1")
     nowhere = math_rl_on(cluster, tmp_path / "nowhere", "local.vllm.resources={kitchen_nowhere: 1}", *short)
     assert nowhere.returncode == 2, nowhere.stderr[-4000:]
     assert re.search(r"local\.vllm\.resources: no node .* declares kitchen_nowhere .*kitchen_engine", nowhere.stderr)
-    lora = math_rl_on(cluster, tmp_path / "lora", "local.vllm.resources={kitchen_engine: 1}", "lora_rank=8", *short)
-    assert lora.returncode == 2, lora.stderr[-4000:]
-    assert "another node than the driver, and LoRA adapters" in lora.stderr
 
 
 def test_engine_resources_with_one_training_process_are_a_config_error() -> None:
