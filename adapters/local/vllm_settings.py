@@ -92,7 +92,8 @@ class VllmSettings(BaseModel):
         default_factory=dict,
         description="placement separate: Ray custom resources the engine's actor reserves (e.g. {vllm_node: 1}), "
         "which put it on a node that declares them (ray start --resources); an engine on another node than "
-        "the driver gets its weights through Ray's object store",
+        "the driver gets its starting files, weights and LoRA adapters through Ray's object store and needs no "
+        "shared disk",
     )
 
     @field_validator("resources")
