@@ -278,9 +278,9 @@ def test_make_room_sleeps_each_engine_on_the_sampling_thread_after_the_calls_que
 @pytest.mark.slow  # starts Ray in this process
 @pytest.mark.skipif(not VLLM_MISSING, reason="the start-up failure is vLLM's absence")
 def test_an_engine_actor_on_another_node_starts_from_shipped_files_and_sends_its_log_back(tmp_path: Path) -> None:
-    """What an engine on another node gets: the model folder through Ray's object store, written into
-    a folder of the node's own (here: TMPDIR) beside the engine's log, whose new lines come back with
-    each answer; `close` hands over the rest and removes the folder."""
+    """What an engine on another node gets: the model folder and adapters through Ray's object store,
+    written into a folder of the node's own (here: TMPDIR) beside the engine's log, whose new lines
+    come back with each answer; `close` hands over the rest and removes the folder."""
     pytest.importorskip("ray", reason="the distributed local backend needs Ray (pip install 'kitchen[distributed]')")
     from adapters.local.distributed import ensure_ray
     from adapters.local.vllm_ray import EngineActor, folder_files
@@ -304,6 +304,12 @@ def test_an_engine_actor_on_another_node_starts_from_shipped_files_and_sends_its
         [folder] = node.iterdir()
         assert {name: (folder / "model" / name).read_bytes() for name in contents} == contents
         assert (folder / "engine.log").read_bytes() == news
+        # adapters arrive beside it; one the driver dropped goes with the next upload
+        first, _ = ray.get(actor.receive.remote("adapter-1", files, []), timeout=60)
+        second, news = ray.get(actor.receive.remote("adapter-2", files, ["adapter-1"]), timeout=60)
+        assert Path(second) == folder / "adapter-2" and not Path(first).exists()
+        assert (Path(second) / "sub" / "tokenizer.json").read_bytes() == contents["sub/tokenizer.json"]
+        assert b"received adapter-2 (2 files)" in news
         assert ray.get(actor.close.remote(), timeout=60) == b""  # nothing new since the last answer
         assert not folder.exists()
     finally:
