@@ -7,11 +7,11 @@ Tasks whose Dockerfile kitchen can replay offline run (FROM, one WORKDIR, COPY, 
 RUN of file commands; see recipes/envs/harbor_tasks.py); any other is refused naming the task
 and the line, or skipped with `env.unsupported=skip`. Four small tasks ship in
 recipes/data/terminal, their held-out twins (same instructions, other files and answers) in
-recipes/data/terminal_eval. The defaults learn on the embedded tiny model, modestly: a warm
-start imitates a teacher who sends the task's own reference solution half of the time and
-another task's otherwise (the protocol and the commands, only weakly which fits which task),
-then RL with a KL loss to the warm-started policy raises the held-out solve rate from about 0.38
-to about 0.48 over seeds 0-2 (docs/how-to/terminal-tasks.md).
+recipes/data/terminal_eval. On the embedded tiny model: a warm start imitates a teacher who sends
+the task's own reference solution half of the time and another task's otherwise (the protocol and
+the commands, only weakly which fits which task), then RL with a KL loss to the warm-started
+policy. RL's held-out gain is small and did not reproduce across runs (+0.10 on average in one
+set, +0.05 in another): no learning is claimed (docs/how-to/terminal-tasks.md).
 """
 
 from __future__ import annotations
