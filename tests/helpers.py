@@ -5,7 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kitchen.engine.runs.metrics import read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -22,3 +29,19 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 2400) -> subpr
         text=True,
         timeout=timeout,
     )
+
+
+def run_seeds(
+    tmp_path_factory: pytest.TempPathFactory, recipe: str, seeds: Sequence[int], *overrides: str
+) -> dict[int, list[dict[str, Any]]]:
+    """`kitchen run RECIPE seed=S` for every seed side by side (a tiny model keeps 2 cores half
+    idle), each in its own log directory; the metrics rows of each run, by seed."""
+    log_paths = {seed: tmp_path_factory.mktemp(f"{recipe}_seed{seed}") for seed in seeds}  # not thread-safe
+
+    def run(seed: int) -> list[dict[str, Any]]:
+        result = run_cli("run", recipe, f"log_path={log_paths[seed]}", f"seed={seed}", *overrides)
+        assert result.returncode == 0, result.stderr
+        return read_metrics(log_paths[seed] / "metrics.jsonl")
+
+    with ThreadPoolExecutor(len(seeds)) as pool:
+        return dict(zip(seeds, pool.map(run, seeds), strict=True))

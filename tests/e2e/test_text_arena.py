@@ -15,13 +15,11 @@ about 70-80 seconds on a quiet 2-core machine."""
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
-from kitchen.engine.runs.metrics import read_metrics
-from tests.helpers import run_cli
+from tests.helpers import run_seeds
 
 WIN_GAIN = 0.06
 """Held-out win rate against the random player gained by RL at every seed (twice this on average)."""
@@ -30,15 +28,7 @@ SEEDS = (0, 1, 2)
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, list[dict[str, Any]]]:
-    log_paths = {seed: tmp_path_factory.mktemp(f"text_arena_seed{seed}") for seed in SEEDS}  # not thread-safe
-
-    def run(seed: int) -> list[dict[str, Any]]:
-        result = run_cli("run", "text_arena", f"log_path={log_paths[seed]}", f"seed={seed}")
-        assert result.returncode == 0, result.stderr
-        return read_metrics(log_paths[seed] / "metrics.jsonl")
-
-    with ThreadPoolExecutor(len(SEEDS)) as pool:
-        return dict(zip(SEEDS, pool.map(run, SEEDS), strict=True))
+    return run_seeds(tmp_path_factory, "text_arena", SEEDS)
 
 
 def evals(rows: list[dict[str, Any]]) -> list[tuple[int, float]]:
