@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -31,17 +31,24 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 2400) -> subpr
     )
 
 
+class SeedRun(NamedTuple):
+    """One seed's run: its log directory and its metrics rows."""
+
+    log_path: Path
+    rows: list[dict[str, Any]]
+
+
 def run_seeds(
     tmp_path_factory: pytest.TempPathFactory, recipe: str, seeds: Sequence[int], *overrides: str
-) -> dict[int, list[dict[str, Any]]]:
+) -> dict[int, SeedRun]:
     """`kitchen run RECIPE seed=S` for every seed side by side (a tiny model keeps 2 cores half
-    idle), each in its own log directory; the metrics rows of each run, by seed."""
+    idle), each in its own log directory; each run's directory and metrics rows, by seed."""
     log_paths = {seed: tmp_path_factory.mktemp(f"{recipe}_seed{seed}") for seed in seeds}  # not thread-safe
 
-    def run(seed: int) -> list[dict[str, Any]]:
+    def run(seed: int) -> SeedRun:
         result = run_cli("run", recipe, f"log_path={log_paths[seed]}", f"seed={seed}", *overrides)
         assert result.returncode == 0, result.stderr
-        return read_metrics(log_paths[seed] / "metrics.jsonl")
+        return SeedRun(log_paths[seed], read_metrics(log_paths[seed] / "metrics.jsonl"))
 
     with ThreadPoolExecutor(len(seeds)) as pool:
         return dict(zip(seeds, pool.map(run, seeds), strict=True))

@@ -17,13 +17,11 @@ at load ~30."""
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
-from kitchen.engine.runs.metrics import read_metrics
-from tests.helpers import run_cli
+from tests.helpers import run_seeds
 
 PASS_GAIN = 0.15
 SEEDS = (0, 1, 2)
@@ -31,15 +29,7 @@ SEEDS = (0, 1, 2)
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, list[dict[str, Any]]]:
-    def run(seed: int) -> list[dict[str, Any]]:
-        log_path = log_paths[seed]
-        result = run_cli("run", "code_rl", f"log_path={log_path}", f"seed={seed}")
-        assert result.returncode == 0, result.stderr
-        return read_metrics(log_path / "metrics.jsonl")
-
-    log_paths = {seed: tmp_path_factory.mktemp(f"code_rl_seed{seed}") for seed in SEEDS}  # not thread-safe
-    with ThreadPoolExecutor(len(SEEDS)) as pool:
-        return dict(zip(SEEDS, pool.map(run, SEEDS), strict=True))
+    return {seed: run.rows for seed, run in run_seeds(tmp_path_factory, "code_rl", SEEDS).items()}
 
 
 def pass_gain(rows: list[dict[str, Any]]) -> float:

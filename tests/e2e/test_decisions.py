@@ -13,25 +13,18 @@ about one standard error of the 5-step means, so the claim rests on the mean (0.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from kitchen.engine.runs.metrics import read_metrics
-from tests.helpers import run_cli
+from tests.helpers import run_seeds
 
 REWARD_GAIN = 0.03
 
 
 @pytest.mark.slow
 @pytest.mark.acceptance
-def test_decisions_defaults_move_toward_the_targets_over_seeds(tmp_path: Path) -> None:
+def test_decisions_defaults_move_toward_the_targets_over_seeds(tmp_path_factory: pytest.TempPathFactory) -> None:
     gains, tv_first, tv_last = [], [], []
-    for seed in (0, 1, 2):
-        log_path = tmp_path / f"seed{seed}"
-        result = run_cli("run", "decisions", f"log_path={log_path}", f"seed={seed}")
-        assert result.returncode == 0, result.stderr
-        rows = read_metrics(log_path / "metrics.jsonl")
+    for _, rows in run_seeds(tmp_path_factory, "decisions", (0, 1, 2)).values():
         rewards = [row["env/all/reward/total"] for row in rows]
         assert len(rewards) == 30
         gains.append(sum(rewards[-5:]) / 5 - sum(rewards[:5]) / 5)

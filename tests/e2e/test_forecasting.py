@@ -8,25 +8,19 @@ With 10 steps, seeds 0 / 1 / 2: Brier gains 0.095, 0.072, 0.058 (ECE 0.173 -> 0.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from kitchen.engine.runs.metrics import read_metrics
-from tests.helpers import run_cli
+from tests.helpers import run_seeds
 
 BRIER_GAIN = 0.03
 
 
 @pytest.mark.slow
 @pytest.mark.acceptance
-def test_forecasting_learns_calibrated_probabilities_over_seeds(tmp_path: Path) -> None:
+def test_forecasting_learns_calibrated_probabilities_over_seeds(tmp_path_factory: pytest.TempPathFactory) -> None:
     gains = []
-    for seed in (0, 1, 2):
-        log_path = tmp_path / f"seed{seed}"
-        result = run_cli("run", "forecasting", f"log_path={log_path}", f"seed={seed}", "rl.num_batches=10")
-        assert result.returncode == 0, result.stderr
-        evals = [row for row in read_metrics(log_path / "metrics.jsonl") if "eval/all/brier" in row]
+    for seed, (_, rows) in run_seeds(tmp_path_factory, "forecasting", (0, 1, 2), "rl.num_batches=10").items():
+        evals = [row for row in rows if "eval/all/brier" in row]
         assert [row["step"] for row in evals] == [0, 9]
         first, last = evals[0], evals[-1]
         assert last["eval/all/valid_forecast"] >= 0.95

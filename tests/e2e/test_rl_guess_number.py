@@ -10,31 +10,19 @@ with the defaults (2026-11-28, 2 CPU cores): evaluated win rate 0.703 -> 0.934, 
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kitchen.engine.runs.metrics import read_metrics
-from tests.helpers import run_cli
+from tests.helpers import SeedRun, run_seeds
 
 EVAL_GAIN = 0.1
 SEEDS = (0, 1, 2)
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, tuple[Path, list[dict[str, Any]]]]:
-    log_paths = {seed: tmp_path_factory.mktemp(f"guess_number_seed{seed}") for seed in SEEDS}  # not thread-safe
-
-    def run(seed: int) -> tuple[Path, list[dict[str, Any]]]:
-        log_path = log_paths[seed]
-        result = run_cli("run", "guess_number", f"log_path={log_path}", f"seed={seed}")
-        assert result.returncode == 0, result.stderr
-        return log_path, read_metrics(log_path / "metrics.jsonl")
-
-    with ThreadPoolExecutor(len(SEEDS)) as pool:
-        return dict(zip(SEEDS, pool.map(run, SEEDS), strict=True))
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, SeedRun]:
+    return run_seeds(tmp_path_factory, "guess_number", SEEDS)
 
 
 def eval_gain(rows: list[dict[str, Any]]) -> float:
@@ -45,7 +33,7 @@ def eval_gain(rows: list[dict[str, Any]]) -> float:
 @pytest.mark.slow
 @pytest.mark.acceptance
 @pytest.mark.parametrize("seed", SEEDS)
-def test_guess_number_defaults_learn(runs: dict[int, tuple[Path, list[dict[str, Any]]]], seed: int) -> None:
+def test_guess_number_defaults_learn(runs: dict[int, SeedRun], seed: int) -> None:
     log_path, rows = runs[seed]
     rewards = [row["env/all/reward/total"] for row in rows]
     assert len(rewards) == 80
@@ -63,6 +51,6 @@ def test_guess_number_defaults_learn(runs: dict[int, tuple[Path, list[dict[str, 
 
 @pytest.mark.slow
 @pytest.mark.acceptance
-def test_guess_number_mean_gain_is_twice_the_threshold(runs: dict[int, tuple[Path, list[dict[str, Any]]]]) -> None:
-    gains = [eval_gain(rows) for _, rows in runs.values()]
+def test_guess_number_mean_gain_is_twice_the_threshold(runs: dict[int, SeedRun]) -> None:
+    gains = [eval_gain(run.rows) for run in runs.values()]
     assert sum(gains) / len(gains) >= 2 * EVAL_GAIN, f"evaluated win-rate gains per seed: {gains}"

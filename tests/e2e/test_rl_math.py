@@ -22,15 +22,12 @@ trajectories): 0.535 -> 0.960, 0.552 -> 0.983, 0.384 -> 0.803 (gains 0.425, 0.43
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kitchen.engine.runs.checkpoints import read_records
-from kitchen.engine.runs.metrics import read_metrics
-from tests.helpers import run_cli
+from tests.helpers import SeedRun, run_seeds
 
 REWARD_GAIN = 0.2
 SEEDS = (0, 1, 2)
@@ -38,16 +35,8 @@ STEPS = 100
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, tuple[Path, list[dict[str, Any]]]]:
-    def run(seed: int) -> tuple[Path, list[dict[str, Any]]]:
-        log_path = log_paths[seed]
-        result = run_cli("run", "math_rl", f"log_path={log_path}", f"seed={seed}")
-        assert result.returncode == 0, result.stderr
-        return log_path, read_metrics(log_path / "metrics.jsonl")
-
-    log_paths = {seed: tmp_path_factory.mktemp(f"math_rl_seed{seed}") for seed in SEEDS}  # not thread-safe
-    with ThreadPoolExecutor(len(SEEDS)) as pool:
-        return dict(zip(SEEDS, pool.map(run, SEEDS), strict=True))
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, SeedRun]:
+    return run_seeds(tmp_path_factory, "math_rl", SEEDS)
 
 
 def reward_gain(rows: list[dict[str, Any]]) -> float:
@@ -58,7 +47,7 @@ def reward_gain(rows: list[dict[str, Any]]) -> float:
 @pytest.mark.slow
 @pytest.mark.acceptance
 @pytest.mark.parametrize("seed", SEEDS)
-def test_math_rl_defaults_learn(runs: dict[int, tuple[Path, list[dict[str, Any]]]], seed: int) -> None:
+def test_math_rl_defaults_learn(runs: dict[int, SeedRun], seed: int) -> None:
     log_path, rows = runs[seed]
     rewards = [row["env/all/reward/total"] for row in rows]
     assert len(rewards) == STEPS
@@ -74,6 +63,6 @@ def test_math_rl_defaults_learn(runs: dict[int, tuple[Path, list[dict[str, Any]]
 
 @pytest.mark.slow
 @pytest.mark.acceptance
-def test_math_rl_mean_gain_is_twice_the_threshold(runs: dict[int, tuple[Path, list[dict[str, Any]]]]) -> None:
-    gains = [reward_gain(rows) for _, rows in runs.values()]
+def test_math_rl_mean_gain_is_twice_the_threshold(runs: dict[int, SeedRun]) -> None:
+    gains = [reward_gain(run.rows) for run in runs.values()]
     assert sum(gains) / len(gains) >= 2 * REWARD_GAIN, f"sampled-reward gains per seed: {gains}"

@@ -30,7 +30,7 @@ from kitchen.engine.runs.metrics import read_metrics
 from recipes.envs.rubric import load_rubric_prompts
 from recipes.envs.rubric_grading import Grade, GraderSettings, GradingItem, RubricGrader, parse_result
 from recipes.rubric_rl import Config
-from tests.helpers import run_cli
+from tests.helpers import run_cli, run_seeds
 from train_core.rl.model_slot import ModelSlot
 
 GRADE_GAIN = 0.75
@@ -98,22 +98,15 @@ def test_rubric_rl_runs_with_the_tiny_model_as_grader(tmp_path: Path) -> None:
         assert row["env/all/reward/total"] == pytest.approx((row["env/all/grade"] - 1) / 4)
 
 
-def learn(tmp_path: Path, seed: int) -> tuple[float, float]:
-    log_path = tmp_path / f"seed{seed}"
-    result = run_cli("run", "rubric_rl", f"log_path={log_path}", f"seed={seed}", "rl.num_batches=10",
-                 "grader.rule=reference_match")  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    evals = [row for row in read_metrics(log_path / "metrics.jsonl") if "eval/all/grade" in row]
-    assert [row["step"] for row in evals] == [0, 9]
-    return evals[0]["eval/all/grade"], evals[-1]["eval/all/grade"]
-
-
 @pytest.mark.slow
 @pytest.mark.acceptance
-def test_rubric_rl_raises_the_held_out_grade_over_seeds(tmp_path: Path) -> None:
+def test_rubric_rl_raises_the_held_out_grade_over_seeds(tmp_path_factory: pytest.TempPathFactory) -> None:
     gains = []
-    for seed in (0, 1, 2):
-        first, last = learn(tmp_path, seed)
+    runs = run_seeds(tmp_path_factory, "rubric_rl", (0, 1, 2), "rl.num_batches=10", "grader.rule=reference_match")
+    for seed, (_, rows) in runs.items():
+        evals = [row for row in rows if "eval/all/grade" in row]
+        assert [row["step"] for row in evals] == [0, 9]
+        first, last = evals[0]["eval/all/grade"], evals[-1]["eval/all/grade"]
         assert last - first >= GRADE_GAIN, f"seed {seed}: evaluated grade {first} -> {last}"
         gains.append(last - first)
     assert sum(gains) / len(gains) >= 2 * GRADE_GAIN, f"grade gains {gains}"

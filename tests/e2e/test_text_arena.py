@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import run_seeds
+from tests.helpers import SeedRun, run_seeds
 
 WIN_GAIN = 0.06
 """Held-out win rate against the random player gained by RL at every seed (twice this on average)."""
@@ -27,7 +27,7 @@ SEEDS = (0, 1, 2)
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, list[dict[str, Any]]]:
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, SeedRun]:
     return run_seeds(tmp_path_factory, "text_arena", SEEDS)
 
 
@@ -43,10 +43,8 @@ def win_gain(rows: list[dict[str, Any]]) -> float:
 @pytest.mark.slow
 @pytest.mark.acceptance
 @pytest.mark.parametrize("seed", SEEDS)
-def test_text_arena_defaults_beat_the_random_player_more_often(
-    runs: dict[int, list[dict[str, Any]]], seed: int
-) -> None:
-    rows = runs[seed]
+def test_text_arena_defaults_beat_the_random_player_more_often(runs: dict[int, SeedRun], seed: int) -> None:
+    rows = runs[seed].rows
     assert len(rows) == 30 and [step for step, _ in evals(rows)] == [0, 29]  # after the warm start, after RL
     assert all(row["env/all/total_episodes"] == 64 for row in rows)  # 8 groups of 8 games a step
     assert rows[0]["optim/kl_sample_train_v2"] < 1e-3
@@ -55,6 +53,6 @@ def test_text_arena_defaults_beat_the_random_player_more_often(
 
 @pytest.mark.slow
 @pytest.mark.acceptance
-def test_text_arena_mean_gain_is_twice_the_threshold(runs: dict[int, list[dict[str, Any]]]) -> None:
-    gains = [win_gain(rows) for rows in runs.values()]
+def test_text_arena_mean_gain_is_twice_the_threshold(runs: dict[int, SeedRun]) -> None:
+    gains = [win_gain(run.rows) for run in runs.values()]
     assert sum(gains) / len(gains) >= 2 * WIN_GAIN, f"held-out win-rate gains per seed: {gains}"

@@ -20,24 +20,14 @@ runs took 16.5 minutes at once on 2 cores at load ~17 (other jobs). At 1 thread
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-
 import pytest
 
-from kitchen.engine.runs.metrics import read_metrics
-from tests.helpers import run_cli
+from tests.helpers import run_seeds
 
 SEEDS = (0, 1, 2)
 VALID_GAIN = 0.1
 REWARD_GAIN = 0.05
 STEPS = 25
-
-
-def _run(seed: int, log_path: Path) -> list[dict[str, float]]:
-    result = run_cli("run", "tool_rl", f"seed={seed}", f"log_path={log_path}")
-    assert result.returncode == 0, result.stderr
-    return read_metrics(log_path / "metrics.jsonl")
 
 
 def _gain(rows: list[dict[str, float]], key: str) -> float:
@@ -47,11 +37,9 @@ def _gain(rows: list[dict[str, float]], key: str) -> float:
 
 @pytest.mark.slow
 @pytest.mark.acceptance
-def test_tool_rl_defaults_learn_at_every_seed(tmp_path: Path) -> None:
-    with ThreadPoolExecutor(len(SEEDS)) as pool:  # the seeds at once: a tiny model keeps 2 cores half idle
-        runs = list(pool.map(lambda seed: _run(seed, tmp_path / f"seed{seed}"), SEEDS))
+def test_tool_rl_defaults_learn_at_every_seed(tmp_path_factory: pytest.TempPathFactory) -> None:
     gains: dict[int, tuple[float, float]] = {}
-    for seed, rows in zip(SEEDS, runs, strict=True):
+    for seed, (_, rows) in run_seeds(tmp_path_factory, "tool_rl", SEEDS).items():
         assert len(rows) == STEPS
         assert rows[0]["optim/kl_sample_train_v2"] < 1e-3  # on-policy: the trainer scores what was sampled
         assert rows[0]["tokens/trained"] == rows[0]["tokens/sampled"]

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from recipes.envs.twenty_questions import DEFAULT_NOUNS, load_nouns
-from tests.helpers import run_seeds
+from tests.helpers import SeedRun, run_seeds
 
 EVAL_GAIN = 0.15
 """Held-out win rate gained by RL at every seed (twice this on average)."""
@@ -27,7 +27,7 @@ SEEDS = (0, 1, 2)
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, list[dict[str, Any]]]:
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, SeedRun]:
     return run_seeds(tmp_path_factory, "twenty_questions", SEEDS)
 
 
@@ -43,8 +43,8 @@ def eval_gain(rows: list[dict[str, Any]]) -> float:
 @pytest.mark.slow
 @pytest.mark.acceptance
 @pytest.mark.parametrize("seed", SEEDS)
-def test_twenty_questions_defaults_learn(runs: dict[int, list[dict[str, Any]]], seed: int) -> None:
-    rows = runs[seed]
+def test_twenty_questions_defaults_learn(runs: dict[int, SeedRun], seed: int) -> None:
+    rows = runs[seed].rows
     assert [row["step"] for row in rows] == list(range(20))
     held_out = evals(rows)
     assert [row["step"] for row in held_out] == [0, 10, 19]  # step 0: the warm-started policy, before RL
@@ -58,6 +58,6 @@ def test_twenty_questions_defaults_learn(runs: dict[int, list[dict[str, Any]]], 
 
 @pytest.mark.slow
 @pytest.mark.acceptance
-def test_twenty_questions_mean_gain_is_twice_the_threshold(runs: dict[int, list[dict[str, Any]]]) -> None:
-    gains = [eval_gain(rows) for rows in runs.values()]
+def test_twenty_questions_mean_gain_is_twice_the_threshold(runs: dict[int, SeedRun]) -> None:
+    gains = [eval_gain(run.rows) for run in runs.values()]
     assert sum(gains) / len(gains) >= 2 * EVAL_GAIN, f"held-out win-rate gains per seed: {gains}"
