@@ -41,7 +41,7 @@ class Config(RLSettings):
         default_factory=lambda: TerminalSettings(
             tasks=shipped_data("terminal"),
             eval_tasks=shipped_data("terminal_eval"),
-            max_turns=2,
+            max_turns=1,
             teacher_match_rate=0.5,
         ),
         description="the Harbor tasks, their held-out twins and the episode's limits",
