@@ -7,11 +7,13 @@ Tasks whose Dockerfile kitchen can replay offline run (FROM, one WORKDIR, COPY, 
 RUN of file commands; see recipes/envs/harbor_tasks.py); any other is refused naming the task
 and the line, or skipped with `env.unsupported=skip`. Four small tasks ship in
 recipes/data/terminal, their held-out twins (same instructions, other files and answers) in
-recipes/data/terminal_eval. On the embedded tiny model: a warm start imitates a teacher who sends
-the task's own reference solution half of the time and another task's otherwise (the protocol and
-the commands, only weakly which fits which task), then RL with a KL loss to the warm-started
-policy. RL's held-out gain is small and did not reproduce across runs (+0.10 on average in one
-set, +0.05 in another): no learning is claimed (docs/how-to/terminal-tasks.md).
+recipes/data/terminal_eval. The defaults learn on the embedded tiny model: a warm start imitates
+a teacher who sends the task's own reference solution half of the time and another task's
+otherwise (the commands, only weakly which fits which task), then 32 RL steps with a light KL
+loss to the warm-started policy raise the held-out solve rate from about 0.35 to about 0.6-0.75
+(docs/how-to/terminal-tasks.md). An episode is one turn by default (`env.max_turns=1`: the
+command, then the tests), which keeps runs repeatable: a later turn's observation can hold a
+pipeline's error lines in racing order, and its sampling batches by when the sandbox answered.
 """
 
 from __future__ import annotations
@@ -31,9 +33,9 @@ from train_core.rl.task import RLTask
 @defaults(
     optimizer=OptimizerSettings(learning_rate=5e-4),
     sampling=SamplingSettings(max_tokens=64),
-    rl=RLLoopSettings(group_size=8, groups_per_batch=4, num_batches=16),
-    algorithm=AlgorithmSettings(kl_loss_coef=0.5),
-    eval=HeldOutEval(every=16),
+    rl=RLLoopSettings(group_size=8, groups_per_batch=4, num_batches=32),
+    algorithm=AlgorithmSettings(kl_loss_coef=0.1),
+    eval=HeldOutEval(every=32),
     warm_start=WarmStartSettings(steps=150),
 )
 class Config(RLSettings):
@@ -41,7 +43,8 @@ class Config(RLSettings):
         default_factory=lambda: TerminalSettings(
             tasks=shipped_data("terminal"),
             eval_tasks=shipped_data("terminal_eval"),
-            max_turns=2,
+            max_turns=1,
+            eval_episodes=32,
             teacher_match_rate=0.5,
         ),
         description="the Harbor tasks, their held-out twins and the episode's limits",

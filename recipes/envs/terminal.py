@@ -215,11 +215,12 @@ def solution_command(task: HarborTask) -> str | None:
 @dataclass
 class TerminalDemonstrations:
     """Teacher episodes for the warm start: one command, the observation it really gets in a
-    sandbox of its own, then DONE. With probability `settings.teacher_match_rate` the command is
-    the task's own reference solution (solution/solve.sh), else another task's: the imitating
-    model learns the protocol and the commands, but not which command fits which task, and RL is
-    left to learn that. Only solutions their own task's tests score 1 are used. Recorded once, on
-    first use."""
+    sandbox of its own, then DONE; with `settings.max_turns` 1 the episode ends at the command
+    (the tests grade it), so a demonstration is the command alone. With probability
+    `settings.teacher_match_rate` the command is the task's own reference solution
+    (solution/solve.sh), else another task's: the imitating model learns the protocol and the
+    commands, but not which command fits which task, and RL is left to learn that. Only
+    solutions their own task's tests score 1 are used. Recorded once, on first use."""
 
     tasks: Sequence[HarborTask]
     settings: TerminalSettings
@@ -255,6 +256,8 @@ class TerminalDemonstrations:
             raise DataError("warm start: no task has a solution/solve.sh that its tests score 1")
 
         async def episode(task: HarborTask, command: str) -> list[Message] | None:
+            if self.settings.max_turns == 1:
+                return [opening(task), Message(role="assistant", content=fenced(command))]
             answer = await sessions[task.name].run([], command, grade=False)
             if "command" not in answer:
                 return None

@@ -80,11 +80,19 @@ def run(tmp_path: Path, replies: Any, *extra: str) -> Any:
 
 @needs_bubblewrap
 def test_a_scripted_policy_solves_every_shipped_task_through_the_sandbox(tmp_path: Path) -> None:
-    result = run(tmp_path, solving)
+    result = run(tmp_path, solving, "env.max_turns=2")
     assert result.column("env/all/reward/total") == [1.0]
     assert result.column("env/all/solved") == [1.0]
     assert result.column("env/all/turns") == [2.0]  # the command, then DONE
     assert result.column("env/all/sandbox_error") == [0.0]
+
+
+@needs_bubblewrap
+def test_at_the_recipes_one_turn_the_tests_grade_the_first_command(tmp_path: Path) -> None:
+    result = run(tmp_path, solving)
+    assert result.column("env/all/solved") == [1.0]
+    assert result.column("env/all/turns") == [1.0]
+    assert run(tmp_path / "idle", idle).column("env/all/solved") == [0.0]
 
 
 @needs_bubblewrap
@@ -200,9 +208,8 @@ def test_the_warm_start_sends_reference_solutions_with_their_real_output(tmp_pat
     """The teacher sends the task's own solution at `teacher_match_rate`, else another task's;
     either way the observation is the one the command really gets in that task's sandbox."""
     tasks, _ = load_harbor_tasks(TASKS, skip_unsupported=False)
-    episodes = TerminalDemonstrations(tasks, TerminalSettings(tasks=str(TASKS), teacher_match_rate=0.5))(
-        random.Random(0), 400
-    )
+    settings = TerminalSettings(tasks=str(TASKS), max_turns=2, teacher_match_rate=0.5)
+    episodes = TerminalDemonstrations(tasks, settings)(random.Random(0), 400)
     assert {episode[0]["content"] for episode in episodes} == {opening(task)["content"] for task in tasks}
     own = {opening(task)["content"]: f"```bash\n{solution_command(task.name)}\n```" for task in tasks}
     matched = [episode for episode in episodes if episode[1]["content"] == own[episode[0]["content"]]]
@@ -218,5 +225,7 @@ def test_the_warm_start_sends_reference_solutions_with_their_real_output(tmp_pat
     }
     only_own = TerminalDemonstrations(tasks, TerminalSettings(tasks=str(TASKS), teacher_match_rate=1.0))
     assert all(e[1]["content"] == own[e[0]["content"]] for e in only_own(random.Random(1), 40))
+    one_turn = TerminalDemonstrations(tasks, settings.model_copy(update={"max_turns": 1}))(random.Random(0), 400)
+    assert [[m["content"] for m in e] for e in one_turn] == [[m["content"] for m in e[:2]] for e in episodes]
     result = run(tmp_path, idle, "warm_start.steps=2", "warm_start.batch_size=4")
     assert result.column("env/all/reward/total") == [0.0]  # the noop model's scripted replies still decide
