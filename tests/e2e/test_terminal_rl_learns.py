@@ -35,7 +35,7 @@ import pytest
 
 from kitchen.engine.runs.metrics import read_metrics
 from sandbox import bubblewrap_unavailable_reason
-from tests.helpers import run_cli, run_seeds
+from tests.helpers import SeedRun, run_cli, run_seeds
 
 SOLVE_GAIN = 0.1
 """Held-out solve rate gained by every seed (twice this on average)."""
@@ -47,7 +47,7 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, list[dict[str, Any]]]:
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, SeedRun]:
     return run_seeds(tmp_path_factory, "terminal_rl", SEEDS)
 
 
@@ -63,8 +63,8 @@ def solve_gain(rows: list[dict[str, Any]]) -> float:
 @pytest.mark.slow
 @pytest.mark.acceptance
 @pytest.mark.parametrize("seed", SEEDS)
-def test_terminal_rl_defaults_raise_the_held_out_solve_rate(runs: dict[int, list[dict[str, Any]]], seed: int) -> None:
-    rows = runs[seed]
+def test_terminal_rl_defaults_raise_the_held_out_solve_rate(runs: dict[int, SeedRun], seed: int) -> None:
+    rows = runs[seed].rows
     solved = held_out_solved(rows)
     assert len(solved) == 2, "evaluated right after the warm start and after the last step"
     warm_start = next(row for row in rows if "warm_start/nll_last" in row)
@@ -75,8 +75,8 @@ def test_terminal_rl_defaults_raise_the_held_out_solve_rate(runs: dict[int, list
 
 @pytest.mark.slow
 @pytest.mark.acceptance
-def test_terminal_rl_mean_gain_is_twice_the_threshold(runs: dict[int, list[dict[str, Any]]]) -> None:
-    gains = [solve_gain(rows) for rows in runs.values()]
+def test_terminal_rl_mean_gain_is_twice_the_threshold(runs: dict[int, SeedRun]) -> None:
+    gains = [solve_gain(run.rows) for run in runs.values()]
     assert sum(gains) / len(gains) >= 2 * SOLVE_GAIN, f"held-out solve-rate gains per seed: {gains}"
 
 
