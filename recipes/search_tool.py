@@ -47,6 +47,8 @@ def check(config: Config, roles: frozenset[str]) -> None:
     """The renderer must declare tools natively; the questions must read."""
     check_tool_renderer(renderer_name(config))
     load_questions(config.env.questions)
+    if config.env.held_out is not None:
+        load_questions(config.env.held_out)
 
 
 RECIPE = Recipe(

@@ -33,6 +33,7 @@ from train_core.rl.types import EnvGroupBuilder, Metrics, RLDataset
 
 CORPUS = shipped_data("search/corpus.jsonl")
 QUESTIONS = shipped_data("search/questions.jsonl")
+HELD_OUT = shipped_data("search/held_out.jsonl")
 
 
 class SearchSettings(Section):
@@ -40,6 +41,9 @@ class SearchSettings(Section):
 
     corpus: str = Field(CORPUS, description='JSONL of {"title", "text"} documents to search')
     questions: str = Field(QUESTIONS, description='JSONL of {"question", "answer", "title"} about the corpus')
+    held_out: str | None = Field(
+        HELD_OUT, description="JSONL of held-out questions; none: a seeded random sample of `questions` is held out"
+    )
     index_dir: str | None = Field(None, description="where the BM25 index is cached; default: beside the corpus")
     top_k: int = Field(1, ge=1, description="documents one search returns")
     max_turns: int = Field(2, ge=1, description="model turns per episode (searches plus the answer)")
@@ -171,10 +175,13 @@ def search_task(settings: SearchSettings, config: RLSettings, renderer: Renderer
     index = SearchIndex.open(settings.corpus, settings.index_dir)
     toolbox = Toolbox([terse_search_tool(index, settings.top_k)])
     questions = load_questions(settings.questions)
-    held_out = random.Random(f"search-eval/{config.seed}").sample(
-        questions, min(settings.num_eval_questions, len(questions) - 1)
-    )
-    train = [q for q in questions if q not in held_out]
+    sample = random.Random(f"search-eval/{config.seed}").sample
+    if settings.held_out is None:
+        held_out = sample(questions, min(settings.num_eval_questions, len(questions) - 1))
+        train = [q for q in questions if q not in held_out]
+    else:
+        pool = load_questions(settings.held_out)
+        held_out, train = sample(pool, min(settings.num_eval_questions, len(pool))), questions
 
     def make(question: Question) -> EnvGroupBuilder:
         return SearchGroupBuilder(question, renderer, toolbox, settings, config.rl.group_size)

@@ -116,7 +116,6 @@ CAPITALS = [
     "blue",
     "road",
     "town",
-    "city",
     "house",
     "window",
     "door",
@@ -126,19 +125,37 @@ CAPITALS = [
 EXPORTS = ["flower", "sugar", "oil", "tea", "salt", "cheese", "apple", "paper", "water", "music"]
 
 
+KINDS = {"city": CAPITALS, "work": EXPORTS}
+"""Each island's facts: a question's kind word and the answers its fact is drawn from."""
+HELD_OUT = 24
+
+
 def main() -> None:
-    rng = random.Random("search-corpus/1")
+    rng = random.Random("search-corpus/2")
     documents, questions = [], []
     for island in rng.sample(NAMES, ISLANDS):
-        capital, export = rng.choice(CAPITALS), rng.choice(EXPORTS)
-        text = f"{island} is an island. Its capital is {capital}. Its chief export is {export}."
-        documents.append({"title": island, "text": text})
-        questions += [
-            {"question": f'What is the capital of "{island}"?', "answer": capital, "title": island},
-            {"question": f'What is the chief export of "{island}"?', "answer": export, "title": island},
-        ]
-    for file, rows in (("corpus.jsonl", documents), ("questions.jsonl", questions)):
+        for kind, answers in KINDS.items():
+            answer = rng.choice(answers)
+            documents.append({"title": f"{island} {kind}", "text": f"{island} {kind} {answer}"})
+            questions.append({"question": f"{island} {kind}?", "answer": answer, "title": f"{island} {kind}"})
+    held_out = held_out_questions(questions, rng)
+    train = [q for q in questions if q not in held_out]
+    for file, rows in (("corpus.jsonl", documents), ("questions.jsonl", train), ("held_out.jsonl", held_out)):
         (HERE / file).write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+
+
+def held_out_questions(questions: list[dict[str, str]], rng: random.Random) -> list[dict[str, str]]:
+    """One question of each of `HELD_OUT` islands whose answer is also a training answer, so every
+    token a held-out reply must write (the island's name, its answer) is one the model writes in
+    training."""
+    while True:
+        held_out = [
+            rng.choice(questions[i : i + len(KINDS)])
+            for i in rng.sample(range(0, len(questions), len(KINDS)), HELD_OUT)
+        ]
+        trained = {q["answer"] for q in questions if q not in held_out}
+        if all(q["answer"] in trained for q in held_out):
+            return held_out
 
 
 if __name__ == "__main__":
