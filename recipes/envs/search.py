@@ -1,12 +1,14 @@
 """The search environment: questions about a corpus answered with a `search` tool over its BM25
 index (`kitchen.integrations.tools.search`), in the renderer's native tool format. The shipped
-corpus invents 60 islands (recipes/data/search), so only the tool can answer; any user corpus of
-`{"title", "text"}` records with `{"question", "answer", "title"}` questions works the same way.
+corpus invents 60 islands, one document per fact, with its held-out questions in a file of their
+own (recipes/data/search), so only the tool can answer; any user corpus of `{"title", "text"}`
+records with `{"question", "answer", "title"}` questions works the same way (with no held-out
+file, `env.num_eval_questions` of the questions are held out at random).
 
 Graded as Search-R1 and tinker-cookbook's search_tool grade: the final reply's text after
 `Answer:` must equal the gold answer (lower-cased, punctuation and articles dropped), and a reply
 without `Answer:` costs `format_coef`: reward = format_coef * (format - 1) + correct. The warm
-start imitates a teacher who searches the question's subject and answers from the result, except
+start imitates a teacher who searches the question's document title and answers from the result, except
 that `teacher_error_rate` of the time it answers without searching (another question's answer).
 """
 
@@ -50,7 +52,7 @@ class SearchSettings(Section):
     num_eval_questions: int = Field(24, ge=1, description="held-out questions scored every eval.every steps")
     format_coef: float = Field(0.1, ge=0, description="what a final reply without 'Answer:' costs")
     teacher_error_rate: float = Field(
-        0.3, ge=0, le=1, description="share of warm-start episodes in which the teacher answers without searching"
+        0.0, ge=0, le=1, description="share of warm-start episodes in which the teacher answers without searching"
     )
 
 

@@ -27,9 +27,10 @@ from recipes.envs.search import (
     Teacher,
     grade,
     load_questions,
+    search_task,
     terse_search_tool,
 )
-from recipes.search_tool import RECIPE
+from recipes.search_tool import RECIPE, Config
 from train_core.renderers.messages import Message
 from train_core.renderers.registry import get_renderer
 
@@ -112,33 +113,39 @@ def test_every_held_out_token_to_write_is_written_in_training() -> None:
     """Each held-out question's island has its other question in training, and its answer is a
     training answer: a held-out reply writes only tokens that training replies write."""
     train, held_out = load_questions(QUESTIONS), load_questions(HELD_OUT)
-    islands = Counter(q.title.split()[0] for q in train)
-    assert len(held_out) == 24 and len({q.title.split()[0] for q in held_out}) == 24
-    assert all(islands[q.title.split()[0]] == 1 for q in held_out)
+    islands = Counter(q.title.split("-")[1] for q in train)
+    assert len(held_out) == 24 and len({q.title.split("-")[1] for q in held_out}) == 24
+    assert all(islands[q.title.split("-")[1]] == 1 for q in held_out)
     assert {q.answer for q in held_out} <= {q.answer for q in train}
     assert not {q.title for q in held_out} & {q.title for q in train}
 
 
 def test_every_copy_is_one_tiny_token_at_a_fixed_offset(tmp_path: Path) -> None:
     """In the teacher's episodes every token the model copies is one tiny token, and it stands a
-    fixed number of tokens before the place it is copied to: the question's name and kind word
-    before the query's, the result's last token before the answer."""
+    fixed number of tokens before the place it is copied to: the question's kind word and name
+    before the query's, the result's last token (the answer) before the reply's."""
     tokenizer = load_tokenizer("tiny")
     renderer = get_renderer("qwen3_instruct", tokenizer)
     toolbox = Toolbox([terse_search_tool(SearchIndex.open(CORPUS, str(tmp_path)), 1)])
     questions = load_questions(QUESTIONS) + load_questions(HELD_OUT)
     teacher = Teacher(renderer, toolbox, questions, error_rate=0.0)
+
+    def find(part: list[str], pieces: list[str], start: int) -> list[int]:
+        return [i for i in range(start, len(pieces)) if pieces[i : i + len(part)] == part]
+
     offsets = set()
     for seed in range(40):
-        example, _ = renderer.build_supervised_example(teacher(random.Random(seed), 1)[0])
+        episode = teacher(random.Random(seed), 1)[0]
+        example, _ = renderer.build_supervised_example(episode)
         pieces = [tokenizer.decode([t]) for t in example.to_ints()]
-        user = next(i for i, p in enumerate(pieces) if pieces[i - 1 : i + 1] == ["<|im_start|>", "user"]) + 2
-        name, kind, mark = pieces[user : user + 3]
-        query = pieces.index(name, user + 1)
-        text = len(pieces) - 1 - pieces[::-1].index(name)  # the result ends with its text, "name kind answer"
-        assert (mark, pieces[query + 1], pieces[text + 1], pieces[-1]) == ("?", kind, kind, "<|im_end|>")
-        assert pieces[-2] == pieces[text + 2] and pieces[text + 3] == "\n"
-        offsets.add((query - user, len(pieces) - 2 - (text + 2)))
+        user = find(["<|im_start|>", "user", "\n"], pieces, 0)[0] + 3
+        title = pieces[user : user + 3]  # kind, "-", name: one token each
+        question = next(m["content"] for m in episode if m["role"] == "user")
+        assert "".join(title) + "?" == question and pieces[user + 3 : user + 5] == ["?", "<|im_end|>"]
+        query, *_, text = find(title, pieces, user + 1)  # the query; the result's text, "title answer"
+        answer = pieces[text + 3]
+        assert answer.startswith(" ") and pieces[text + 4] == "\n" and pieces[-2:] == [answer, "<|im_end|>"]
+        offsets.add((query - user, len(pieces) - 2 - (text + 3)))
     assert len(offsets) == 1  # the same distances in every episode
 
 
@@ -155,7 +162,7 @@ def test_the_recipe_declares_search_without_descriptions(tmp_path: Path) -> None
             "type": "object",
         },
     }
-    assert asyncio.run(tool.call({"query": "aby city"})).text == "aby city\naby city road"
+    assert asyncio.run(tool.call({"query": "land-aby"})).text == "land-aby\nland-aby road"
     assert asyncio.run(tool.call({"q": "ner"})).error
 
 
@@ -165,8 +172,8 @@ def test_answering_without_searching_fails() -> None:
     train, held_out = load_questions(QUESTIONS), load_questions(HELD_OUT)
     right = 0
     for q in held_out:
-        kind = q.title.split()[1]
-        answers = [t.answer for t in train if t.title.endswith(f" {kind}")]
+        kind = q.title.split("-")[0]
+        answers = [t.answer for t in train if t.title.startswith(f"{kind}-")]
         right += Counter(answers).most_common(1)[0][0] == q.answer
     assert right / len(held_out) <= 0.2
 
@@ -197,3 +204,18 @@ def test_the_search_tool_recipe_trains_on_exactly_what_it_sampled(tmp_path: Path
         assert [trained_action_tokens(d) for d in step["data"]] == sampled  # one datum per episode
         episodes += len(sampled)
     assert episodes == 8
+
+
+@pytest.mark.parametrize("held_out", [HELD_OUT, None])
+def test_the_held_out_questions_come_from_their_file_or_at_random(tmp_path: Path, held_out: str | None) -> None:
+    config = Config()
+    settings = config.env.model_copy(update={"held_out": held_out, "index_dir": str(tmp_path)})
+    task = search_task(settings, config, get_renderer("qwen3_instruct", load_tokenizer("tiny")))
+    evaluated = [builder.question for builder in task.eval_builders]  # type: ignore[attr-defined]
+    trained = task.train.questions  # type: ignore[attr-defined]
+    assert len(evaluated) == settings.num_eval_questions == 24 and not set(evaluated) & set(trained)
+    if held_out is None:  # a seeded sample of the questions, the rest trained
+        assert sorted(evaluated + trained, key=str) == sorted(load_questions(QUESTIONS), key=str)
+    else:
+        assert sorted(evaluated, key=str) == sorted(load_questions(HELD_OUT), key=str)
+        assert trained == load_questions(QUESTIONS)

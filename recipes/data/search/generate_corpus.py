@@ -1,11 +1,14 @@
-"""Generate the `search_tool` recipe's corpus and questions: 60 invented islands, each a short
-document with its capital and its chief export, and one question per fact. The facts are drawn at
-random, so only a search of the corpus can answer them.
+"""Generate the `search_tool` recipe's corpus and questions: 60 invented islands with two facts
+each (a `city` and a `work`, drawn at random, so only a search of the corpus can answer), one
+document per fact (title `aby city`, text `aby city road`) and one question per fact (`aby city?`).
 
-Every island's name, capital and export is one token of the embedded tiny model's tokenizer, in
-the place it stands (the name quoted in the question and the query, the answer after a space), so
-the tiny model answers by copying a token: from the question into its query, and from the search
-result into its answer.
+Built so that every token the model writes is a copy from a fixed distance back: the island's
+name and the kind word are one tiny-tokenizer token each, in the same order in the question, the
+query (the document's title) and the result, and the answer is one token ending the result, so
+the query copies the question and the answer the result's last token across constant template
+tokens. 24 questions of 24 different islands are held out (held_out.jsonl), each island's other
+question staying in training and each held-out answer being a training answer: a held-out reply
+writes only tokens that training replies write.
 
     python -m recipes.data.search.generate_corpus
 """
@@ -125,7 +128,7 @@ CAPITALS = [
 EXPORTS = ["flower", "sugar", "oil", "tea", "salt", "cheese", "apple", "paper", "water", "music"]
 
 
-KINDS = {"city": CAPITALS, "work": EXPORTS}
+KINDS = {"land": CAPITALS, "art": EXPORTS}
 """Each island's facts: a question's kind word and the answers its fact is drawn from."""
 HELD_OUT = 24
 
@@ -136,8 +139,9 @@ def main() -> None:
     for island in rng.sample(NAMES, ISLANDS):
         for kind, answers in KINDS.items():
             answer = rng.choice(answers)
-            documents.append({"title": f"{island} {kind}", "text": f"{island} {kind} {answer}"})
-            questions.append({"question": f"{island} {kind}?", "answer": answer, "title": f"{island} {kind}"})
+            title = f"{kind}-{island}"
+            documents.append({"title": title, "text": f"{title} {answer}"})
+            questions.append({"question": f"{title}?", "answer": answer, "title": title})
     held_out = held_out_questions(questions, rng)
     train = [q for q in questions if q not in held_out]
     for file, rows in (("corpus.jsonl", documents), ("questions.jsonl", train), ("held_out.jsonl", held_out)):
