@@ -3,16 +3,18 @@
 declared and called in the renderer's native tool format; the reply after `Answer:` is graded
 against the gold answer (tinker-cookbook's Search-R1 recipe, with BM25 in place of a vector store).
 
-Defaults run on the embedded tiny model, offline, on CPU with `qwen3_instruct` over the shipped
-corpus of 60 invented islands (`env.corpus`, `env.questions` take yours), whose names and answers
-are one token each where they stand, so answering is copying a token into the query and one from
-the result. The tool is declared with no descriptions, so the prompt is mostly the renderer's
-fixed tool preamble (~293 tiny tokens in all). A warm start imitates a teacher who searches and
-answers from the result (and guesses without searching `env.teacher_error_rate` of the time); the
-held-out reward is `eval/all/reward/total`. The tiny model does not learn this task yet: it does
-not copy (its query names another island), so almost no held-out episode is correct and RL only
-learns to skip the search; given a long warm start it learns the training questions by heart
-instead (measured in docs/tutorials/search-tool.md).
+Defaults run on the embedded `tiny32` model, offline, on CPU with `qwen3_instruct` over the
+shipped corpus of 60 invented islands with two facts each, one document per fact (`env.corpus`,
+`env.questions`, `env.held_out` take yours). Every token the model writes is a copy from a fixed
+distance back: the query is the question (`land-aby?` -> `search("land-aby")`, one token each for
+the kind and the name) and the answer is the result's last token. The tool is declared with no
+descriptions (~275-token prompts). A warm start imitates a teacher who searches and answers from
+the result (`env.teacher_error_rate` of the time it answers without searching; 0 by default, as
+skipped searches kept the model from learning the copy); the held-out metric is
+`eval/all/search/correct`. After the warm start (700 steps of 16 at 4e-3) `tiny32` answers
+0.51, 0.99 and 0.28 of the held-out questions at seeds 0, 1, 2, copying from the question and the
+result; 20 RL steps do not add to it (0.51 -> 0.50, 0.99 -> 1.0, 0.28 -> 0.32), so learning is
+not asserted (measured in docs/tutorials/search-tool.md).
 """
 
 from __future__ import annotations
@@ -28,12 +30,13 @@ from train_core.rl.task import RLTask
 
 
 @defaults(
+    model_name="tiny32",
     renderer="qwen3_instruct",
-    optimizer=OptimizerSettings(learning_rate=1e-3),
+    optimizer=OptimizerSettings(learning_rate=3e-4),
     sampling=SamplingSettings(max_tokens=24),
     rl=RLLoopSettings(group_size=4, groups_per_batch=8, num_batches=20),
     eval=HeldOutEval(every=10),
-    warm_start=WarmStartSettings(steps=150),
+    warm_start=WarmStartSettings(steps=700, batch_size=16, learning_rate=4e-3),
 )
 class Config(RLSettings):
     env: SearchSettings = Field(default_factory=SearchSettings, description="the corpus, its questions and the tool")
@@ -47,6 +50,8 @@ def check(config: Config, roles: frozenset[str]) -> None:
     """The renderer must declare tools natively; the questions must read."""
     check_tool_renderer(renderer_name(config))
     load_questions(config.env.questions)
+    if config.env.held_out is not None:
+        load_questions(config.env.held_out)
 
 
 RECIPE = Recipe(

@@ -1,12 +1,14 @@
 """The search environment: questions about a corpus answered with a `search` tool over its BM25
 index (`kitchen.integrations.tools.search`), in the renderer's native tool format. The shipped
-corpus invents 60 islands (recipes/data/search), so only the tool can answer; any user corpus of
-`{"title", "text"}` records with `{"question", "answer", "title"}` questions works the same way.
+corpus invents 60 islands, one document per fact, with its held-out questions in a file of their
+own (recipes/data/search), so only the tool can answer; any user corpus of `{"title", "text"}`
+records with `{"question", "answer", "title"}` questions works the same way (with no held-out
+file, `env.num_eval_questions` of the questions are held out at random).
 
 Graded as Search-R1 and tinker-cookbook's search_tool grade: the final reply's text after
 `Answer:` must equal the gold answer (lower-cased, punctuation and articles dropped), and a reply
 without `Answer:` costs `format_coef`: reward = format_coef * (format - 1) + correct. The warm
-start imitates a teacher who searches the question's subject and answers from the result, except
+start imitates a teacher who searches the question's document title and answers from the result, except
 that `teacher_error_rate` of the time it answers without searching (another question's answer).
 """
 
@@ -33,6 +35,7 @@ from train_core.rl.types import EnvGroupBuilder, Metrics, RLDataset
 
 CORPUS = shipped_data("search/corpus.jsonl")
 QUESTIONS = shipped_data("search/questions.jsonl")
+HELD_OUT = shipped_data("search/held_out.jsonl")
 
 
 class SearchSettings(Section):
@@ -40,13 +43,16 @@ class SearchSettings(Section):
 
     corpus: str = Field(CORPUS, description='JSONL of {"title", "text"} documents to search')
     questions: str = Field(QUESTIONS, description='JSONL of {"question", "answer", "title"} about the corpus')
+    held_out: str | None = Field(
+        HELD_OUT, description="JSONL of held-out questions; none: a seeded random sample of `questions` is held out"
+    )
     index_dir: str | None = Field(None, description="where the BM25 index is cached; default: beside the corpus")
     top_k: int = Field(1, ge=1, description="documents one search returns")
     max_turns: int = Field(2, ge=1, description="model turns per episode (searches plus the answer)")
     num_eval_questions: int = Field(24, ge=1, description="held-out questions scored every eval.every steps")
     format_coef: float = Field(0.1, ge=0, description="what a final reply without 'Answer:' costs")
     teacher_error_rate: float = Field(
-        0.3, ge=0, le=1, description="share of warm-start episodes in which the teacher answers without searching"
+        0.0, ge=0, le=1, description="share of warm-start episodes in which the teacher answers without searching"
     )
 
 
@@ -171,10 +177,13 @@ def search_task(settings: SearchSettings, config: RLSettings, renderer: Renderer
     index = SearchIndex.open(settings.corpus, settings.index_dir)
     toolbox = Toolbox([terse_search_tool(index, settings.top_k)])
     questions = load_questions(settings.questions)
-    held_out = random.Random(f"search-eval/{config.seed}").sample(
-        questions, min(settings.num_eval_questions, len(questions) - 1)
-    )
-    train = [q for q in questions if q not in held_out]
+    sample = random.Random(f"search-eval/{config.seed}").sample
+    if settings.held_out is None:
+        held_out = sample(questions, min(settings.num_eval_questions, len(questions) - 1))
+        train = [q for q in questions if q not in held_out]
+    else:
+        pool = load_questions(settings.held_out)
+        held_out, train = sample(pool, min(settings.num_eval_questions, len(pool))), questions
 
     def make(question: Question) -> EnvGroupBuilder:
         return SearchGroupBuilder(question, renderer, toolbox, settings, config.rl.group_size)

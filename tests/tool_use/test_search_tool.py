@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import re
 from collections import Counter
 from pathlib import Path
@@ -16,11 +17,22 @@ from test_openai_agent import Captured, trained_action_tokens
 
 from adapters.common.tokenizer import load_tokenizer
 from kitchen.engine.errors import DataError
-from kitchen.integrations.tools import SearchIndex, search_tool
+from kitchen.integrations.tools import SearchIndex, Toolbox, search_tool
 from kitchen.testing import run_on_noop
-from recipes.envs.search import CORPUS, QUESTIONS, Question, grade, load_questions, terse_search_tool
-from recipes.search_tool import RECIPE
+from recipes.envs.search import (
+    CORPUS,
+    HELD_OUT,
+    QUESTIONS,
+    Question,
+    Teacher,
+    grade,
+    load_questions,
+    search_task,
+    terse_search_tool,
+)
+from recipes.search_tool import RECIPE, Config
 from train_core.renderers.messages import Message
+from train_core.renderers.registry import get_renderer
 
 DOCS = [
     {"title": "Oxhallow", "text": "Oxhallow grew rich on clocks beside the river Wend."},
@@ -87,31 +99,54 @@ def test_the_grade_reads_the_answer_after_its_marker() -> None:
     }
 
 
-def test_every_shipped_question_is_answered_by_its_document() -> None:
+def test_every_shipped_question_is_answered_by_its_document_alone() -> None:
     index = SearchIndex.open(CORPUS)
-    questions = load_questions(QUESTIONS)
-    assert len(questions) == 2 * len(index.documents) == 120
+    questions = load_questions(QUESTIONS) + load_questions(HELD_OUT)
+    assert len(questions) == len(index.documents) == 120
     for q in questions:
         document = index.document(q.title)
-        assert document is not None and f" is {q.answer}." in document.text
-        assert q.answer not in q.question.split('"')[1]
-        assert [d.title for d in index.search(q.title, 2)] == [q.title]  # the subject finds its document only
+        assert document is not None and document.text == f"{q.title} {q.answer}" and q.question == f"{q.title}?"
+        assert index.search(q.title, 1)[0].title == q.title  # the query (the title) finds its document
 
 
-def test_every_shipped_name_and_answer_is_one_tiny_token_where_it_stands() -> None:
-    """What the tiny model copies is one token in each place: the quoted name in the question and
-    the query, the title heading the result, the answer after a space in the result and the reply."""
+def test_every_held_out_token_to_write_is_written_in_training() -> None:
+    """Each held-out question's island has its other question in training, and its answer is a
+    training answer: a held-out reply writes only tokens that training replies write."""
+    train, held_out = load_questions(QUESTIONS), load_questions(HELD_OUT)
+    islands = Counter(q.title.split("-")[1] for q in train)
+    assert len(held_out) == 24 and len({q.title.split("-")[1] for q in held_out}) == 24
+    assert all(islands[q.title.split("-")[1]] == 1 for q in held_out)
+    assert {q.answer for q in held_out} <= {q.answer for q in train}
+    assert not {q.title for q in held_out} & {q.title for q in train}
+
+
+def test_every_copy_is_one_tiny_token_at_a_fixed_offset(tmp_path: Path) -> None:
+    """In the teacher's episodes every token the model copies is one tiny token, and it stands a
+    fixed number of tokens before the place it is copied to: the question's kind word and name
+    before the query's, the result's last token (the answer) before the reply's."""
     tokenizer = load_tokenizer("tiny")
+    renderer = get_renderer("qwen3_instruct", tokenizer)
+    toolbox = Toolbox([terse_search_tool(SearchIndex.open(CORPUS, str(tmp_path)), 1)])
+    questions = load_questions(QUESTIONS) + load_questions(HELD_OUT)
+    teacher = Teacher(renderer, toolbox, questions, error_rate=0.0)
 
-    def pieces(text: str) -> list[str]:
-        return [tokenizer.decode([t]) for t in tokenizer.encode(text, add_special_tokens=False)]
+    def find(part: list[str], pieces: list[str], start: int) -> list[int]:
+        return [i for i in range(start, len(pieces)) if pieces[i : i + len(part)] == part]
 
-    for q in load_questions(QUESTIONS):
-        document = SearchIndex.open(CORPUS).document(q.title)
-        assert document is not None
-        assert q.title in pieces(q.question) and q.title in pieces(json.dumps({"query": q.title}))
-        assert q.title in pieces(f"{document.title}\n{document.text}")
-        assert f" {q.answer}" in pieces(document.text) and f" {q.answer}" in pieces(f"Answer: {q.answer}")
+    offsets = set()
+    for seed in range(40):
+        episode = teacher(random.Random(seed), 1)[0]
+        example, _ = renderer.build_supervised_example(episode)
+        pieces = [tokenizer.decode([t]) for t in example.to_ints()]
+        user = find(["<|im_start|>", "user", "\n"], pieces, 0)[0] + 3
+        title = pieces[user : user + 3]  # kind, "-", name: one token each
+        question = next(m["content"] for m in episode if m["role"] == "user")
+        assert "".join(title) + "?" == question and pieces[user + 3 : user + 5] == ["?", "<|im_end|>"]
+        query, *_, text = find(title, pieces, user + 1)  # the query; the result's text, "title answer"
+        answer = pieces[text + 3]
+        assert answer.startswith(" ") and pieces[text + 4] == "\n" and pieces[-2:] == [answer, "<|im_end|>"]
+        offsets.add((query - user, len(pieces) - 2 - (text + 3)))
+    assert len(offsets) == 1  # the same distances in every episode
 
 
 def test_the_recipe_declares_search_without_descriptions(tmp_path: Path) -> None:
@@ -127,32 +162,29 @@ def test_the_recipe_declares_search_without_descriptions(tmp_path: Path) -> None
             "type": "object",
         },
     }
-    assert asyncio.run(tool.call({"query": "ner"})).text.startswith("ner\nner is an island.")
+    assert asyncio.run(tool.call({"query": "land-aby"})).text == "land-aby\nland-aby road"
     assert asyncio.run(tool.call({"q": "ner"})).error
 
 
 def test_answering_without_searching_fails() -> None:
     """The facts are drawn at random: the best answer from memory (the commonest training answer
     to each kind of question) is right for few held-out questions; only the search answers them."""
-    questions = load_questions(QUESTIONS)
-    held_out, train = questions[:24], questions[24:]
+    train, held_out = load_questions(QUESTIONS), load_questions(HELD_OUT)
     right = 0
     for q in held_out:
-        kind = q.question.split('"')[0]
-        answers = [t.answer for t in train if t.question.startswith(kind)]
+        kind = q.title.split("-")[0]
+        answers = [t.answer for t in train if t.title.startswith(f"{kind}-")]
         right += Counter(answers).most_common(1)[0][0] == q.answer
     assert right / len(held_out) <= 0.2
 
 
 def scripted_model(prompt: str) -> str:
-    """search(the island the question names), then the fact after the question's key word."""
+    """search(the question's words), then the last word of the result."""
     responses = re.findall(r"<tool_response>\n(.*?)\n</tool_response>", prompt, re.S)
     question = prompt.split("<|im_start|>user\n", 1)[1].split("<|im_end|>", 1)[0]
-    island = re.findall(r'"(\w+)"\?', question)[0]
     if not responses:
-        return f'<tool_call>\n{{"name": "search", "arguments": {{"query": "{island}"}}}}\n</tool_call>'
-    key = "capital" if "capital" in question else "export"
-    return "Answer: " + re.findall(key + r" is (\w+)", responses[-1])[0]
+        return f'<tool_call>\n{{"name": "search", "arguments": {{"query": "{question.rstrip("?")}"}}}}\n</tool_call>'
+    return "Answer: " + responses[-1].split()[-1]
 
 
 def test_the_search_tool_recipe_trains_on_exactly_what_it_sampled(tmp_path: Path) -> None:
@@ -172,3 +204,18 @@ def test_the_search_tool_recipe_trains_on_exactly_what_it_sampled(tmp_path: Path
         assert [trained_action_tokens(d) for d in step["data"]] == sampled  # one datum per episode
         episodes += len(sampled)
     assert episodes == 8
+
+
+@pytest.mark.parametrize("held_out", [HELD_OUT, None])
+def test_the_held_out_questions_come_from_their_file_or_at_random(tmp_path: Path, held_out: str | None) -> None:
+    config = Config()
+    settings = config.env.model_copy(update={"held_out": held_out, "index_dir": str(tmp_path)})
+    task = search_task(settings, config, get_renderer("qwen3_instruct", load_tokenizer("tiny")))
+    evaluated = [builder.question for builder in task.eval_builders]  # type: ignore[attr-defined]
+    trained = task.train.questions  # type: ignore[attr-defined]
+    assert len(evaluated) == settings.num_eval_questions == 24 and not set(evaluated) & set(trained)
+    if held_out is None:  # a seeded sample of the questions, the rest trained
+        assert sorted(evaluated + trained, key=str) == sorted(load_questions(QUESTIONS), key=str)
+    else:
+        assert sorted(evaluated, key=str) == sorted(load_questions(HELD_OUT), key=str)
+        assert trained == load_questions(QUESTIONS)

@@ -1,11 +1,14 @@
-"""Generate the `search_tool` recipe's corpus and questions: 60 invented islands, each a short
-document with its capital and its chief export, and one question per fact. The facts are drawn at
-random, so only a search of the corpus can answer them.
+"""Generate the `search_tool` recipe's corpus and questions: 60 invented islands with two facts
+each (a `city` and a `work`, drawn at random, so only a search of the corpus can answer), one
+document per fact (title `aby city`, text `aby city road`) and one question per fact (`aby city?`).
 
-Every island's name, capital and export is one token of the embedded tiny model's tokenizer, in
-the place it stands (the name quoted in the question and the query, the answer after a space), so
-the tiny model answers by copying a token: from the question into its query, and from the search
-result into its answer.
+Built so that every token the model writes is a copy from a fixed distance back: the island's
+name and the kind word are one tiny-tokenizer token each, in the same order in the question, the
+query (the document's title) and the result, and the answer is one token ending the result, so
+the query copies the question and the answer the result's last token across constant template
+tokens. 24 questions of 24 different islands are held out (held_out.jsonl), each island's other
+question staying in training and each held-out answer being a training answer: a held-out reply
+writes only tokens that training replies write.
 
     python -m recipes.data.search.generate_corpus
 """
@@ -116,7 +119,6 @@ CAPITALS = [
     "blue",
     "road",
     "town",
-    "city",
     "house",
     "window",
     "door",
@@ -126,19 +128,38 @@ CAPITALS = [
 EXPORTS = ["flower", "sugar", "oil", "tea", "salt", "cheese", "apple", "paper", "water", "music"]
 
 
+KINDS = {"land": CAPITALS, "art": EXPORTS}
+"""Each island's facts: a question's kind word and the answers its fact is drawn from."""
+HELD_OUT = 24
+
+
 def main() -> None:
-    rng = random.Random("search-corpus/1")
+    rng = random.Random("search-corpus/2")
     documents, questions = [], []
     for island in rng.sample(NAMES, ISLANDS):
-        capital, export = rng.choice(CAPITALS), rng.choice(EXPORTS)
-        text = f"{island} is an island. Its capital is {capital}. Its chief export is {export}."
-        documents.append({"title": island, "text": text})
-        questions += [
-            {"question": f'What is the capital of "{island}"?', "answer": capital, "title": island},
-            {"question": f'What is the chief export of "{island}"?', "answer": export, "title": island},
-        ]
-    for file, rows in (("corpus.jsonl", documents), ("questions.jsonl", questions)):
+        for kind, answers in KINDS.items():
+            answer = rng.choice(answers)
+            title = f"{kind}-{island}"
+            documents.append({"title": title, "text": f"{title} {answer}"})
+            questions.append({"question": f"{title}?", "answer": answer, "title": title})
+    held_out = held_out_questions(questions, rng)
+    train = [q for q in questions if q not in held_out]
+    for file, rows in (("corpus.jsonl", documents), ("questions.jsonl", train), ("held_out.jsonl", held_out)):
         (HERE / file).write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+
+
+def held_out_questions(questions: list[dict[str, str]], rng: random.Random) -> list[dict[str, str]]:
+    """One question of each of `HELD_OUT` islands whose answer is also a training answer, so every
+    token a held-out reply must write (the island's name, its answer) is one the model writes in
+    training."""
+    while True:
+        held_out = [
+            rng.choice(questions[i : i + len(KINDS)])
+            for i in rng.sample(range(0, len(questions), len(KINDS)), HELD_OUT)
+        ]
+        trained = {q["answer"] for q in questions if q not in held_out}
+        if all(q["answer"] in trained for q in held_out):
+            return held_out
 
 
 if __name__ == "__main__":
