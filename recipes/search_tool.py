@@ -23,7 +23,7 @@ from pydantic import Field
 
 from kitchen import HeldOutEval, OptimizerSettings, Recipe, SamplingSettings, defaults, renderer_name
 from kitchen.families.rl import RLLoopSettings, RLSettings, WarmStartSettings, rl_workflow_for
-from recipes.envs.search import SearchSettings, load_questions, search_task
+from recipes.envs.search import SearchSettings, check_questions, search_task
 from train_core.renderers.base import Renderer
 from train_core.renderers.registry import check_tool_renderer
 from train_core.rl.task import RLTask
@@ -47,11 +47,9 @@ def build_task(config: Config, renderer: Renderer) -> RLTask:
 
 
 def check(config: Config, roles: frozenset[str]) -> None:
-    """The renderer must declare tools natively; the questions must read."""
+    """The renderer must declare tools natively; the questions must read and ask about the corpus."""
     check_tool_renderer(renderer_name(config))
-    load_questions(config.env.questions)
-    if config.env.held_out is not None:
-        load_questions(config.env.held_out)
+    check_questions(config.env)
 
 
 RECIPE = Recipe(

@@ -88,6 +88,23 @@ def load_questions(path: str) -> list[Question]:
     return questions
 
 
+def check_questions(settings: SearchSettings) -> None:
+    """Every question (training and held out) asks about a document of the corpus: a user corpus
+    given with the shipped held-out file (the default) is refused before work starts, naming it."""
+    titles = {document.title for document in SearchIndex.open(settings.corpus, settings.index_dir).documents}
+    for key, path in (("env.questions", settings.questions), ("env.held_out", settings.held_out)):
+        if path is None:
+            continue
+        for number, question in enumerate(load_questions(path), start=1):
+            if question.title not in titles:
+                instead = " or env.held_out=null (a random sample of env.questions is held out)"
+                raise DataError(
+                    f"{key} ({path}), question {number}: its title {question.title!r} is no document of "
+                    f"env.corpus ({settings.corpus}); give questions about your corpus"
+                    + (instead if key == "env.held_out" else "")
+                )
+
+
 def normalize(text: str) -> str:
     """Lower case, no punctuation, no articles, single spaces (SQuAD's answer normalisation)."""
     text = "".join(c for c in text.lower() if c not in string.punctuation)

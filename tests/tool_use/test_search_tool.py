@@ -24,13 +24,16 @@ from recipes.envs.search import (
     HELD_OUT,
     QUESTIONS,
     Question,
+    SearchSettings,
     Teacher,
+    check_questions,
     grade,
     load_questions,
     search_task,
     terse_search_tool,
 )
 from recipes.search_tool import RECIPE, Config
+from tests.helpers import run_cli
 from train_core.renderers.messages import Message
 from train_core.renderers.registry import get_renderer
 
@@ -219,3 +222,18 @@ def test_the_held_out_questions_come_from_their_file_or_at_random(tmp_path: Path
     else:
         assert sorted(evaluated, key=str) == sorted(load_questions(HELD_OUT), key=str)
         assert trained == load_questions(QUESTIONS)
+
+
+def test_a_user_corpus_with_the_shipped_held_out_file_is_refused_before_work(tmp_path: Path) -> None:
+    corpus, questions = tmp_path / "docs.jsonl", tmp_path / "questions.jsonl"
+    write(corpus, DOCS)
+    write(questions, [{"question": f"Who is {d['title']}?", "answer": "x", "title": d["title"]} for d in DOCS])
+    mine = (f"env.corpus={corpus}", f"env.questions={questions}", "backend=noop", f"log_path={tmp_path / 'run'}")
+    refused = run_cli("run", "search_tool", *mine)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "env.held_out" in refused.stderr and "env.held_out=null" in refused.stderr
+    settings = SearchSettings(corpus=str(corpus), questions=str(questions), held_out=None)
+    check_questions(settings)  # a random sample of the user's questions is held out instead
+    write(questions, [{"question": "Who?", "answer": "x", "title": "Nowhere"}])
+    with pytest.raises(DataError, match=r"env.questions .*question 1: its title 'Nowhere' is no document"):
+        check_questions(settings)
