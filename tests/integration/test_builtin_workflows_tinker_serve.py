@@ -24,6 +24,9 @@ NOT_SERVED = {
     # tinker backend by name (tests/preference_workflow/test_nash_md_noop.py)
     "nash_md": "mixture sampling",
 }
+# The shared server serves the embedded `tiny` base only; recipes whose default is another embedded
+# model run on it here (their own default runs on noop in test_builtin_workflows_noop).
+SERVED_MODEL = {"search_tool": "tiny"}
 
 
 @pytest.mark.slow
@@ -38,6 +41,7 @@ def test_recipe_runs_on_kitchen_serve(name: str, tmp_path: Path, monkeypatch: py
         f"tinker.base_url={url}",
         f"log_path={tmp_path}",
         *SMOKE_OVERRIDES[name],
+        *([f"model_name={SERVED_MODEL[name]}"] if name in SERVED_MODEL else []),
     ]
     run_dir = run_recipe(recipe, load_config(recipe.config_cls, None, overrides), progress=False)
     assert read_metrics(run_dir.metrics)
