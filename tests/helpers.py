@@ -31,6 +31,17 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 2400) -> subpr
     )
 
 
+def evaluated(rows: list[dict[str, Any]], key: str) -> list[float]:
+    """A metric at each evaluation of a run: the rows that carry it, in step order."""
+    return [row[key] for row in rows if key in row]
+
+
+def evaluated_gain(rows: list[dict[str, Any]], key: str) -> float:
+    """What a run's last evaluation of `key` gained over its first."""
+    values = evaluated(rows, key)
+    return values[-1] - values[0]
+
+
 class SeedRun(NamedTuple):
     """One seed's run: its log directory and its metrics rows."""
 

@@ -10,11 +10,10 @@ with the defaults (2026-11-28, 2 CPU cores): evaluated win rate 0.703 -> 0.934, 
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
-from tests.helpers import SeedRun, run_seeds
+from tests.helpers import SeedRun, evaluated, evaluated_gain, run_seeds
 
 EVAL_GAIN = 0.1
 SEEDS = (0, 1, 2)
@@ -23,11 +22,6 @@ SEEDS = (0, 1, 2)
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, SeedRun]:
     return run_seeds(tmp_path_factory, "guess_number", SEEDS)
-
-
-def eval_gain(rows: list[dict[str, Any]]) -> float:
-    evals = [row["eval/all/won"] for row in rows if "eval/all/won" in row]
-    return evals[-1] - evals[0]
 
 
 @pytest.mark.slow
@@ -39,8 +33,8 @@ def test_guess_number_defaults_learn(runs: dict[int, SeedRun], seed: int) -> Non
     assert len(rewards) == 80
     first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
     assert last >= first, f"sampled win rate went from {first:.3f} to {last:.3f}"
-    evals = [row["eval/all/won"] for row in rows if "eval/all/won" in row]
-    assert eval_gain(rows) >= EVAL_GAIN, f"evaluated win rate went {evals}"
+    evals = evaluated(rows, "eval/all/won")
+    assert evaluated_gain(rows, "eval/all/won") >= EVAL_GAIN, f"evaluated win rate went {evals}"
     assert rows[0]["optim/kl_sample_train_v2"] < 1e-3
     assert all(row["env/all/turns_per_episode"] > 1 for row in rows)
     games = [json.loads(line) for line in (log_path / "rollouts" / "step_000079.jsonl").read_text().splitlines()]
@@ -52,5 +46,5 @@ def test_guess_number_defaults_learn(runs: dict[int, SeedRun], seed: int) -> Non
 @pytest.mark.slow
 @pytest.mark.acceptance
 def test_guess_number_mean_gain_is_twice_the_threshold(runs: dict[int, SeedRun]) -> None:
-    gains = [eval_gain(run.rows) for run in runs.values()]
+    gains = [evaluated_gain(run.rows, "eval/all/won") for run in runs.values()]
     assert sum(gains) / len(gains) >= 2 * EVAL_GAIN, f"evaluated win-rate gains per seed: {gains}"

@@ -35,11 +35,12 @@ import pytest
 
 from kitchen.engine.runs.metrics import read_metrics
 from sandbox import bubblewrap_unavailable_reason
-from tests.helpers import SeedRun, run_cli, run_seeds
+from tests.helpers import SeedRun, evaluated, evaluated_gain, run_cli, run_seeds
 
 SOLVE_GAIN = 0.1
 """Held-out solve rate gained by every seed (twice this on average)."""
 SEEDS = (0, 1, 2)
+SOLVED = "eval/all/solved"
 
 pytestmark = pytest.mark.skipif(
     bubblewrap_unavailable_reason() is not None, reason=f"bubblewrap: {bubblewrap_unavailable_reason()}"
@@ -51,32 +52,23 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, SeedRun]:
     return run_seeds(tmp_path_factory, "terminal_rl", SEEDS)
 
 
-def held_out_solved(rows: list[dict[str, Any]]) -> list[float]:
-    return [row["eval/all/solved"] for row in rows if "eval/all/solved" in row]
-
-
-def solve_gain(rows: list[dict[str, Any]]) -> float:
-    solved = held_out_solved(rows)
-    return solved[-1] - solved[0]
-
-
 @pytest.mark.slow
 @pytest.mark.acceptance
 @pytest.mark.parametrize("seed", SEEDS)
 def test_terminal_rl_defaults_raise_the_held_out_solve_rate(runs: dict[int, SeedRun], seed: int) -> None:
     rows = runs[seed].rows
-    solved = held_out_solved(rows)
+    solved = evaluated(rows, SOLVED)
     assert len(solved) == 2, "evaluated right after the warm start and after the last step"
     warm_start = next(row for row in rows if "warm_start/nll_last" in row)
     assert warm_start["warm_start/nll_last"] < 0.1 < warm_start["warm_start/nll_first"]
     assert all(row["env/all/sandbox_error"] == 0.0 for row in rows)
-    assert solve_gain(rows) >= SOLVE_GAIN, f"held-out solve rate went {solved[0]:.3f} -> {solved[-1]:.3f}"
+    assert evaluated_gain(rows, SOLVED) >= SOLVE_GAIN, f"held-out solve rate went {solved[0]:.3f} -> {solved[-1]:.3f}"
 
 
 @pytest.mark.slow
 @pytest.mark.acceptance
 def test_terminal_rl_mean_gain_is_twice_the_threshold(runs: dict[int, SeedRun]) -> None:
-    gains = [solve_gain(run.rows) for run in runs.values()]
+    gains = [evaluated_gain(run.rows, SOLVED) for run in runs.values()]
     assert sum(gains) / len(gains) >= 2 * SOLVE_GAIN, f"held-out solve-rate gains per seed: {gains}"
 
 

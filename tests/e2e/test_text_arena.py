@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import SeedRun, run_seeds
+from tests.helpers import SeedRun, evaluated_gain, run_seeds
 
 WIN_GAIN = 0.06
 """Held-out win rate against the random player gained by RL at every seed (twice this on average)."""
@@ -35,11 +35,6 @@ def evals(rows: list[dict[str, Any]]) -> list[tuple[int, float]]:
     return [(row["step"], row["eval/all/won"]) for row in rows if "eval/all/won" in row]
 
 
-def win_gain(rows: list[dict[str, Any]]) -> float:
-    won = evals(rows)
-    return won[-1][1] - won[0][1]
-
-
 @pytest.mark.slow
 @pytest.mark.acceptance
 @pytest.mark.parametrize("seed", SEEDS)
@@ -48,11 +43,13 @@ def test_text_arena_defaults_beat_the_random_player_more_often(runs: dict[int, S
     assert len(rows) == 30 and [step for step, _ in evals(rows)] == [0, 29]  # after the warm start, after RL
     assert all(row["env/all/total_episodes"] == 64 for row in rows)  # 8 groups of 8 games a step
     assert rows[0]["optim/kl_sample_train_v2"] < 1e-3
-    assert win_gain(rows) >= WIN_GAIN, f"held-out win rate against the random player went {evals(rows)}"
+    assert evaluated_gain(rows, "eval/all/won") >= WIN_GAIN, (
+        f"held-out win rate against the random player went {evals(rows)}"
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.acceptance
 def test_text_arena_mean_gain_is_twice_the_threshold(runs: dict[int, SeedRun]) -> None:
-    gains = [win_gain(run.rows) for run in runs.values()]
+    gains = [evaluated_gain(run.rows, "eval/all/won") for run in runs.values()]
     assert sum(gains) / len(gains) >= 2 * WIN_GAIN, f"held-out win-rate gains per seed: {gains}"

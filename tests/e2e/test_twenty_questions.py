@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from recipes.envs.twenty_questions import DEFAULT_NOUNS, load_nouns
-from tests.helpers import SeedRun, run_seeds
+from tests.helpers import SeedRun, evaluated_gain, run_seeds
 
 EVAL_GAIN = 0.15
 """Held-out win rate gained by RL at every seed (twice this on average)."""
@@ -35,11 +35,6 @@ def evals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [row for row in rows if "eval/all/won" in row]
 
 
-def eval_gain(rows: list[dict[str, Any]]) -> float:
-    won = [row["eval/all/won"] for row in evals(rows)]
-    return won[-1] - won[0]
-
-
 @pytest.mark.slow
 @pytest.mark.acceptance
 @pytest.mark.parametrize("seed", SEEDS)
@@ -48,7 +43,9 @@ def test_twenty_questions_defaults_learn(runs: dict[int, SeedRun], seed: int) ->
     assert [row["step"] for row in rows] == list(range(20))
     held_out = evals(rows)
     assert [row["step"] for row in held_out] == [0, 10, 19]  # step 0: the warm-started policy, before RL
-    assert eval_gain(rows) >= EVAL_GAIN, f"held-out win rate went {[row['eval/all/won'] for row in held_out]}"
+    assert evaluated_gain(rows, "eval/all/won") >= EVAL_GAIN, (
+        f"held-out win rate went {[row['eval/all/won'] for row in held_out]}"
+    )
     nouns = load_nouns(DEFAULT_NOUNS)
     for row in held_out:  # the policy asks and hears the answerer (a second model) answer as the list does
         assert row["eval/all/questions"] >= len(nouns[0].answers) - 0.5
@@ -59,5 +56,5 @@ def test_twenty_questions_defaults_learn(runs: dict[int, SeedRun], seed: int) ->
 @pytest.mark.slow
 @pytest.mark.acceptance
 def test_twenty_questions_mean_gain_is_twice_the_threshold(runs: dict[int, SeedRun]) -> None:
-    gains = [eval_gain(run.rows) for run in runs.values()]
+    gains = [evaluated_gain(run.rows, "eval/all/won") for run in runs.values()]
     assert sum(gains) / len(gains) >= 2 * EVAL_GAIN, f"held-out win-rate gains per seed: {gains}"
