@@ -103,6 +103,14 @@ def check_questions(settings: SearchSettings) -> None:
                     f"env.corpus ({settings.corpus}); give questions about your corpus"
                     + (instead if key == "env.held_out" else "")
                 )
+    if settings.held_out is not None:
+        trained = {question.question for question in load_questions(settings.questions)}
+        for number, question in enumerate(load_questions(settings.held_out), start=1):
+            if question.question in trained:
+                raise DataError(
+                    f"env.held_out ({settings.held_out}), question {number}: {question.question!r} is also a "
+                    f"training question of env.questions ({settings.questions}); a held-out question must not be"
+                )
 
 
 def normalize(text: str) -> str:

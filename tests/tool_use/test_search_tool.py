@@ -234,6 +234,10 @@ def test_a_user_corpus_with_the_shipped_held_out_file_is_refused_before_work(tmp
     assert "env.held_out" in refused.stderr and "env.held_out=null" in refused.stderr
     settings = SearchSettings(corpus=str(corpus), questions=str(questions), held_out=None)
     check_questions(settings)  # a random sample of the user's questions is held out instead
+    trained_again = [{"question": "Who is Oxhallow?", "answer": "x", "title": "Oxhallow"}]
+    held_out = write(tmp_path / "held_out.jsonl", trained_again)
+    with pytest.raises(DataError, match=r"env.held_out .*question 1: 'Who is Oxhallow\?' is also a training question"):
+        check_questions(settings.model_copy(update={"held_out": str(held_out)}))
     write(questions, [{"question": "Who?", "answer": "x", "title": "Nowhere"}])
     with pytest.raises(DataError, match=r"env.questions .*question 1: its title 'Nowhere' is no document"):
         check_questions(settings)
