@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -49,17 +49,50 @@ class SeedRun(NamedTuple):
     rows: list[dict[str, Any]]
 
 
-def run_seeds(
-    tmp_path_factory: pytest.TempPathFactory, recipe: str, seeds: Sequence[int], *overrides: str
-) -> dict[int, SeedRun]:
-    """`kitchen run RECIPE seed=S` for every seed side by side (a tiny model keeps 2 cores half
-    idle), each in its own log directory; each run's directory and metrics rows, by seed."""
-    log_paths = {seed: tmp_path_factory.mktemp(f"{recipe}_seed{seed}") for seed in seeds}  # not thread-safe
+@dataclass(frozen=True)
+class SeedRuns:
+    """An acceptance module's runs: `kitchen run RECIPE seed=S *overrides` for every seed. Declared
+    at module level as `SEED_RUNS`, so the acceptance tier can queue every module's runs before the
+    first test starts, the costliest first (`SeedRunner`)."""
 
-    def run(seed: int) -> SeedRun:
-        result = run_cli("run", recipe, f"log_path={log_paths[seed]}", f"seed={seed}", *overrides)
-        assert result.returncode == 0, result.stderr
-        return SeedRun(log_paths[seed], read_metrics(log_paths[seed] / "metrics.jsonl"))
+    recipe: str
+    seeds: tuple[int, ...]
+    cpu_seconds: float
+    """One run's CPU time (1 torch thread, quiet machine), measured: orders the queue."""
+    overrides: tuple[str, ...] = ()
 
-    with ThreadPoolExecutor(len(seeds)) as pool:
-        return dict(zip(seeds, pool.map(run, seeds), strict=True))
+
+class SeedRunner:
+    """Runs `SeedRuns` as CLI subprocesses, `jobs` at a time, in the order they were queued. Queueing
+    all of a session's runs at once, longest first, keeps the cores busy to the end: module by
+    module, each module's last seed used to run alone."""
+
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory, jobs: int) -> None:
+        self._tmp_path_factory = tmp_path_factory
+        self._pool = ThreadPoolExecutor(jobs, thread_name_prefix="seed-run")
+        self._queued: dict[SeedRuns, dict[int, Future[SeedRun]]] = {}
+
+    def queue(self, runs: SeedRuns) -> None:
+        """Start `runs` when a job is free (once, however often it is queued)."""
+        if runs in self._queued:
+            return
+        futures = {}
+        for seed in runs.seeds:
+            log_path = self._tmp_path_factory.mktemp(f"{runs.recipe}_seed{seed}")  # here: mktemp is not thread-safe
+            futures[seed] = self._pool.submit(_run_seed, runs, seed, log_path)
+        self._queued[runs] = futures
+
+    def results(self, runs: SeedRuns) -> dict[int, SeedRun]:
+        """Every seed's run, by seed, once all have finished (queued now if they were not)."""
+        self.queue(runs)
+        return {seed: future.result() for seed, future in self._queued[runs].items()}
+
+    def close(self) -> None:
+        """Drop the runs not started (a session stopped early), wait for the running ones."""
+        self._pool.shutdown(cancel_futures=True)
+
+
+def _run_seed(runs: SeedRuns, seed: int, log_path: Path) -> SeedRun:
+    result = run_cli("run", runs.recipe, f"log_path={log_path}", f"seed={seed}", *runs.overrides)
+    assert result.returncode == 0, f"kitchen run {runs.recipe} seed={seed}: {result.stderr}"
+    return SeedRun(log_path, read_metrics(log_path / "metrics.jsonl"))

@@ -21,15 +21,16 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import run_seeds
+from tests.helpers import SeedRunner, SeedRuns
 
 PASS_GAIN = 0.15
 SEEDS = (0, 1, 2)
+SEED_RUNS = SeedRuns("code_rl", SEEDS, cpu_seconds=69)
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, list[dict[str, Any]]]:
-    return {seed: run.rows for seed, run in run_seeds(tmp_path_factory, "code_rl", SEEDS).items()}
+def runs(seed_runner: SeedRunner) -> dict[int, list[dict[str, Any]]]:
+    return {seed: run.rows for seed, run in seed_runner.results(SEED_RUNS).items()}
 
 
 def pass_gain(rows: list[dict[str, Any]]) -> float:

@@ -15,16 +15,18 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import run_seeds
+from tests.helpers import SeedRunner, SeedRuns
 
 REWARD_GAIN = 0.03
+
+SEED_RUNS = SeedRuns("decisions", (0, 1, 2), cpu_seconds=17)
 
 
 @pytest.mark.slow
 @pytest.mark.acceptance
-def test_decisions_defaults_move_toward_the_targets_over_seeds(tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_decisions_defaults_move_toward_the_targets_over_seeds(seed_runner: SeedRunner) -> None:
     gains, tv_first, tv_last = [], [], []
-    for _, rows in run_seeds(tmp_path_factory, "decisions", (0, 1, 2)).values():
+    for _, rows in seed_runner.results(SEED_RUNS).values():
         rewards = [row["env/all/reward/total"] for row in rows]
         assert len(rewards) == 30
         gains.append(sum(rewards[-5:]) / 5 - sum(rewards[:5]) / 5)

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import run_seeds
+from tests.helpers import SeedRunner, SeedRuns
 
 BRIER_GAIN = 0.03
+
+SEED_RUNS = SeedRuns("forecasting", (0, 1, 2), cpu_seconds=25, overrides=("rl.num_batches=10",))
 
 
 @pytest.mark.slow
 @pytest.mark.acceptance
-def test_forecasting_learns_calibrated_probabilities_over_seeds(tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_forecasting_learns_calibrated_probabilities_over_seeds(seed_runner: SeedRunner) -> None:
     gains = []
-    for seed, (_, rows) in run_seeds(tmp_path_factory, "forecasting", (0, 1, 2), "rl.num_batches=10").items():
+    for seed, (_, rows) in seed_runner.results(SEED_RUNS).items():
         evals = [row for row in rows if "eval/all/brier" in row]
         assert [row["step"] for row in evals] == [0, 9]
         first, last = evals[0], evals[-1]

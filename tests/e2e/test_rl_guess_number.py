@@ -13,15 +13,16 @@ import json
 
 import pytest
 
-from tests.helpers import SeedRun, evaluated, evaluated_gain, run_seeds
+from tests.helpers import SeedRun, SeedRunner, SeedRuns, evaluated, evaluated_gain
 
 EVAL_GAIN = 0.1
 SEEDS = (0, 1, 2)
+SEED_RUNS = SeedRuns("guess_number", SEEDS, cpu_seconds=70)
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, SeedRun]:
-    return run_seeds(tmp_path_factory, "guess_number", SEEDS)
+def runs(seed_runner: SeedRunner) -> dict[int, SeedRun]:
+    return seed_runner.results(SEED_RUNS)
 
 
 @pytest.mark.slow

@@ -27,16 +27,17 @@ from typing import Any
 import pytest
 
 from kitchen.engine.runs.checkpoints import read_records
-from tests.helpers import SeedRun, run_seeds
+from tests.helpers import SeedRun, SeedRunner, SeedRuns
 
 REWARD_GAIN = 0.2
 SEEDS = (0, 1, 2)
+SEED_RUNS = SeedRuns("math_rl", SEEDS, cpu_seconds=28)
 STEPS = 100
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, SeedRun]:
-    return run_seeds(tmp_path_factory, "math_rl", SEEDS)
+def runs(seed_runner: SeedRunner) -> dict[int, SeedRun]:
+    return seed_runner.results(SEED_RUNS)
 
 
 def reward_gain(rows: list[dict[str, Any]]) -> float:

@@ -35,11 +35,12 @@ import pytest
 
 from kitchen.engine.runs.metrics import read_metrics
 from sandbox import bubblewrap_unavailable_reason
-from tests.helpers import SeedRun, evaluated, evaluated_gain, run_cli, run_seeds
+from tests.helpers import SeedRun, SeedRunner, SeedRuns, evaluated, evaluated_gain, run_cli
 
 SOLVE_GAIN = 0.1
 """Held-out solve rate gained by every seed (twice this on average)."""
 SEEDS = (0, 1, 2)
+SEED_RUNS = SeedRuns("terminal_rl", SEEDS, cpu_seconds=58)
 SOLVED = "eval/all/solved"
 
 pytestmark = pytest.mark.skipif(
@@ -48,8 +49,8 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, SeedRun]:
-    return run_seeds(tmp_path_factory, "terminal_rl", SEEDS)
+def runs(seed_runner: SeedRunner) -> dict[int, SeedRun]:
+    return seed_runner.results(SEED_RUNS)
 
 
 @pytest.mark.slow

@@ -19,16 +19,17 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import SeedRun, evaluated_gain, run_seeds
+from tests.helpers import SeedRun, SeedRunner, SeedRuns, evaluated_gain
 
 WIN_GAIN = 0.06
 """Held-out win rate against the random player gained by RL at every seed (twice this on average)."""
 SEEDS = (0, 1, 2)
+SEED_RUNS = SeedRuns("text_arena", SEEDS, cpu_seconds=39)
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, SeedRun]:
-    return run_seeds(tmp_path_factory, "text_arena", SEEDS)
+def runs(seed_runner: SeedRunner) -> dict[int, SeedRun]:
+    return seed_runner.results(SEED_RUNS)
 
 
 def evals(rows: list[dict[str, Any]]) -> list[tuple[int, float]]:

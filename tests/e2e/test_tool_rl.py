@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import run_seeds
+from tests.helpers import SeedRunner, SeedRuns
 
 SEEDS = (0, 1, 2)
+SEED_RUNS = SeedRuns("tool_rl", SEEDS, cpu_seconds=112)
 VALID_GAIN = 0.1
 REWARD_GAIN = 0.05
 STEPS = 25
@@ -37,9 +38,9 @@ def _gain(rows: list[dict[str, float]], key: str) -> float:
 
 @pytest.mark.slow
 @pytest.mark.acceptance
-def test_tool_rl_defaults_learn_at_every_seed(tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_tool_rl_defaults_learn_at_every_seed(seed_runner: SeedRunner) -> None:
     gains: dict[int, tuple[float, float]] = {}
-    for seed, (_, rows) in run_seeds(tmp_path_factory, "tool_rl", SEEDS).items():
+    for seed, (_, rows) in seed_runner.results(SEED_RUNS).items():
         assert len(rows) == STEPS
         assert rows[0]["optim/kl_sample_train_v2"] < 1e-3  # on-policy: the trainer scores what was sampled
         assert rows[0]["tokens/trained"] == rows[0]["tokens/sampled"]

@@ -19,16 +19,17 @@ from typing import Any
 import pytest
 
 from recipes.envs.twenty_questions import DEFAULT_NOUNS, load_nouns
-from tests.helpers import SeedRun, evaluated_gain, run_seeds
+from tests.helpers import SeedRun, SeedRunner, SeedRuns, evaluated_gain
 
 EVAL_GAIN = 0.15
 """Held-out win rate gained by RL at every seed (twice this on average)."""
 SEEDS = (0, 1, 2)
+SEED_RUNS = SeedRuns("twenty_questions", SEEDS, cpu_seconds=26)
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, SeedRun]:
-    return run_seeds(tmp_path_factory, "twenty_questions", SEEDS)
+def runs(seed_runner: SeedRunner) -> dict[int, SeedRun]:
+    return seed_runner.results(SEED_RUNS)
 
 
 def evals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
