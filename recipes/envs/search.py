@@ -36,7 +36,6 @@ from train_core.rl.types import EnvGroupBuilder, Metrics, RLDataset
 CORPUS = shipped_data("search/corpus.jsonl")
 QUESTIONS = shipped_data("search/questions.jsonl")
 HELD_OUT = shipped_data("search/held_out.jsonl")
-RL_QUESTIONS = shipped_data("search/rl_questions.jsonl")
 
 
 class SearchSettings(Section):
@@ -46,9 +45,6 @@ class SearchSettings(Section):
     questions: str = Field(QUESTIONS, description='JSONL of {"question", "answer", "title"} about the corpus')
     held_out: str | None = Field(
         HELD_OUT, description="JSONL of held-out questions; none: a seeded random sample of `questions` is held out"
-    )
-    rl_questions: str | None = Field(
-        RL_QUESTIONS, description="JSONL of the questions RL trains on; none: env.questions (the warm start's)"
     )
     index_dir: str | None = Field(None, description="where the BM25 index is cached; default: beside the corpus")
     top_k: int = Field(1, ge=1, description="documents one search returns")
@@ -92,36 +88,29 @@ def load_questions(path: str) -> list[Question]:
     return questions
 
 
-INSTEAD = {
-    "env.held_out": " or env.held_out=null (a random sample of env.questions is held out)",
-    "env.rl_questions": " or env.rl_questions=null (RL trains on env.questions)",
-}
-"""What a refused shipped default can be replaced with, by key."""
-
-
 def check_questions(settings: SearchSettings) -> None:
     """Every question (training and held out) asks about a document of the corpus: a user corpus
     given with the shipped held-out file (the default) is refused before work starts, naming it."""
     titles = {document.title for document in SearchIndex.open(settings.corpus, settings.index_dir).documents}
-    files = (("env.questions", settings.questions), ("env.held_out", settings.held_out))
-    for key, path in (*files, ("env.rl_questions", settings.rl_questions)):
+    for key, path in (("env.questions", settings.questions), ("env.held_out", settings.held_out)):
         if path is None:
             continue
         for number, question in enumerate(load_questions(path), start=1):
             if question.title not in titles:
+                instead = " or env.held_out=null (a random sample of env.questions is held out)"
                 raise DataError(
                     f"{key} ({path}), question {number}: its title {question.title!r} is no document of "
-                    f"env.corpus ({settings.corpus}); give questions about your corpus" + INSTEAD.get(key, "")
+                    f"env.corpus ({settings.corpus}); give questions about your corpus"
+                    + (instead if key == "env.held_out" else "")
                 )
     if settings.held_out is not None:
-        for key, path in files[0], ("env.rl_questions", settings.rl_questions):
-            trained = {question.question for question in load_questions(path)} if path is not None else set()
-            for number, question in enumerate(load_questions(settings.held_out), start=1):
-                if question.question in trained:
-                    raise DataError(
-                        f"env.held_out ({settings.held_out}), question {number}: {question.question!r} is also a "
-                        f"training question of {key} ({path}); a held-out question must not be"
-                    )
+        trained = {question.question for question in load_questions(settings.questions)}
+        for number, question in enumerate(load_questions(settings.held_out), start=1):
+            if question.question in trained:
+                raise DataError(
+                    f"env.held_out ({settings.held_out}), question {number}: {question.question!r} is also a "
+                    f"training question of env.questions ({settings.questions}); a held-out question must not be"
+                )
 
 
 def normalize(text: str) -> str:
@@ -224,12 +213,8 @@ def search_task(settings: SearchSettings, config: RLSettings, renderer: Renderer
     def make(question: Question) -> EnvGroupBuilder:
         return SearchGroupBuilder(question, renderer, toolbox, settings, config.rl.group_size)
 
-    rl_questions = train if settings.rl_questions is None else load_questions(settings.rl_questions)
-    rl_train = [q for q in rl_questions if q not in held_out]
-    if not rl_train:
-        raise DataError(f"env.rl_questions ({settings.rl_questions}): no question left to train on once held out")
     return RLTask(
-        train=Questions(make, rl_train, config.rl.groups_per_batch, config.rl.num_batches, config.seed),
+        train=Questions(make, train, config.rl.groups_per_batch, config.rl.num_batches, config.seed),
         eval_builders=[make(q) for q in held_out],
         demonstrations=Teacher(renderer, toolbox, train, settings.teacher_error_rate),
     )

@@ -23,7 +23,6 @@ from recipes.envs.search import (
     CORPUS,
     HELD_OUT,
     QUESTIONS,
-    RL_QUESTIONS,
     Question,
     SearchSettings,
     Teacher,
@@ -124,17 +123,6 @@ def test_every_held_out_token_to_write_is_written_in_training() -> None:
     assert not {q.title for q in held_out} & {q.title for q in train}
 
 
-def test_rl_trains_on_the_islands_with_no_held_out_question() -> None:
-    """RL's questions are both questions of every island none of whose questions is held out:
-    naming a question's kind by its island alone pays on none of them, only copying it does (a
-    held-out island's training question would reward its trained kind, wrong for its held-out one)."""
-    train, held_out, rl = load_questions(QUESTIONS), load_questions(HELD_OUT), load_questions(RL_QUESTIONS)
-    held_out_islands = {q.title.split("-")[1] for q in held_out}
-    assert rl == [q for q in train if q.title.split("-")[1] not in held_out_islands]
-    islands = Counter(q.title.split("-")[1] for q in rl)
-    assert len(islands) == 36 and set(islands.values()) == {2}
-
-
 def test_every_copy_is_one_tiny_token_at_a_fixed_offset(tmp_path: Path) -> None:
     """In the teacher's episodes every token the model copies is one tiny token, and it stands a
     fixed number of tokens before the place it is copied to: the question's kind word and name
@@ -228,14 +216,12 @@ def test_the_held_out_questions_come_from_their_file_or_at_random(tmp_path: Path
     task = search_task(settings, config, get_renderer("qwen3_instruct", load_tokenizer("tiny")))
     evaluated = [builder.question for builder in task.eval_builders]  # type: ignore[attr-defined]
     trained = task.train.questions  # type: ignore[attr-defined]
-    demonstrated = task.demonstrations.questions  # type: ignore[union-attr]
-    assert len(evaluated) == settings.num_eval_questions == 24 and not set(evaluated) & set(demonstrated)
-    if held_out is None:  # a seeded sample of the questions, the rest demonstrated; RL's less that sample
-        assert sorted(evaluated + demonstrated, key=str) == sorted(load_questions(QUESTIONS), key=str)
-        assert trained == [q for q in load_questions(RL_QUESTIONS) if q not in evaluated]
+    assert len(evaluated) == settings.num_eval_questions == 24 and not set(evaluated) & set(trained)
+    if held_out is None:  # a seeded sample of the questions, the rest trained
+        assert sorted(evaluated + trained, key=str) == sorted(load_questions(QUESTIONS), key=str)
     else:
         assert sorted(evaluated, key=str) == sorted(load_questions(HELD_OUT), key=str)
-        assert demonstrated == load_questions(QUESTIONS) and trained == load_questions(RL_QUESTIONS)
+        assert trained == load_questions(QUESTIONS)
 
 
 def test_a_user_corpus_with_the_shipped_held_out_file_is_refused_before_work(tmp_path: Path) -> None:
@@ -247,22 +233,11 @@ def test_a_user_corpus_with_the_shipped_held_out_file_is_refused_before_work(tmp
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert "env.held_out" in refused.stderr and "env.held_out=null" in refused.stderr
     settings = SearchSettings(corpus=str(corpus), questions=str(questions), held_out=None)
-    with pytest.raises(DataError, match=r"env.rl_questions .*no document.*env.rl_questions=null"):
-        check_questions(settings)  # the shipped RL questions are about the shipped corpus
-    settings = settings.model_copy(update={"rl_questions": None})
-    check_questions(settings)  # a random sample of the user's questions is held out, RL trains on the rest
+    check_questions(settings)  # a random sample of the user's questions is held out instead
     trained_again = [{"question": "Who is Oxhallow?", "answer": "x", "title": "Oxhallow"}]
     held_out = write(tmp_path / "held_out.jsonl", trained_again)
     with pytest.raises(DataError, match=r"env.held_out .*question 1: 'Who is Oxhallow\?' is also a training question"):
         check_questions(settings.model_copy(update={"held_out": str(held_out)}))
-    other = write(
-        tmp_path / "other.jsonl", [{"question": "Who is Brindlemoor?", "answer": "x", "title": "Brindlemoor"}]
-    )
-    rl_only = settings.model_copy(
-        update={"questions": str(other), "rl_questions": str(questions), "held_out": str(held_out)}
-    )
-    with pytest.raises(DataError, match=r"question 1: 'Who is Oxhallow\?' is also a training question of env.rl_q"):
-        check_questions(rl_only)
     write(questions, [{"question": "Who?", "answer": "x", "title": "Nowhere"}])
     with pytest.raises(DataError, match=r"env.questions .*question 1: its title 'Nowhere' is no document"):
         check_questions(settings)

@@ -1,6 +1,6 @@
 """Generate the `search_tool` recipe's corpus and questions: 60 invented islands with two facts
-each (a `land` and an `art`, drawn at random, so only a search of the corpus can answer), one
-document per fact (title `land-aby`, text `land-aby road`) and one question per fact (`land-aby?`).
+each (a `city` and a `work`, drawn at random, so only a search of the corpus can answer), one
+document per fact (title `aby city`, text `aby city road`) and one question per fact (`aby city?`).
 
 Built so that every token the model writes is a copy from a fixed distance back: the island's
 name and the kind word are one tiny-tokenizer token each, in the same order in the question, the
@@ -8,9 +8,7 @@ query (the document's title) and the result, and the answer is one token ending 
 the query copies the question and the answer the result's last token across constant template
 tokens. 24 questions of 24 different islands are held out (held_out.jsonl), each island's other
 question staying in training and each held-out answer being a training answer: a held-out reply
-writes only tokens that training replies write. RL trains on the questions of the other 36 islands
-(rl_questions.jsonl, both of each island's questions): a held-out island's one training question
-would reward naming its trained kind, which is the wrong kind for its held-out question.
+writes only tokens that training replies write.
 
     python -m recipes.data.search.generate_corpus
 """
@@ -146,15 +144,8 @@ def main() -> None:
             questions.append({"question": f"{title}?", "answer": answer, "title": title})
     held_out = held_out_questions(questions, rng)
     train = [q for q in questions if q not in held_out]
-    held_out_islands = {island_of(q) for q in held_out}
-    rl = [q for q in train if island_of(q) not in held_out_islands]
-    files = {"corpus.jsonl": documents, "questions.jsonl": train, "held_out.jsonl": held_out, "rl_questions.jsonl": rl}
-    for file, rows in files.items():
+    for file, rows in (("corpus.jsonl", documents), ("questions.jsonl", train), ("held_out.jsonl", held_out)):
         (HERE / file).write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-
-
-def island_of(question: dict[str, str]) -> str:
-    return question["title"].split("-", 1)[1]
 
 
 def held_out_questions(questions: list[dict[str, str]], rng: random.Random) -> list[dict[str, str]]:
