@@ -1,6 +1,6 @@
 """Generate the `search_tool` recipe's corpus and questions: 60 invented islands with two facts
-each (a `city` and a `work`, drawn at random, so only a search of the corpus can answer), one
-document per fact (title `aby city`, text `aby city road`) and one question per fact (`aby city?`).
+each (a `land` and an `art`, drawn at random, so only a search of the corpus can answer), one
+document per fact (title `land-aby`, text `land-aby road`) and one question per fact (`land-aby?`).
 
 Built so that every token the model writes is a copy from a fixed distance back: the island's
 name and the kind word are one tiny-tokenizer token each, in the same order in the question, the
