@@ -14,9 +14,10 @@ import pytest
 
 from tests.helpers import SeedRunner, SeedRuns
 
-ACCEPTANCE_JOBS = 4
-"""Runs at once: twice the 2 cores, as `code_rl` and `terminal_rl` spend ~40% of their time waiting on
-their sandboxes (one run each, at load ~2-9: 69 and 58 CPU seconds in 114 and 102 s)."""
+ACCEPTANCE_JOBS = 6
+"""Runs at once, three times the 2 cores: the sandboxed recipes mostly wait (at 4 jobs on a fresh
+clone, 2026-11-28, each of three `terminal_rl` runs at once took 250-280 s for ~58 CPU seconds,
+and the tier used 1.43 of the 2 cores: 16:51)."""
 
 
 @pytest.fixture(scope="session")
