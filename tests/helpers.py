@@ -63,9 +63,8 @@ class SeedRuns:
 
 
 class SeedRunner:
-    """Runs `SeedRuns` as CLI subprocesses, `jobs` at a time, in the order they were queued. Queueing
-    all of a session's runs at once, longest first, keeps the cores busy to the end: module by
-    module, each module's last seed used to run alone."""
+    """Runs `SeedRuns` as CLI subprocesses, `jobs` at a time, in the order they were queued, so a
+    session can queue all its runs up front and each module waits only for its own."""
 
     def __init__(self, tmp_path_factory: pytest.TempPathFactory, jobs: int) -> None:
         self._tmp_path_factory = tmp_path_factory

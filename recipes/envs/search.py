@@ -89,13 +89,15 @@ def load_questions(path: str) -> list[Question]:
 
 
 def check_questions(settings: SearchSettings) -> None:
-    """Every question (training and held out) asks about a document of the corpus: a user corpus
-    given with the shipped held-out file (the default) is refused before work starts, naming it."""
+    """Every question (training and held out) asks about a document of the corpus, and no held-out
+    question is also a training one: a user corpus given with the shipped held-out file (the
+    default) is refused before work starts, naming it."""
     titles = {document.title for document in SearchIndex.open(settings.corpus, settings.index_dir).documents}
-    for key, path in (("env.questions", settings.questions), ("env.held_out", settings.held_out)):
-        if path is None:
-            continue
-        for number, question in enumerate(load_questions(path), start=1):
+    files = [("env.questions", settings.questions, load_questions(settings.questions))]
+    if settings.held_out is not None:
+        files.append(("env.held_out", settings.held_out, load_questions(settings.held_out)))
+    for key, path, questions in files:
+        for number, question in enumerate(questions, start=1):
             if question.title not in titles:
                 instead = " or env.held_out=null (a random sample of env.questions is held out)"
                 raise DataError(
@@ -104,8 +106,8 @@ def check_questions(settings: SearchSettings) -> None:
                     + (instead if key == "env.held_out" else "")
                 )
     if settings.held_out is not None:
-        trained = {question.question for question in load_questions(settings.questions)}
-        for number, question in enumerate(load_questions(settings.held_out), start=1):
+        trained = {question.question for question in files[0][2]}
+        for number, question in enumerate(files[1][2], start=1):
             if question.question in trained:
                 raise DataError(
                     f"env.held_out ({settings.held_out}), question {number}: {question.question!r} is also a "
